@@ -1,0 +1,2 @@
+//! audit
+#![forbid(unsafe_code)]

@@ -1,0 +1,3 @@
+//! gateway
+#![forbid(unsafe_code)]
+pub mod cli;

@@ -1,0 +1,2 @@
+//! inbox
+#![forbid(unsafe_code)]

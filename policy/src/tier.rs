@@ -1,0 +1,103 @@
+//! Permission tiers and what each may do (SPEC §2).
+
+use serde::{Deserialize, Serialize};
+
+/// A credential's permission tier, from least to most powerful.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Read,
+    Propose,
+    #[default]
+    Auto,
+    Full,
+}
+
+/// Something a tool call needs the credential's tier to grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Capability {
+    /// Read tools, `list_proposals`, `get_proposal`, `history_status`.
+    Read,
+    /// `propose_*`.
+    Propose,
+    /// Apply or reject proposals the credential itself created.
+    DecideOwn,
+    /// Apply or reject anyone's proposals.
+    DecideAny,
+    /// `history_undo` / `history_redo`.
+    History,
+    /// Critical tools, always through the two-phase challenge.
+    Critical,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 4] = [Tier::Read, Tier::Propose, Tier::Auto, Tier::Full];
+
+    /// The single table of SPEC §2.
+    pub fn allows(self, cap: Capability) -> bool {
+        use Capability::*;
+        match cap {
+            Read => true,
+            Propose => self >= Tier::Propose,
+            DecideOwn | History | Critical => self >= Tier::Auto,
+            DecideAny => self >= Tier::Full,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Read => "read",
+            Tier::Propose => "propose",
+            Tier::Auto => "auto",
+            Tier::Full => "full",
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Tier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read" => Ok(Tier::Read),
+            "propose" => Ok(Tier::Propose),
+            "auto" => Ok(Tier::Auto),
+            "full" => Ok(Tier::Full),
+            other => Err(format!("unknown tier '{other}' (expected read, propose, auto or full)")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Capability::*;
+
+    #[test]
+    fn tier_table_matches_spec() {
+        // (tier, [Read, Propose, DecideOwn, DecideAny, History, Critical])
+        let table = [
+            (Tier::Read, [true, false, false, false, false, false]),
+            (Tier::Propose, [true, true, false, false, false, false]),
+            (Tier::Auto, [true, true, true, false, true, true]),
+            (Tier::Full, [true, true, true, true, true, true]),
+        ];
+        for (tier, expected) in table {
+            let got = [Read, Propose, DecideOwn, DecideAny, History, Critical].map(|c| tier.allows(c));
+            assert_eq!(got, expected, "{tier}");
+        }
+    }
+
+    #[test]
+    fn tier_names_round_trip() {
+        for t in Tier::ALL {
+            assert_eq!(t.as_str().parse::<Tier>(), Ok(t));
+        }
+        assert!("admin".parse::<Tier>().is_err());
+    }
+}

@@ -1,0 +1,98 @@
+//! The static tool catalog's risk table: every tool's name, kind and the capability it needs.
+
+use crate::tier::Capability;
+
+/// How a tool may affect a vault; decides annotations and the capability checked first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// Never changes anything.
+    Read,
+    /// Writes only a proposal into the inbox.
+    Propose,
+    /// Applies or rejects a proposal (own or, for `full`, anyone's).
+    Decide,
+    /// Moves the shared history.
+    History,
+    /// Irreversible; always two calls through a challenge.
+    Critical,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub kind: ToolKind,
+}
+
+impl ToolSpec {
+    /// The capability checked before any state is looked at.
+    pub fn capability(&self) -> Capability {
+        match self.kind {
+            ToolKind::Read => Capability::Read,
+            ToolKind::Propose => Capability::Propose,
+            ToolKind::Decide => Capability::DecideOwn,
+            ToolKind::History => Capability::History,
+            ToolKind::Critical => Capability::Critical,
+        }
+    }
+
+    pub fn is_mutating(&self) -> bool {
+        !matches!(self.kind, ToolKind::Read)
+    }
+}
+
+const fn t(name: &'static str, kind: ToolKind) -> ToolSpec {
+    ToolSpec { name, kind }
+}
+
+/// Every tool of SPEC §4, in catalog order.
+pub const TOOLS: &[ToolSpec] = &[
+    t("vault_list", ToolKind::Read),
+    t("get_vault_overview", ToolKind::Read),
+    t("search_knowledge", ToolKind::Read),
+    t("search_note_content", ToolKind::Read),
+    t("read_note", ToolKind::Read),
+    t("list_notes", ToolKind::Read),
+    t("list_standards", ToolKind::Read),
+    t("list_tags", ToolKind::Read),
+    t("get_related_notes", ToolKind::Read),
+    t("list_recent_notes", ToolKind::Read),
+    t("list_proposals", ToolKind::Read),
+    t("get_proposal", ToolKind::Read),
+    t("history_status", ToolKind::Read),
+    t("propose_new_note", ToolKind::Propose),
+    t("propose_note_patch", ToolKind::Propose),
+    t("propose_move", ToolKind::Propose),
+    t("propose_delete", ToolKind::Propose),
+    t("apply_proposal", ToolKind::Decide),
+    t("reject_proposal", ToolKind::Decide),
+    t("history_undo", ToolKind::History),
+    t("history_redo", ToolKind::History),
+    t("delete_permanent", ToolKind::Critical),
+    t("empty_trash", ToolKind::Critical),
+];
+
+/// Looks a tool up by its exact name.
+pub fn find(name: &str) -> Option<&'static ToolSpec> {
+    TOOLS.iter().find(|s| s.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::Tier;
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<_> = TOOLS.iter().map(|t| t.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TOOLS.len());
+    }
+
+    #[test]
+    fn read_tier_may_call_only_read_tools() {
+        for spec in TOOLS {
+            assert_eq!(Tier::Read.allows(spec.capability()), spec.kind == ToolKind::Read, "{}", spec.name);
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! proposals
+#![forbid(unsafe_code)]
