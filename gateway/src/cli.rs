@@ -1,1 +1,587 @@
-pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
+//! The command line: thin commands over `Core`, errors mapped to exit codes in `run`.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use policy::Tier;
+
+use crate::auth::Token;
+use crate::core::Core;
+use crate::error::GatewayError;
+use crate::home::{Home, VaultConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "vaultgate",
+    version,
+    about = "A local MCP gateway that lets AI agents read your Markdown vault and propose changes — never damage it.",
+    long_about = "A local MCP gateway that lets AI agents read your Markdown vault and propose changes — never damage it.\n\n\
+Quick start:\n  vaultgate init\n  vaultgate vault add ~/notes\n  vaultgate token issue --name claude --format claude\n\n\
+Try it without touching your notes:\n  vaultgate demo"
+)]
+struct Cli {
+    /// The gateway's home (config, secret, state, audit log). Default: $VAULTGATE_HOME, else
+    /// $XDG_DATA_HOME/vaultgate, else ~/.local/share/vaultgate.
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the home: gateway.toml, secret.key (mode 0600), state.sqlite.
+    Init,
+    /// Register, list and remove vaults.
+    #[command(subcommand)]
+    Vault(VaultCmd),
+    /// Serve MCP over stdin/stdout for one client; the token comes from VAULTGATE_TOKEN.
+    Stdio,
+    /// Unpack a demo vault into a folder, issue a `full` credential, print client configurations,
+    /// then serve it over stdio.
+    Demo(DemoArgs),
+    /// Issue, list, revoke credentials and change their tier.
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// Verify or show the hash-chained audit log.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+    /// Print the machine contract: tools with schemas and annotations, tiers, error codes.
+    Describe {
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum VaultCmd {
+    /// Register a folder of Markdown notes.
+    Add(VaultAddArgs),
+    /// List registered vaults.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unregister a vault (its files are not touched).
+    Remove { id: String },
+    /// Make a vault the default for clients that do not name one.
+    SetDefault { id: String },
+}
+
+#[derive(Args)]
+struct VaultAddArgs {
+    /// The vault folder.
+    path: PathBuf,
+    /// Vault id (default: a slug of the folder name).
+    #[arg(long)]
+    id: Option<String>,
+    /// Display name (default: the folder name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Folders whose *.md notes proposals may write (repeatable; default: the whole vault).
+    #[arg(long = "notes", value_name = "DIR")]
+    notes: Vec<String>,
+    /// Standards folders (repeatable; default: `docs` if it exists).
+    #[arg(long = "standards", value_name = "DIR")]
+    standards: Vec<String>,
+    /// Inbox folder where proposals land (default: `inbox`).
+    #[arg(long, value_name = "DIR")]
+    inbox: Option<String>,
+    /// Make it the default vault.
+    #[arg(long)]
+    default: bool,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Where to put the demo vault and home (default: a new temporary folder, kept afterwards).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Prepare and print the configurations, then exit without serving.
+    #[arg(long)]
+    no_serve: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum TokenFormat {
+    /// The bare token and nothing else.
+    Token,
+    /// One JSON object {id, name, tier, vaults, expiresAt, token}.
+    Json,
+    /// Claude Desktop / Claude Code `mcpServers` entry.
+    Claude,
+    /// Codex `~/.codex/config.toml` entry.
+    Codex,
+    /// Cursor `.cursor/mcp.json` entry.
+    Cursor,
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Issue a credential and print its token once, with a client configuration.
+    Issue {
+        /// A name for the client (unique), e.g. `claude-laptop`.
+        #[arg(long)]
+        name: String,
+        /// read | propose | auto | full. `full` may apply anyone's proposals and asks for confirmation.
+        #[arg(long, default_value = "auto")]
+        tier: Tier,
+        /// Limit the credential to these vault ids (repeatable; default: every vault).
+        #[arg(long = "vault", value_name = "ID")]
+        vaults: Vec<String>,
+        /// Expiry: 90s, 15m, 12h, 30d (default: never).
+        #[arg(long)]
+        expires: Option<String>,
+        #[arg(long, value_enum)]
+        format: Option<TokenFormat>,
+        /// Confirm a `full` tier without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List credentials (never tokens).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a credential by id or name; running servers refuse it on the next call.
+    Revoke { id: String },
+    /// Change a credential's tier; applies to the next call of running servers.
+    SetTier {
+        id: String,
+        tier: Tier,
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCmd {
+    /// Recompute every hash and link; exit 1 naming the first broken record.
+    Verify,
+    /// Show the last records.
+    Tail {
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Writes to stdout. Commands other than `stdio` own stdout; `stdio` never calls this.
+fn out(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes());
+    let _ = o.write_all(b"\n");
+    let _ = o.flush();
+}
+
+fn err(s: &str) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "{s}");
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    crate::logging::init(&env);
+    match run(cli, &env) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if e.code() == policy::ErrorCode::INTERNAL {
+                tracing::error!(error = %e, "command failed");
+            }
+            err(&format!("error[{}]: {e}", e.code()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn cli_user(env: &BTreeMap<String, String>) -> String {
+    env.get("USER")
+        .or_else(|| env.get("LOGNAME"))
+        .cloned()
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
+    let home = Home::resolve(cli.home.as_deref(), env)?;
+    let user = cli_user(env);
+    match cli.command {
+        Command::Init => {
+            let created = home.init()?;
+            out(&format!(
+                "{} vaultgate home at {}\nnext: vaultgate vault add PATH",
+                if created { "created" } else { "kept existing" },
+                home.dir.display()
+            ));
+            Ok(())
+        }
+        Command::Vault(cmd) => vault_cmd(&home, cmd),
+        Command::Stdio => {
+            let token = env
+                .get("VAULTGATE_TOKEN")
+                .filter(|t| !t.is_empty())
+                .ok_or(GatewayError::Unauthorized("VAULTGATE_TOKEN is not set"))?;
+            let core = Arc::new(Core::open(home)?);
+            let token = Token::new(token.clone());
+            // A missing or invalid token fails at start, before anything is written to stdout.
+            core.authenticate(&token, crate::core::Transport::Stdio)?;
+            crate::serve::stdio(core, token)
+        }
+        Command::Demo(args) => crate::demo::run(args.dir, args.no_serve, &user),
+        Command::Token(cmd) => token_cmd(&home, cmd, &user),
+        Command::Audit(cmd) => audit_cmd(&home, cmd),
+        Command::Describe { json } => {
+            let d = crate::describe::describe();
+            if json {
+                out(&d.to_string());
+            } else {
+                out(&crate::describe::human(&d));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-').to_owned();
+    if out.is_empty() { "vault".into() } else { out }
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// Registers a vault in `gateway.toml`; shared by `vault add` and `demo`.
+pub(crate) fn add_vault(home: &Home, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
+    let mut config = home.load_config()?;
+    let path = std::fs::canonicalize(&args.path)
+        .map_err(|e| GatewayError::InvalidArgument(format!("{}: {e}", args.path.display())))?;
+    if !path.is_dir() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "{} is not a folder",
+            path.display()
+        )));
+    }
+    let folder_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("vault")
+        .to_owned();
+    let id = args.id.unwrap_or_else(|| slug(&folder_name));
+    if !valid_id(&id) {
+        return Err(GatewayError::InvalidArgument(format!(
+            "vault id '{id}' must be 1-64 chars of a-z, 0-9, '-' or '_'"
+        )));
+    }
+    if config.vaults.iter().any(|v| v.id == id) {
+        return Err(GatewayError::InvalidArgument(format!(
+            "a vault with id '{id}' exists; pass --id"
+        )));
+    }
+    let standards = if args.standards.is_empty() {
+        if path.join("docs").is_dir() {
+            vec!["docs".to_owned()]
+        } else {
+            vec![]
+        }
+    } else {
+        args.standards
+    };
+    let vc = VaultConfig {
+        id: id.clone(),
+        name: args.name.unwrap_or(folder_name),
+        path,
+        notes: if args.notes.is_empty() {
+            vec![".".into()]
+        } else {
+            args.notes
+        },
+        standards,
+        inbox: args.inbox.unwrap_or_else(|| "inbox".into()),
+        readable: None,
+    };
+    vc.layout()?;
+    if args.default || config.vaults.is_empty() {
+        config.default_vault = Some(id);
+    }
+    config.vaults.push(vc.clone());
+    home.save_config(&config)?;
+    Ok(vc)
+}
+
+pub(crate) struct VaultAdd {
+    pub path: PathBuf,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub notes: Vec<String>,
+    pub standards: Vec<String>,
+    pub inbox: Option<String>,
+    pub default: bool,
+}
+
+fn vault_cmd(home: &Home, cmd: VaultCmd) -> Result<(), GatewayError> {
+    match cmd {
+        VaultCmd::Add(a) => {
+            let vc = add_vault(
+                home,
+                VaultAdd {
+                    path: a.path,
+                    id: a.id,
+                    name: a.name,
+                    notes: a.notes,
+                    standards: a.standards,
+                    inbox: a.inbox,
+                    default: a.default,
+                },
+            )?;
+            out(&format!(
+                "added vault '{}' ({}) at {}\nnext: vaultgate token issue --name my-client",
+                vc.id,
+                vc.name,
+                vc.path.display()
+            ));
+            Ok(())
+        }
+        VaultCmd::List { json } => {
+            let config = home.load_config()?;
+            if json {
+                let list: Vec<_> = config
+                    .vaults
+                    .iter()
+                    .map(|v| {
+                        serde_json::json!({
+                            "id": v.id, "name": v.name, "path": v.path,
+                            "isDefault": config.default_vault.as_deref() == Some(v.id.as_str()),
+                            "notes": v.notes, "standards": v.standards, "inbox": v.inbox,
+                        })
+                    })
+                    .collect();
+                out(&serde_json::Value::Array(list).to_string());
+            } else if config.vaults.is_empty() {
+                out("no vaults; add one with: vaultgate vault add PATH");
+            } else {
+                for v in &config.vaults {
+                    let d = if config.default_vault.as_deref() == Some(v.id.as_str()) {
+                        " (default)"
+                    } else {
+                        ""
+                    };
+                    out(&format!("{}{d}\t{}\t{}", v.id, v.name, v.path.display()));
+                }
+            }
+            Ok(())
+        }
+        VaultCmd::Remove { id } => {
+            let mut config = home.load_config()?;
+            let before = config.vaults.len();
+            config.vaults.retain(|v| v.id != id);
+            if config.vaults.len() == before {
+                return Err(GatewayError::VaultNotFound(id));
+            }
+            if config.default_vault.as_deref() == Some(id.as_str()) {
+                config.default_vault = config.vaults.first().map(|v| v.id.clone());
+            }
+            home.save_config(&config)?;
+            out(&format!("removed vault '{id}' (its files were not touched)"));
+            Ok(())
+        }
+        VaultCmd::SetDefault { id } => {
+            let mut config = home.load_config()?;
+            if !config.vaults.iter().any(|v| v.id == id) {
+                return Err(GatewayError::VaultNotFound(id));
+            }
+            config.default_vault = Some(id.clone());
+            home.save_config(&config)?;
+            out(&format!("default vault is now '{id}'"));
+            Ok(())
+        }
+    }
+}
+
+/// Parses `90s`, `15m`, `12h`, `30d` into seconds.
+pub fn parse_duration(s: &str) -> Result<i64, GatewayError> {
+    let bad = || {
+        GatewayError::InvalidArgument(format!(
+            "--expires '{s}': use a number with s, m, h or d, like 30d"
+        ))
+    };
+    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    let mul = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    if n <= 0 {
+        return Err(bad());
+    }
+    n.checked_mul(mul).ok_or_else(bad)
+}
+
+/// `full` needs `--yes` or an interactive y/N (SPEC §2, §12).
+fn confirm_full(yes: bool, what: &str) -> Result<(), GatewayError> {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "{what} grants the `full` tier (apply anyone's proposals, permanent deletion); pass --yes to confirm"
+        )));
+    }
+    err(&format!(
+        "{what} grants the `full` tier: it may apply anyone's proposals. Continue? [y/N] "
+    ));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    if matches!(line.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(GatewayError::InvalidArgument("not confirmed".into()))
+    }
+}
+
+fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError> {
+    match cmd {
+        TokenCmd::Issue {
+            name,
+            tier,
+            vaults,
+            expires,
+            format,
+            yes,
+        } => {
+            if tier == Tier::Full {
+                confirm_full(yes, &format!("credential '{name}'"))?;
+            }
+            let expires_in = expires.as_deref().map(parse_duration).transpose()?;
+            let core = Core::open(home.clone())?;
+            let (cred, token) = core.issue_credential(user, &name, tier, vaults, expires_in)?;
+            let exe = std::env::current_exe()?;
+            out(&crate::clientconf::render(format, &exe, &home.dir, &cred, &token));
+            Ok(())
+        }
+        TokenCmd::List { json } => {
+            let state = inbox::State::open(&home.state_path())?;
+            if !home.exists() {
+                return Err(GatewayError::NoHome(home.dir.clone()));
+            }
+            let creds = state.list_credentials()?;
+            if json {
+                let v: Vec<_> = creds.iter().map(crate::clientconf::credential_json).collect();
+                out(&serde_json::Value::Array(v).to_string());
+            } else if creds.is_empty() {
+                out("no credentials; issue one with: vaultgate token issue --name NAME");
+            } else {
+                for c in &creds {
+                    let status = if c.is_revoked() {
+                        "revoked"
+                    } else if c.is_expired(crate::core::now_unix()) {
+                        "expired"
+                    } else {
+                        "active"
+                    };
+                    let scope = if c.vaults.is_empty() {
+                        "*".to_owned()
+                    } else {
+                        c.vaults.join(",")
+                    };
+                    out(&format!(
+                        "{}\t{}\t{}\t{status}\tvaults={scope}",
+                        c.id.as_str(),
+                        c.name,
+                        c.tier
+                    ));
+                }
+            }
+            Ok(())
+        }
+        TokenCmd::Revoke { id } => {
+            let core = Core::open(home.clone())?;
+            let c = core.revoke_credential(user, &id)?;
+            out(&format!(
+                "revoked {} ({}); running servers refuse it from the next call",
+                c.id.as_str(),
+                c.name
+            ));
+            Ok(())
+        }
+        TokenCmd::SetTier { id, tier, yes } => {
+            if tier == Tier::Full {
+                confirm_full(yes, &format!("setting '{id}' to full"))?;
+            }
+            let core = Core::open(home.clone())?;
+            let c = core.set_credential_tier(user, &id, tier)?;
+            out(&format!(
+                "{} ({}) is now tier {}; applies from the next call",
+                c.id.as_str(),
+                c.name,
+                c.tier
+            ));
+            Ok(())
+        }
+    }
+}
+
+fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
+    let path = home.audit_path();
+    if !home.exists() {
+        return Err(GatewayError::NoHome(home.dir.clone()));
+    }
+    match cmd {
+        AuditCmd::Verify => {
+            let report = audit::verify(&path)?;
+            match report.broken {
+                None => {
+                    out(&format!(
+                        "audit chain ok: {} records in {}",
+                        report.records,
+                        path.display()
+                    ));
+                    Ok(())
+                }
+                Some(b) => Err(GatewayError::AuditBroken(format!(
+                    "audit chain broken at seq {} (line {}): {}",
+                    b.seq, b.line, b.reason
+                ))),
+            }
+        }
+        AuditCmd::Tail { n, json } => {
+            let records = audit::tail(&path, n)?;
+            if json {
+                out(&serde_json::to_string(&records).map_err(|e| GatewayError::Internal(e.to_string()))?);
+            } else {
+                for r in records {
+                    out(&serde_json::to_string(&r).map_err(|e| GatewayError::Internal(e.to_string()))?);
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,3 +1,20 @@
-//! gateway
+//! The edge of vaultgate: MCP over stdio (and Streamable HTTP), authentication, the CLI, and the
+//! service layer (`core`) that runs each operation once for all of them.
+//!
+//! It is the only crate that knows MCP, JSON-RPC, HTTP, environment variables and the runtime;
+//! handlers stay thin and never write to a vault themselves.
 #![forbid(unsafe_code)]
+
+pub mod auth;
 pub mod cli;
+mod clientconf;
+pub mod core;
+mod demo;
+mod describe;
+pub mod error;
+pub mod home;
+mod logging;
+pub mod mcp;
+mod resources;
+mod serve;
+pub mod tools;

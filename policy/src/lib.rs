@@ -12,4 +12,4 @@ pub mod tools;
 pub use code::ErrorCode;
 pub use path::{FolderPath, Layout, NoteClass, PathError, VaultPath};
 pub use tier::{Capability, Tier};
-pub use tools::{ToolKind, ToolSpec, TOOLS};
+pub use tools::{TOOLS, ToolKind, ToolSpec};

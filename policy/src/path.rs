@@ -1,8 +1,17 @@
 //! Vault-relative paths and the path policy (SPEC §5).
 //!
-//! INTERFACE (fixed; other crates code against it). The rule bodies are being hardened.
+//! Everything here is syntactic: `PATH_INVALID` and `PATH_DENIED` are decided from the string
+//! alone, before the file system is touched, so a refusal reveals nothing about what exists.
+//! Symlink resolution (`PATH_OUTSIDE_VAULT`) lives in `vault::fs`.
 
 use serde::Serialize;
+use unicode_normalization::UnicodeNormalization;
+
+/// Longest accepted path, in bytes (SPEC §5).
+pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest accepted segment, in bytes: common file systems refuse longer names (`NAME_MAX`), and
+/// refusing here keeps that a `PATH_INVALID` instead of an I/O error.
+pub const MAX_SEGMENT_BYTES: usize = 255;
 
 /// Why a path was refused. Decided before the file system is touched, except `Outside`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,24 +45,47 @@ pub struct VaultPath(String);
 
 impl VaultPath {
     /// Parses a client-supplied path, refusing everything SPEC §5 calls `PATH_INVALID`.
-    /// A trailing `/` is tolerated for folders.
+    /// A single trailing `/` is tolerated for folders. Unicode is kept as given (not normalized),
+    /// so a path names exactly the bytes on disk.
     pub fn parse(raw: &str) -> Result<VaultPath, PathError> {
+        // SECURITY(T-PATH): bound the input before any other work.
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(PathError::Invalid("longer than 1024 bytes"));
+        }
         let trimmed = raw.strip_suffix('/').unwrap_or(raw);
         if trimmed.is_empty() {
             return Err(PathError::Invalid("empty path"));
         }
-        if trimmed.starts_with('/') || trimmed.contains('\\') || trimmed.contains(':') {
-            return Err(PathError::Invalid("absolute or platform-specific path"));
+        // SECURITY(T-PATH): `/x` and UNC `//server/x`; `\\server` and `C:` fail per segment below.
+        if trimmed.starts_with('/') {
+            return Err(PathError::Invalid("absolute path"));
         }
         for seg in trimmed.split('/') {
-            if seg.is_empty() || seg == "." || seg == ".." {
-                return Err(PathError::Invalid("empty, '.' or '..' segment"));
-            }
-            if seg.chars().any(char::is_control) {
-                return Err(PathError::Invalid("control character"));
-            }
+            validate_segment(seg)?;
         }
         Ok(VaultPath(trimmed.to_owned()))
+    }
+
+    /// Builds a path from segments, each validated like `parse` does.
+    pub fn from_segments<'a, I>(segments: I) -> Result<VaultPath, PathError>
+    where
+        I: IntoIterator<Item = &'a str>,
+    {
+        let mut out = String::new();
+        for seg in segments {
+            validate_segment(seg)?;
+            if !out.is_empty() {
+                out.push('/');
+            }
+            out.push_str(seg);
+            if out.len() > MAX_PATH_BYTES {
+                return Err(PathError::Invalid("longer than 1024 bytes"));
+            }
+        }
+        if out.is_empty() {
+            return Err(PathError::Invalid("empty path"));
+        }
+        Ok(VaultPath(out))
     }
 
     pub fn as_str(&self) -> &str {
@@ -74,14 +106,22 @@ impl VaultPath {
         self.0.rfind('/').map(|i| VaultPath(self.0[..i].to_owned()))
     }
 
-    /// Appends one segment (a name read from a directory listing), validating it.
+    /// Appends exactly one segment (a name read from a directory listing), validating it.
     pub fn join(&self, segment: &str) -> Result<VaultPath, PathError> {
-        VaultPath::parse(&format!("{}/{}", self.0, segment))
+        // SECURITY(T-PATH): a "segment" holding `/` would smuggle in extra components.
+        validate_segment(segment)?;
+        let joined = format!("{}/{}", self.0, segment);
+        if joined.len() > MAX_PATH_BYTES {
+            return Err(PathError::Invalid("longer than 1024 bytes"));
+        }
+        Ok(VaultPath(joined))
     }
 
     /// `true` when the path ends in `.md` (ASCII case-insensitive).
     pub fn is_markdown(&self) -> bool {
-        self.0.len() > 3 && self.0[self.0.len() - 3..].eq_ignore_ascii_case(".md")
+        self.0.len() > 3
+            && self.0.is_char_boundary(self.0.len() - 3)
+            && self.0[self.0.len() - 3..].eq_ignore_ascii_case(".md")
     }
 }
 
@@ -89,6 +129,98 @@ impl std::fmt::Display for VaultPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Checks one path segment against every `PATH_INVALID` rule of SPEC §5. `VaultPath::parse` runs
+/// it on each segment; callers may use it on names read from a directory.
+pub fn validate_segment(seg: &str) -> Result<(), PathError> {
+    if seg.is_empty() {
+        return Err(PathError::Invalid("empty segment"));
+    }
+    // SECURITY(T-PATH): traversal; `./x` is refused too, there is one spelling per path.
+    if seg == "." || seg == ".." {
+        return Err(PathError::Invalid("'.' or '..' segment"));
+    }
+    if seg.len() > MAX_SEGMENT_BYTES {
+        return Err(PathError::Invalid("segment longer than 255 bytes"));
+    }
+    for c in seg.chars() {
+        match c {
+            '/' => return Err(PathError::Invalid("'/' inside a segment")),
+            // SECURITY(T-PATH): a separator on Windows, and how `\\server` UNC paths start.
+            '\\' => return Err(PathError::Invalid("backslash")),
+            // SECURITY(T-PATH): drive letters (`C:`) and NTFS alternate data streams (`a.md:x`).
+            ':' => return Err(PathError::Invalid("':' (drive letter or alternate data stream)")),
+            // NUL, C0, DEL and C1: truncate C strings, forge log lines, break terminals.
+            c if c.is_control() => return Err(PathError::Invalid("control character")),
+            // SECURITY(T-PATH): invisible or reordering characters make a path read as another.
+            c if is_invisible_or_bidi(c) => {
+                return Err(PathError::Invalid(
+                    "zero-width or bidirectional-control character",
+                ));
+            }
+            _ => {}
+        }
+    }
+    // Windows strips a trailing dot or space, so `a.md.` and `a.md ` would alias `a.md`.
+    if seg.ends_with('.') || seg.ends_with(' ') {
+        return Err(PathError::Invalid("segment ends in '.' or space"));
+    }
+    if is_reserved_device_name(seg) {
+        return Err(PathError::Invalid("reserved device name"));
+    }
+    // SECURITY(T-PATH): we never percent-decode, so `%2e%2e` is only an odd name here; but a
+    // downstream tool (a URL, a shell helper, an editor plugin) may decode it into `..`, `/`, `\`
+    // or NUL. Such names have no legitimate use in notes, so refuse them rather than pass them on.
+    if has_encoded_separator(seg) {
+        return Err(PathError::Invalid("percent-encoded dot, separator or NUL"));
+    }
+    Ok(())
+}
+
+/// Zero-width, line-separator and bidirectional-control characters (Trojan Source, CVE-2021-42574).
+fn is_invisible_or_bidi(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'                      // Arabic letter mark
+            | '\u{180E}'                // Mongolian vowel separator (formerly zero-width)
+            | '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
+            | '\u{2028}'..='\u{202E}'   // line/paragraph separators, bidi embeddings and overrides
+            | '\u{2060}'..='\u{206F}'   // word joiner, invisible operators, bidi isolates
+            | '\u{FEFF}' // zero-width no-break space (BOM)
+    )
+}
+
+/// Windows device names, matched on the whole segment or its stem (before the first dot, trailing
+/// spaces ignored as Windows does), case-insensitively; `COM¹`…`LPT³` included as Windows does.
+fn is_reserved_device_name(seg: &str) -> bool {
+    let stem = seg.split('.').next().unwrap_or(seg).trim_end_matches(' ');
+    const NAMES: [&str; 6] = ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"];
+    if NAMES.iter().any(|n| stem.eq_ignore_ascii_case(n)) {
+        return true;
+    }
+    let (Some(prefix), Some(rest)) = (stem.get(..3), stem.get(3..)) else {
+        return false;
+    };
+    let mut digit = rest.chars();
+    (prefix.eq_ignore_ascii_case("COM") || prefix.eq_ignore_ascii_case("LPT"))
+        && matches!(
+            (digit.next(), digit.next()),
+            (Some('0'..='9' | '¹' | '²' | '³'), None)
+        )
+}
+
+/// `%2e` `%2f` `%5c` `%00` in any case, also double-encoded (`%252e`), since some tools decode twice.
+fn has_encoded_separator(seg: &str) -> bool {
+    if !seg.contains('%') {
+        return false;
+    }
+    let mut s = seg.to_ascii_lowercase();
+    // Each pass shortens the string, so this ends.
+    while s.contains("%25") {
+        s = s.replace("%25", "%");
+    }
+    ["%2e", "%2f", "%5c", "%00"].iter().any(|t| s.contains(t))
 }
 
 /// A configured folder: the vault root or a `VaultPath`. Containment is by components.
@@ -108,8 +240,20 @@ impl FolderPath {
         }
     }
 
-    /// Whether `path` is this folder or lies beneath it.
+    /// Whether `path` is this folder or lies beneath it. Compares whole segments exactly, never
+    /// string prefixes (`notes` does not contain `notes2/x.md`).
     pub fn contains(&self, path: &VaultPath) -> bool {
+        self.contains_by(path, |a, b| a == b)
+    }
+
+    /// Like `contains`, but segments compare equal when they differ only by case or Unicode
+    /// normalization, as they do on case-insensitive file systems (macOS, Windows). Use it where a
+    /// match *denies* something, so `Inbox/x.md` cannot slip past an `inbox` rule.
+    pub fn contains_folded(&self, path: &VaultPath) -> bool {
+        self.contains_by(path, segments_eq_folded)
+    }
+
+    fn contains_by(&self, path: &VaultPath, eq: impl Fn(&str, &str) -> bool) -> bool {
         match self {
             FolderPath::Root => true,
             FolderPath::Dir(d) => {
@@ -118,7 +262,7 @@ impl FolderPath {
                 loop {
                     match (a.next(), b.next()) {
                         (None, _) => return true,
-                        (Some(x), Some(y)) if x == y => continue,
+                        (Some(x), Some(y)) if eq(x, y) => continue,
                         _ => return false,
                     }
                 }
@@ -132,6 +276,18 @@ impl FolderPath {
             FolderPath::Dir(d) => d.as_str(),
         }
     }
+}
+
+/// Equal up to case and Unicode normalization (NFC, then lowercase).
+fn segments_eq_folded(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
+    let fold = |s: &str| s.nfc().collect::<String>().to_lowercase();
+    fold(a) == fold(b)
 }
 
 /// Where a readable path belongs in the vault layout.
@@ -165,12 +321,19 @@ impl Layout {
             r.push(FolderPath::Dir(inbox.clone()));
             r
         });
-        Layout { notes, standards, inbox, readable }
+        Layout {
+            notes,
+            standards,
+            inbox,
+            readable,
+        }
     }
 
     /// May a read tool see this file or folder? Hard deny-list first, then the allow-list.
+    /// Purely syntactic; `vault::fs` re-applies it to the path a symlink resolves to.
     pub fn check_read(&self, path: &VaultPath) -> Result<(), PathError> {
         hard_deny(path)?;
+        // Allow-list matches are exact: a case variant is denied, which fails safe.
         if self.readable.iter().any(|f| f.contains(path)) {
             Ok(())
         } else {
@@ -178,10 +341,16 @@ impl Layout {
         }
     }
 
+    /// Is the vault root itself readable (a `.` entry in `readable`)?
+    pub fn root_readable(&self) -> bool {
+        self.readable.contains(&FolderPath::Root)
+    }
+
     /// May a proposal target this path? A `*.md` under a `notes` folder, never in the inbox.
     pub fn check_write_target(&self, path: &VaultPath) -> Result<(), PathError> {
         hard_deny(path)?;
-        if FolderPath::Dir(self.inbox.clone()).contains(path) {
+        // SECURITY(T-PATH): folded, so `INBOX/x.md` is refused on a case-insensitive disk too.
+        if self.inbox_contains(path) {
             return Err(PathError::Denied("the inbox is never a proposal target"));
         }
         if !path.is_markdown() {
@@ -195,7 +364,7 @@ impl Layout {
 
     /// Classifies a readable path: inbox first, then standards, else a note.
     pub fn classify(&self, path: &VaultPath) -> NoteClass {
-        if FolderPath::Dir(self.inbox.clone()).contains(path) {
+        if self.inbox_contains(path) {
             NoteClass::Inbox
         } else if self.standards.iter().any(|f| f.contains(path)) {
             NoteClass::Standard
@@ -203,17 +372,315 @@ impl Layout {
             NoteClass::Note
         }
     }
+
+    fn inbox_contains(&self, path: &VaultPath) -> bool {
+        FolderPath::Dir(self.inbox.clone()).contains_folded(path)
+    }
 }
 
 /// The hard deny-list: never readable or writable, whatever the configuration says.
 pub fn hard_deny(path: &VaultPath) -> Result<(), PathError> {
-    for seg in path.segments() {
-        if seg.starts_with('.') {
-            return Err(PathError::Denied("hidden segment"));
-        }
-        if seg == "node_modules" || seg == "target" {
-            return Err(PathError::Denied("tooling folder"));
-        }
+    path.segments().try_for_each(hard_deny_segment)
+}
+
+/// The hard deny-list for one segment (also applied to each component a symlink resolves through).
+pub fn hard_deny_segment(seg: &str) -> Result<(), PathError> {
+    // SECURITY(T-PATH): `.git`, `.obsidian`, `.vaultgate`, `.env` and every other dot-name.
+    if seg.starts_with('.') {
+        return Err(PathError::Denied("hidden segment"));
+    }
+    // Case-insensitive: on macOS and Windows `Target` is the same folder as `target`.
+    if seg.eq_ignore_ascii_case("node_modules") || seg.eq_ignore_ascii_case("target") {
+        return Err(PathError::Denied("tooling folder"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn folder(s: &str) -> FolderPath {
+        FolderPath::parse(s).unwrap()
+    }
+
+    /// notes = ["."], standards = ["docs"], inbox = "inbox", readable by default.
+    fn layout_root() -> Layout {
+        let inbox = VaultPath::parse("inbox").unwrap();
+        Layout::new(vec![FolderPath::Root], vec![folder("docs")], inbox, None)
+    }
+
+    /// notes = ["notes", "z"], standards = ["docs"], inbox = "inbox", readable by default.
+    fn layout_notes() -> Layout {
+        let inbox = VaultPath::parse("inbox").unwrap();
+        Layout::new(
+            vec![folder("notes"), folder("z")],
+            vec![folder("docs")],
+            inbox,
+            None,
+        )
+    }
+
+    fn outcome(r: Result<(), PathError>) -> char {
+        match r {
+            Ok(()) => 'O',
+            Err(PathError::Invalid(_)) => 'I',
+            Err(PathError::Denied(_)) => 'D',
+            Err(PathError::Outside) => 'X',
+        }
+    }
+
+    /// The path-attack table (T-PATH). Expected outcomes, in order: read and write target with
+    /// `layout_root`, then read and write target with `layout_notes`.
+    /// O = allowed, I = `PATH_INVALID`, D = `PATH_DENIED`.
+    const TABLE: &[(&str, &str)] = &[
+        // Ordinary paths.
+        ("a.md", "OODD"),
+        ("notes/a.md", "OOOO"),
+        ("notes/a.md/", "OOOO"),
+        ("notes/sub/deep/a.md", "OOOO"),
+        ("notes", "ODOD"),
+        ("notes/", "ODOD"),
+        ("notes/a.txt", "ODOD"),
+        ("notes/A.MD", "OOOO"),
+        ("notes/日本語.md", "OOOO"),
+        ("notes/😀", "ODOD"),
+        ("notes/ leading space.md", "OOOO"),
+        ("notes/a b.md", "OOOO"),
+        ("notes/a..md", "OOOO"),
+        ("notes/a.b.c.md", "OOOO"),
+        ("notes/100%.md", "OOOO"),
+        ("notes/100%25.md", "OOOO"),
+        ("notes/con-tact.md", "OOOO"),
+        ("notes/console.md", "OOOO"),
+        ("notes/COM10.md", "OOOO"),
+        ("notes/LPT.md", "OOOO"),
+        ("notes/target.md", "OOOO"),
+        ("z/a.md", "OOOO"),
+        ("z2/a.md", "OODD"),
+        ("notes2/a.md", "OODD"),
+        ("notesx.md", "OODD"),
+        ("docs/standard.md", "OOOD"),
+        ("inbox/p.md", "ODOD"),
+        // Case variants of the inbox are still the inbox on macOS and Windows.
+        ("Inbox/p.md", "ODDD"),
+        ("INBOX/x.md", "ODDD"),
+        // Hard deny-list.
+        (".git/config", "DDDD"),
+        (".git", "DDDD"),
+        (".obsidian/app.json", "DDDD"),
+        (".vaultgate/index.sqlite", "DDDD"),
+        (".env", "DDDD"),
+        (".md", "DDDD"),
+        ("notes/.hidden.md", "DDDD"),
+        ("notes/..a.md", "DDDD"),
+        ("notes/.git/HEAD", "DDDD"),
+        ("notes/.DS_Store", "DDDD"),
+        ("node_modules/x.md", "DDDD"),
+        ("notes/node_modules/a.md", "DDDD"),
+        ("Node_Modules/a.md", "DDDD"),
+        ("target/a.md", "DDDD"),
+        ("notes/TARGET/a.md", "DDDD"),
+        // Empty, absolute, drive letters, UNC, backslashes.
+        ("", "IIII"),
+        ("/", "IIII"),
+        ("/etc/passwd", "IIII"),
+        ("/notes/a.md", "IIII"),
+        ("//server/share/x.md", "IIII"),
+        ("\\\\server\\share", "IIII"),
+        ("notes\\a.md", "IIII"),
+        ("C:", "IIII"),
+        ("c:/x", "IIII"),
+        ("C:\\Windows\\win.ini", "IIII"),
+        ("notes/a.md:Zone.Identifier", "IIII"),
+        // Traversal and empty segments.
+        ("..", "IIII"),
+        ("../secret", "IIII"),
+        ("notes/../../etc/passwd", "IIII"),
+        ("notes/..", "IIII"),
+        (".", "IIII"),
+        ("./", "IIII"),
+        ("./notes/a.md", "IIII"),
+        ("notes/./a.md", "IIII"),
+        ("notes//a.md", "IIII"),
+        ("notes/a.md//", "IIII"),
+        // Control characters.
+        ("notes/a\0.md", "IIII"),
+        ("notes/a\n.md", "IIII"),
+        ("notes/a\r.md", "IIII"),
+        ("notes/a\t.md", "IIII"),
+        ("notes/a\u{1b}[31m.md", "IIII"),
+        ("notes/a\u{7f}.md", "IIII"),
+        ("notes/a\u{85}.md", "IIII"),
+        // Trailing dot or space.
+        ("notes/a.", "IIII"),
+        ("notes/a.md.", "IIII"),
+        ("notes/a ", "IIII"),
+        ("notes./a.md", "IIII"),
+        ("notes /a.md", "IIII"),
+        // Windows device names.
+        ("CON", "IIII"),
+        ("con", "IIII"),
+        ("nul.md", "IIII"),
+        ("notes/COM1.txt", "IIII"),
+        ("notes/lpt9.tar.gz", "IIII"),
+        ("notes/aux", "IIII"),
+        ("notes/Prn.md", "IIII"),
+        ("notes/COM0.md", "IIII"),
+        ("notes/com¹.md", "IIII"),
+        ("notes/LPT³", "IIII"),
+        ("notes/CON .md", "IIII"),
+        ("notes/conin$.md", "IIII"),
+        ("aux/a.md", "IIII"),
+        // Zero-width and bidirectional controls.
+        ("notes/a\u{200B}.md", "IIII"),
+        ("notes/a\u{200D}.md", "IIII"),
+        ("notes/\u{FEFF}a.md", "IIII"),
+        ("notes/evil\u{202E}dm.exe", "IIII"),
+        ("notes/a\u{2066}b.md", "IIII"),
+        ("notes/a\u{061C}.md", "IIII"),
+        ("notes/a\u{2060}.md", "IIII"),
+        ("notes/a\u{2028}.md", "IIII"),
+        ("\u{200B}.git/config", "IIII"),
+        // Percent-encoded traversal.
+        ("notes/%2e%2e/secret", "IIII"),
+        ("%2E%2E/secret", "IIII"),
+        ("notes/a%2fb.md", "IIII"),
+        ("notes/a%5Cb.md", "IIII"),
+        ("notes/a%00.md", "IIII"),
+        ("notes/%252e%252e", "IIII"),
+        ("notes/%25252F", "IIII"),
+    ];
+
+    #[test]
+    fn path_attack_table() {
+        assert!(TABLE.len() >= 60);
+        let (a, b) = (layout_root(), layout_notes());
+        for &(raw, expected) in TABLE {
+            let got: String = match VaultPath::parse(raw) {
+                Ok(p) => {
+                    assert_eq!(p.as_str(), raw.strip_suffix('/').unwrap_or(raw), "{raw:?}");
+                    [
+                        a.check_read(&p),
+                        a.check_write_target(&p),
+                        b.check_read(&p),
+                        b.check_write_target(&p),
+                    ]
+                    .into_iter()
+                    .map(outcome)
+                    .collect()
+                }
+                Err(e) => {
+                    assert!(matches!(e, PathError::Invalid(_)), "{raw:?}: {e:?}");
+                    "IIII".to_owned()
+                }
+            };
+            assert_eq!(got, expected, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn length_limits_are_bytes() {
+        let deep = "ab/".repeat(341) + "c"; // 1024 bytes
+        assert_eq!(deep.len(), 1024);
+        assert!(VaultPath::parse(&deep).is_ok());
+        assert_eq!(
+            VaultPath::parse(&(deep.clone() + "d")),
+            Err(PathError::Invalid("longer than 1024 bytes"))
+        );
+        assert!(
+            VaultPath::parse(&"é".repeat(513)).is_err(),
+            "1026 bytes though 513 chars"
+        );
+        assert!(VaultPath::parse(&"a".repeat(255)).is_ok());
+        assert!(VaultPath::parse(&"a".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn join_takes_exactly_one_valid_segment() {
+        let notes = VaultPath::parse("notes").unwrap();
+        assert_eq!(notes.join("a.md").unwrap().as_str(), "notes/a.md");
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a/",
+            "/a",
+            "a\\b",
+            "a:b",
+            "con",
+            "a\u{200B}",
+        ] {
+            assert!(matches!(notes.join(bad), Err(PathError::Invalid(_))), "{bad:?}");
+        }
+        let long = VaultPath::parse(&("ab/".repeat(340) + "c")).unwrap();
+        assert!(long.join("abcd").is_err());
+    }
+
+    #[test]
+    fn from_segments_validates_each_segment() {
+        assert_eq!(
+            VaultPath::from_segments(["notes", "a.md"]).unwrap().as_str(),
+            "notes/a.md"
+        );
+        assert!(VaultPath::from_segments([]).is_err());
+        assert!(VaultPath::from_segments(["notes", ".."]).is_err());
+        assert!(VaultPath::from_segments(["a/b"]).is_err());
+    }
+
+    #[test]
+    fn accessors() {
+        let p = VaultPath::parse("notes/sub/a.md").unwrap();
+        assert_eq!(p.file_name(), "a.md");
+        assert_eq!(p.parent().unwrap().as_str(), "notes/sub");
+        assert_eq!(VaultPath::parse("a.md").unwrap().parent(), None);
+        assert_eq!(p.segments().collect::<Vec<_>>(), ["notes", "sub", "a.md"]);
+        assert!(!VaultPath::parse("md").unwrap().is_markdown());
+        assert!(!VaultPath::parse("a😀").unwrap().is_markdown());
+    }
+
+    #[test]
+    fn containment_is_by_component() {
+        let notes = folder("notes");
+        assert!(notes.contains(&VaultPath::parse("notes").unwrap()));
+        assert!(notes.contains(&VaultPath::parse("notes/x.md").unwrap()));
+        assert!(!notes.contains(&VaultPath::parse("notes2/x.md").unwrap()));
+        assert!(!notes.contains(&VaultPath::parse("notesx.md").unwrap()));
+        assert!(!notes.contains(&VaultPath::parse("Notes/x.md").unwrap()));
+        assert!(notes.contains_folded(&VaultPath::parse("NOTES/x.md").unwrap()));
+        // NFD "e\u{301}" folds to NFC "é".
+        let cafe = folder("Café");
+        assert!(cafe.contains_folded(&VaultPath::parse("cafe\u{301}/x.md").unwrap()));
+        assert!(!cafe.contains(&VaultPath::parse("cafe\u{301}/x.md").unwrap()));
+        assert!(FolderPath::Root.contains(&VaultPath::parse("any/thing.md").unwrap()));
+    }
+
+    #[test]
+    fn classify_by_layout() {
+        let a = layout_root();
+        let class = |s: &str| a.classify(&VaultPath::parse(s).unwrap());
+        assert_eq!(class("inbox/p.md"), NoteClass::Inbox);
+        assert_eq!(class("docs/s.md"), NoteClass::Standard);
+        assert_eq!(class("a.md"), NoteClass::Note);
+        assert!(a.root_readable());
+        assert!(!layout_notes().root_readable());
+    }
+
+    #[test]
+    fn folder_parse_accepts_root_spellings_only() {
+        assert_eq!(FolderPath::parse("").unwrap(), FolderPath::Root);
+        assert_eq!(FolderPath::parse(".").unwrap(), FolderPath::Root);
+        assert_eq!(FolderPath::parse("./").unwrap(), FolderPath::Root);
+        assert!(FolderPath::parse("./notes").is_err());
+        assert!(FolderPath::parse("..").is_err());
+    }
+
+    #[test]
+    fn codes_map_to_the_wire() {
+        assert_eq!(PathError::Invalid("x").code(), crate::ErrorCode::PATH_INVALID);
+        assert_eq!(PathError::Denied("x").code(), crate::ErrorCode::PATH_DENIED);
+        assert_eq!(PathError::Outside.code(), crate::ErrorCode::PATH_OUTSIDE_VAULT);
+    }
 }

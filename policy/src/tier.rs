@@ -68,7 +68,9 @@ impl std::str::FromStr for Tier {
             "propose" => Ok(Tier::Propose),
             "auto" => Ok(Tier::Auto),
             "full" => Ok(Tier::Full),
-            other => Err(format!("unknown tier '{other}' (expected read, propose, auto or full)")),
+            other => Err(format!(
+                "unknown tier '{other}' (expected read, propose, auto or full)"
+            )),
         }
     }
 }

@@ -92,7 +92,12 @@ mod tests {
     #[test]
     fn read_tier_may_call_only_read_tools() {
         for spec in TOOLS {
-            assert_eq!(Tier::Read.allows(spec.capability()), spec.kind == ToolKind::Read, "{}", spec.name);
+            assert_eq!(
+                Tier::Read.allows(spec.capability()),
+                spec.kind == ToolKind::Read,
+                "{}",
+                spec.name
+            );
         }
     }
 }

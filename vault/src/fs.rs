@@ -1,18 +1,28 @@
 //! Contained file access: the only way this workspace opens a file inside a vault.
 //!
-//! INTERFACE (fixed; other modules code against it). Every entry point takes a `VaultPath`, applies
-//! the layout's read policy, resolves symlinks component by component, re-applies the policy to the
-//! resolved path, and opens relative to a directory handle (cap-std) so nothing escapes the root.
+//! Every entry point takes a `VaultPath` and applies the layout's read policy before any I/O. It
+//! then resolves the path one component at a time from the vault's directory handle (cap-std):
+//! each component is `lstat`ed relative to the handle of its real parent; a symlink's target is
+//! read and spliced into the remaining components; `..` drops back to the previous handle. An
+//! absolute target, or a `..` above the root, is `PATH_OUTSIDE_VAULT`, and the real path must pass
+//! the read policy again. The file is then opened relative to the held parent handle with
+//! no-follow, and size and type come from the opened handle, so what is read is what was checked.
 
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
+use cap_std::fs::{Dir, Metadata, OpenOptions};
+use policy::path::hard_deny_segment;
 use policy::{FolderPath, Layout, PathError, VaultPath};
 
 /// Reads larger than this are refused (`TOO_LARGE`).
 pub const MAX_READ_BYTES: u64 = 2 * 1024 * 1024;
 /// Walks stop descending below this depth.
 pub const MAX_DEPTH: usize = 32;
+/// Symlinks followed while resolving one path, as Linux's `MAXSYMLINKS`; more is treated as a loop.
+pub const MAX_LINK_HOPS: usize = 40;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -54,14 +64,36 @@ pub struct DirEntry {
 /// A vault root opened as a capability, with its layout.
 pub struct VaultFs {
     root: PathBuf,
-    dir: cap_std::fs::Dir,
+    dir: Dir,
     layout: Layout,
+}
+
+/// What a path resolved to.
+enum Target {
+    /// The vault root itself.
+    Root,
+    /// A real folder, opened without following symlinks.
+    Folder(Dir),
+    /// A real non-folder entry (not a symlink) in the folder `parent` (`None`: the root).
+    File { parent: Option<Dir>, name: String },
+}
+
+struct Resolved {
+    /// The real path's segments from the root: no symlinks, no `..`; empty for the root.
+    real: Vec<String>,
+    target: Target,
+    /// Metadata of the final real component, never of a symlink.
+    meta: Metadata,
 }
 
 impl VaultFs {
     pub fn open(root: &Path, layout: Layout) -> std::io::Result<VaultFs> {
-        let dir = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
-        Ok(VaultFs { root: root.to_path_buf(), dir, layout })
+        let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
+        Ok(VaultFs {
+            root: root.to_path_buf(),
+            dir,
+            layout,
+        })
     }
 
     pub fn layout(&self) -> &Layout {
@@ -75,44 +107,100 @@ impl VaultFs {
     /// Reads a whole UTF-8 file of at most `MAX_READ_BYTES` after the read policy.
     pub fn read_text(&self, path: &VaultPath) -> Result<TextFile, FsError> {
         self.layout.check_read(path)?;
-        let meta = self.dir.metadata(path.as_str()).map_err(not_found)?;
+        let resolved = self.resolve_checked(path.segments())?;
+        let Target::File { parent, name } = resolved.target else {
+            return Err(FsError::NotFound);
+        };
+        // FIFOs, sockets and devices are not notes (and a FIFO would block the read).
+        if !resolved.meta.is_file() {
+            return Err(FsError::NotFound);
+        }
+        let parent = parent.as_ref().unwrap_or(&self.dir);
+        let mut options = OpenOptions::new();
+        // SECURITY(T-PATH): no-follow, so a symlink swapped in since resolution fails to open;
+        // non-blocking, so a FIFO swapped in cannot hang the gateway.
+        options.read(true).follow(FollowSymlinks::No).nonblock(true);
+        let file = parent.open_with(&name, &options).map_err(not_found)?;
+        // SECURITY(T-PATH): type and size of the handle we read, not of the name we resolved.
+        let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(FsError::NotFound);
         }
         if meta.len() > MAX_READ_BYTES {
             return Err(FsError::TooLarge);
         }
-        let bytes = self.dir.read(path.as_str()).map_err(not_found)?;
-        let text = String::from_utf8(bytes.clone()).map_err(|_| FsError::NotText)?;
-        let modified = meta.modified().map(|t| t.into_std()).unwrap_or(SystemTime::UNIX_EPOCH);
-        Ok(TextFile { bytes, text, modified })
+        // The file may grow after the fstat: read at most one byte past the limit.
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            return Err(FsError::TooLarge);
+        }
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| FsError::NotText)?
+            .to_owned();
+        Ok(TextFile {
+            bytes,
+            text,
+            modified: modified(&meta),
+        })
+    }
+
+    /// The entry at `path` after the read policy and symlink resolution: its kind, and the size
+    /// and modification time of what it resolves to. `path` is kept as given.
+    pub fn metadata(&self, path: &VaultPath) -> Result<DirEntry, FsError> {
+        self.layout.check_read(path)?;
+        let resolved = self.resolve_checked(path.segments())?;
+        let kind = match resolved.target {
+            Target::Root | Target::Folder(_) => EntryKind::Folder,
+            Target::File { .. } if resolved.meta.is_file() => EntryKind::File,
+            Target::File { .. } => return Err(FsError::NotFound),
+        };
+        Ok(entry(path.clone(), kind, &resolved.meta))
+    }
+
+    /// The real vault-relative path `path` names once symlinks are resolved (`None`: the vault
+    /// root), after the read policy on both.
+    pub fn resolve(&self, path: &VaultPath) -> Result<Option<VaultPath>, FsError> {
+        self.layout.check_read(path)?;
+        let resolved = self.resolve_checked(path.segments())?;
+        if resolved.real.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(real_vault_path(&resolved.real)?))
     }
 
     /// Lists one folder level: readable files and folders, hidden and denied entries left out.
+    /// Symlinked entries are listed under their own name with their target's kind, size and time.
     pub fn list_dir(&self, folder: &FolderPath) -> Result<Vec<DirEntry>, FsError> {
+        let OpenFolder { logical, real, dir } = self.open_folder(folder)?;
+        let dir = dir.as_ref().unwrap_or(&self.dir);
         let mut out = Vec::new();
-        let iter = match folder {
-            FolderPath::Root => self.dir.entries()?,
-            FolderPath::Dir(d) => {
-                self.layout.check_read(d)?;
-                self.dir.read_dir(d.as_str()).map_err(not_found)?
-            }
-        };
-        for entry in iter {
-            let entry = entry?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-            let path = match folder {
-                FolderPath::Root => VaultPath::parse(&name),
-                FolderPath::Dir(d) => d.join(&name),
-            };
-            let Ok(path) = path else { continue };
-            if self.layout.check_read(&path).is_err() {
+        for item in dir.entries()? {
+            let item = item?;
+            let Some(found) = self.classify_entry(&item, logical.as_ref(), &real) else {
                 continue;
+            };
+            match found {
+                Found::Plain { path, is_dir } => {
+                    // Gone since the listing: leave it out.
+                    let Ok(meta) = item.metadata() else { continue };
+                    let kind = if is_dir {
+                        EntryKind::Folder
+                    } else {
+                        EntryKind::File
+                    };
+                    out.push(entry(path, kind, &meta));
+                }
+                Found::Link { path, resolved } => match resolved.target {
+                    Target::Root | Target::Folder(_) => {
+                        out.push(entry(path, EntryKind::Folder, &resolved.meta));
+                    }
+                    Target::File { .. } if resolved.meta.is_file() => {
+                        out.push(entry(path, EntryKind::File, &resolved.meta));
+                    }
+                    Target::File { .. } => {}
+                },
             }
-            let Ok(meta) = self.dir.metadata(path.as_str()) else { continue };
-            let kind = if meta.is_dir() { EntryKind::Folder } else { EntryKind::File };
-            let modified = meta.modified().map(|t| t.into_std()).unwrap_or(SystemTime::UNIX_EPOCH);
-            out.push(DirEntry { path, kind, size: meta.len(), modified });
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
@@ -120,35 +208,360 @@ impl VaultFs {
 
     /// Every readable `*.md` file below `folders` (depth ≤ `MAX_DEPTH`, hidden folders skipped,
     /// files over `MAX_READ_BYTES` skipped), sorted by path, without duplicates.
+    ///
+    /// Symlinked files and folders are followed when they resolve to a readable place inside the
+    /// vault, and listed under the link's name; a symlinked folder whose target is the folder
+    /// being walked or one of its ancestors is not entered, so cycles are impossible.
     pub fn walk_markdown(&self, folders: &[FolderPath]) -> Vec<DirEntry> {
         let mut out = Vec::new();
-        for f in folders {
-            self.walk_into(f, 0, &mut out);
+        for (i, f) in folders.iter().enumerate() {
+            // A folder inside another listed, wholly readable folder is walked with it (depth
+            // counts from the root, so the result is the same).
+            let covered = folders.iter().enumerate().any(|(j, g)| {
+                j != i && self.wholly_readable(g) && folder_within(f, g) && (!folder_within(g, f) || j < i)
+            });
+            if covered {
+                continue;
+            }
+            let Ok(OpenFolder { logical, real, dir }) = self.open_folder(f) else {
+                continue;
+            };
+            let dir = dir.as_ref().unwrap_or(&self.dir);
+            let mut chain = Vec::new();
+            self.walk_into(dir, logical.as_ref(), &real, &mut chain, &mut out);
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         out.dedup_by(|a, b| a.path == b.path);
         out
     }
 
-    fn walk_into(&self, folder: &FolderPath, depth: usize, out: &mut Vec<DirEntry>) {
-        if depth > MAX_DEPTH {
-            return;
-        }
-        let Ok(entries) = self.list_dir(folder) else { return };
-        for e in entries {
-            match e.kind {
-                EntryKind::Folder => self.walk_into(&FolderPath::Dir(e.path.clone()), depth + 1, out),
-                EntryKind::File if e.path.is_markdown() && e.size <= MAX_READ_BYTES => out.push(e),
-                EntryKind::File => {}
+    /// Walks the folder `dir`, whose logical path is `logical` (`None`: root) and real path
+    /// `real`. `chain` holds the real path of each folder from which a symlinked folder was
+    /// entered: with `real`, every folder being walked is one of them or an ancestor of one.
+    fn walk_into(
+        &self,
+        dir: &Dir,
+        logical: Option<&VaultPath>,
+        real: &[String],
+        chain: &mut Vec<Vec<String>>,
+        out: &mut Vec<DirEntry>,
+    ) {
+        let depth = logical.map_or(0, |p| p.segments().count());
+        let Ok(entries) = dir.entries() else { return };
+        for item in entries.flatten() {
+            let Some(found) = self.classify_entry(&item, logical, real) else {
+                continue;
+            };
+            match found {
+                Found::Plain { path, is_dir: false } => {
+                    // Only notes cost a stat; other files are skipped on the entry's type alone.
+                    if !path.is_markdown() {
+                        continue;
+                    }
+                    let Ok(meta) = item.metadata() else { continue };
+                    if meta.len() <= MAX_READ_BYTES {
+                        out.push(entry(path, EntryKind::File, &meta));
+                    }
+                }
+                Found::Plain { path, is_dir: true } => {
+                    if depth + 1 > MAX_DEPTH {
+                        continue;
+                    }
+                    let name = path.file_name().to_owned();
+                    // SECURITY(T-PATH): no-follow, so a folder swapped for a symlink is not entered.
+                    let Ok(sub) = dir.open_dir_nofollow(&name) else {
+                        continue;
+                    };
+                    let mut sub_real = real.to_vec();
+                    sub_real.push(name);
+                    // A plain subfolder cannot close a cycle: only symlinks can.
+                    self.walk_into(&sub, Some(&path), &sub_real, chain, out);
+                }
+                Found::Link { path, resolved } => match resolved.target {
+                    Target::File { .. } => {
+                        if path.is_markdown()
+                            && resolved.meta.is_file()
+                            && resolved.meta.len() <= MAX_READ_BYTES
+                        {
+                            out.push(entry(path, EntryKind::File, &resolved.meta));
+                        }
+                    }
+                    Target::Root => {} // always an ancestor of what is being walked
+                    Target::Folder(sub) => {
+                        if depth + 1 > MAX_DEPTH {
+                            continue;
+                        }
+                        // SECURITY(T-PATH): a target that is, or contains, a folder being walked
+                        // would lead back to it.
+                        let target = &resolved.real;
+                        if real.starts_with(target) || chain.iter().any(|c| c.starts_with(target)) {
+                            continue;
+                        }
+                        chain.push(real.to_vec());
+                        self.walk_into(&sub, Some(&path), &resolved.real, chain, out);
+                        chain.pop();
+                    }
+                },
             }
         }
     }
+
+    /// Decides what a listing entry is, or `None` when it must be left out: a name that is not a
+    /// valid path segment, a hidden or unreadable path, a symlink that escapes, loops or resolves
+    /// to a hidden or unreadable place, or something that is neither file, folder nor symlink.
+    fn classify_entry(
+        &self,
+        item: &cap_std::fs::DirEntry,
+        logical: Option<&VaultPath>,
+        real: &[String],
+    ) -> Option<Found> {
+        let name = item.file_name().into_string().ok()?;
+        let path = match logical {
+            None => VaultPath::parse(&name),
+            Some(parent) => parent.join(&name),
+        }
+        .ok()?;
+        self.layout.check_read(&path).ok()?;
+        // The type comes from the directory entry (`d_type`): no syscall on most file systems.
+        let mut file_type = item.file_type().ok()?;
+        if !(file_type.is_file() || file_type.is_dir() || file_type.is_symlink()) {
+            // `DT_UNKNOWN` on some file systems: ask once.
+            file_type = item.metadata().ok()?.file_type();
+        }
+        if file_type.is_symlink() {
+            let segments = real
+                .iter()
+                .map(String::as_str)
+                .chain(std::iter::once(name.as_str()));
+            let resolved = self.resolve_checked(segments).ok()?;
+            Some(Found::Link {
+                path,
+                resolved: Box::new(resolved),
+            })
+        } else if file_type.is_dir() {
+            Some(Found::Plain { path, is_dir: true })
+        } else if file_type.is_file() {
+            Some(Found::Plain { path, is_dir: false })
+        } else {
+            None
+        }
+    }
+
+    /// Is everything below `folder` readable (bar the hard deny-list)?
+    fn wholly_readable(&self, folder: &FolderPath) -> bool {
+        match folder {
+            FolderPath::Root => self.layout.root_readable(),
+            FolderPath::Dir(d) => self.layout.check_read(d).is_ok(),
+        }
+    }
+
+    /// Opens a folder for listing, after the read policy and symlink resolution.
+    fn open_folder(&self, folder: &FolderPath) -> Result<OpenFolder, FsError> {
+        let d = match folder {
+            FolderPath::Root => {
+                return Ok(OpenFolder {
+                    logical: None,
+                    real: Vec::new(),
+                    dir: None,
+                });
+            }
+            FolderPath::Dir(d) => d,
+        };
+        self.layout.check_read(d)?;
+        let resolved = self.resolve_checked(d.segments())?;
+        let dir = match resolved.target {
+            Target::Root => None,
+            Target::Folder(dir) => Some(dir),
+            Target::File { .. } => return Err(FsError::NotFound),
+        };
+        Ok(OpenFolder {
+            logical: Some(d.clone()),
+            real: resolved.real,
+            dir,
+        })
+    }
+
+    /// `resolve_segments`, then the read policy on the real path when a symlink was followed.
+    fn resolve_checked<'a>(&self, segments: impl Iterator<Item = &'a str>) -> Result<Resolved, FsError> {
+        let (resolved, followed) = self.resolve_segments(segments)?;
+        if followed {
+            // SECURITY(T-PATH): a link inside the vault to `.git/config` or to a folder outside
+            // `readable` is refused like the target itself would be.
+            if resolved.real.is_empty() {
+                if !self.layout.root_readable() {
+                    return Err(PathError::Denied("outside the vault's readable folders").into());
+                }
+            } else {
+                self.layout.check_read(&real_vault_path(&resolved.real)?)?;
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Resolves `segments` component by component from the root handle. Returns the resolution and
+    /// whether any symlink was followed. Every file-system call is relative to a held handle, and
+    /// only one folder handle is held at a time (deep paths cannot exhaust descriptors).
+    fn resolve_segments<'a>(
+        &self,
+        segments: impl Iterator<Item = &'a str>,
+    ) -> Result<(Resolved, bool), FsError> {
+        let mut pending: Vec<String> = segments.map(str::to_owned).collect();
+        pending.reverse(); // a stack: the next component is last
+        // The real folder reached so far, and its handle (`None`: the root).
+        let mut real: Vec<String> = Vec::new();
+        let mut cur: Option<Dir> = None;
+        let mut file: Option<(String, Metadata)> = None;
+        let mut hops = 0;
+        while let Some(seg) = pending.pop() {
+            if seg == ".." {
+                // SECURITY(T-PATH): `..` is relative to the real parent; above the root is outside.
+                if real.pop().is_none() {
+                    return Err(PathError::Outside.into());
+                }
+                cur = self.open_real(&real)?;
+                continue;
+            }
+            // SECURITY(T-PATH): never step through a hidden or tooling folder, even on the way
+            // to somewhere else (client input was checked already; this catches link targets).
+            hard_deny_segment(&seg)?;
+            let here = cur.as_ref().unwrap_or(&self.dir);
+            let meta = here.symlink_metadata(&seg).map_err(not_found)?;
+            let file_type = meta.file_type();
+            if file_type.is_symlink() {
+                hops += 1;
+                // SECURITY(T-PATH): loops (a -> b -> a) and absurd chains end here.
+                if hops > MAX_LINK_HOPS {
+                    return Err(FsError::NotFound);
+                }
+                let target = here.read_link_contents(&seg).map_err(not_found)?;
+                push_link_target(&target, &mut pending)?;
+            } else if file_type.is_dir() {
+                // SECURITY(T-PATH): no-follow, so the folder checked is the folder entered.
+                let next = here.open_dir_nofollow(&seg).map_err(not_found)?;
+                cur = Some(next);
+                real.push(seg);
+            } else if pending.is_empty() {
+                file = Some((seg, meta));
+            } else {
+                // A file used as a folder (`a.md/x`), as `ENOTDIR`.
+                return Err(FsError::NotFound);
+            }
+        }
+        let resolved = match (file, cur) {
+            (Some((name, meta)), parent) => {
+                real.push(name.clone());
+                let target = Target::File { parent, name };
+                Resolved { real, target, meta }
+            }
+            (None, Some(dir)) => {
+                let meta = dir.dir_metadata()?;
+                Resolved {
+                    real,
+                    target: Target::Folder(dir),
+                    meta,
+                }
+            }
+            (None, None) => {
+                let meta = self.dir.dir_metadata()?;
+                Resolved {
+                    real,
+                    target: Target::Root,
+                    meta,
+                }
+            }
+        };
+        Ok((resolved, hops > 0))
+    }
+
+    /// Reopens a real folder (no symlinks in it) from the root, refusing any symlink on the way.
+    fn open_real(&self, real: &[String]) -> Result<Option<Dir>, FsError> {
+        let mut cur: Option<Dir> = None;
+        for seg in real {
+            let here = cur.as_ref().unwrap_or(&self.dir);
+            cur = Some(here.open_dir_nofollow(seg).map_err(not_found)?);
+        }
+        Ok(cur)
+    }
+}
+
+/// A folder opened for listing.
+struct OpenFolder {
+    /// The path as asked for (`None`: the root).
+    logical: Option<VaultPath>,
+    /// Its real path (see `Resolved::real`).
+    real: Vec<String>,
+    /// Its handle (`None`: the root handle).
+    dir: Option<Dir>,
+}
+
+/// What `classify_entry` found.
+enum Found {
+    /// Not a symlink: the listing's own handle and entry serve it.
+    Plain { path: VaultPath, is_dir: bool },
+    /// A symlink, resolved and checked.
+    Link {
+        path: VaultPath,
+        resolved: Box<Resolved>,
+    },
+}
+
+/// Pushes a link target's components onto the resolution stack.
+fn push_link_target(target: &Path, pending: &mut Vec<String>) -> Result<(), FsError> {
+    let mut parts = Vec::new();
+    for component in target.components() {
+        match component {
+            // SECURITY(T-PATH): an absolute target leaves the vault whatever it names; we never
+            // compare it against the root's ambient path.
+            Component::Prefix(_) | Component::RootDir => return Err(PathError::Outside.into()),
+            Component::CurDir => {}
+            Component::ParentDir => parts.push("..".to_owned()),
+            Component::Normal(name) => match name.to_str() {
+                Some(name) => parts.push(name.to_owned()),
+                None => return Err(PathError::Denied("symlink target is not UTF-8").into()),
+            },
+        }
+    }
+    // An empty target names nothing (`ENOENT`); `.` is the link's own folder.
+    if target.as_os_str().is_empty() {
+        return Err(FsError::NotFound);
+    }
+    pending.extend(parts.into_iter().rev());
+    Ok(())
+}
+
+/// The real path as a `VaultPath`; a name the parser refuses is a place reads may not go.
+fn real_vault_path(real: &[String]) -> Result<VaultPath, PathError> {
+    VaultPath::from_segments(real.iter().map(String::as_str))
+        .map_err(|_| PathError::Denied("symlink resolves to a name vaultgate refuses"))
+}
+
+/// Is `inner` the same folder as `outer` or beneath it?
+fn folder_within(inner: &FolderPath, outer: &FolderPath) -> bool {
+    match (inner, outer) {
+        (_, FolderPath::Root) => true,
+        (FolderPath::Root, FolderPath::Dir(_)) => false,
+        (FolderPath::Dir(i), FolderPath::Dir(_)) => outer.contains(i),
+    }
+}
+
+fn entry(path: VaultPath, kind: EntryKind, meta: &Metadata) -> DirEntry {
+    DirEntry {
+        path,
+        kind,
+        size: meta.len(),
+        modified: modified(meta),
+    }
+}
+
+fn modified(meta: &Metadata) -> SystemTime {
+    meta.modified()
+        .map(|t| t.into_std())
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 fn not_found(e: std::io::Error) -> FsError {
-    if e.kind() == std::io::ErrorKind::NotFound {
-        FsError::NotFound
-    } else {
-        FsError::Io(e)
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => FsError::NotFound,
+        _ => FsError::Io(e),
     }
 }

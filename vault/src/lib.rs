@@ -5,3 +5,15 @@
 #![forbid(unsafe_code)]
 
 pub mod fs;
+pub mod links;
+pub mod note;
+pub mod reader;
+pub mod search;
+pub mod types;
+
+pub use reader::{Vault, rfc3339};
+pub use types::{
+    BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes,
+    ListStandards, ListTags, MatchedField, NoteEntry, NoteEntryKind, NoteRef, ReadNote, RecentNote,
+    RecentNotes, Related, StandardItem, TagCount, VaultError,
+};

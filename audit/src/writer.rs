@@ -1,0 +1,258 @@
+//! The append-only writer shared by every process that serves or administers one home.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use time::OffsetDateTime;
+
+use crate::chain::{GENESIS, seal};
+use crate::error::AuditError;
+use crate::file::{
+    MAX_LINE_BYTES, byte_at, last_lines, line_ending_at, open_lock_for_write, open_log_for_append,
+};
+use crate::record::{AuditRecord, Entry};
+
+/// How far a record must have travelled before [`AuditLog::append`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Handed to the operating system (survives a crash of this process, not of the machine).
+    Flush,
+    /// `fsync`ed: survives power loss. For mutating calls, refusals and credential changes.
+    Sync,
+}
+
+/// The end of the chain as this handle last left it. Valid only while the file still has
+/// exactly `len` bytes; any other length means another process appended (or worse).
+#[derive(Debug, Clone)]
+struct Head {
+    len: u64,
+    seq: u64,
+    hash: String,
+}
+
+#[derive(Debug)]
+struct State {
+    log: File,
+    lock: fd_lock::RwLock<File>,
+    head: Option<Head>,
+}
+
+/// A handle on `audit.jsonl`. `Send + Sync`; share it in an `Arc`.
+///
+/// Every append runs "read the tail → seal → write" under an in-process `Mutex` *and* an
+/// exclusive `flock` on `audit.jsonl.lock`, because the HTTP server, each stdio server and the
+/// CLI are separate processes appending to the same file; without the lock two of them could
+/// read the same tail and write two records with the same `seq`.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    state: Mutex<State>,
+}
+
+impl AuditLog {
+    /// Opens the log at `path`, creating it (mode 0600 on unix) and its sidecar lock if missing.
+    /// Nothing is read until the first append.
+    pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
+        let log = open_log_for_append(path)?;
+        let lock = fd_lock::RwLock::new(open_lock_for_write(path)?);
+        Ok(AuditLog {
+            path: path.to_path_buf(),
+            state: Mutex::new(State {
+                log,
+                lock,
+                head: None,
+            }),
+        })
+    }
+
+    /// The path this log appends to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Seals `entry` as the next record (seq, `ts` = `now` in UTC to the millisecond, prev, hash),
+    /// writes it as one line and returns it.
+    ///
+    /// Refuses, writing nothing, when the log ends in a torn line ([`AuditError::TornTail`]),
+    /// when its last line is not a record ([`AuditError::Parse`]), or when it is shorter than
+    /// this handle left it ([`AuditError::Shrunk`]).
+    pub fn append(
+        &self,
+        entry: Entry,
+        now: OffsetDateTime,
+        durability: Durability,
+    ) -> Result<AuditRecord, AuditError> {
+        let mut state = self.lock_state();
+        let State { log, lock, head } = &mut *state;
+        let _exclusive = lock.write()?;
+
+        follow_path(&self.path, log, head)?;
+        let len = log.metadata()?.len();
+        let (last_seq, prev) = match head {
+            Some(h) if h.len == len => (h.seq, h.hash.clone()),
+            // Kept cached, so appends stay refused while the file is shorter than we left it.
+            Some(h) if h.len > len => {
+                return Err(AuditError::Shrunk {
+                    expected_at_least: h.len,
+                    actual: len,
+                });
+            }
+            _ => read_head(log, len)?,
+        };
+
+        let (record, line) = seal(entry, last_seq, &prev, now)?;
+        if line.len() as u64 > MAX_LINE_BYTES {
+            return Err(AuditError::RecordTooLarge {
+                len: line.len() as u64,
+                max: MAX_LINE_BYTES,
+            });
+        }
+        // Forget the cache first: if the write fails half-way, the next append must look at the
+        // file (and will find the torn line) instead of trusting a length that no longer holds.
+        *head = None;
+        // One write_all on an O_APPEND file, under the exclusive lock: the line lands whole at
+        // the end, never interleaved with another writer's.
+        (&*log).write_all(line.as_bytes())?;
+        if durability == Durability::Sync {
+            log.sync_data()?;
+        }
+        *head = Some(Head {
+            len: len + line.len() as u64,
+            seq: record.seq,
+            hash: record.hash.clone(),
+        });
+        Ok(record)
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                // A panic mid-append cannot leave the file inconsistent (the line is one write),
+                // but it may leave the cache stale: drop it and carry on.
+                self.state.clear_poison();
+                let mut guard = poisoned.into_inner();
+                guard.head = None;
+                guard
+            }
+        }
+    }
+}
+
+/// The (seq, hash) of the last record, read backwards from the end of the file.
+fn read_head(log: &File, len: u64) -> Result<(u64, String), AuditError> {
+    if len == 0 {
+        return Ok((0, GENESIS.to_owned()));
+    }
+    // A torn tail (a write cut short by a crash, power loss or a full disk) is refused, not
+    // worked around. Writing after the fragment would leave a line `verify` fails on forever;
+    // chaining from the last complete line and leaving the fragment would require `verify` to
+    // skip unterminated lines, a gap a forger could use; cutting it here would make the hot path
+    // truncate the log. So appends fail closed, loudly, until an operator runs the repair
+    // (`repair_torn_tail`), which saves the fragment before removing it.
+    if byte_at(log, len - 1)? != b'\n' {
+        let fragment = line_ending_at(log, len)?;
+        return Err(AuditError::TornTail {
+            offset: fragment.offset,
+            remnant_len: len - fragment.offset,
+        });
+    }
+    let Some(line) = last_lines(log, len, 1)?.pop() else {
+        return Ok((0, GENESIS.to_owned()));
+    };
+    // The link only needs the stored seq and hash. Whether that record is intact is `verify`'s
+    // question; if it was altered, `verify` names that line, and chaining on does not hide it.
+    let record: AuditRecord = serde_json::from_slice(&line.bytes).map_err(|e| AuditError::Parse {
+        offset: line.offset,
+        reason: e.to_string(),
+    })?;
+    Ok((record.seq, record.hash))
+}
+
+/// If `audit.jsonl` was deleted or replaced since we opened it, reopen the path: otherwise every
+/// later record would go into an unlinked inode that nobody can read.
+#[cfg(unix)]
+fn follow_path(path: &Path, log: &mut File, head: &mut Option<Head>) -> Result<(), AuditError> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = log.metadata()?;
+    let same = match std::fs::metadata(path) {
+        Ok(on_disk) => on_disk.dev() == ours.dev() && on_disk.ino() == ours.ino(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e.into()),
+    };
+    if !same {
+        *log = open_log_for_append(path)?;
+        *head = None;
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn follow_path(_path: &Path, _log: &mut File, _head: &mut Option<Head>) -> Result<(), AuditError> {
+    // std exposes no stable file identity here; a replaced log is not detected on this platform.
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::record::{Actor, Outcome};
+
+    fn entry(i: usize) -> Entry {
+        let mut e = Entry::new("tool_call", Actor::Cli { user: "alice".into() }, Outcome::Ok);
+        e.target = Some(format!("notes/{i}.md"));
+        e
+    }
+
+    #[test]
+    fn audit_log_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<AuditLog>();
+    }
+
+    #[test]
+    fn cache_is_used_when_length_matches_and_refreshed_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let a = AuditLog::open(&path).unwrap();
+        let b = AuditLog::open(&path).unwrap();
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let r1 = a.append(entry(1), now, Durability::Flush).unwrap();
+        let r2 = b.append(entry(2), now, Durability::Flush).unwrap();
+        let r3 = a.append(entry(3), now, Durability::Flush).unwrap();
+        assert_eq!((r1.seq, r2.seq, r3.seq), (1, 2, 3));
+        assert_eq!(r2.prev, r1.hash);
+        assert_eq!(r3.prev, r2.hash);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_replaced_log_is_followed_not_written_into_the_void() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        let now = OffsetDateTime::UNIX_EPOCH;
+        log.append(entry(1), now, Durability::Flush).unwrap();
+        std::fs::rename(&path, dir.path().join("moved.jsonl")).unwrap();
+        let r = log.append(entry(2), now, Durability::Flush).unwrap();
+        assert_eq!(r.seq, 1, "a fresh file starts a fresh chain");
+        assert_eq!(crate::tail(&path, 10).unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn oversized_records_are_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        let mut e = entry(0);
+        e.target = Some("x".repeat(usize::try_from(MAX_LINE_BYTES).unwrap()));
+        let err = log
+            .append(e, OffsetDateTime::UNIX_EPOCH, Durability::Flush)
+            .unwrap_err();
+        assert!(matches!(err, AuditError::RecordTooLarge { .. }));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    }
+}

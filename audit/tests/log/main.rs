@@ -1,0 +1,10 @@
+//! Black-box tests of the `audit` crate through its public API, one binary with modules.
+#![allow(clippy::unwrap_used)]
+
+mod chain;
+mod common;
+mod concurrency;
+mod fields;
+mod tail;
+mod tamper;
+mod torn;

@@ -1,0 +1,148 @@
+//! Tokens: HS256 JWTs signed with `secret.key`, algorithm, issuer and audience pinned (SPEC §1).
+//! A valid signature only names a credential; the database row decides everything else.
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::error::GatewayError;
+use crate::home::SecretKey;
+
+pub const ISSUER: &str = "vaultgate";
+
+/// A bearer token. `Debug` never prints it.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(s: String) -> Token {
+        Token(s)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token([redacted])")
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    pub iss: String,
+    pub aud: String,
+    pub sub: String,
+    pub jti: String,
+    pub iat: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exp: Option<i64>,
+}
+
+pub fn issue(secret: &SecretKey, claims: &Claims) -> Result<Token, GatewayError> {
+    let key = EncodingKey::from_secret(secret.bytes())
+        .map_err(|e| GatewayError::Internal(format!("token key: {e}")))?;
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key)
+        .map(Token)
+        .map_err(|e| GatewayError::Internal(format!("token encoding: {e}")))
+}
+
+/// Verifies signature, algorithm, issuer and audience. Expiry is judged by the caller against the
+/// row (the row is authoritative), but an `exp` in the past is refused here too.
+pub fn verify(secret: &SecretKey, audience: &str, token: &str) -> Result<Claims, GatewayError> {
+    // SECURITY(T-AUTH1): only HS256; `none` and every other alg fail inside jsonwebtoken.
+    let mut v = Validation::new(Algorithm::HS256);
+    v.set_issuer(&[ISSUER]);
+    v.set_audience(&[audience]);
+    v.set_required_spec_claims(&["iss", "aud", "sub"]);
+    v.validate_exp = true;
+    v.leeway = 0;
+    v.required_spec_claims.remove("exp");
+    let key = DecodingKey::from_secret(secret.bytes())
+        .map_err(|e| GatewayError::Internal(format!("token key: {e}")))?;
+    match jsonwebtoken::decode::<Claims>(token, &key, &v) {
+        Ok(data) => Ok(data.claims),
+        Err(e) => Err(match e.kind() {
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => GatewayError::CredentialExpired,
+            jsonwebtoken::errors::ErrorKind::InvalidAudience => GatewayError::Unauthorized("wrong audience"),
+            jsonwebtoken::errors::ErrorKind::InvalidIssuer => GatewayError::Unauthorized("wrong issuer"),
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => GatewayError::Unauthorized("bad signature"),
+            jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => {
+                GatewayError::Unauthorized("algorithm not allowed")
+            }
+            _ => GatewayError::Unauthorized("malformed token"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn key(b: u8) -> SecretKey {
+        crate::home::test_secret([b; 32])
+    }
+
+    fn claims(aud: &str, exp: Option<i64>) -> Claims {
+        Claims {
+            iss: ISSUER.into(),
+            aud: aud.into(),
+            sub: "cred_1".into(),
+            jti: "j".into(),
+            iat: 0,
+            exp,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let k = key(1);
+        let t = issue(&k, &claims("vg-a", None)).unwrap();
+        assert_eq!(verify(&k, "vg-a", t.expose()).unwrap().sub, "cred_1");
+        assert!(matches!(
+            verify(&k, "vg-b", t.expose()),
+            Err(GatewayError::Unauthorized("wrong audience"))
+        ));
+        assert!(matches!(
+            verify(&key(2), "vg-a", t.expose()),
+            Err(GatewayError::Unauthorized(_))
+        ));
+        let expired = issue(&k, &claims("vg-a", Some(1))).unwrap();
+        assert!(matches!(
+            verify(&k, "vg-a", expired.expose()),
+            Err(GatewayError::CredentialExpired)
+        ));
+        assert!(matches!(
+            verify(&k, "vg-a", "not.a.token"),
+            Err(GatewayError::Unauthorized(_))
+        ));
+        assert_eq!(format!("{t:?}"), "Token([redacted])");
+    }
+
+    #[test]
+    fn alg_none_is_refused() {
+        use base64_like::encode;
+        let header = encode(br#"{"alg":"none","typ":"JWT"}"#);
+        let body = encode(br#"{"iss":"vaultgate","aud":"vg-a","sub":"cred_1","jti":"j","iat":0}"#);
+        let forged = format!("{header}.{body}.");
+        assert!(verify(&key(1), "vg-a", &forged).is_err());
+    }
+
+    /// Tiny base64url (no padding) so the test needs no extra dependency.
+    mod base64_like {
+        pub fn encode(input: &[u8]) -> String {
+            const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            let mut out = String::new();
+            for chunk in input.chunks(3) {
+                let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+                let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+                let chars = chunk.len() + 1;
+                for i in 0..chars {
+                    out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                }
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The one application error of the edge, and the one place that maps every error to its SPEC §11
+//! code, its client message and its CLI exit code.
+
+use std::path::PathBuf;
+
+use policy::ErrorCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("authentication failed: {0}")]
+    Unauthorized(&'static str),
+    #[error("this credential has been revoked")]
+    CredentialRevoked,
+    #[error("this credential has expired")]
+    CredentialExpired,
+    #[error("{0}")]
+    CapabilityDenied(String),
+    #[error("several vaults are visible and none is the default: pass `vault` (see vault_list)")]
+    VaultTargetRequired,
+    #[error("no vault '{0}' is visible to this credential (see vault_list)")]
+    VaultNotFound(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    Vault(#[from] vault::VaultError),
+    #[error("{0}")]
+    Path(#[from] policy::PathError),
+    #[error(transparent)]
+    State(#[from] inbox::StateError),
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
+    #[error("no vaultgate home at {0}: run `vaultgate init` (or pass --home DIR)")]
+    NoHome(PathBuf),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    AuditBroken(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl GatewayError {
+    /// The stable wire code. Exhaustive on purpose: a new variant must choose its code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            GatewayError::Unauthorized(_) => ErrorCode::UNAUTHORIZED,
+            GatewayError::CredentialRevoked => ErrorCode::CREDENTIAL_REVOKED,
+            GatewayError::CredentialExpired => ErrorCode::CREDENTIAL_EXPIRED,
+            GatewayError::CapabilityDenied(_) => ErrorCode::CAPABILITY_DENIED,
+            GatewayError::VaultTargetRequired => ErrorCode::VAULT_TARGET_REQUIRED,
+            GatewayError::VaultNotFound(_) => ErrorCode::VAULT_NOT_FOUND,
+            GatewayError::InvalidArgument(_) => ErrorCode::INVALID_ARGUMENT,
+            GatewayError::Vault(e) => e.code(),
+            GatewayError::Path(e) => e.code(),
+            GatewayError::State(inbox::StateError::CredentialNotFound(_)) => ErrorCode::NOT_FOUND,
+            GatewayError::State(inbox::StateError::DuplicateName(_)) => ErrorCode::INVALID_ARGUMENT,
+            GatewayError::State(_) => ErrorCode::INTERNAL,
+            GatewayError::Audit(_) => ErrorCode::INTERNAL,
+            GatewayError::NoHome(_) => ErrorCode::NOT_FOUND,
+            GatewayError::Config(_) => ErrorCode::INVALID_ARGUMENT,
+            GatewayError::Io(_) => ErrorCode::INTERNAL,
+            GatewayError::AuditBroken(_) => ErrorCode::INTERNAL,
+            GatewayError::Internal(_) => ErrorCode::INTERNAL,
+        }
+    }
+
+    /// What a client is told: the fact and the next step, never internals (those go to the log).
+    pub fn client_message(&self) -> String {
+        match self.code() {
+            ErrorCode::INTERNAL => "internal error; the operator's log has details. Retry later.".into(),
+            ErrorCode::PATH_INVALID => format!("{self}. Use a vault-relative path like `z/attention.md`."),
+            ErrorCode::PATH_DENIED => format!("{self}. Only the vault's readable notes can be used."),
+            ErrorCode::PATH_OUTSIDE_VAULT => format!("{self}. The file is a link that leaves the vault."),
+            ErrorCode::NOT_FOUND => {
+                format!("{self}. Use list_notes or search_note_content to find the path.")
+            }
+            ErrorCode::NOT_TEXT => format!("{self}. Only UTF-8 text notes can be read."),
+            ErrorCode::TOO_LARGE => format!("{self}. Files over 2 MiB cannot be read."),
+            ErrorCode::UNAUTHORIZED => format!("{self}. Ask the vault owner for a new token."),
+            ErrorCode::CREDENTIAL_REVOKED | ErrorCode::CREDENTIAL_EXPIRED => {
+                format!("{self}. Ask the vault owner for a new token.")
+            }
+            _ => self.to_string(),
+        }
+    }
+
+    /// The JSON error body of SPEC §4.
+    pub fn to_json(&self) -> serde_json::Value {
+        let code = self.code();
+        serde_json::json!({
+            "ok": false,
+            "code": code.as_str(),
+            "message": self.client_message(),
+            "retryable": code.retryable(),
+        })
+    }
+}

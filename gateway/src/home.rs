@@ -1,0 +1,313 @@
+//! The gateway's home: `gateway.toml`, `secret.key`, `state.sqlite`, `audit.jsonl` (SPEC §1).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+
+use crate::error::GatewayError;
+
+/// The 32-byte secret that signs tokens, proposal metadata and plan hashes.
+#[derive(Clone)]
+pub struct SecretKey([u8; 32]);
+
+impl SecretKey {
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretKey([redacted])")
+    }
+}
+
+/// `gateway.toml`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The token audience: tokens of another home are refused.
+    pub gateway_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_vault: Option<String>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub vaults: Vec<VaultConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub port: u16,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            port: 8765,
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub challenge_ttl_seconds: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            challenge_ttl_seconds: 300,
+        }
+    }
+}
+
+/// One registered vault.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VaultConfig {
+    pub id: String,
+    pub name: String,
+    pub path: PathBuf,
+    #[serde(default = "default_notes")]
+    pub notes: Vec<String>,
+    #[serde(default)]
+    pub standards: Vec<String>,
+    #[serde(default = "default_inbox")]
+    pub inbox: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readable: Option<Vec<String>>,
+}
+
+fn default_notes() -> Vec<String> {
+    vec![".".into()]
+}
+fn default_inbox() -> String {
+    "inbox".into()
+}
+
+impl VaultConfig {
+    /// The validated layout; a config that names an invalid folder is an error, not a silent default.
+    pub fn layout(&self) -> Result<policy::Layout, GatewayError> {
+        let folder = |s: &String| {
+            policy::FolderPath::parse(s).map_err(|e| {
+                GatewayError::Config(format!("vault '{}': folder '{s}' in gateway.toml: {e}", self.id))
+            })
+        };
+        let notes = self.notes.iter().map(folder).collect::<Result<Vec<_>, _>>()?;
+        let standards = self.standards.iter().map(folder).collect::<Result<Vec<_>, _>>()?;
+        let readable = match &self.readable {
+            Some(r) => Some(r.iter().map(folder).collect::<Result<Vec<_>, _>>()?),
+            None => None,
+        };
+        let inbox = policy::VaultPath::parse(&self.inbox)
+            .map_err(|e| GatewayError::Config(format!("vault '{}': inbox '{}': {e}", self.id, self.inbox)))?;
+        Ok(policy::Layout::new(notes, standards, inbox, readable))
+    }
+}
+
+/// Where the home is and what it holds.
+#[derive(Debug, Clone)]
+pub struct Home {
+    pub dir: PathBuf,
+}
+
+impl Home {
+    /// `--home`, else `$VAULTGATE_HOME`, else `$XDG_DATA_HOME/vaultgate`, else
+    /// `~/.local/share/vaultgate`. The environment is passed in, never read here.
+    pub fn resolve(flag: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Home, GatewayError> {
+        let nonempty = |k: &str| env.get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let dir = if let Some(f) = flag {
+            f.to_path_buf()
+        } else if let Some(h) = nonempty("VAULTGATE_HOME") {
+            h
+        } else if let Some(x) = nonempty("XDG_DATA_HOME") {
+            x.join("vaultgate")
+        } else if let Some(h) = nonempty("HOME") {
+            h.join(".local/share/vaultgate")
+        } else {
+            return Err(GatewayError::Config(
+                "cannot find a home: pass --home DIR or set VAULTGATE_HOME".into(),
+            ));
+        };
+        Ok(Home { dir })
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("gateway.toml")
+    }
+    pub fn secret_path(&self) -> PathBuf {
+        self.dir.join("secret.key")
+    }
+    pub fn state_path(&self) -> PathBuf {
+        self.dir.join("state.sqlite")
+    }
+    pub fn audit_path(&self) -> PathBuf {
+        self.dir.join("audit.jsonl")
+    }
+
+    pub fn exists(&self) -> bool {
+        self.config_path().is_file() && self.secret_path().is_file()
+    }
+
+    /// Creates the home (idempotent: existing files are kept). Returns whether anything was created.
+    pub fn init(&self) -> Result<bool, GatewayError> {
+        let mut created = false;
+        create_private_dir(&self.dir)?;
+        if !self.secret_path().exists() {
+            let mut key = [0u8; 32];
+            SystemRandom::new()
+                .fill(&mut key)
+                .map_err(|_| GatewayError::Internal("the system random source failed".into()))?;
+            write_private_new(&self.secret_path(), &key)?;
+            created = true;
+        }
+        if !self.config_path().exists() {
+            let config = Config {
+                gateway_id: format!("vg-{}", uuid::Uuid::new_v4().simple()),
+                default_vault: None,
+                server: ServerConfig::default(),
+                limits: LimitsConfig::default(),
+                vaults: Vec::new(),
+            };
+            self.save_config(&config)?;
+            created = true;
+        }
+        // Creating the database runs its migrations.
+        inbox::State::open(&self.state_path())?;
+        Ok(created)
+    }
+
+    pub fn load_config(&self) -> Result<Config, GatewayError> {
+        let text = std::fs::read_to_string(self.config_path()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                GatewayError::NoHome(self.dir.clone())
+            } else {
+                GatewayError::Io(e)
+            }
+        })?;
+        toml::from_str(&text)
+            .map_err(|e| GatewayError::Config(format!("{}: {e}", self.config_path().display())))
+    }
+
+    /// Writes `gateway.toml` atomically (temp file, fsync, rename).
+    pub fn save_config(&self, config: &Config) -> Result<(), GatewayError> {
+        let text = toml::to_string_pretty(config).map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        tmp.write_all(text.as_bytes())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(self.config_path())
+            .map_err(|e| GatewayError::Io(e.error))?;
+        Ok(())
+    }
+
+    pub fn load_secret(&self) -> Result<SecretKey, GatewayError> {
+        let bytes = std::fs::read(self.secret_path()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                GatewayError::NoHome(self.dir.clone())
+            } else {
+                GatewayError::Io(e)
+            }
+        })?;
+        let key: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| GatewayError::Config("secret.key must be exactly 32 bytes".into()))?;
+        Ok(SecretKey(key))
+    }
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), GatewayError> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(dir)?;
+    Ok(())
+}
+
+/// Creates a new file readable only by its owner (mode 0600 from the start, never widened).
+fn write_private_new(path: &Path, bytes: &[u8]) -> Result<(), GatewayError> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) fn test_secret(bytes: [u8; 32]) -> SecretKey {
+    SecretKey(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn home_resolution_order() {
+        let mut env = BTreeMap::new();
+        env.insert("HOME".to_string(), "/h".to_string());
+        assert_eq!(
+            Home::resolve(None, &env).unwrap().dir,
+            PathBuf::from("/h/.local/share/vaultgate")
+        );
+        env.insert("XDG_DATA_HOME".to_string(), "/x".to_string());
+        assert_eq!(
+            Home::resolve(None, &env).unwrap().dir,
+            PathBuf::from("/x/vaultgate")
+        );
+        env.insert("VAULTGATE_HOME".to_string(), "/v".to_string());
+        assert_eq!(Home::resolve(None, &env).unwrap().dir, PathBuf::from("/v"));
+        assert_eq!(
+            Home::resolve(Some(Path::new("/f")), &env).unwrap().dir,
+            PathBuf::from("/f")
+        );
+        assert!(Home::resolve(None, &BTreeMap::new()).is_err());
+    }
+
+    #[test]
+    fn init_creates_private_secret_and_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        assert!(home.init().unwrap());
+        let key1 = home.load_secret().unwrap();
+        assert!(!home.init().unwrap());
+        assert_eq!(home.load_secret().unwrap().bytes(), key1.bytes());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(home.secret_path())
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let cfg = home.load_config().unwrap();
+        assert!(cfg.gateway_id.starts_with("vg-"));
+        assert_eq!(cfg.server.port, 8765);
+        assert_eq!(format!("{key1:?}"), "SecretKey([redacted])");
+    }
+}

@@ -1,0 +1,33 @@
+//! Running the MCP server on a transport.
+
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+
+use crate::auth::Token;
+use crate::core::Core;
+use crate::error::GatewayError;
+use crate::mcp::McpServer;
+
+fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(GatewayError::Io)
+}
+
+/// Serves one client over stdin/stdout until it disconnects.
+pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
+    runtime()?.block_on(async move {
+        let server = McpServer::stdio(core, token);
+        let running = server
+            .serve(rmcp::transport::io::stdio_pipes())
+            .await
+            .map_err(|e| GatewayError::Internal(format!("MCP initialization failed: {e}")))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| GatewayError::Internal(format!("MCP server task failed: {e}")))?;
+        Ok(())
+    })
+}

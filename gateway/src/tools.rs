@@ -1,0 +1,207 @@
+//! The static tool catalog: names, descriptions, input and output schemas, annotations.
+//! The same for every credential (SPEC §4); a tool the tier forbids answers `CAPABILITY_DENIED`.
+
+use std::sync::{Arc, LazyLock};
+
+use rmcp::handler::server::common::{schema_for_input, schema_for_output};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+/// Arguments of a tool that takes nothing but an optional vault.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VaultArg {
+    /// Vault id (see `vault_list`); optional when one vault is visible or a default is set.
+    pub vault: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchKnowledgeArgs {
+    pub vault: Option<String>,
+    /// Terms matched (case-insensitive substring, all must match) against titles, aliases,
+    /// descriptions and tags.
+    pub query: String,
+    /// Only notes carrying every one of these tags.
+    pub tag: Option<Vec<String>>,
+    /// Maximum hits (default 20, at most 200).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SearchNoteContentArgs {
+    pub vault: Option<String>,
+    /// Whitespace-separated terms (quote a phrase); a note matches when every term occurs in it,
+    /// case-insensitively; each hit is one line holding at least one term.
+    pub query: String,
+    /// Maximum hits (default 60, 1–200).
+    pub limit: Option<u32>,
+    /// Only notes carrying every one of these tags.
+    pub tag: Option<Vec<String>>,
+    /// Only notes under this folder (e.g. `z` or `projects/2026`).
+    pub path_prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathArgs {
+    pub vault: Option<String>,
+    /// Vault-relative path, e.g. `z/attention.md`.
+    pub path: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListNotesArgs {
+    pub vault: Option<String>,
+    /// Folder to list (default: the vault root).
+    pub dir: Option<String>,
+    /// Maximum entries (default 200, at most 500).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecentArgs {
+    pub vault: Option<String>,
+    /// Maximum notes (default 20, at most 200).
+    pub limit: Option<u32>,
+    /// Only notes modified at or after this RFC 3339 time.
+    pub since: Option<String>,
+}
+
+// ---- outputs the gateway itself composes ---------------------------------------------------------
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct VaultListOut {
+    pub vaults: Vec<VaultItem>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VaultItem {
+    pub id: String,
+    pub name: String,
+    pub is_default: bool,
+    pub note_count: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OverviewOut {
+    pub vault: String,
+    pub notes: u64,
+    pub standards: u64,
+    pub tags: u64,
+    pub pending_proposals: u64,
+    pub revision: u64,
+    pub index: IndexStatus,
+    pub history: HistoryTops,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexStatus {
+    /// When the answer's data was read (RFC 3339 UTC).
+    pub indexed_at: String,
+    pub fresh: bool,
+    pub stale_files: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryTops {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_top: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redo_top: Option<String>,
+}
+
+// ---- the catalog --------------------------------------------------------------------------------
+
+fn input<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    // Our input types are structs, so the root is always an object; fall back to an empty one.
+    schema_for_input::<T>().unwrap_or_else(|_| rmcp::handler::server::common::schema_for_empty_input())
+}
+
+fn read_tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
+    name: &'static str,
+    title: &str,
+    description: &'static str,
+) -> Tool {
+    let mut ann = ToolAnnotations::with_title(title);
+    ann.read_only_hint = Some(true);
+    ann.destructive_hint = Some(false);
+    ann.idempotent_hint = Some(true);
+    ann.open_world_hint = Some(false);
+    let mut tool = Tool::new(name, description, input::<I>());
+    tool.title = Some(title.to_owned());
+    tool.output_schema = Some(schema_for_output::<O>());
+    tool.annotations = Some(ann);
+    tool
+}
+
+/// The tools this build serves, in catalog order.
+pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
+    use vault as r;
+    vec![
+        read_tool::<NoArgs, VaultListOut>(
+            "vault_list",
+            "List vaults",
+            "The vaults this credential may see: id, name, whether it is the default, note count.",
+        ),
+        read_tool::<VaultArg, OverviewOut>(
+            "get_vault_overview",
+            "Vault overview",
+            "Counts of notes, standards and tags, pending proposals, the vault revision, index freshness and the undo/redo tops. Read this first.",
+        ),
+        read_tool::<SearchKnowledgeArgs, r::KnowledgeHits>(
+            "search_knowledge",
+            "Search titles, aliases, descriptions, tags",
+            "Find notes by what they are about: every term must match a title, alias, description or tag (case-insensitive substring).",
+        ),
+        read_tool::<SearchNoteContentArgs, r::ContentHits>(
+            "search_note_content",
+            "Search note text",
+            "Exact full-text search: a note matches when every term occurs in it (case-insensitive substring, works for CJK and short terms); returns matching lines with 1-based line numbers and snippets.",
+        ),
+        read_tool::<PathArgs, r::ReadNote>(
+            "read_note",
+            "Read a note",
+            "The whole text of one note with its parsed frontmatter, title, SHA-256 hash (use it as baseHash when proposing a change), size and modification time.",
+        ),
+        read_tool::<ListNotesArgs, r::ListNotes>(
+            "list_notes",
+            "List a folder",
+            "One folder level: notes, sub-folders and other files, with note titles.",
+        ),
+        read_tool::<VaultArg, r::ListStandards>(
+            "list_standards",
+            "List standards",
+            "The vault's standards notes (conventions to follow when proposing changes).",
+        ),
+        read_tool::<VaultArg, r::ListTags>(
+            "list_tags",
+            "List tags",
+            "Every tag used in notes (frontmatter and inline #tags) with the number of notes carrying it.",
+        ),
+        read_tool::<PathArgs, r::Related>(
+            "get_related_notes",
+            "Related notes",
+            "A note's outgoing links, backlinks, broken links (with line numbers) and the maps of content that link to it.",
+        ),
+        read_tool::<RecentArgs, r::RecentNotes>(
+            "list_recent_notes",
+            "Recently modified notes",
+            "Notes ordered by modification time, newest first.",
+        ),
+    ]
+});

@@ -1,0 +1,223 @@
+//! Credential rows. The row is authoritative: tier, scope, expiry and revocation are read from it
+//! on every request (SPEC §1).
+
+use policy::Tier;
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use crate::db::{State, StateError};
+
+/// A credential id (`cred_` + UUIDv7, no hyphens).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct CredentialId(pub String);
+
+impl CredentialId {
+    pub fn generate() -> CredentialId {
+        CredentialId(format!("cred_{}", uuid::Uuid::now_v7().simple()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A stored credential. Never holds a token.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Credential {
+    pub id: CredentialId,
+    pub name: String,
+    pub tier: Tier,
+    /// Vault ids this credential may see; empty means every vault.
+    pub vaults: Vec<String>,
+    #[serde(skip)]
+    pub jti: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+impl Credential {
+    pub fn may_see_vault(&self, vault: &str) -> bool {
+        self.vaults.is_empty() || self.vaults.iter().any(|v| v == vault)
+    }
+    pub fn is_revoked(&self) -> bool {
+        self.revoked_at.is_some()
+    }
+    pub fn is_expired(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|e| now >= e)
+    }
+}
+
+/// What `token issue` supplies.
+pub struct NewCredential {
+    pub name: String,
+    pub tier: Tier,
+    pub vaults: Vec<String>,
+    pub jti: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, name, tier, vaults, jti, created_at, expires_at, revoked_at";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
+    let tier: String = row.get(2)?;
+    let vaults: String = row.get(3)?;
+    Ok(Credential {
+        id: CredentialId(row.get(0)?),
+        name: row.get(1)?,
+        // An unknown tier in the row is treated as the least privilege, never more.
+        tier: tier.parse().unwrap_or(Tier::Read),
+        vaults: serde_json::from_str(&vaults).unwrap_or_default(),
+        jti: row.get(4)?,
+        created_at: row.get(5)?,
+        expires_at: row.get(6)?,
+        revoked_at: row.get(7)?,
+    })
+}
+
+impl State {
+    pub fn create_credential(&self, new: NewCredential) -> Result<Credential, StateError> {
+        let conn = self.conn()?;
+        let id = CredentialId::generate();
+        let vaults = serde_json::to_string(&new.vaults).unwrap_or_else(|_| "[]".into());
+        let res = conn.execute(
+            &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)"),
+            params![
+                id.0,
+                new.name,
+                new.tier.as_str(),
+                vaults,
+                new.jti,
+                new.created_at,
+                new.expires_at
+            ],
+        );
+        match res {
+            Ok(_) => {}
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                return Err(StateError::DuplicateName(new.name));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Credential {
+            id,
+            name: new.name,
+            tier: new.tier,
+            vaults: new.vaults,
+            jti: new.jti,
+            created_at: new.created_at,
+            expires_at: new.expires_at,
+            revoked_at: None,
+        })
+    }
+
+    /// The row for an id, read fresh (called on every request).
+    pub fn credential(&self, id: &str) -> Result<Option<Credential>, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!("SELECT {COLUMNS} FROM credentials WHERE id = ?1"))?;
+        Ok(stmt.query_row([id], from_row).optional()?)
+    }
+
+    /// Finds by id or, failing that, by exact name.
+    pub fn find_credential(&self, id_or_name: &str) -> Result<Credential, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM credentials WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1"
+        ))?;
+        stmt.query_row([id_or_name], from_row)
+            .optional()?
+            .ok_or_else(|| StateError::CredentialNotFound(id_or_name.to_owned()))
+    }
+
+    pub fn list_credentials(&self) -> Result<Vec<Credential>, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM credentials ORDER BY created_at, id"
+        ))?;
+        let rows = stmt.query_map([], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Marks the credential revoked (idempotent: the first revocation time is kept).
+    pub fn revoke_credential(&self, id: &CredentialId, now: i64) -> Result<(), StateError> {
+        let conn = self.conn()?;
+        conn.execute(
+            "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
+            params![id.0, now],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_credential_tier(&self, id: &CredentialId, tier: Tier) -> Result<(), StateError> {
+        let conn = self.conn()?;
+        conn.execute(
+            "UPDATE credentials SET tier = ?2 WHERE id = ?1",
+            params![id.0, tier.as_str()],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn new(name: &str, tier: Tier) -> NewCredential {
+        NewCredential {
+            name: name.into(),
+            tier,
+            vaults: vec![],
+            jti: "j".into(),
+            created_at: 100,
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn create_find_revoke_set_tier() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = State::open(&dir.path().join("s.sqlite")).unwrap();
+        let c = s.create_credential(new("claude", Tier::Auto)).unwrap();
+        assert!(c.id.as_str().starts_with("cred_"));
+        assert!(matches!(
+            s.create_credential(new("claude", Tier::Read)),
+            Err(StateError::DuplicateName(_))
+        ));
+        assert_eq!(s.find_credential("claude").unwrap().id, c.id);
+        assert_eq!(s.find_credential(c.id.as_str()).unwrap().name, "claude");
+        assert!(matches!(
+            s.find_credential("nobody"),
+            Err(StateError::CredentialNotFound(_))
+        ));
+        s.set_credential_tier(&c.id, Tier::Full).unwrap();
+        assert_eq!(s.credential(c.id.as_str()).unwrap().unwrap().tier, Tier::Full);
+        s.revoke_credential(&c.id, 200).unwrap();
+        s.revoke_credential(&c.id, 300).unwrap();
+        assert_eq!(
+            s.credential(c.id.as_str()).unwrap().unwrap().revoked_at,
+            Some(200)
+        );
+        assert_eq!(s.list_credentials().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn scope_and_expiry() {
+        let c = Credential {
+            id: CredentialId("x".into()),
+            name: "n".into(),
+            tier: Tier::Read,
+            vaults: vec!["a".into()],
+            jti: String::new(),
+            created_at: 0,
+            expires_at: Some(10),
+            revoked_at: None,
+        };
+        assert!(c.may_see_vault("a") && !c.may_see_vault("b"));
+        assert!(!c.is_expired(9) && c.is_expired(10));
+    }
+}

@@ -1,0 +1,527 @@
+//! Pure link handling: extracting wiki links (`[[Target]]`, `[[Target|label]]`,
+//! `[[Target#heading]]`, `![[embed]]`) and Markdown links to `*.md` from prose lines, and resolving
+//! them against the set of catalog notes.
+
+use std::collections::{HashMap, HashSet};
+
+use policy::VaultPath;
+
+use crate::note::ProseLine;
+use crate::search::fold;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    Wiki,
+    Embed,
+    Markdown,
+}
+
+/// One link occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub kind: LinkKind,
+    /// As written: a wiki link's text before `|` (heading included), a Markdown link's destination.
+    pub target: String,
+    /// 1-based line of the file.
+    pub line: usize,
+}
+
+/// Extensions of attachments that wiki links and embeds commonly point at; such a link is neither
+/// an outlink (only notes are in the catalog) nor broken.
+const ATTACHMENTS: &[&str] = &[
+    "png",
+    "jpg",
+    "jpeg",
+    "gif",
+    "svg",
+    "webp",
+    "bmp",
+    "avif",
+    "ico",
+    "pdf",
+    "mp3",
+    "wav",
+    "ogg",
+    "m4a",
+    "flac",
+    "webm",
+    "mp4",
+    "mov",
+    "mkv",
+    "ogv",
+    "canvas",
+    "excalidraw",
+    "base",
+    "csv",
+    "json",
+    "txt",
+    "zip",
+];
+
+/// All links of the prose lines, in text order.
+pub fn extract(lines: &[ProseLine<'_>]) -> Vec<Link> {
+    let mut out = Vec::new();
+    let mut in_line: Vec<(usize, Link)> = Vec::new();
+    for l in lines {
+        in_line.clear();
+        wiki_links(&l.masked, l.number, &mut in_line);
+        markdown_links(&l.masked, l.number, &mut in_line);
+        in_line.sort_by_key(|(at, _)| *at);
+        out.extend(in_line.drain(..).map(|(_, link)| link));
+    }
+    out
+}
+
+fn wiki_links(line: &str, number: usize, out: &mut Vec<(usize, Link)>) {
+    let mut from = 0;
+    while let Some(k) = line[from..].find("[[") {
+        let open = from + k;
+        let inner_start = open + 2;
+        let Some(len) = line[inner_start..].find("]]") else {
+            return;
+        };
+        let inner = &line[inner_start..inner_start + len];
+        // `[[a [[b]]`: the innermost opening wins.
+        if let Some(nested) = inner.rfind("[[") {
+            from = inner_start + nested;
+            continue;
+        }
+        from = inner_start + len + 2;
+        let before_pipe = inner.split('|').next().unwrap_or_default();
+        // In tables the pipe is escaped: `[[Target\|label]]`.
+        let target = before_pipe.strip_suffix('\\').unwrap_or(before_pipe).trim();
+        // `[[#heading]]` points into the note itself.
+        if target.is_empty() || target.starts_with('#') {
+            continue;
+        }
+        let embed = line[..open].ends_with('!');
+        let kind = if embed { LinkKind::Embed } else { LinkKind::Wiki };
+        let at = if embed { open - 1 } else { open };
+        out.push((
+            at,
+            Link {
+                kind,
+                target: target.to_owned(),
+                line: number,
+            },
+        ));
+    }
+}
+
+fn markdown_links(line: &str, number: usize, out: &mut Vec<(usize, Link)>) {
+    let mut from = 0;
+    while let Some(k) = line[from..].find("](") {
+        let start = from + k + 2;
+        let rest = &line[start..];
+        let (dest, consumed) = if let Some(r) = rest.strip_prefix('<') {
+            match r.find('>') {
+                Some(e) => (&r[..e], e + 2),
+                None => {
+                    from = start;
+                    continue;
+                }
+            }
+        } else {
+            let mut depth = 0usize;
+            let mut end = rest.len();
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    ')' => depth -= 1,
+                    c if c.is_whitespace() => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            (&rest[..end], end)
+        };
+        from = start + consumed;
+        if markdown_note_path(dest).is_some() {
+            out.push((
+                start,
+                Link {
+                    kind: LinkKind::Markdown,
+                    target: dest.to_owned(),
+                    line: number,
+                },
+            ));
+        }
+    }
+}
+
+/// The decoded path of a Markdown link destination that points at a `*.md` note: no URL scheme
+/// (`http:`, `mailto:`, `obsidian:`…), fragment and query dropped, percent-decoded.
+fn markdown_note_path(dest: &str) -> Option<String> {
+    let dest = dest.trim();
+    if has_scheme(dest) {
+        return None;
+    }
+    let path = dest.split(['#', '?']).next().unwrap_or_default();
+    let decoded = percent_decode(path)?;
+    ends_with_md(&decoded).then_some(decoded)
+}
+
+fn has_scheme(s: &str) -> bool {
+    let mut chars = s.chars();
+    if !chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
+        return false;
+    }
+    for c in chars {
+        match c {
+            ':' => return true,
+            c if c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.') => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Decodes `%XX` escapes; a `%` not followed by two hex digits stays literal. `None` when the
+/// result is not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (b.get(i + 1).and_then(hex), b.get(i + 2).and_then(hex))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+fn hex(b: &u8) -> Option<u8> {
+    (*b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+fn ends_with_md(s: &str) -> bool {
+    s.len() > 3 && s.is_char_boundary(s.len() - 3) && s[s.len() - 3..].eq_ignore_ascii_case(".md")
+}
+
+/// Joins `rel` onto the folder `base` (segments), resolving `.` and `..`; `None` above the root.
+fn normalize<'a>(base: impl IntoIterator<Item = &'a str>, rel: &'a str) -> Option<String> {
+    let mut segs: Vec<&str> = base.into_iter().collect();
+    for seg in rel.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                segs.pop()?;
+            }
+            s => segs.push(s),
+        }
+    }
+    Some(segs.join("/"))
+}
+
+/// What a link points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    Note(VaultPath),
+    /// Nothing in the catalog: a broken link.
+    Broken,
+    /// Not a note link at all (an attachment): neither an outlink nor broken.
+    NotANote,
+}
+
+/// Resolves links against a fixed set of note paths.
+#[derive(Debug, Default)]
+pub struct Resolver {
+    exact: HashSet<String>,
+    /// Folded file name (`note.md`) → (folded path, path).
+    by_name: HashMap<String, Vec<(String, VaultPath)>>,
+}
+
+impl Resolver {
+    pub fn new<'a>(paths: impl IntoIterator<Item = &'a VaultPath>) -> Resolver {
+        let mut r = Resolver::default();
+        for p in paths {
+            r.exact.insert(p.as_str().to_owned());
+            r.by_name
+                .entry(fold(p.file_name()))
+                .or_default()
+                .push((fold(p.as_str()), p.clone()));
+        }
+        r
+    }
+
+    /// Resolves `link` written in the note at `source`.
+    pub fn resolve(&self, source: &VaultPath, link: &Link) -> Resolution {
+        let found = match link.kind {
+            LinkKind::Wiki | LinkKind::Embed => {
+                let file = link.target.split('#').next().unwrap_or_default().trim();
+                if file.is_empty() {
+                    return Resolution::NotANote;
+                }
+                if !ends_with_md(file)
+                    && let Some((_, ext)) = file.rsplit_once('.')
+                    && ATTACHMENTS.iter().any(|a| a.eq_ignore_ascii_case(ext))
+                {
+                    return Resolution::NotANote;
+                }
+                self.resolve_wiki(source, file)
+            }
+            LinkKind::Markdown => {
+                let Some(path) = markdown_note_path(&link.target) else {
+                    return Resolution::NotANote;
+                };
+                self.resolve_markdown(source, &path)
+            }
+        };
+        found.map_or(Resolution::Broken, Resolution::Note)
+    }
+
+    /// (a) a vault path with or without `.md` (`./` and `../` relative to the source folder);
+    /// (b) else a case-insensitive match on the last path components (a bare name is a stem
+    /// match), preferring the exact path, then the source's folder, then the shortest path.
+    fn resolve_wiki(&self, source: &VaultPath, file: &str) -> Option<VaultPath> {
+        let with_md = if ends_with_md(file) {
+            file.to_owned()
+        } else {
+            format!("{file}.md")
+        };
+        let path = if with_md.starts_with("./") || with_md.starts_with("../") {
+            normalize(folder_segments(source), &with_md)?
+        } else {
+            normalize([], &with_md)?
+        };
+        self.lookup_exact(&path)
+            .or_else(|| self.lookup_suffix(source, &path))
+    }
+
+    /// Relative to the source's folder; else as a vault-absolute path (Obsidian's other link
+    /// format); a leading `/` means vault-absolute.
+    fn resolve_markdown(&self, source: &VaultPath, path: &str) -> Option<VaultPath> {
+        let relative = if path.starts_with('/') {
+            None
+        } else {
+            normalize(folder_segments(source), path)
+        };
+        let absolute = normalize([], path);
+        [relative, absolute]
+            .into_iter()
+            .flatten()
+            .find_map(|p| self.lookup_exact(&p).or_else(|| self.lookup_case_insensitive(&p)))
+    }
+
+    fn lookup_exact(&self, path: &str) -> Option<VaultPath> {
+        if self.exact.contains(path) {
+            VaultPath::parse(path).ok()
+        } else {
+            None
+        }
+    }
+
+    fn candidates(&self, path: &str) -> (String, &[(String, VaultPath)]) {
+        let folded = fold(path);
+        let name = folded.rsplit('/').next().unwrap_or_default();
+        let list = self.by_name.get(name).map(Vec::as_slice).unwrap_or_default();
+        (folded, list)
+    }
+
+    fn lookup_case_insensitive(&self, path: &str) -> Option<VaultPath> {
+        let (folded, list) = self.candidates(path);
+        list.iter()
+            .filter(|(f, _)| *f == folded)
+            .map(|(_, p)| p)
+            .min()
+            .cloned()
+    }
+
+    fn lookup_suffix(&self, source: &VaultPath, path: &str) -> Option<VaultPath> {
+        let (folded, list) = self.candidates(path);
+        let suffix = format!("/{folded}");
+        let source_folder = source.parent();
+        list.iter()
+            .filter(|(f, _)| *f == folded || f.ends_with(&suffix))
+            .min_by_key(|(f, p)| {
+                (
+                    *f != folded,
+                    p.parent() != source_folder,
+                    p.as_str().len(),
+                    p.clone(),
+                )
+            })
+            .map(|(_, p)| p.clone())
+    }
+}
+
+fn folder_segments(source: &VaultPath) -> Vec<&str> {
+    let mut segs: Vec<&str> = source.segments().collect();
+    segs.pop();
+    segs
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::note::Note;
+
+    fn links(text: &str) -> Vec<(LinkKind, String, usize)> {
+        Note::parse(text, "x")
+            .links
+            .into_iter()
+            .map(|l| (l.kind, l.target, l.line))
+            .collect()
+    }
+
+    fn p(s: &str) -> VaultPath {
+        VaultPath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn wiki_links_with_lines_and_kinds() {
+        let got = links(
+            "---\ntitle: '[[Not a link]]'\n---\n[[A]] and [[B|label]]\n\n![[C#Heading]] [[D#h|l]] [[#self]]\n[[T\\|esc]]",
+        );
+        assert_eq!(
+            got,
+            [
+                (LinkKind::Wiki, "A".to_owned(), 4),
+                (LinkKind::Wiki, "B".to_owned(), 4),
+                (LinkKind::Embed, "C#Heading".to_owned(), 6),
+                (LinkKind::Wiki, "D#h".to_owned(), 6),
+                (LinkKind::Wiki, "T".to_owned(), 7),
+            ]
+        );
+    }
+
+    #[test]
+    fn links_in_code_are_ignored() {
+        let got = links("```\n[[Fenced]]\n```\n`[[Inline]]` [[Real]]\n~~~md\n[x](a.md)\n~~~\n");
+        assert_eq!(got, [(LinkKind::Wiki, "Real".to_owned(), 4)]);
+    }
+
+    #[test]
+    fn markdown_links_to_md_only() {
+        let got = links(
+            "[a](x.md) [b](https://e.com/y.md) [c](img.png) [d](sub/My%20Note.md#h) [e](<with space.md>) [f](mailto:a@b.md)\n[g](../up.md \"title\") [h](#frag)",
+        );
+        assert_eq!(
+            got,
+            [
+                (LinkKind::Markdown, "x.md".to_owned(), 1),
+                (LinkKind::Markdown, "sub/My%20Note.md#h".to_owned(), 1),
+                (LinkKind::Markdown, "with space.md".to_owned(), 1),
+                (LinkKind::Markdown, "../up.md".to_owned(), 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b%E6%B3%A8").unwrap(), "a b注");
+        assert_eq!(percent_decode("100%").unwrap(), "100%");
+        assert_eq!(percent_decode("%zz").unwrap(), "%zz");
+        assert!(percent_decode("%FF").is_none());
+    }
+
+    fn resolver() -> Resolver {
+        let paths: Vec<VaultPath> = [
+            "a/Note.md",
+            "b/note.md",
+            "b/c/note.md",
+            "top.md",
+            "z/attention.md",
+            "My Note.md",
+        ]
+        .into_iter()
+        .map(p)
+        .collect();
+        Resolver::new(&paths)
+    }
+
+    fn wiki(target: &str) -> Link {
+        Link {
+            kind: LinkKind::Wiki,
+            target: target.to_owned(),
+            line: 1,
+        }
+    }
+
+    fn md(target: &str) -> Link {
+        Link {
+            kind: LinkKind::Markdown,
+            target: target.to_owned(),
+            line: 1,
+        }
+    }
+
+    #[test]
+    fn wiki_resolution_by_path_then_stem() {
+        let r = resolver();
+        let src = p("x/src.md");
+        assert_eq!(
+            r.resolve(&src, &wiki("z/attention")),
+            Resolution::Note(p("z/attention.md"))
+        );
+        assert_eq!(
+            r.resolve(&src, &wiki("z/attention.md")),
+            Resolution::Note(p("z/attention.md"))
+        );
+        assert_eq!(
+            r.resolve(&src, &wiki("ATTENTION#h")),
+            Resolution::Note(p("z/attention.md"))
+        );
+        assert_eq!(r.resolve(&src, &wiki("Top")), Resolution::Note(p("top.md")));
+        // Several stems: the shortest path from elsewhere, the same folder when there is one.
+        assert_eq!(r.resolve(&src, &wiki("note")), Resolution::Note(p("a/Note.md")));
+        assert_eq!(
+            r.resolve(&p("b/c/x.md"), &wiki("note")),
+            Resolution::Note(p("b/c/note.md"))
+        );
+        // A partial path matches by components.
+        assert_eq!(
+            r.resolve(&src, &wiki("c/note")),
+            Resolution::Note(p("b/c/note.md"))
+        );
+        assert_eq!(r.resolve(&src, &wiki("B/Note")), Resolution::Note(p("b/note.md")));
+        assert_eq!(r.resolve(&src, &wiki("x/note")), Resolution::Broken);
+        assert_eq!(r.resolve(&src, &wiki("Missing")), Resolution::Broken);
+        assert_eq!(r.resolve(&src, &wiki("ote")), Resolution::Broken);
+        assert_eq!(
+            r.resolve(&p("z/q.md"), &wiki("./attention")),
+            Resolution::Note(p("z/attention.md"))
+        );
+        assert_eq!(r.resolve(&src, &wiki("pic.PNG")), Resolution::NotANote);
+    }
+
+    #[test]
+    fn markdown_resolution_relative_then_absolute() {
+        let r = resolver();
+        assert_eq!(
+            r.resolve(&p("z/x.md"), &md("attention.md")),
+            Resolution::Note(p("z/attention.md"))
+        );
+        assert_eq!(
+            r.resolve(&p("z/x.md"), &md("../top.md#h")),
+            Resolution::Note(p("top.md"))
+        );
+        assert_eq!(
+            r.resolve(&p("z/x.md"), &md("z/attention.md")),
+            Resolution::Note(p("z/attention.md"))
+        );
+        assert_eq!(
+            r.resolve(&p("q.md"), &md("My%20Note.md")),
+            Resolution::Note(p("My Note.md"))
+        );
+        assert_eq!(
+            r.resolve(&p("q.md"), &md("/a/note.md")),
+            Resolution::Note(p("a/Note.md"))
+        );
+        assert_eq!(r.resolve(&p("q.md"), &md("../../escape.md")), Resolution::Broken);
+        assert_eq!(r.resolve(&p("q.md"), &md("gone.md")), Resolution::Broken);
+    }
+}

@@ -1,0 +1,507 @@
+//! Pure parsing of one note (SPEC §1): YAML frontmatter, title, aliases, description, tags, links,
+//! and the "prose lines" (outside frontmatter and fenced code, inline code blanked) that links and
+//! inline tags are read from.
+//!
+//! Nothing here fails: malformed input degrades (invalid YAML is no frontmatter).
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+
+use crate::links::{self, Link};
+use crate::search::fold;
+
+/// Everything the read side knows about one note's text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    /// Frontmatter `title`, else the first `# ` heading, else the file stem.
+    pub title: String,
+    /// The frontmatter as a JSON object (`{}` when there is none or it is not a valid YAML mapping).
+    pub frontmatter: Map<String, Value>,
+    pub aliases: Vec<String>,
+    pub description: Option<String>,
+    /// Frontmatter tags then inline tags, without `#`, first spelling kept, distinct case-insensitively.
+    pub tags: Vec<String>,
+    pub created: Option<String>,
+    pub updated: Option<String>,
+    /// Wiki, embed and Markdown links in text order, with 1-based line numbers.
+    pub links: Vec<Link>,
+}
+
+impl Note {
+    /// Parses a note's whole text; `stem` is the file name without `.md` (the last-resort title).
+    pub fn parse(text: &str, stem: &str) -> Note {
+        let fm = split_frontmatter(text);
+        let lines = prose_lines(text, fm.body_line);
+        let fields = fm.fields;
+        let title = field_string(&fields, "title")
+            .or_else(|| first_heading(&lines))
+            .unwrap_or_else(|| stem.to_owned());
+        let aliases = string_list(fields.get("aliases").or_else(|| fields.get("alias")), false);
+        let mut tags = string_list(fields.get("tags").or_else(|| fields.get("tag")), true);
+        for line in &lines {
+            inline_tags(&line.masked, &mut tags);
+        }
+        let mut seen = Vec::with_capacity(tags.len());
+        tags.retain(|t| {
+            let f = fold(t);
+            let fresh = !seen.contains(&f);
+            seen.push(f);
+            fresh
+        });
+        Note {
+            title,
+            aliases,
+            description: field_string(&fields, "description"),
+            tags,
+            created: field_string(&fields, "created"),
+            updated: field_string(&fields, "updated"),
+            links: links::extract(&lines),
+            frontmatter: fields,
+        }
+    }
+
+    /// Whether the note carries `tag` (case-insensitive, leading `#` ignored). A nested tag counts
+    /// for its parents, as in Obsidian: `project/alpha` carries `project`.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        let wanted = fold(tag.trim_start_matches('#'));
+        self.tags.iter().any(|t| {
+            let t = fold(t);
+            t == wanted
+                || t.strip_prefix(wanted.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
+}
+
+/// The file stem: the last segment without a `.md` extension (ASCII case-insensitive).
+pub fn stem(file_name: &str) -> &str {
+    match file_name.len().checked_sub(3) {
+        Some(i) if file_name.is_char_boundary(i) && file_name[i..].eq_ignore_ascii_case(".md") => {
+            &file_name[..i]
+        }
+        _ => file_name,
+    }
+}
+
+/// Parsed frontmatter and where the body starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frontmatter {
+    pub fields: Map<String, Value>,
+    /// 0-based index of the first body line (0 when there is no frontmatter block).
+    pub body_line: usize,
+}
+
+/// Splits off a frontmatter block: a first line `---` up to the next `---` or `...` line. An
+/// unclosed block is no frontmatter; an invalid or non-mapping YAML block is an empty object whose
+/// lines still do not count as body.
+pub fn split_frontmatter(text: &str) -> Frontmatter {
+    let none = Frontmatter {
+        fields: Map::new(),
+        body_line: 0,
+    };
+    let mut lines = text.lines();
+    match lines.next() {
+        Some(first) if first.trim_start_matches('\u{feff}').trim_end() == "---" => {}
+        _ => return none,
+    }
+    let mut yaml = String::new();
+    for (i, line) in lines.enumerate() {
+        let t = line.trim_end();
+        if t == "---" || t == "..." {
+            return Frontmatter {
+                fields: parse_yaml(&yaml),
+                body_line: i + 2,
+            };
+        }
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    none
+}
+
+fn parse_yaml(yaml: &str) -> Map<String, Value> {
+    if yaml.trim().is_empty() {
+        return Map::new();
+    }
+    match yaml_serde::from_str::<yaml_serde::Value>(yaml) {
+        Ok(v) => match yaml_to_json(&v) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        },
+        Err(e) => {
+            tracing::debug!(error = %e, "invalid YAML frontmatter ignored");
+            Map::new()
+        }
+    }
+}
+
+fn yaml_to_json(v: &yaml_serde::Value) -> Value {
+    use yaml_serde::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(*b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                // NaN and infinities have no JSON number: keep their YAML spelling.
+                n.as_f64()
+                    .and_then(serde_json::Number::from_f64)
+                    .map_or_else(|| Value::String(n.to_string()), Value::Number)
+            }
+        }
+        Y::String(s) => Value::String(s.clone()),
+        Y::Sequence(items) => Value::Array(items.iter().map(yaml_to_json).collect()),
+        Y::Mapping(m) => Value::Object(m.iter().map(|(k, v)| (yaml_key(k), yaml_to_json(v))).collect()),
+        Y::Tagged(t) => yaml_to_json(&t.value),
+    }
+}
+
+/// JSON keys are strings; YAML keys may be anything.
+fn yaml_key(k: &yaml_serde::Value) -> String {
+    use yaml_serde::Value as Y;
+    match k {
+        Y::String(s) => s.clone(),
+        Y::Null => "null".to_owned(),
+        Y::Bool(b) => b.to_string(),
+        Y::Number(n) => n.to_string(),
+        other => yaml_to_json(other).to_string(),
+    }
+}
+
+/// A scalar frontmatter field as trimmed, non-empty text.
+fn field_string(fields: &Map<String, Value>, key: &str) -> Option<String> {
+    scalar_string(fields.get(key)?)
+}
+
+fn scalar_string(v: &Value) -> Option<String> {
+    let s = match v {
+        Value::String(s) => s.trim().to_owned(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        _ => return None,
+    };
+    (!s.is_empty()).then_some(s)
+}
+
+/// A string or a list of scalars. For tags, strings are further split on commas and whitespace
+/// and a leading `#` is dropped.
+fn string_list(v: Option<&Value>, tags: bool) -> Vec<String> {
+    let items: Vec<String> = match v {
+        Some(Value::Array(items)) => items.iter().filter_map(scalar_string).collect(),
+        Some(v) => scalar_string(v).into_iter().collect(),
+        None => Vec::new(),
+    };
+    if !tags {
+        return items;
+    }
+    items
+        .iter()
+        .flat_map(|s| s.split(|c: char| c == ',' || c.is_whitespace()))
+        .map(|t| t.trim_start_matches('#'))
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One body line outside fenced code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProseLine<'a> {
+    /// 1-based, counted from the first line of the file.
+    pub number: usize,
+    pub raw: &'a str,
+    /// `raw` with inline code spans replaced by spaces (same byte offsets).
+    pub masked: Cow<'a, str>,
+}
+
+/// The body lines from `body_line` on that are not inside a fenced code block (the fence lines
+/// themselves excluded), with inline code blanked.
+pub fn prose_lines(text: &str, body_line: usize) -> Vec<ProseLine<'_>> {
+    let mut out = Vec::new();
+    let mut fence: Option<(u8, usize)> = None;
+    for (idx, raw) in text.lines().enumerate().skip(body_line) {
+        if let Some((ch, len)) = fence {
+            if is_fence_close(raw, ch, len) {
+                fence = None;
+            }
+            continue;
+        }
+        if let Some(open) = fence_open(raw) {
+            fence = Some(open);
+            continue;
+        }
+        out.push(ProseLine {
+            number: idx + 1,
+            raw,
+            masked: mask_inline_code(raw),
+        });
+    }
+    out
+}
+
+/// The line without up to three spaces of indentation, or `None` when indented more.
+fn unindent(line: &str) -> Option<&str> {
+    let t = line.trim_start_matches(' ');
+    (line.len() - t.len() <= 3).then_some(t)
+}
+
+fn fence_open(line: &str) -> Option<(u8, usize)> {
+    let t = unindent(line)?;
+    let ch = *t.as_bytes().first()?;
+    if ch != b'`' && ch != b'~' {
+        return None;
+    }
+    let len = t.bytes().take_while(|&b| b == ch).count();
+    // A backtick fence's info string may not contain a backtick (that is inline code).
+    (len >= 3 && !(ch == b'`' && t[len..].contains('`'))).then_some((ch, len))
+}
+
+fn is_fence_close(line: &str, ch: u8, len: usize) -> bool {
+    let Some(t) = unindent(line) else { return false };
+    let run = t.bytes().take_while(|&b| b == ch).count();
+    run >= len && t[run..].trim().is_empty()
+}
+
+/// Replaces inline code spans (a run of N backticks up to the next run of exactly N on the same
+/// line) by spaces, byte for byte, so offsets stay valid.
+fn mask_inline_code(line: &str) -> Cow<'_, str> {
+    if !line.contains('`') {
+        return Cow::Borrowed(line);
+    }
+    let b = line.as_bytes();
+    let mut out = b.to_vec();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'`' => {
+                let start = i;
+                while i < b.len() && b[i] == b'`' {
+                    i += 1;
+                }
+                let n = i - start;
+                let mut j = i;
+                while j < b.len() {
+                    if b[j] == b'`' {
+                        let s = j;
+                        while j < b.len() && b[j] == b'`' {
+                            j += 1;
+                        }
+                        if j - s == n {
+                            out[start..j].fill(b' ');
+                            i = j;
+                            break;
+                        }
+                    } else {
+                        j += 1;
+                    }
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    // Only whole characters were blanked (the span ends are ASCII backticks), so this holds.
+    String::from_utf8(out).map_or(Cow::Borrowed(line), Cow::Owned)
+}
+
+/// The text of the first non-empty level-1 ATX heading.
+fn first_heading(lines: &[ProseLine<'_>]) -> Option<String> {
+    lines.iter().find_map(|l| {
+        let t = unindent(l.raw)?;
+        let rest = t.strip_prefix('#')?;
+        if !(rest.is_empty() || rest.starts_with([' ', '\t'])) {
+            return None;
+        }
+        let mut text = rest.trim();
+        // An optional closing sequence of `#`s preceded by a space.
+        let without = text.trim_end_matches('#');
+        if without.is_empty() || without.ends_with([' ', '\t']) {
+            text = without.trim_end();
+        }
+        (!text.is_empty()).then(|| text.to_owned())
+    })
+}
+
+fn is_tag_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-' || c == '/'
+}
+
+/// Inline `#tags` of one masked line: a `#` at the line start or after whitespace (so not a URL
+/// fragment, a heading marker or `[[note#heading]]`), then tag characters, not digits only.
+fn inline_tags(line: &str, out: &mut Vec<String>) {
+    let mut prev: Option<char> = None;
+    for (i, c) in line.char_indices() {
+        if c == '#' && prev.is_none_or(char::is_whitespace) {
+            let rest = &line[i + 1..];
+            let len: usize = rest
+                .chars()
+                .take_while(|&c| is_tag_char(c))
+                .map(char::len_utf8)
+                .sum();
+            let tag = rest[..len].trim_end_matches('/');
+            if !tag.is_empty() && !tag.starts_with('/') && !tag.chars().all(char::is_numeric) {
+                out.push(tag.to_owned());
+            }
+        }
+        prev = Some(c);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(text: &str) -> Note {
+        Note::parse(text, "stem")
+    }
+
+    #[test]
+    fn frontmatter_is_parsed_into_a_json_object() {
+        let n = parse("---\ntitle: Hello\ncount: 3\nnested: {a: [1, x]}\n1: one\n---\nbody\n");
+        assert_eq!(
+            Value::Object(n.frontmatter),
+            json!({"title": "Hello", "count": 3, "nested": {"a": [1, "x"]}, "1": "one"})
+        );
+        assert_eq!(n.title, "Hello");
+    }
+
+    #[test]
+    fn frontmatter_variants() {
+        // `...` closes, CRLF and a BOM are tolerated.
+        assert_eq!(split_frontmatter("---\na: 1\n...\nx").body_line, 3);
+        let crlf = split_frontmatter("\u{feff}---\r\ntitle: T\r\n---\r\nbody");
+        assert_eq!(crlf.fields.get("title"), Some(&json!("T")));
+        assert_eq!(crlf.body_line, 3);
+        // Empty block.
+        let empty = split_frontmatter("---\n---\n# H\n");
+        assert!(empty.fields.is_empty());
+        assert_eq!(empty.body_line, 2);
+        // Unclosed: no frontmatter at all.
+        assert_eq!(split_frontmatter("---\ntitle: x\n").body_line, 0);
+        // Not on the first line: no frontmatter.
+        assert_eq!(split_frontmatter("\n---\na: 1\n---\n").body_line, 0);
+    }
+
+    #[test]
+    fn invalid_or_non_mapping_yaml_is_no_frontmatter_but_no_failure() {
+        let n = parse("---\ntitle: [unclosed\n---\n# Heading\n");
+        assert!(n.frontmatter.is_empty());
+        assert_eq!(n.title, "Heading");
+        let n = parse("---\n- a\n- b\n---\nx\n");
+        assert!(n.frontmatter.is_empty());
+        assert_eq!(n.title, "stem");
+    }
+
+    #[test]
+    fn title_falls_back_to_heading_then_stem() {
+        assert_eq!(parse("---\ntitle: '  FM  '\n---\n# H\n").title, "FM");
+        assert_eq!(parse("intro\n## Sub\n# Main Title ##\n").title, "Main Title");
+        assert_eq!(parse("```\n# not a heading\n```\n#tag\n# Real\n").title, "Real");
+        assert_eq!(parse("no heading\n").title, "stem");
+        assert_eq!(parse("---\ntitle: 2024\n---\n").title, "2024");
+    }
+
+    #[test]
+    fn aliases_description_dates() {
+        let n = parse(
+            "---\naliases: [One, Two]\ndescription: ' Desc '\ncreated: 2024-01-02\nupdated: 2024-02-03T10:00:00Z\n---\n",
+        );
+        assert_eq!(n.aliases, ["One", "Two"]);
+        assert_eq!(n.description.as_deref(), Some("Desc"));
+        assert_eq!(n.created.as_deref(), Some("2024-01-02"));
+        assert_eq!(n.updated.as_deref(), Some("2024-02-03T10:00:00Z"));
+        assert_eq!(
+            parse("---\naliases: Only one, really\n---\n").aliases,
+            ["Only one, really"]
+        );
+        assert_eq!(parse("---\nalias: Legacy\n---\n").aliases, ["Legacy"]);
+    }
+
+    #[test]
+    fn frontmatter_tags_as_string_or_list() {
+        assert_eq!(parse("---\ntags: 'a, #b c'\n---\n").tags, ["a", "b", "c"]);
+        // Unquoted, ` #` starts a YAML comment.
+        assert_eq!(parse("---\ntags: a, #b c\n---\n").tags, ["a"]);
+        assert_eq!(
+            parse("---\ntags: [\"#x\", y/z, 42]\n---\n").tags,
+            ["x", "y/z", "42"]
+        );
+        assert_eq!(
+            parse("---\ntags:\n  - One\n  - one\n---\n#ONE #two\n").tags,
+            ["One", "two"]
+        );
+    }
+
+    #[test]
+    fn inline_tags_rules() {
+        let n = parse(
+            "# Heading\n#start mid #nested/tag #读书 #with-dash_x\n\
+             not#tag http://x.com/#frag #123 #1a ##double #trail/ (#paren)\n\
+             `#code` ```#code2``` #after\n```\n#fenced\n```\n~~~~\n#tilde\n~~~~\n#end",
+        );
+        assert_eq!(
+            n.tags,
+            [
+                "start",
+                "nested/tag",
+                "读书",
+                "with-dash_x",
+                "1a",
+                "trail",
+                "after",
+                "end"
+            ]
+        );
+    }
+
+    #[test]
+    fn tags_in_frontmatter_lines_are_not_inline_tags() {
+        let n = parse("---\ndescription: see #hidden\n---\n#shown\n");
+        assert_eq!(n.tags, ["shown"]);
+    }
+
+    #[test]
+    fn has_tag_is_case_insensitive_and_hierarchical() {
+        let n = parse("#Project/Alpha #MOC\n");
+        assert!(n.has_tag("moc"));
+        assert!(n.has_tag("#project"));
+        assert!(n.has_tag("project/alpha"));
+        assert!(!n.has_tag("proj"));
+        assert!(!n.has_tag("alpha"));
+    }
+
+    #[test]
+    fn inline_code_masking_keeps_offsets() {
+        assert_eq!(mask_inline_code("a `b` c"), "a     c");
+        assert_eq!(
+            mask_inline_code("a ``x ` y`` z"),
+            format!("a {} z", " ".repeat(9))
+        );
+        assert_eq!(mask_inline_code("unclosed ` tick"), "unclosed ` tick");
+        assert_eq!(mask_inline_code("`注意` x").len(), "`注意` x".len());
+        assert_eq!(
+            mask_inline_code(r"\`not code` x`"),
+            format!(r"\`not code{}", " ".repeat(4))
+        );
+    }
+
+    #[test]
+    fn fences_need_matching_char_and_length() {
+        let lines = prose_lines("a\n````\nx\n```\ny\n````\nb\n~~~\n```\n~~~\nc", 0);
+        let nums: Vec<usize> = lines.iter().map(|l| l.number).collect();
+        assert_eq!(nums, [1, 7, 11]);
+    }
+
+    #[test]
+    fn stem_strips_md_only() {
+        assert_eq!(stem("Note.MD"), "Note");
+        assert_eq!(stem("a.txt"), "a.txt");
+        assert_eq!(stem("md"), "md");
+        assert_eq!(stem("读.md"), "读");
+    }
+}

@@ -1,0 +1,485 @@
+//! `Vault`: the read tools of one vault (SPEC §4) over contained file access.
+//!
+//! For now every call scans: one `walk_markdown` and at most one read per note. `Catalog::scan` is
+//! the one place that decides which notes exist; the search index will replace it.
+
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use policy::{FolderPath, Layout, NoteClass, VaultPath};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::fs::{EntryKind, FsError, VaultFs};
+use crate::links::{Resolution, Resolver};
+use crate::note::{Note, stem};
+use crate::search::{fold, knowledge_score, parse_terms, snippet, terms_in_line};
+use crate::types::{
+    BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes,
+    ListStandards, ListTags, NoteEntry, NoteEntryKind, NoteRef, ReadNote, RecentNote, RecentNotes, Related,
+    StandardItem, TagCount, VaultError,
+};
+
+/// One vault opened for reading.
+pub struct Vault {
+    fs: VaultFs,
+}
+
+impl Vault {
+    pub fn open(root: &Path, layout: Layout) -> std::io::Result<Vault> {
+        Ok(Vault {
+            fs: VaultFs::open(root, layout)?,
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        self.fs.layout()
+    }
+
+    /// The contained file access underneath (for callers that need raw listings).
+    pub fn fs(&self) -> &VaultFs {
+        &self.fs
+    }
+
+    /// `read_note`: any readable UTF-8 file (the inbox included); a folder is `NOT_FOUND`.
+    pub fn read_note(&self, path: &str) -> Result<ReadNote, VaultError> {
+        let path = VaultPath::parse(path)?;
+        let file = self.fs.read_text(&path)?;
+        let note = Note::parse(&file.text, stem(path.file_name()));
+        Ok(ReadNote {
+            path: path.to_string(),
+            title: note.title,
+            frontmatter: note.frontmatter,
+            hash: hex::encode(Sha256::digest(&file.bytes)),
+            bytes: file.bytes.len() as u64,
+            content: file.text,
+            modified: rfc3339(file.modified),
+        })
+    }
+
+    /// `list_notes`: one folder level, folders first, then files, each by path.
+    pub fn list_notes(&self, dir: Option<&str>, limit: Option<u32>) -> Result<ListNotes, VaultError> {
+        let limit = check_limit(limit, 200, 500)?;
+        let folder = FolderPath::parse(dir.unwrap_or(""))?;
+        let mut entries = self.fs.list_dir(&folder).map_err(|e| match e {
+            // `dir` names a file: there is no such folder.
+            FsError::Io(io) if io.kind() == std::io::ErrorKind::NotADirectory => FsError::NotFound,
+            e => e,
+        })?;
+        entries.sort_by(|a, b| {
+            (a.kind != EntryKind::Folder, &a.path).cmp(&(b.kind != EntryKind::Folder, &b.path))
+        });
+        let truncated = entries.len() > limit;
+        entries.truncate(limit);
+        let entries = entries
+            .into_iter()
+            .map(|e| {
+                let (kind, title) = match e.kind {
+                    EntryKind::Folder => (NoteEntryKind::Folder, None),
+                    EntryKind::File if e.path.is_markdown() => {
+                        (NoteEntryKind::Note, Some(self.title_of(&e.path)))
+                    }
+                    EntryKind::File => (NoteEntryKind::File, None),
+                };
+                NoteEntry {
+                    path: e.path.to_string(),
+                    kind,
+                    title,
+                }
+            })
+            .collect();
+        Ok(ListNotes { entries, truncated })
+    }
+
+    /// `list_standards`: every note under the standards folders, by path.
+    pub fn list_standards(&self) -> Result<ListStandards, VaultError> {
+        let cat = Catalog::scan(&self.fs);
+        let standards = cat
+            .entries
+            .iter()
+            .filter(|e| e.class == NoteClass::Standard)
+            .map(|e| {
+                let note = cat.note(e);
+                StandardItem {
+                    path: e.path.to_string(),
+                    title: cat.title(e),
+                    description: note.and_then(|n| n.description.clone()).unwrap_or_default(),
+                }
+            })
+            .collect();
+        Ok(ListStandards { standards })
+    }
+
+    /// `list_tags`: how many notes carry each tag, most used first, then by name.
+    pub fn list_tags(&self) -> Result<ListTags, VaultError> {
+        let cat = Catalog::scan(&self.fs);
+        let mut tags: HashMap<String, TagCount> = HashMap::new();
+        for e in &cat.entries {
+            let Some(note) = cat.note(e) else { continue };
+            // `Note::tags` is already distinct case-insensitively.
+            for t in &note.tags {
+                tags.entry(fold(t))
+                    .or_insert_with(|| TagCount {
+                        name: t.clone(),
+                        count: 0,
+                    })
+                    .count += 1;
+            }
+        }
+        let mut tags: Vec<(String, TagCount)> = tags.into_iter().collect();
+        tags.sort_by(|(fa, a), (fb, b)| b.count.cmp(&a.count).then_with(|| fa.cmp(fb)));
+        Ok(ListTags {
+            tags: tags.into_iter().map(|(_, t)| t).collect(),
+        })
+    }
+
+    /// `get_related_notes` of a readable note.
+    pub fn related(&self, path: &str) -> Result<Related, VaultError> {
+        let path = VaultPath::parse(path)?;
+        let file = self.fs.read_text(&path)?;
+        let this = Note::parse(&file.text, stem(path.file_name()));
+        let cat = Catalog::scan(&self.fs);
+        let resolver = Resolver::new(cat.entries.iter().map(|e| &e.path));
+
+        let mut outlinks = BTreeSet::new();
+        let mut broken_links = Vec::new();
+        for link in &this.links {
+            match resolver.resolve(&path, link) {
+                Resolution::Note(p) if p != path => {
+                    outlinks.insert(p);
+                }
+                Resolution::Note(_) | Resolution::NotANote => {}
+                Resolution::Broken => broken_links.push(BrokenLink {
+                    target: link.target.clone(),
+                    line: link.line,
+                }),
+            }
+        }
+        let outlinks = outlinks
+            .into_iter()
+            .map(|p| {
+                let title = cat
+                    .find(&p)
+                    .map_or_else(|| stem(p.file_name()).to_owned(), |e| cat.title(e));
+                NoteRef {
+                    path: p.to_string(),
+                    title,
+                }
+            })
+            .collect();
+
+        let mut backlinks = Vec::new();
+        let mut mocs = Vec::new();
+        for e in cat.entries.iter().filter(|e| e.path != path) {
+            let Some(note) = cat.note(e) else { continue };
+            let links_here = note
+                .links
+                .iter()
+                .any(|l| resolver.resolve(&e.path, l) == Resolution::Note(path.clone()));
+            if !links_here {
+                continue;
+            }
+            let item = NoteRef {
+                path: e.path.to_string(),
+                title: note.title.clone(),
+            };
+            if note.has_tag("moc") || stem(e.path.file_name()).starts_with("MOC") {
+                mocs.push(item.clone());
+            }
+            backlinks.push(item);
+        }
+        Ok(Related {
+            outlinks,
+            backlinks,
+            broken_links,
+            mocs,
+        })
+    }
+
+    /// `list_recent_notes`: newest first (then by path), optionally modified at or after `since`.
+    pub fn recent(&self, limit: Option<u32>, since: Option<&str>) -> Result<RecentNotes, VaultError> {
+        let limit = check_limit(limit, 20, 200)?;
+        let since = since
+            .map(|s| {
+                OffsetDateTime::parse(s, &Rfc3339)
+                    .map(SystemTime::from)
+                    .map_err(|_| {
+                        VaultError::InvalidArgument(format!("since is not an RFC 3339 timestamp: {s:?}"))
+                    })
+            })
+            .transpose()?;
+        let cat = Catalog::scan(&self.fs);
+        let mut entries: Vec<&CatalogEntry> = cat
+            .entries
+            .iter()
+            .filter(|e| since.is_none_or(|s| e.modified >= s))
+            .collect();
+        entries.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| a.path.cmp(&b.path)));
+        let notes = entries
+            .into_iter()
+            .take(limit)
+            .map(|e| RecentNote {
+                path: e.path.to_string(),
+                title: cat.title(e),
+                modified: rfc3339(e.modified),
+            })
+            .collect();
+        Ok(RecentNotes { notes })
+    }
+
+    /// `search_note_content`: case-insensitive substring AND over the terms (SPEC §4, §10).
+    pub fn search_content(&self, q: &ContentQuery) -> Result<ContentHits, VaultError> {
+        let terms = query_terms(&q.query)?;
+        let limit = check_limit(q.limit, 60, 200)?;
+        let prefix = match q.path_prefix.as_deref() {
+            None => FolderPath::Root,
+            Some(p) => {
+                let prefix = FolderPath::parse(p)?;
+                if let FolderPath::Dir(d) = &prefix {
+                    self.layout().check_read(d)?;
+                }
+                prefix
+            }
+        };
+        let tags = tag_filter(&q.tags);
+        let cat = Catalog::scan(&self.fs);
+
+        // Notes come in path order and lines in line order, so per score the first `limit` hits
+        // are the only ones that can be returned: keep those (score → (entry, line, text)) and count
+        // the rest. Snippets are cut only for the hits returned.
+        let mut buckets: BTreeMap<usize, Vec<(&CatalogEntry, usize, String)>> = BTreeMap::new();
+        let mut total = 0usize;
+        for e in cat.entries.iter().filter(|e| prefix.contains(&e.path)) {
+            let Some(text) = cat.read(e) else { continue };
+            let mut seen = vec![false; terms.len()];
+            let mut lines = Vec::new();
+            for (i, line) in text.lines().enumerate() {
+                let mask = terms_in_line(line, &terms);
+                let score = mask.iter().filter(|m| **m).count();
+                if score > 0 {
+                    seen.iter_mut().zip(&mask).for_each(|(s, m)| *s |= *m);
+                    lines.push((score, i + 1, line));
+                }
+            }
+            if !seen.iter().all(|s| *s) {
+                continue;
+            }
+            // Parsed now, from the text at hand, for the tag filter and the hits' title.
+            let carries = cat
+                .note_from(e, &text)
+                .is_some_and(|n| tags.iter().all(|t| n.has_tag(t)));
+            if !carries {
+                continue;
+            }
+            for (score, line, text) in lines {
+                total += 1;
+                let bucket = buckets.entry(score).or_default();
+                if bucket.len() < limit {
+                    bucket.push((e, line, text.to_owned()));
+                }
+            }
+        }
+        let hits = buckets
+            .into_iter()
+            .rev()
+            .flat_map(|(score, hits)| {
+                hits.into_iter()
+                    .map(move |(e, line, text)| (score, e, line, text))
+            })
+            .take(limit)
+            .map(|(score, e, line, text)| ContentHit {
+                path: e.path.to_string(),
+                line,
+                snippet: snippet(&text, &terms),
+                title: cat.title(e),
+                score,
+            })
+            .collect();
+        let truncated = total > limit;
+        Ok(ContentHits { hits, truncated })
+    }
+
+    /// `search_knowledge`: every term in at least one of title, aliases, description, tags.
+    pub fn search_knowledge(
+        &self,
+        query: &str,
+        tags: &[String],
+        limit: Option<u32>,
+    ) -> Result<KnowledgeHits, VaultError> {
+        let terms = query_terms(query)?;
+        let limit = check_limit(limit, 20, 200)?;
+        let tags = tag_filter(tags);
+        let cat = Catalog::scan(&self.fs);
+        let mut hits: Vec<KnowledgeHit> = cat
+            .entries
+            .iter()
+            .filter_map(|e| {
+                let note = cat.note(e)?;
+                if !tags.iter().all(|t| note.has_tag(t)) {
+                    return None;
+                }
+                let (matched, score) = knowledge_score(note, &terms)?;
+                Some(KnowledgeHit {
+                    path: e.path.to_string(),
+                    title: note.title.clone(),
+                    matched,
+                    score,
+                })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
+        hits.truncate(limit);
+        Ok(KnowledgeHits { hits })
+    }
+
+    /// Catalog counts for the vault overview.
+    pub fn counts(&self) -> Result<Counts, VaultError> {
+        let cat = Catalog::scan(&self.fs);
+        let mut tags = HashSet::new();
+        for e in &cat.entries {
+            if let Some(note) = cat.note(e) {
+                tags.extend(note.tags.iter().map(|t| fold(t)));
+            }
+        }
+        Ok(Counts {
+            notes: cat.count(NoteClass::Note),
+            standards: cat.count(NoteClass::Standard),
+            tags: tags.len(),
+        })
+    }
+
+    /// Notes outside standards and inbox (for `vault_list`); walks, reads nothing.
+    pub fn note_count(&self) -> usize {
+        Catalog::scan(&self.fs).count(NoteClass::Note)
+    }
+
+    /// A note's title for a listing; the stem when it cannot be read.
+    fn title_of(&self, path: &VaultPath) -> String {
+        match self.fs.read_text(path) {
+            Ok(f) => Note::parse(&f.text, stem(path.file_name())).title,
+            Err(_) => stem(path.file_name()).to_owned(),
+        }
+    }
+}
+
+/// RFC 3339 UTC to the second, e.g. `2026-11-29T20:31:47Z` (times before 1970 read as 1970).
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+fn check_limit(limit: Option<u32>, default: usize, max: usize) -> Result<usize, VaultError> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&(n as usize)) => Ok(n as usize),
+        Some(n) => Err(VaultError::InvalidArgument(format!(
+            "limit must be between 1 and {max}, got {n}"
+        ))),
+    }
+}
+
+fn query_terms(query: &str) -> Result<Vec<String>, VaultError> {
+    let terms = parse_terms(query);
+    if terms.is_empty() {
+        return Err(VaultError::InvalidArgument(
+            "query must contain at least one term".to_owned(),
+        ));
+    }
+    Ok(terms)
+}
+
+/// Tag filters without `#`; empty entries are ignored.
+fn tag_filter(tags: &[String]) -> Vec<String> {
+    tags.iter()
+        .map(|t| t.trim().trim_start_matches('#').to_owned())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// One catalog note: found by the walk, read and parsed at most once, lazily.
+struct CatalogEntry {
+    path: VaultPath,
+    class: NoteClass,
+    modified: SystemTime,
+    note: OnceCell<Option<Note>>,
+}
+
+/// The notes that search, tags, links, recent and counts cover.
+struct Catalog<'v> {
+    fs: &'v VaultFs,
+    /// Sorted by path.
+    entries: Vec<CatalogEntry>,
+}
+
+impl<'v> Catalog<'v> {
+    /// Every readable `*.md` under the notes and standards folders, the inbox left out: one walk,
+    /// no reads.
+    fn scan(fs: &'v VaultFs) -> Catalog<'v> {
+        let layout = fs.layout();
+        let folders: Vec<FolderPath> = layout.notes.iter().chain(&layout.standards).cloned().collect();
+        let entries = fs
+            .walk_markdown(&folders)
+            .into_iter()
+            .filter_map(|e| {
+                let class = layout.classify(&e.path);
+                let keep = class != NoteClass::Inbox && layout.check_read(&e.path).is_ok();
+                keep.then(|| CatalogEntry {
+                    path: e.path,
+                    class,
+                    modified: e.modified,
+                    note: OnceCell::new(),
+                })
+            })
+            .collect();
+        Catalog { fs, entries }
+    }
+
+    fn count(&self, class: NoteClass) -> usize {
+        self.entries.iter().filter(|e| e.class == class).count()
+    }
+
+    fn find(&self, path: &VaultPath) -> Option<&CatalogEntry> {
+        self.entries
+            .binary_search_by(|e| e.path.cmp(path))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// The note's text, not kept (search needs it once); `None` when unreadable (logged).
+    fn read(&self, e: &CatalogEntry) -> Option<String> {
+        match self.fs.read_text(&e.path) {
+            Ok(f) => Some(f.text),
+            Err(err) => {
+                tracing::debug!(path = %e.path, error = %err, "note skipped");
+                None
+            }
+        }
+    }
+
+    /// The parsed note, read on first use.
+    fn note<'e>(&self, e: &'e CatalogEntry) -> Option<&'e Note> {
+        e.note
+            .get_or_init(|| self.read(e).map(|t| Note::parse(&t, stem(e.path.file_name()))))
+            .as_ref()
+    }
+
+    /// The parsed note from text already read.
+    fn note_from<'e>(&self, e: &'e CatalogEntry, text: &str) -> Option<&'e Note> {
+        e.note
+            .get_or_init(|| Some(Note::parse(text, stem(e.path.file_name()))))
+            .as_ref()
+    }
+
+    fn title(&self, e: &CatalogEntry) -> String {
+        self.note(e)
+            .map_or_else(|| stem(e.path.file_name()).to_owned(), |n| n.title.clone())
+    }
+}
