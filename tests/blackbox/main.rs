@@ -1,0 +1,9 @@
+//! Black-box tests: the real `vaultgate` binary, driven through the CLI and a real MCP client
+//! (rmcp over stdio), on fixture vaults copied into a fresh temporary folder per test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+mod security;
+mod smoke;
+mod stdio;

@@ -1,0 +1,1 @@
+//! Attacks: the path corpus, token forgery and revocation, the audit chain.

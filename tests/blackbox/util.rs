@@ -1,0 +1,174 @@
+//! Shared helpers: a fresh home with a copied fixture vault, CLI runs, MCP clients.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vaultgate"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vaults").join(name)
+}
+
+/// Copies a folder tree (files and folders only).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ty = e.file_type().unwrap();
+        let dest = to.join(e.file_name());
+        if ty.is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else if ty.is_file() {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// A fresh temporary home with one fixture vault registered as `basic` (the default).
+pub struct Env {
+    pub tmp: tempfile::TempDir,
+    pub home: PathBuf,
+    pub vault: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env::with_fixture("basic")
+    }
+
+    pub fn with_fixture(name: &str) -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let vault = tmp.path().join("vault");
+        copy_tree(&fixture(name), &vault);
+        let env = Env { tmp, home, vault };
+        env.ok(&["init"]);
+        env.ok(&["vault", "add", env.vault.to_str().unwrap(), "--id", "basic"]);
+        env
+    }
+
+    /// Runs the CLI with this home; never inherits a VAULTGATE_* variable from the test process.
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .arg("--home")
+            .arg(&self.home)
+            .args(args)
+            .env_remove("VAULTGATE_HOME")
+            .env_remove("VAULTGATE_TOKEN")
+            .env("USER", "tester")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the CLI and asserts exit 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "vaultgate {args:?} failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Issues a credential and returns (id, token).
+    pub fn token(&self, name: &str, tier: &str) -> (String, String) {
+        let mut args = vec!["token", "issue", "--name", name, "--tier", tier, "--format", "json"];
+        if tier == "full" {
+            args.push("--yes");
+        }
+        let v: Value = serde_json::from_str(&self.ok(&args)).unwrap();
+        (v["id"].as_str().unwrap().to_owned(), v["token"].as_str().unwrap().to_owned())
+    }
+
+    /// Starts `vaultgate stdio` with this token and connects an rmcp client to it.
+    pub async fn stdio(&self, token: &str) -> Client {
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.arg("stdio")
+            .arg("--home")
+            .arg(&self.home)
+            .env_remove("VAULTGATE_HOME")
+            .env("VAULTGATE_TOKEN", token)
+            .stderr(std::process::Stdio::null());
+        let transport = TokioChildProcess::new(cmd).unwrap();
+        Client { inner: ().serve(transport).await.unwrap() }
+    }
+}
+
+pub struct Client {
+    pub inner: RunningService<RoleClient, ()>,
+}
+
+/// A tool call's outcome, as a client sees it.
+#[derive(Debug)]
+pub enum Reply {
+    Ok(Value),
+    /// `isError: true`: the parsed SPEC §4 error JSON.
+    Err(Value),
+}
+
+impl Reply {
+    pub fn ok(self) -> Value {
+        match self {
+            Reply::Ok(v) => v,
+            Reply::Err(e) => panic!("expected success, got error {e}"),
+        }
+    }
+    pub fn code(self) -> String {
+        match self {
+            Reply::Ok(v) => panic!("expected an error, got {v}"),
+            Reply::Err(e) => e["code"].as_str().unwrap().to_owned(),
+        }
+    }
+}
+
+pub fn to_reply(r: CallToolResult) -> Reply {
+    if r.is_error == Some(true) {
+        assert!(r.structured_content.is_none(), "errors carry no structuredContent");
+        assert_eq!(r.content.len(), 1, "errors carry exactly one text block");
+        let text = r.content[0].as_text().expect("error block is text").text.clone();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["ok"], Value::Bool(false));
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(v["retryable"].is_boolean());
+        Reply::Err(v)
+    } else {
+        let v = r.structured_content.clone().expect("success carries structuredContent");
+        let text = r.content[0].as_text().expect("text block").text.clone();
+        let same: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(same, v, "the text block repeats structuredContent");
+        Reply::Ok(v)
+    }
+}
+
+impl Client {
+    pub async fn call(&self, tool: &str, args: Value) -> Reply {
+        to_reply(self.try_call(tool, args).await.expect("tools/call transport error"))
+    }
+
+    pub async fn try_call(&self, tool: &str, args: Value) -> Result<CallToolResult, rmcp::ServiceError> {
+        let mut p = CallToolRequestParams::new(tool.to_owned());
+        let args: JsonObject = match args {
+            Value::Object(m) => m,
+            Value::Null => JsonObject::new(),
+            other => panic!("arguments must be an object, got {other}"),
+        };
+        p.arguments = Some(args);
+        self.inner.call_tool(p).await
+    }
+
+    pub async fn close(self) {
+        let _ = self.inner.cancel().await;
+    }
+}
