@@ -39,15 +39,25 @@ enum Command {
     /// Register, list and remove vaults.
     #[command(subcommand)]
     Vault(VaultCmd),
+    /// Serve MCP over Streamable HTTP at http://127.0.0.1:PORT/mcp (loopback only); every request
+    /// needs `Authorization: Bearer <token>`.
+    Serve {
+        /// Loopback address to bind: 127.0.0.1 (default), ::1 or localhost. Anything else is refused.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port (default: [server] port in gateway.toml, 8765).
+        #[arg(long)]
+        port: Option<u16>,
+    },
     /// Serve MCP over stdin/stdout for one client; the token comes from VAULTGATE_TOKEN.
     Stdio,
     /// Unpack a demo vault into a folder, issue a `full` credential, print client configurations,
-    /// then serve it over stdio.
+    /// then serve it over Streamable HTTP (or stdio with --stdio).
     Demo(DemoArgs),
     /// Issue, list, revoke credentials and change their tier.
     #[command(subcommand)]
     Token(TokenCmd),
-    /// Verify or show the hash-chained audit log.
+    /// Verify, show or repair the hash-chained audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
     /// Print the machine contract: tools with schemas and annotations, tiers, error codes.
@@ -105,6 +115,12 @@ struct DemoArgs {
     /// Prepare and print the configurations, then exit without serving.
     #[arg(long)]
     no_serve: bool,
+    /// Serve over stdin/stdout instead of HTTP (for launching the demo from an MCP client).
+    #[arg(long)]
+    stdio: bool,
+    /// HTTP port (default 8765; 0 picks a free one).
+    #[arg(long)]
+    port: Option<u16>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -163,6 +179,9 @@ enum TokenCmd {
 enum AuditCmd {
     /// Recompute every hash and link; exit 1 naming the first broken record.
     Verify,
+    /// After a crash cut the last line short: complete it if it is a whole record, else save it
+    /// aside (audit.jsonl.torn-OFFSET) and remove it, so appends can continue.
+    Repair,
     /// Show the last records.
     Tail {
         #[arg(short = 'n', default_value_t = 20)]
@@ -229,6 +248,11 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
             Ok(())
         }
         Command::Vault(cmd) => vault_cmd(&home, cmd),
+        Command::Serve { host, port } => {
+            let core = Core::open(home)?;
+            let addr = crate::http::loopback_addr(&host, port.unwrap_or(core.config.server.port))?;
+            crate::http::serve(Arc::new(core), addr)
+        }
         Command::Stdio => {
             let token = env
                 .get("VAULTGATE_TOKEN")
@@ -240,7 +264,13 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
             core.authenticate(&token, crate::core::Transport::Stdio)?;
             crate::serve::stdio(core, token)
         }
-        Command::Demo(args) => crate::demo::run(args.dir, args.no_serve, &user),
+        Command::Demo(args) => crate::demo::run(crate::demo::DemoOptions {
+            dir: args.dir,
+            no_serve: args.no_serve,
+            stdio: args.stdio,
+            port: args.port,
+            user,
+        }),
         Command::Token(cmd) => token_cmd(&home, cmd, &user),
         Command::Audit(cmd) => audit_cmd(&home, cmd),
         Command::Describe { json } => {
@@ -484,7 +514,12 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             let core = Core::open(home.clone())?;
             let (cred, token) = core.issue_credential(user, &name, tier, vaults, expires_in)?;
             let exe = std::env::current_exe()?;
-            out(&crate::clientconf::render(format, &exe, &home.dir, &cred, &token));
+            let target = crate::clientconf::Target {
+                exe: &exe,
+                home: &home.dir,
+                port: core.config.server.port,
+            };
+            out(&crate::clientconf::render(format, &target, &cred, &token));
             Ok(())
         }
         TokenCmd::List { json } => {
@@ -571,6 +606,22 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
                     b.seq, b.line, b.reason
                 ))),
             }
+        }
+        AuditCmd::Repair => {
+            let msg = match audit::repair_torn_tail(&path)? {
+                audit::Repair::Clean => "audit log ends cleanly; nothing to repair".to_owned(),
+                audit::Repair::Completed { seq } => format!("completed the last record (seq {seq})"),
+                audit::Repair::MovedAside {
+                    offset,
+                    len,
+                    saved_to,
+                } => format!(
+                    "moved a torn fragment of {len} bytes at offset {offset} to {}",
+                    saved_to.display()
+                ),
+            };
+            out(&msg);
+            Ok(())
         }
         AuditCmd::Tail { n, json } => {
             let records = audit::tail(&path, n)?;

@@ -1,4 +1,5 @@
-//! Paste-ready client configurations printed by `token issue` and `demo`.
+//! Paste-ready client configurations printed by `token issue` and `demo`: stdio (the client
+//! launches `vaultgate stdio`) and Streamable HTTP (the client connects to `vaultgate serve`).
 
 use std::path::Path;
 
@@ -6,6 +7,7 @@ use inbox::Credential;
 use serde_json::json;
 
 use crate::auth::Token;
+use crate::cli::TokenFormat;
 
 pub fn credential_json(c: &Credential) -> serde_json::Value {
     json!({
@@ -25,65 +27,132 @@ fn ts(t: Option<i64>) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
-fn stdio_entry(exe: &Path, home: &Path, token: &Token) -> serde_json::Value {
-    json!({
-        "command": exe.display().to_string(),
-        "args": ["stdio", "--home", home.display().to_string()],
+/// Where clients find the gateway.
+pub struct Target<'a> {
+    pub exe: &'a Path,
+    pub home: &'a Path,
+    pub port: u16,
+}
+
+impl Target<'_> {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+fn q(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// `mcpServers` JSON (Claude Desktop, Claude Code `.mcp.json`, Cursor `.cursor/mcp.json`), stdio.
+pub fn mcp_servers_stdio(t: &Target<'_>, token: &Token) -> String {
+    pretty(&json!({ "mcpServers": { "vaultgate": {
+        "command": t.exe.display().to_string(),
+        "args": ["stdio", "--home", t.home.display().to_string()],
         "env": { "VAULTGATE_TOKEN": token.expose() },
-    })
+    }}}))
 }
 
-/// `mcpServers` JSON as Claude Desktop, Claude Code (`.mcp.json`) and Cursor (`.cursor/mcp.json`) read it.
-pub fn mcp_servers_json(exe: &Path, home: &Path, token: &Token) -> String {
-    let v = json!({ "mcpServers": { "vaultgate": stdio_entry(exe, home, token) } });
-    serde_json::to_string_pretty(&v).unwrap_or_default()
+/// Claude Code `.mcp.json`, Streamable HTTP.
+pub fn claude_http(t: &Target<'_>, token: &Token) -> String {
+    pretty(&json!({ "mcpServers": { "vaultgate": {
+        "type": "http",
+        "url": t.url(),
+        "headers": { "Authorization": format!("Bearer {}", token.expose()) },
+    }}}))
 }
 
-/// A `[mcp_servers.vaultgate]` table for Codex's `~/.codex/config.toml`.
-pub fn codex_toml(exe: &Path, home: &Path, token: &Token) -> String {
-    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+/// Cursor `.cursor/mcp.json`, Streamable HTTP.
+pub fn cursor_http(t: &Target<'_>, token: &Token) -> String {
+    pretty(&json!({ "mcpServers": { "vaultgate": {
+        "url": t.url(),
+        "headers": { "Authorization": format!("Bearer {}", token.expose()) },
+    }}}))
+}
+
+/// Codex `~/.codex/config.toml`, stdio.
+pub fn codex_stdio(t: &Target<'_>, token: &Token) -> String {
     format!(
         "[mcp_servers.vaultgate]\ncommand = {}\nargs = [\"stdio\", \"--home\", {}]\nenv = {{ VAULTGATE_TOKEN = {} }}",
-        q(&exe.display().to_string()),
-        q(&home.display().to_string()),
+        q(&t.exe.display().to_string()),
+        q(&t.home.display().to_string()),
         q(token.expose())
     )
 }
 
-pub fn render(
-    format: Option<crate::cli::TokenFormat>,
-    exe: &Path,
-    home: &Path,
-    c: &Credential,
-    t: &Token,
-) -> String {
-    use crate::cli::TokenFormat as F;
+/// Codex `~/.codex/config.toml`, Streamable HTTP.
+pub fn codex_http(t: &Target<'_>, token: &Token) -> String {
+    format!(
+        "[mcp_servers.vaultgate]\nurl = {}\nhttp_headers = {{ Authorization = {} }}",
+        q(&t.url()),
+        q(&format!("Bearer {}", token.expose()))
+    )
+}
+
+/// The MCP Inspector, both ways.
+pub fn inspector(t: &Target<'_>, token: &Token) -> String {
+    format!(
+        "stdio: npx @modelcontextprotocol/inspector -e VAULTGATE_TOKEN={tok} {exe} stdio --home {home}\n\
+         HTTP:  npx @modelcontextprotocol/inspector --cli {url} --transport http --header \"Authorization: Bearer {tok}\" --method tools/list\n\
+         (UI: transport \"Streamable HTTP\", URL {url}, header Authorization = Bearer <token>)",
+        tok = token.expose(),
+        exe = t.exe.display(),
+        home = t.home.display(),
+        url = t.url()
+    )
+}
+
+pub fn render(format: Option<TokenFormat>, t: &Target<'_>, c: &Credential, token: &Token) -> String {
     match format {
-        Some(F::Token) => t.expose().to_owned(),
-        Some(F::Json) => {
+        Some(TokenFormat::Token) => token.expose().to_owned(),
+        Some(TokenFormat::Json) => {
             let mut v = credential_json(c);
             if let Some(o) = v.as_object_mut() {
                 o.remove("createdAt");
                 o.remove("revoked");
-                o.insert("token".into(), json!(t.expose()));
+                o.insert("token".into(), json!(token.expose()));
             }
             v.to_string()
         }
-        Some(F::Claude) | Some(F::Cursor) => mcp_servers_json(exe, home, t),
-        Some(F::Codex) => codex_toml(exe, home, t),
+        Some(TokenFormat::Claude) => format!(
+            "# stdio (Claude Desktop claude_desktop_config.json, Claude Code .mcp.json)\n{}\n\n\
+             # Streamable HTTP (Claude Code .mcp.json; start `vaultgate serve` first)\n{}",
+            mcp_servers_stdio(t, token),
+            claude_http(t, token)
+        ),
+        Some(TokenFormat::Cursor) => format!(
+            "# stdio (.cursor/mcp.json)\n{}\n\n# Streamable HTTP (.cursor/mcp.json; start `vaultgate serve` first)\n{}",
+            mcp_servers_stdio(t, token),
+            cursor_http(t, token)
+        ),
+        Some(TokenFormat::Codex) => format!(
+            "# stdio (~/.codex/config.toml)\n{}\n\n# Streamable HTTP (instead of the above; start `vaultgate serve` first)\n{}",
+            codex_stdio(t, token),
+            codex_http(t, token)
+        ),
         None => format!(
             "issued credential {} ({}, tier {})\n\ntoken (shown once, keep it secret):\n{}\n\n\
-             Claude Desktop / Claude Code / Cursor (mcpServers JSON):\n{}\n\n\
-             Codex (~/.codex/config.toml):\n{}\n\n\
-             MCP Inspector: npx @modelcontextprotocol/inspector -e VAULTGATE_TOKEN=<token> {} stdio --home {}",
+             HTTP endpoint (`vaultgate serve`; the demo already serves it): {}  with header  Authorization: Bearer <token>\n\n\
+             Claude Desktop / Claude Code / Cursor, stdio (mcpServers JSON):\n{}\n\n\
+             Claude Code, HTTP (.mcp.json):\n{}\n\n\
+             Cursor, HTTP (.cursor/mcp.json):\n{}\n\n\
+             Codex (~/.codex/config.toml), stdio:\n{}\n\nCodex, HTTP:\n{}\n\n\
+             MCP Inspector:\n{}",
             c.id.as_str(),
             c.name,
             c.tier,
-            t.expose(),
-            mcp_servers_json(exe, home, t),
-            codex_toml(exe, home, t),
-            exe.display(),
-            home.display()
+            token.expose(),
+            t.url(),
+            mcp_servers_stdio(t, token),
+            claude_http(t, token),
+            cursor_http(t, token),
+            codex_stdio(t, token),
+            codex_http(t, token),
+            inspector(t, token)
         ),
     }
 }

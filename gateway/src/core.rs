@@ -147,6 +147,11 @@ impl Core {
         })
     }
 
+    /// Audits an HTTP refusal decided before a credential was known (missing header, session owner).
+    pub fn record_http_refusal(&self, e: &GatewayError) {
+        self.record_refusal("auth", None, None, Transport::Http, e);
+    }
+
     fn record_refusal(
         &self,
         event: &str,
@@ -195,15 +200,31 @@ impl Core {
         tool: &str,
         args: Map<String, Value>,
     ) -> Option<Result<Value, GatewayError>> {
-        let spec = policy::tools::find(tool)?;
+        policy::tools::find(tool)?;
         if !tools::CATALOG.iter().any(|t| t.name == tool) {
             return None;
         }
-        let args = Value::Object(args);
         let caller = match self.authenticate(token, transport) {
             Ok(c) => c,
             Err(e) => return Some(Err(e)),
         };
+        self.call_tool_as(&caller, tool, args)
+    }
+
+    /// Runs one tool call for an already authenticated caller (HTTP authenticates per request in
+    /// its middleware, immediately before).
+    pub fn call_tool_as(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        args: Map<String, Value>,
+    ) -> Option<Result<Value, GatewayError>> {
+        let spec = policy::tools::find(tool)?;
+        if !tools::CATALOG.iter().any(|t| t.name == tool) {
+            return None;
+        }
+        let caller = caller.clone();
+        let args = Value::Object(args);
         let result = if caller.credential.tier.allows(spec.capability()) {
             self.dispatch(&caller, tool, &args)
         } else {

@@ -2,6 +2,7 @@
 //! client configurations, then serving. Nothing outside the chosen folder is touched.
 
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 
 use include_dir::{Dir, include_dir};
@@ -31,7 +32,22 @@ fn unpack(dir: &Dir<'_>, dest: &Path) -> Result<(), GatewayError> {
     Ok(())
 }
 
-pub fn run(dir: Option<PathBuf>, no_serve: bool, user: &str) -> Result<(), GatewayError> {
+pub struct DemoOptions {
+    pub dir: Option<PathBuf>,
+    pub no_serve: bool,
+    pub stdio: bool,
+    pub port: Option<u16>,
+    pub user: String,
+}
+
+pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
+    let DemoOptions {
+        dir,
+        no_serve,
+        stdio,
+        port,
+        user,
+    } = opts;
     let base = match dir {
         Some(d) => d,
         None => tempfile::Builder::new()
@@ -66,23 +82,45 @@ pub fn run(dir: Option<PathBuf>, no_serve: bool, user: &str) -> Result<(), Gatew
             },
         )?;
     }
-    let core = Arc::new(Core::open(home.clone())?);
-    let name = format!("demo-{}", crate::core::now_unix());
-    let (cred, token) = core.issue_credential(user, &name, Tier::Full, vec![], None)?;
+    let core = Core::open(home.clone())?;
+    let name = format!("demo-{}", uuid::Uuid::now_v7().simple());
+    let (cred, token) = core.issue_credential(&user, &name, Tier::Full, vec![], None)?;
     let exe = std::env::current_exe()?;
+    // Bind before printing, so the printed URL carries the real port (`--port 0` picks one).
+    let port = port.unwrap_or(core.config.server.port);
+    let listener = if no_serve || stdio {
+        None
+    } else {
+        let addr = crate::http::loopback_addr("127.0.0.1", port)?;
+        Some(std::net::TcpListener::bind(addr).map_err(|e| {
+            GatewayError::InvalidArgument(format!(
+                "cannot listen on {addr}: {e}; pass --port N (0 = any free port)"
+            ))
+        })?)
+    };
+    let port = match &listener {
+        Some(l) => l.local_addr()?.port(),
+        None => port,
+    };
+    let target = crate::clientconf::Target {
+        exe: &exe,
+        home: &home.dir,
+        port,
+    };
     err(&format!(
         "vaultgate demo\n  vault: {}\n  home:  {}\n  credential: {} (tier full)\n\n{}\n",
         vault_dir.display(),
         home.dir.display(),
         cred.id.as_str(),
-        crate::clientconf::render(None, &exe, &home.dir, &cred, &token)
+        crate::clientconf::render(None, &target, &cred, &token)
     ));
-    if no_serve {
-        return Ok(());
+    let core = Arc::new(core);
+    match listener {
+        None if no_serve => Ok(()),
+        None => {
+            err("serving MCP over stdio (JSON-RPC on stdin/stdout); EOF to stop.");
+            crate::serve::stdio(core, token)
+        }
+        Some(l) => crate::http::serve_std(core, l),
     }
-    err(
-        "serving MCP over stdio on this terminal (JSON-RPC on stdin/stdout); Ctrl-C or EOF to stop.\n\
-         To use a client instead, paste one of the configurations above.",
-    );
-    crate::serve::stdio(core, token)
 }

@@ -37,6 +37,9 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     AuditBroken(String),
+    /// An HTTP request refused before authentication matters (Host, Origin, session owner).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -62,6 +65,7 @@ impl GatewayError {
             GatewayError::Config(_) => ErrorCode::INVALID_ARGUMENT,
             GatewayError::Io(_) => ErrorCode::INTERNAL,
             GatewayError::AuditBroken(_) => ErrorCode::INTERNAL,
+            GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,
         }
     }

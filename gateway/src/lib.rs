@@ -13,6 +13,7 @@ mod demo;
 mod describe;
 pub mod error;
 pub mod home;
+pub mod http;
 mod logging;
 pub mod mcp;
 mod resources;

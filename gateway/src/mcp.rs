@@ -16,7 +16,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
 use crate::auth::Token;
-use crate::core::{Core, Transport};
+use crate::core::{Caller, Core, Transport};
 use crate::error::GatewayError;
 use crate::resources;
 use crate::tools::CATALOG;
@@ -28,12 +28,12 @@ If the answer to a mutating call was lost, retry it only with the same idempoten
 Critical tools (permanent deletion) need two calls: the first returns a challenge, the second repeats the \
 call with challengeId, planHash and acknowledged: true.";
 
-/// One MCP connection's handler. The credential is re-read from the database on every call.
+/// One MCP connection's handler. The credential is re-read from the database on every request.
 #[derive(Clone)]
 pub struct McpServer {
     core: Arc<Core>,
-    transport: Transport,
-    /// The stdio token (from `VAULTGATE_TOKEN`); HTTP requests carry their own.
+    /// The stdio token (from `VAULTGATE_TOKEN`); `None` over HTTP, where the auth middleware
+    /// authenticates each request and hands its `Caller` down in the request extensions.
     token: Option<Token>,
 }
 
@@ -41,15 +41,33 @@ impl McpServer {
     pub fn stdio(core: Arc<Core>, token: Token) -> McpServer {
         McpServer {
             core,
-            transport: Transport::Stdio,
             token: Some(token),
         }
     }
 
-    fn token(&self, _ctx: &RequestContext<RoleServer>) -> Result<Token, GatewayError> {
-        self.token
-            .clone()
-            .ok_or(GatewayError::Unauthorized("no bearer token"))
+    pub fn http(core: Arc<Core>) -> McpServer {
+        McpServer { core, token: None }
+    }
+
+    /// Who is calling, decided freshly for this request.
+    async fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, GatewayError> {
+        match &self.token {
+            Some(token) => {
+                let core = self.core.clone();
+                let token = token.clone();
+                blocking(move || core.authenticate(&token, Transport::Stdio))
+                    .await
+                    .map_err(|_| GatewayError::Internal("auth worker stopped".into()))?
+            }
+            None => ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Caller>())
+                .cloned()
+                .ok_or(GatewayError::Unauthorized(
+                    "no authenticated credential on this request",
+                )),
+        }
     }
 }
 
@@ -107,15 +125,20 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let token = match self.token(&context) {
-            Ok(t) => t,
+        if policy::tools::find(&request.name).is_none() || !CATALOG.iter().any(|t| t.name == request.name) {
+            return Err(McpError::invalid_params(
+                format!("unknown tool '{}'", request.name),
+                None,
+            ));
+        }
+        let caller = match self.caller(&context).await {
+            Ok(c) => c,
             Err(e) => return Ok(error_result(&e).into()),
         };
         let core = self.core.clone();
-        let transport = self.transport;
         let name = request.name.to_string();
         let args = request.arguments.unwrap_or_default();
-        let outcome = blocking(move || core.call_tool(&token, transport, &name, args)).await?;
+        let outcome = blocking(move || core.call_tool_as(&caller, &name, args)).await?;
         match outcome {
             None => Err(McpError::invalid_params(
                 format!("unknown tool '{}'", request.name),
@@ -131,10 +154,9 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let token = self.token(&context).map_err(|e| rpc_error(&e))?;
+        let caller = self.caller(&context).await.map_err(|e| rpc_error(&e))?;
         let core = self.core.clone();
-        let transport = self.transport;
-        blocking(move || resources::list(&core, &token, transport))
+        blocking(move || resources::list(&core, &caller))
             .await?
             .map(ListResourcesResult::with_all_items)
             .map_err(|e| rpc_error(&e))
@@ -153,11 +175,10 @@ impl ServerHandler for McpServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let token = self.token(&context).map_err(|e| rpc_error(&e))?;
+        let caller = self.caller(&context).await.map_err(|e| rpc_error(&e))?;
         let core = self.core.clone();
-        let transport = self.transport;
         let uri = request.uri.clone();
-        let text = blocking(move || resources::read(&core, &token, transport, &uri))
+        let text = blocking(move || resources::read(&core, &caller, &uri))
             .await?
             .map_err(|e| rpc_error(&e))?;
         let mut contents = ResourceContents::text(text, request.uri);

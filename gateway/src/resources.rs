@@ -2,8 +2,7 @@
 
 use rmcp::model::{Resource, ResourceTemplate};
 
-use crate::auth::Token;
-use crate::core::{Caller, Core, Transport, VaultHandle};
+use crate::core::{Caller, Core, VaultHandle};
 use crate::error::GatewayError;
 
 pub const INVARIANTS_URI: &str = "vaultgate://invariants";
@@ -36,8 +35,7 @@ pub fn templates() -> Vec<ResourceTemplate> {
     ]
 }
 
-pub fn list(core: &Core, token: &Token, transport: Transport) -> Result<Vec<Resource>, GatewayError> {
-    let caller = core.authenticate(token, transport)?;
+pub fn list(core: &Core, caller: &Caller) -> Result<Vec<Resource>, GatewayError> {
     let mut out = vec![
         Resource::new(INVARIANTS_URI, "invariants")
             .with_title("Rules for agents")
@@ -65,10 +63,9 @@ pub fn list(core: &Core, token: &Token, transport: Transport) -> Result<Vec<Reso
     Ok(out)
 }
 
-pub fn read(core: &Core, token: &Token, transport: Transport, uri: &str) -> Result<String, GatewayError> {
-    let caller = core.authenticate(token, transport)?;
-    let result = read_as(core, &caller, uri);
-    core.record_read(&caller, "resource_read", uri, &result);
+pub fn read(core: &Core, caller: &Caller, uri: &str) -> Result<String, GatewayError> {
+    let result = read_as(core, caller, uri);
+    core.record_read(caller, "resource_read", uri, &result);
     result
 }
 

@@ -9,7 +9,7 @@ use crate::core::Core;
 use crate::error::GatewayError;
 use crate::mcp::McpServer;
 
-fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -30,4 +30,10 @@ pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
             .map_err(|e| GatewayError::Internal(format!("MCP server task failed: {e}")))?;
         Ok(())
     })
+}
+
+/// A line for the person at the terminal (stderr; stdout may belong to JSON-RPC).
+pub(crate) fn announce(s: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{s}");
 }

@@ -1,0 +1,333 @@
+//! `vaultgate serve`: MCP Streamable HTTP on loopback (SPEC §3). Every request passes, in order:
+//! Host check → Origin check → body-size check → bearer authentication → session binding, and
+//! only then reaches rmcp's Streamable HTTP service and the same `McpServer` as stdio.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use crate::auth::Token;
+use crate::core::{Core, Transport};
+use crate::error::GatewayError;
+use crate::mcp::McpServer;
+
+/// How long one request may take to produce its response head.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Resolves `--host` to a loopback address or refuses (SPEC §3).
+pub fn loopback_addr(host: &str, port: u16) -> Result<SocketAddr, GatewayError> {
+    let ip: IpAddr = match host {
+        "localhost" => IpAddr::from([127, 0, 0, 1]),
+        other => other
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| {
+                GatewayError::InvalidArgument(format!("--host '{other}' is not an IP address or 'localhost'"))
+            })?,
+    };
+    // SECURITY(T-HTTP1): never listen beyond this machine; tunnels reach us through loopback.
+    if !ip.is_loopback() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "refusing to bind {ip}: vaultgate serves loopback only (127.0.0.1, ::1, localhost); \
+             expose it through a tunnel that connects to loopback instead"
+        )));
+    }
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Per-process HTTP state shared by the middleware.
+struct Gate {
+    core: Arc<Core>,
+    port: u16,
+    allowed_origins: Vec<String>,
+    max_body: usize,
+    /// `Mcp-Session-Id` → the credential that opened it.
+    sessions: Mutex<HashMap<String, String>>,
+}
+
+pub fn router(core: Arc<Core>, port: u16) -> Router {
+    let max_body = core.config.server.max_body_bytes;
+    let gate = Arc::new(Gate {
+        allowed_origins: core.config.server.allowed_origins.clone(),
+        core: core.clone(),
+        port,
+        max_body,
+        sessions: Mutex::new(HashMap::new()),
+    });
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts([
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ])
+        // Our own Origin check runs first (loopback origins on any port plus the configured list).
+        .disable_allowed_origins()
+        .with_max_request_body_bytes(max_body)
+        .with_legacy_session_mode(true);
+    config.sse_keep_alive = Some(Duration::from_secs(15));
+    let mcp_core = core.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(McpServer::http(mcp_core.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(gate.clone(), guard))
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
+        )
+}
+
+fn refuse(status: StatusCode, e: &GatewayError) -> Response {
+    let mut resp = (status, axum::Json(e.to_json())).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        let v = format!(
+            "Bearer realm=\"vaultgate\", error=\"invalid_token\", error_description=\"{}\"",
+            e.code().as_str()
+        );
+        if let Ok(h) = HeaderValue::from_str(&v) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, h);
+        }
+    }
+    resp
+}
+
+fn forbidden(msg: &str) -> Response {
+    refuse(StatusCode::FORBIDDEN, &GatewayError::Forbidden(msg.to_owned()))
+}
+
+/// `Host` must name loopback with the served port (DNS-rebinding protection).
+fn host_ok(headers: &HeaderMap, port: u16) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let host = host.to_ascii_lowercase();
+    ["127.0.0.1", "localhost", "[::1]"]
+        .iter()
+        .any(|name| host == format!("{name}:{port}"))
+}
+
+/// `Origin`, when present, must be a loopback origin (any port: local tools such as the MCP
+/// Inspector run on their own port) or one listed in `gateway.toml`.
+fn origin_ok(headers: &HeaderMap, allowed: &[String]) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    let origin = origin.to_ascii_lowercase();
+    if allowed.iter().any(|a| a.eq_ignore_ascii_case(&origin)) {
+        return true;
+    }
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = match rest.strip_prefix("[::1]") {
+        Some(after) => return after.is_empty() || valid_port_suffix(after),
+        None => rest,
+    };
+    let (name, after) = match host.find(':') {
+        Some(i) => (&host[..i], &host[i..]),
+        None => (host, ""),
+    };
+    matches!(name, "127.0.0.1" | "localhost") && (after.is_empty() || valid_port_suffix(after))
+}
+
+fn valid_port_suffix(s: &str) -> bool {
+    s.strip_prefix(':')
+        .is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<Token> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return None;
+    }
+    Some(Token::new(token.trim().to_owned()))
+}
+
+async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> Response {
+    // SECURITY(T-HTTP2): DNS rebinding — a web page's Host/Origin never match loopback.
+    if !host_ok(req.headers(), gate.port) {
+        return forbidden("Host must be 127.0.0.1, localhost or [::1] with the served port");
+    }
+    if !origin_ok(req.headers(), &gate.allowed_origins) {
+        return forbidden("Origin not allowed; add it to [server] allowed_origins in gateway.toml");
+    }
+    // SECURITY(T-HTTP3): declared oversize bodies are refused before reading; rmcp enforces the same
+    // limit while streaming a body without a length.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > gate.max_body as u64) {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &GatewayError::InvalidArgument(format!("request body over {} bytes", gate.max_body)),
+        );
+    }
+    // SECURITY(T-AUTH3): every request authenticates on its own; the row is read fresh each time.
+    let Some(token) = bearer(req.headers()) else {
+        let e = GatewayError::Unauthorized("missing or malformed Authorization: Bearer header");
+        gate.core.record_http_refusal(&e);
+        return refuse(StatusCode::UNAUTHORIZED, &e);
+    };
+    let core = gate.core.clone();
+    let caller = match tokio::task::spawn_blocking(move || core.authenticate(&token, Transport::Http)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return refuse(StatusCode::UNAUTHORIZED, &e),
+        Err(_) => {
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &GatewayError::Internal("auth".into()),
+            );
+        }
+    };
+    let cred_id = caller.credential.id.as_str().to_owned();
+    // SECURITY(T-HTTP4): a session id carries no authority; it stays with the credential that opened it.
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(sid) = &session {
+        let owner = gate.sessions.lock().ok().and_then(|m| m.get(sid).cloned());
+        if owner.as_deref().is_some_and(|o| o != cred_id) {
+            let e = GatewayError::Forbidden("this MCP session belongs to another credential".into());
+            gate.core.record_http_refusal(&e);
+            return refuse(StatusCode::FORBIDDEN, &e);
+        }
+    }
+    req.extensions_mut().insert(caller);
+    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => return (StatusCode::GATEWAY_TIMEOUT, Body::from("request timed out")).into_response(),
+    };
+    if session.is_none()
+        && let Some(new_sid) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok())
+        && let Ok(mut m) = gate.sessions.lock()
+    {
+        m.insert(new_sid.to_owned(), cred_id);
+    }
+    resp
+}
+
+/// Binds `addr` and serves until Ctrl-C.
+pub fn serve(core: Arc<Core>, addr: SocketAddr) -> Result<(), GatewayError> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        GatewayError::InvalidArgument(format!(
+            "cannot listen on {addr}: {e} (is another server running? try --port)"
+        ))
+    })?;
+    serve_std(core, listener)
+}
+
+/// Serves on an already bound listener until Ctrl-C.
+pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(), GatewayError> {
+    listener.set_nonblocking(true)?;
+    crate::serve::runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let local = listener.local_addr()?;
+        tracing::info!(%local, "serving MCP over Streamable HTTP");
+        crate::serve::announce(&format!(
+            "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop)"
+        ));
+        let app = router(core, local.port());
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            if let Ok(v) = HeaderValue::from_str(v) {
+                h.insert(*k, v);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn host_must_be_loopback_with_our_port() {
+        for ok in ["127.0.0.1:8765", "localhost:8765", "[::1]:8765", "LOCALHOST:8765"] {
+            assert!(host_ok(&headers(&[("host", ok)]), 8765), "{ok}");
+        }
+        for bad in [
+            "evil.com:8765",
+            "127.0.0.1:80",
+            "localhost",
+            "127.0.0.1.evil.com:8765",
+            "",
+            "0.0.0.0:8765",
+        ] {
+            assert!(!host_ok(&headers(&[("host", bad)]), 8765), "{bad}");
+        }
+        assert!(!host_ok(&HeaderMap::new(), 8765));
+    }
+
+    #[test]
+    fn origin_rules() {
+        let allowed = vec!["https://chatgpt.com".to_owned()];
+        assert!(origin_ok(&HeaderMap::new(), &allowed));
+        for ok in [
+            "http://localhost:6274",
+            "http://127.0.0.1:8765",
+            "http://[::1]:3000",
+            "https://chatgpt.com",
+            "http://localhost",
+        ] {
+            assert!(origin_ok(&headers(&[("origin", ok)]), &allowed), "{ok}");
+        }
+        for bad in [
+            "http://evil.com",
+            "http://localhost.evil.com",
+            "http://127.0.0.1.nip.io:8765",
+            "null",
+            "http://localhost:80x",
+            "file://",
+            "https://chatgpt.com.evil.com",
+        ] {
+            assert!(!origin_ok(&headers(&[("origin", bad)]), &allowed), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_loopback_binds() {
+        assert!(loopback_addr("127.0.0.1", 1).is_ok());
+        assert!(loopback_addr("::1", 1).is_ok());
+        assert!(loopback_addr("[::1]", 1).is_ok());
+        assert!(loopback_addr("localhost", 1).is_ok());
+        assert!(loopback_addr("0.0.0.0", 1).is_err());
+        assert!(loopback_addr("192.168.1.2", 1).is_err());
+        assert!(loopback_addr("example.com", 1).is_err());
+    }
+}
