@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use vault::Vault;
 
 use crate::auth::{self, Token};
+use crate::changes::VaultChanged;
 use crate::error::GatewayError;
 use crate::home::{Config, Home, SecretKey};
 use crate::tools::{self, HistoryTops, IndexStatus, OverviewOut, VaultItem, VaultListOut};
@@ -65,6 +66,7 @@ pub struct Core {
     pub state: State,
     pub audit: AuditLog,
     vaults: BTreeMap<String, Arc<VaultHandle>>,
+    changes: tokio::sync::broadcast::Sender<VaultChanged>,
 }
 
 pub fn now_unix() -> i64 {
@@ -99,6 +101,7 @@ impl Core {
                 }),
             );
         }
+        let (changes, _) = tokio::sync::broadcast::channel(256);
         Ok(Core {
             home,
             config,
@@ -106,7 +109,22 @@ impl Core {
             state,
             audit,
             vaults,
+            changes,
         })
+    }
+
+    /// Tells every connection of this process that a vault changed.
+    pub fn announce(&self, change: VaultChanged) {
+        // No receiver is fine: nobody is connected.
+        let _ = self.changes.send(change);
+    }
+
+    pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<VaultChanged> {
+        self.changes.subscribe()
+    }
+
+    pub fn all_vaults(&self) -> Vec<Arc<VaultHandle>> {
+        self.vaults.values().cloned().collect()
     }
 
     pub fn secret(&self) -> &SecretKey {

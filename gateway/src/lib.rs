@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod changes;
 pub mod cli;
 mod clientconf;
 pub mod core;

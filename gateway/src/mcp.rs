@@ -4,7 +4,8 @@
 // (SEP-2577) but still negotiates it for the protocol versions we serve.
 #![allow(deprecated)]
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -12,7 +13,11 @@ use rmcp::model::{
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
     ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::model::{
+    InitializeRequestParams, InitializeResult, LoggingLevel, LoggingMessageNotificationParam,
+    ResourceUpdatedNotificationParam, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+};
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
 use crate::auth::Token;
@@ -32,6 +37,7 @@ call with challengeId, planHash and acknowledged: true.";
 #[derive(Clone)]
 pub struct McpServer {
     core: Arc<Core>,
+    conn: Arc<Conn>,
     /// The stdio token (from `VAULTGATE_TOKEN`); `None` over HTTP, where the auth middleware
     /// authenticates each request and hands its `Caller` down in the request extensions.
     token: Option<Token>,
@@ -41,12 +47,17 @@ impl McpServer {
     pub fn stdio(core: Arc<Core>, token: Token) -> McpServer {
         McpServer {
             core,
+            conn: Arc::default(),
             token: Some(token),
         }
     }
 
     pub fn http(core: Arc<Core>) -> McpServer {
-        McpServer { core, token: None }
+        McpServer {
+            core,
+            conn: Arc::default(),
+            token: None,
+        }
     }
 
     /// Who is calling, decided freshly for this request.
@@ -68,6 +79,100 @@ impl McpServer {
                     "no authenticated credential on this request",
                 )),
         }
+    }
+}
+
+/// Per-connection announcement preferences (a legacy session, or the stdio connection).
+#[derive(Default)]
+struct Conn {
+    /// Resource URIs this connection subscribed to (`resources/subscribe`).
+    subscriptions: Mutex<HashSet<String>>,
+    /// Set by `logging/setLevel`; no log messages are sent before a client asks for them.
+    log_level: Mutex<Option<LoggingLevel>>,
+    forwarding: std::sync::atomic::AtomicBool,
+}
+
+fn rank(l: LoggingLevel) -> u8 {
+    match l {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+fn vault_uri(id: &str) -> String {
+    format!("vaultgate://vault/{id}")
+}
+
+/// Whether the credential behind this connection may still hear about `vault` (re-read each time,
+/// so a revoked or re-scoped credential stops hearing at once).
+fn may_hear(core: &Core, credential_id: &str, vault: &str) -> bool {
+    match core.state.credential(credential_id) {
+        Ok(Some(c)) => !c.is_revoked() && !c.is_expired(crate::core::now_unix()) && c.may_see_vault(vault),
+        _ => false,
+    }
+}
+
+impl McpServer {
+    /// Forwards vault changes to this connection's peer for as long as it is open.
+    fn start_forwarding(&self, peer: rmcp::Peer<RoleServer>, credential_id: String) {
+        if self
+            .conn
+            .forwarding
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        let core = self.core.clone();
+        let conn = self.conn.clone();
+        let mut rx = core.subscribe_changes();
+        tokio::spawn(async move {
+            loop {
+                let change = match rx.recv().await {
+                    Ok(c) => c,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let uri = vault_uri(&change.vault);
+                let subscribed = conn
+                    .subscriptions
+                    .lock()
+                    .map(|s| s.contains(&uri))
+                    .unwrap_or(false);
+                let level = conn.log_level.lock().ok().and_then(|l| *l);
+                let wants_log = level.is_some_and(|l| rank(l) <= rank(LoggingLevel::Info));
+                if !subscribed && !wants_log {
+                    continue;
+                }
+                let (c2, id, v) = (core.clone(), credential_id.clone(), change.vault.clone());
+                if !blocking(move || may_hear(&c2, &id, &v)).await.unwrap_or(false) {
+                    continue;
+                }
+                if subscribed
+                    && peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                if wants_log {
+                    let mut p = LoggingMessageNotificationParam::new(
+                        LoggingLevel::Info,
+                        serde_json::json!({"type": "vault.changed", "vault": change.vault, "revision": change.revision}),
+                    );
+                    p.logger = Some("vaultgate.vault".into());
+                    if peer.notify_logging_message(p).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -99,10 +204,103 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 impl ServerHandler for McpServer {
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        // A session's announcements go to the credential that opened it.
+        if let Ok(caller) = self.caller(&context).await {
+            self.start_forwarding(context.peer.clone(), caller.credential.id.as_str().to_owned());
+        }
+        self.negotiate_initialize(&request)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.caller(&context).await.map_err(|e| rpc_error(&e))?;
+        let id = request.uri.strip_prefix("vaultgate://vault/").ok_or_else(|| {
+            McpError::invalid_params("only vaultgate://vault/{id} can be subscribed to", None)
+        })?;
+        self.core
+            .resolve_vault(&caller.credential, Some(id))
+            .map_err(|e| rpc_error(&e))?;
+        if let Ok(mut s) = self.conn.subscriptions.lock() {
+            s.insert(request.uri);
+        }
+        self.start_forwarding(context.peer.clone(), caller.credential.id.as_str().to_owned());
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if let Ok(mut s) = self.conn.subscriptions.lock() {
+            s.remove(&request.uri);
+        }
+        Ok(())
+    }
+
+    /// 2026-07-28 subscriptions: only vault overview URIs of visible vaults are accepted.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|u| u.starts_with("vaultgate://vault/"))
+                .cloned()
+                .collect()
+        });
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let caller = self
+            .caller(context.request_context())
+            .await
+            .map_err(|e| rpc_error(&e))?;
+        let credential_id = caller.credential.id.as_str().to_owned();
+        let accepted: HashSet<String> = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mut rx = self.core.subscribe_changes();
+        loop {
+            let change = tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                c = rx.recv() => match c {
+                    Ok(c) => c,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            };
+            let uri = vault_uri(&change.vault);
+            if !accepted.contains(&uri) {
+                continue;
+            }
+            let (core, id, v) = (self.core.clone(), credential_id.clone(), change.vault.clone());
+            if !blocking(move || may_hear(&core, &id, &v)).await? {
+                continue;
+            }
+            if context.sink().notify_resource_updated(uri).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_logging()
             .build();
         let mut info = Implementation::new("vaultgate", env!("CARGO_PKG_VERSION"));
@@ -190,10 +388,14 @@ impl ServerHandler for McpServer {
 
     async fn set_level(
         &self,
-        _request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        // Accepted; vault-change log messages are sent only to clients that set a level.
+        let caller = self.caller(&context).await.map_err(|e| rpc_error(&e))?;
+        if let Ok(mut l) = self.conn.log_level.lock() {
+            *l = Some(request.level);
+        }
+        self.start_forwarding(context.peer.clone(), caller.credential.id.as_str().to_owned());
         Ok(())
     }
 }

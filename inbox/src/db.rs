@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -35,6 +35,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE vault_revisions (
         vault TEXT PRIMARY KEY,
         revision INTEGER NOT NULL
+    );",
+    // 2: what the files looked like when the revision was last moved for a change on disk.
+    "CREATE TABLE vault_fingerprints (
+        vault TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL
     );",
 ];
 
@@ -98,6 +103,47 @@ impl State {
         }
     }
 
+    /// Records the vault's current on-disk fingerprint. The revision moves only when it differs
+    /// from the recorded one, so several processes watching one vault count a change once.
+    /// Returns the revision in force afterwards and whether this call moved it.
+    pub fn note_disk_state(&self, vault: &str, fingerprint: &str) -> Result<(u64, bool), StateError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let old: Option<String> = tx
+            .query_row(
+                "SELECT fingerprint FROM vault_fingerprints WHERE vault = ?1",
+                [vault],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let moved = old.as_deref() != Some(fingerprint);
+        if moved {
+            tx.execute(
+                "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
+                 ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
+                [vault, fingerprint],
+            )?;
+            // The first fingerprint of a vault is its baseline, not a change.
+            if old.is_some() {
+                tx.execute(
+                    "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
+                     ON CONFLICT(vault) DO UPDATE SET revision = revision + 1",
+                    [vault],
+                )?;
+            }
+        }
+        let rev: i64 = tx
+            .query_row(
+                "SELECT revision FROM vault_revisions WHERE vault = ?1",
+                [vault],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0);
+        tx.commit()?;
+        Ok((rev.max(0) as u64, moved && old.is_some()))
+    }
+
     /// Adds one to the vault's revision and returns the new value.
     pub fn bump_revision(&self, vault: &str) -> Result<u64, StateError> {
         let conn = self.conn()?;
@@ -130,6 +176,19 @@ mod tests {
         let s = State::open(&path).unwrap();
         assert_eq!(s.revision("demo").unwrap(), 2);
         assert_eq!(s.revision("other").unwrap(), 0);
+    }
+
+    #[test]
+    fn disk_changes_move_the_revision_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.sqlite");
+        let a = State::open(&path).unwrap();
+        let b = State::open(&path).unwrap();
+        assert_eq!(a.note_disk_state("v", "f1").unwrap(), (0, false), "baseline");
+        assert_eq!(a.note_disk_state("v", "f2").unwrap(), (1, true));
+        // A second process seeing the same state does not count it again.
+        assert_eq!(b.note_disk_state("v", "f2").unwrap(), (1, false));
+        assert_eq!(b.note_disk_state("v", "f3").unwrap(), (2, true));
     }
 
     #[test]

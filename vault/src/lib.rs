@@ -10,6 +10,7 @@ pub mod note;
 pub mod reader;
 pub mod search;
 pub mod types;
+pub mod watch;
 
 pub use reader::{Vault, rfc3339};
 pub use types::{
