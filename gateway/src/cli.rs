@@ -254,11 +254,12 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
             crate::http::serve(Arc::new(core), addr)
         }
         Command::Stdio => {
-            let token = env
-                .get("VAULTGATE_TOKEN")
-                .filter(|t| !t.is_empty())
-                .ok_or(GatewayError::Unauthorized("VAULTGATE_TOKEN is not set"))?;
             let core = Arc::new(Core::open(home)?);
+            let Some(token) = env.get("VAULTGATE_TOKEN").filter(|t| !t.is_empty()) else {
+                let e = GatewayError::Unauthorized("VAULTGATE_TOKEN is not set");
+                core.record_auth_refusal(crate::core::Transport::Stdio, &e);
+                return Err(e);
+            };
             let token = Token::new(token.clone());
             // A missing or invalid token fails at start, before anything is written to stdout.
             core.authenticate(&token, crate::core::Transport::Stdio)?;

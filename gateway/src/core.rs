@@ -165,9 +165,9 @@ impl Core {
         })
     }
 
-    /// Audits an HTTP refusal decided before a credential was known (missing header, session owner).
-    pub fn record_http_refusal(&self, e: &GatewayError) {
-        self.record_refusal("auth", None, None, Transport::Http, e);
+    /// Audits an HTTP refusal decided before a credential was known (a missing token, a session owned by another credential).
+    pub fn record_auth_refusal(&self, transport: Transport, e: &GatewayError) {
+        self.record_refusal("auth", None, None, transport, e);
     }
 
     fn record_refusal(

@@ -54,7 +54,38 @@ struct Gate {
     allowed_origins: Vec<String>,
     max_body: usize,
     /// `Mcp-Session-Id` → the credential that opened it.
-    sessions: Mutex<HashMap<String, String>>,
+    sessions: Mutex<Sessions>,
+}
+
+/// Session id → owning credential, bounded: the oldest binding is forgotten first, and a forgotten
+/// session is refused (404) rather than left unguarded.
+#[derive(Default)]
+struct Sessions {
+    owners: HashMap<String, String>,
+    order: std::collections::VecDeque<String>,
+}
+
+const MAX_SESSIONS: usize = 10_000;
+
+impl Sessions {
+    fn owner(&self, sid: &str) -> Option<String> {
+        self.owners.get(sid).cloned()
+    }
+    fn bind(&mut self, sid: String, credential: String) {
+        if self.owners.insert(sid.clone(), credential).is_none() {
+            self.order.push_back(sid);
+        }
+        while self.order.len() > MAX_SESSIONS {
+            if let Some(old) = self.order.pop_front() {
+                self.owners.remove(&old);
+            }
+        }
+    }
+    fn forget(&mut self, sid: &str) {
+        if self.owners.remove(sid).is_some() {
+            self.order.retain(|s| s != sid);
+        }
+    }
 }
 
 pub fn router(core: Arc<Core>, port: u16) -> Router {
@@ -64,7 +95,7 @@ pub fn router(core: Arc<Core>, port: u16) -> Router {
         core: core.clone(),
         port,
         max_body,
-        sessions: Mutex::new(HashMap::new()),
+        sessions: Mutex::new(Sessions::default()),
     });
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts([
@@ -189,7 +220,7 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
     // SECURITY(T-AUTH3): every request authenticates on its own; the row is read fresh each time.
     let Some(token) = bearer(req.headers()) else {
         let e = GatewayError::Unauthorized("missing or malformed Authorization: Bearer header");
-        gate.core.record_http_refusal(&e);
+        gate.core.record_auth_refusal(Transport::Http, &e);
         return refuse(StatusCode::UNAUTHORIZED, &e);
     };
     let core = gate.core.clone();
@@ -211,23 +242,40 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(sid) = &session {
-        let owner = gate.sessions.lock().ok().and_then(|m| m.get(sid).cloned());
-        if owner.as_deref().is_some_and(|o| o != cred_id) {
-            let e = GatewayError::Forbidden("this MCP session belongs to another credential".into());
-            gate.core.record_http_refusal(&e);
-            return refuse(StatusCode::FORBIDDEN, &e);
+        let owner = gate.sessions.lock().ok().and_then(|m| m.owner(sid));
+        match owner {
+            // Unknown here (never opened through this gate, or forgotten): the client re-initializes.
+            None => {
+                return (
+                    StatusCode::NOT_FOUND,
+                    Body::from("unknown or expired MCP session; initialize again"),
+                )
+                    .into_response();
+            }
+            Some(o) if o != cred_id => {
+                let e = GatewayError::Forbidden("this MCP session belongs to another credential".into());
+                gate.core.record_auth_refusal(Transport::Http, &e);
+                return refuse(StatusCode::FORBIDDEN, &e);
+            }
+            Some(_) => {}
         }
     }
+    let closing = req.method() == axum::http::Method::DELETE;
     req.extensions_mut().insert(caller);
     let resp = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
         Err(_) => return (StatusCode::GATEWAY_TIMEOUT, Body::from("request timed out")).into_response(),
     };
-    if session.is_none()
-        && let Some(new_sid) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok())
-        && let Ok(mut m) = gate.sessions.lock()
-    {
-        m.insert(new_sid.to_owned(), cred_id);
+    if let Ok(mut m) = gate.sessions.lock() {
+        match &session {
+            None => {
+                if let Some(new_sid) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+                    m.bind(new_sid.to_owned(), cred_id);
+                }
+            }
+            Some(sid) if closing || resp.status() == StatusCode::NOT_FOUND => m.forget(sid),
+            Some(_) => {}
+        }
     }
     resp
 }
@@ -319,6 +367,20 @@ mod tests {
         ] {
             assert!(!origin_ok(&headers(&[("origin", bad)]), &allowed), "{bad}");
         }
+    }
+
+    #[test]
+    fn session_bindings_are_bounded_and_forgettable() {
+        let mut s = Sessions::default();
+        for i in 0..MAX_SESSIONS + 5 {
+            s.bind(format!("s{i}"), "c".into());
+        }
+        assert_eq!(s.owners.len(), MAX_SESSIONS);
+        assert_eq!(s.owner("s0"), None, "the oldest binding is forgotten first");
+        assert_eq!(s.owner(&format!("s{}", MAX_SESSIONS + 4)).as_deref(), Some("c"));
+        s.forget("s10");
+        assert_eq!(s.owner("s10"), None);
+        assert_eq!(s.order.len(), s.owners.len());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 mod util;
 
+mod http;
+mod notify;
 mod security;
 mod smoke;
 mod stdio;

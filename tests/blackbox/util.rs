@@ -15,7 +15,9 @@ pub fn bin() -> PathBuf {
 }
 
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vaults").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/vaults")
+        .join(name)
 }
 
 /// Copies a folder tree (files and folders only).
@@ -84,12 +86,17 @@ impl Env {
 
     /// Issues a credential and returns (id, token).
     pub fn token(&self, name: &str, tier: &str) -> (String, String) {
-        let mut args = vec!["token", "issue", "--name", name, "--tier", tier, "--format", "json"];
+        let mut args = vec![
+            "token", "issue", "--name", name, "--tier", tier, "--format", "json",
+        ];
         if tier == "full" {
             args.push("--yes");
         }
         let v: Value = serde_json::from_str(&self.ok(&args)).unwrap();
-        (v["id"].as_str().unwrap().to_owned(), v["token"].as_str().unwrap().to_owned())
+        (
+            v["id"].as_str().unwrap().to_owned(),
+            v["token"].as_str().unwrap().to_owned(),
+        )
     }
 
     /// Starts `vaultgate stdio` with this token and connects an rmcp client to it.
@@ -102,7 +109,9 @@ impl Env {
             .env("VAULTGATE_TOKEN", token)
             .stderr(std::process::Stdio::null());
         let transport = TokioChildProcess::new(cmd).unwrap();
-        Client { inner: ().serve(transport).await.unwrap() }
+        Client {
+            inner: ().serve(transport).await.unwrap(),
+        }
     }
 }
 
@@ -135,7 +144,10 @@ impl Reply {
 
 pub fn to_reply(r: CallToolResult) -> Reply {
     if r.is_error == Some(true) {
-        assert!(r.structured_content.is_none(), "errors carry no structuredContent");
+        assert!(
+            r.structured_content.is_none(),
+            "errors carry no structuredContent"
+        );
         assert_eq!(r.content.len(), 1, "errors carry exactly one text block");
         let text = r.content[0].as_text().expect("error block is text").text.clone();
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -144,7 +156,10 @@ pub fn to_reply(r: CallToolResult) -> Reply {
         assert!(v["retryable"].is_boolean());
         Reply::Err(v)
     } else {
-        let v = r.structured_content.clone().expect("success carries structuredContent");
+        let v = r
+            .structured_content
+            .clone()
+            .expect("success carries structuredContent");
         let text = r.content[0].as_text().expect("text block").text.clone();
         let same: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(same, v, "the text block repeats structuredContent");
@@ -154,7 +169,11 @@ pub fn to_reply(r: CallToolResult) -> Reply {
 
 impl Client {
     pub async fn call(&self, tool: &str, args: Value) -> Reply {
-        to_reply(self.try_call(tool, args).await.expect("tools/call transport error"))
+        to_reply(
+            self.try_call(tool, args)
+                .await
+                .expect("tools/call transport error"),
+        )
     }
 
     pub async fn try_call(&self, tool: &str, args: Value) -> Result<CallToolResult, rmcp::ServiceError> {

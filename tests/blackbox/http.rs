@@ -1,0 +1,1298 @@
+//! Streamable HTTP (`vaultgate serve`, SPEC §3, §13): the same tools as stdio, the request guards
+//! (auth, Host, Origin, body limit, session binding) seen from raw HTTP, both protocol
+//! generations, many concurrent clients, loopback-only binding and the printed client configs.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::model::ProtocolVersion;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::util::{Client, Env, bin};
+
+/// Every wait in this file is bounded by this.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The read tools this build serves, in catalog order.
+const TOOLS: [&str; 10] = [
+    "vault_list",
+    "get_vault_overview",
+    "search_knowledge",
+    "search_note_content",
+    "read_note",
+    "list_notes",
+    "list_standards",
+    "list_tags",
+    "get_related_notes",
+    "list_recent_notes",
+];
+
+/// `basic.expect.md`: path → SHA-256 of the note's bytes.
+const HASHES: [(&str, &str); 9] = [
+    (
+        "welcome.md",
+        "a98a6d47712813fa5b121a73eb6afbafa514dd18c24caa3aa0516272f8ce8845",
+    ),
+    (
+        "z/attention.md",
+        "c7aa231fa541e9e69ba4e19ecc16753b24fb35c5d09814038db0e580e23be296",
+    ),
+    (
+        "z/softmax.md",
+        "503c9640f8bbc3d68c8f01803c6712fb5ec3ad15ed08842ce3f946a8711728b2",
+    ),
+    (
+        "z/transformer.md",
+        "45d49aeff101d9f2ff1bd2826f7688de0e3da0e7e82570d4b8613a8d1ce8d314",
+    ),
+    (
+        "z/moc-ml.md",
+        "0b837182ca91caba5b006424e54bf9fff915e1ef9b098fe2146158e339a0463d",
+    ),
+    (
+        "notes/cooking.md",
+        "42a15f4c6ab8f615a5ef44e6d263a255d0add3f5f299175ae3cd106b8d190143",
+    ),
+    (
+        "notes/untitled.md",
+        "2fd06f61bf4595a69c8dd14c0e71988808fc74e41dfb7091419d0e346e057ac9",
+    ),
+    (
+        "notes/中文笔记.md",
+        "f4e8c3bbfc5564fe82c0a6fffb1928e77942c3b0b72170fe8c09952a648e67ba",
+    ),
+    (
+        "journal/2026-01-05.md",
+        "73ba492faa531c96d73b8144695af373c2210912587ac7ff7da6af71834bafb1",
+    ),
+];
+
+// ---- the server process ---------------------------------------------------------------------------
+
+/// A free loopback port: bound, read, released (a tiny race we accept in tests).
+fn free_port(ip: &str) -> u16 {
+    let l = TcpListener::bind((ip, 0)).unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `vaultgate serve` as a child process; killed when dropped.
+struct Server {
+    child: Child,
+    /// What the `Host` header and URLs use: `127.0.0.1`, `[::1]`.
+    host: String,
+    port: u16,
+    stderr: PathBuf,
+}
+
+impl Server {
+    /// Serves this Env on a free 127.0.0.1 port.
+    fn start(env: &Env) -> Server {
+        let port = free_port("127.0.0.1");
+        Server::spawn(env, &["--port", &port.to_string()], "127.0.0.1", port)
+    }
+
+    /// Runs `vaultgate --home H serve ARGS` and waits until `GET /healthz` answers on `host:port`.
+    fn spawn(env: &Env, args: &[&str], host: &str, port: u16) -> Server {
+        Server::spawn_logging(env, args, host, port, "warn")
+    }
+
+    /// As `spawn`, with `VAULTGATE_LOG=log` (e.g. `trace`, to check what the logs may ever hold).
+    fn spawn_logging(env: &Env, args: &[&str], host: &str, port: u16, log: &str) -> Server {
+        let stderr = env.tmp.path().join(format!("serve-{port}.stderr"));
+        let child = Command::new(bin())
+            .arg("--home")
+            .arg(&env.home)
+            .arg("serve")
+            .args(args)
+            .env_remove("VAULTGATE_HOME")
+            .env_remove("VAULTGATE_TOKEN")
+            .env("VAULTGATE_LOG", log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let mut s = Server {
+            child,
+            host: host.to_owned(),
+            port,
+            stderr,
+        };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = s.child.try_wait().unwrap() {
+                panic!("vaultgate serve exited early ({status}): {}", s.stderr());
+            }
+            if raw_get(&s.host, port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "vaultgate serve did not answer /healthz within {WAIT:?}: {}",
+                s.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn base(&self) -> String {
+        format!("http://{}:{}", self.host, self.port)
+    }
+
+    fn url(&self) -> String {
+        format!("{}/mcp", self.base())
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// An rmcp Streamable HTTP client (legacy `initialize`, like most clients today).
+    async fn client(&self, token: &str) -> Client {
+        let cfg = StreamableHttpClientTransportConfig::with_uri(self.url()).auth_header(token);
+        let transport = StreamableHttpClientTransport::from_config(cfg);
+        Client {
+            inner: tokio::time::timeout(WAIT, ().serve(transport))
+                .await
+                .expect("HTTP initialize timed out")
+                .expect("HTTP initialize failed"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal blocking `GET` (used before any client exists); the whole response, or `None`.
+fn raw_get(host: &str, port: u16, path: &str) -> Option<String> {
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    let mut s = TcpStream::connect((ip, port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+// ---- raw JSON-RPC over HTTP -------------------------------------------------------------------------
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(WAIT).build().unwrap()
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// POSTs one JSON-RPC message as an MCP client would; `auth` is the whole `Authorization` value.
+async fn post(srv: &Server, auth: Option<&str>, headers: &[(&str, &str)], body: &Value) -> reqwest::Response {
+    let mut req = http()
+        .post(srv.url())
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body(body.to_string());
+    if let Some(a) = auth {
+        req = req.header("Authorization", a);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("POST /mcp failed at the transport level")
+}
+
+fn initialize(id: i64, version: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": "raw-http-test", "version": "1.0"}
+    }})
+}
+
+fn request(id: i64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// The JSON-RPC answer with this `id`, from a JSON or an SSE response; waits at most `WAIT`
+/// (an SSE stream may stay open after the answer).
+async fn reply(resp: reqwest::Response, id: i64) -> Value {
+    let status = resp.status();
+    let is_sse = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let read = async move {
+        if !is_sse {
+            return resp.json::<Value>().await.expect("a JSON body");
+        }
+        let mut resp = resp;
+        let mut buf = String::new();
+        loop {
+            let chunk = resp.chunk().await.expect("SSE read failed");
+            let Some(chunk) = chunk else {
+                panic!("SSE stream ended without the answer to id {id}: {buf}");
+            };
+            buf.push_str(&String::from_utf8_lossy(&chunk).replace('\r', ""));
+            for event in buf.split("\n\n") {
+                let data: String = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if let Ok(v) = serde_json::from_str::<Value>(&data)
+                    && v["id"] == json!(id)
+                {
+                    return v;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to id {id} within {WAIT:?} (HTTP {status})"))
+}
+
+/// A refused request: the status, a SPEC §4 error body, and its `code`.
+async fn refusal(resp: reqwest::Response, status: u16) -> String {
+    assert_eq!(resp.status().as_u16(), status, "unexpected status");
+    let body: Value = resp.json().await.expect("a JSON error body");
+    assert_eq!(body["ok"], json!(false), "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(body["retryable"].is_boolean(), "{body}");
+    body["code"].as_str().expect("a code").to_owned()
+}
+
+/// Asserts a 401 with a `WWW-Authenticate: Bearer …` challenge and returns the error code.
+async fn unauthorized(resp: reqwest::Response) -> String {
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    assert!(
+        challenge.as_deref().is_some_and(|c| c.starts_with("Bearer")),
+        "401 needs WWW-Authenticate: Bearer, got {challenge:?}"
+    );
+    refusal(resp, 401).await
+}
+
+// ---- the home's configuration ------------------------------------------------------------------------
+
+/// Edits `[server]` in `gateway.toml` (before the server starts).
+fn edit_server_config(env: &Env, edit: impl FnOnce(&mut toml::Table)) {
+    let path = env.home.join("gateway.toml");
+    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let server = doc
+        .entry("server")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    edit(server);
+    std::fs::write(&path, toml::to_string(&doc).unwrap()).unwrap();
+}
+
+fn gateway_id(env: &Env) -> String {
+    let doc: toml::Table =
+        toml::from_str(&std::fs::read_to_string(env.home.join("gateway.toml")).unwrap()).unwrap();
+    doc["gateway_id"].as_str().unwrap().to_owned()
+}
+
+fn audit_lines(env: &Env) -> Vec<Value> {
+    std::fs::read_to_string(env.home.join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn sign(claims: &Value, key: &[u8]) -> String {
+    let key = jsonwebtoken::EncodingKey::from_secret(key).unwrap();
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &key,
+    )
+    .unwrap()
+}
+
+/// 32 bytes that are not the home's secret (std's per-process random hasher keys).
+fn random_key() -> Vec<u8> {
+    use std::hash::{BuildHasher, Hasher};
+    (0..4)
+        .flat_map(|i: u64| {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(i);
+            h.finish().to_le_bytes()
+        })
+        .collect()
+}
+
+// ---- 1. same tools and results as stdio -------------------------------------------------------------
+
+#[tokio::test]
+async fn http_serves_the_same_tools_and_results_as_stdio() {
+    let env = Env::new();
+    let (_, token) = env.token("both", "read");
+    let srv = Server::start(&env);
+    let over_http = srv.client(&token).await;
+    let over_stdio = env.stdio(&token).await;
+
+    let info = over_http.inner.peer_info().expect("initialize result");
+    let server_info = info.server_info.as_ref().expect("serverInfo");
+    assert_eq!(server_info.name, "vaultgate");
+
+    let http_tools = over_http.inner.list_all_tools().await.unwrap();
+    let stdio_tools = over_stdio.inner.list_all_tools().await.unwrap();
+    let names: Vec<&str> = http_tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names.iter().copied().collect::<BTreeSet<_>>(),
+        TOOLS.into_iter().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(
+        serde_json::to_value(&http_tools).unwrap(),
+        serde_json::to_value(&stdio_tools).unwrap(),
+        "tools/list differs between HTTP and stdio"
+    );
+
+    // Every read tool; `get_vault_overview.index.indexedAt` is the time of the answer.
+    let calls = [
+        ("vault_list", json!({})),
+        ("get_vault_overview", json!({})),
+        ("search_knowledge", json!({"query": "注意力"})),
+        ("search_note_content", json!({"query": "attention"})),
+        (
+            "search_note_content",
+            json!({"query": "attention 注意力", "limit": 5}),
+        ),
+        ("read_note", json!({"path": "z/attention.md"})),
+        ("read_note", json!({"path": "notes/中文笔记.md"})),
+        ("list_notes", json!({"dir": "z"})),
+        ("list_standards", json!({})),
+        ("list_tags", json!({})),
+        ("get_related_notes", json!({"path": "z/attention.md"})),
+        ("list_recent_notes", json!({"limit": 50})),
+    ];
+    let called: BTreeSet<&str> = calls.iter().map(|(t, _)| *t).collect();
+    assert_eq!(called, TOOLS.into_iter().collect::<BTreeSet<_>>());
+    for (tool, args) in calls {
+        let mut h = over_http.call(tool, args.clone()).await.ok();
+        let mut s = over_stdio.call(tool, args.clone()).await.ok();
+        if tool == "get_vault_overview" {
+            for v in [&mut h, &mut s] {
+                v["index"].as_object_mut().unwrap().remove("indexedAt");
+            }
+        }
+        assert_eq!(h, s, "{tool} {args} differs between HTTP and stdio");
+    }
+    // Spot-check that the common answer is the right one, not merely the same.
+    let note = over_http
+        .call("read_note", json!({"path": "z/attention.md"}))
+        .await
+        .ok();
+    assert_eq!(note["hash"], HASHES[1].1);
+    let hits = over_http
+        .call("search_note_content", json!({"query": "attention"}))
+        .await
+        .ok();
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 16);
+    assert_eq!(hits["truncated"], json!(false));
+    let tags = over_http.call("list_tags", json!({})).await.ok();
+    assert_eq!(tags["tags"].as_array().unwrap().len(), 10);
+    // The same refusal, too.
+    let h = over_http
+        .call("read_note", json!({"path": "../x.md"}))
+        .await
+        .code();
+    let s = over_stdio
+        .call("read_note", json!({"path": "../x.md"}))
+        .await
+        .code();
+    assert_eq!((h.as_str(), s.as_str()), ("PATH_INVALID", "PATH_INVALID"));
+
+    over_http.close().await;
+    over_stdio.close().await;
+}
+
+// ---- 2. raw-HTTP refusals ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn request_without_authorization_is_401_with_a_bearer_challenge() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let resp = post(&srv, None, &[], &initialize(1, "2025-06-18")).await;
+    assert_eq!(unauthorized(resp).await, "UNAUTHORIZED");
+}
+
+#[tokio::test]
+async fn malformed_authorization_headers_are_401() {
+    let env = Env::new();
+    let (_, token) = env.token("t", "read");
+    let srv = Server::start(&env);
+    let basic = format!("Basic {token}");
+    for auth in [
+        "Basic x",
+        "Bearer",
+        "Bearer ",
+        "bearer",
+        "Token abc",
+        basic.as_str(),
+        token.as_str(),
+    ] {
+        let resp = post(&srv, Some(auth), &[], &initialize(1, "2025-06-18")).await;
+        assert_eq!(
+            unauthorized(resp).await,
+            "UNAUTHORIZED",
+            "Authorization: {auth:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn forged_expired_revoked_and_wrong_audience_tokens_are_401_with_their_codes() {
+    let env = Env::new();
+    let (_, good) = env.token("good", "read");
+    let (_, revoked) = env.token("gone", "read");
+    let expiring: Value = serde_json::from_str(&env.ok(&[
+        "token",
+        "issue",
+        "--name",
+        "brief",
+        "--tier",
+        "read",
+        "--expires",
+        "1s",
+        "--format",
+        "json",
+    ]))
+    .unwrap();
+    let expiring = expiring["token"].as_str().unwrap().to_owned();
+
+    let claims: Value = jsonwebtoken::dangerous::insecure_decode_claims(&good).unwrap();
+    assert_eq!(claims["aud"], json!(gateway_id(&env)));
+    let forged = sign(&claims, &random_key());
+    let secret = std::fs::read(env.home.join("secret.key")).unwrap();
+    let mut other_aud = claims.clone();
+    other_aud["aud"] = json!("other");
+    let wrong_audience = sign(&other_aud, &secret);
+    let mut other_iss = claims.clone();
+    other_iss["iss"] = json!("not-vaultgate");
+    let wrong_issuer = sign(&other_iss, &secret);
+    // Control: the same claims signed with the real key are accepted.
+    let resigned = sign(&claims, &secret);
+
+    // At the most verbose log level, to prove no level ever logs a token.
+    let port = free_port("127.0.0.1");
+    let srv = Server::spawn_logging(&env, &["--port", &port.to_string()], "127.0.0.1", port, "trace");
+    env.ok(&["token", "revoke", "gone"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    for ok in [&good, &resigned] {
+        let resp = post(&srv, Some(&bearer(ok)), &[], &initialize(1, "2025-06-18")).await;
+        assert_eq!(resp.status().as_u16(), 200);
+        let v = reply(resp, 1).await;
+        assert_eq!(v["result"]["serverInfo"]["name"], "vaultgate", "{v}");
+    }
+    let cases = [
+        ("forged", forged.as_str(), "UNAUTHORIZED"),
+        ("wrong audience", wrong_audience.as_str(), "UNAUTHORIZED"),
+        ("wrong issuer", wrong_issuer.as_str(), "UNAUTHORIZED"),
+        ("revoked", revoked.as_str(), "CREDENTIAL_REVOKED"),
+        ("expired", expiring.as_str(), "CREDENTIAL_EXPIRED"),
+        ("garbage", "not.a.jwt", "UNAUTHORIZED"),
+    ];
+    for (what, token, code) in cases {
+        let resp = post(&srv, Some(&bearer(token)), &[], &initialize(1, "2025-06-18")).await;
+        assert_eq!(unauthorized(resp).await, code, "{what} token");
+    }
+
+    // A whole rmcp session too (its POSTs, GET stream and DELETE all carry the token).
+    let c = srv.client(&good).await;
+    c.call("read_note", json!({"path": "welcome.md"})).await.ok();
+    c.close().await;
+
+    // SPEC §3/§9: no token is ever logged, by the server or in the audit log.
+    let stderr = srv.stderr();
+    let audit = std::fs::read_to_string(env.home.join("audit.jsonl")).unwrap();
+    for t in [&good, &revoked, &expiring, &forged, &wrong_audience, &resigned] {
+        assert!(!stderr.contains(t.as_str()), "a token reached the server log");
+        assert!(!audit.contains(t.as_str()), "a token reached the audit log");
+    }
+    // Authentication refusals are audited (SPEC §9).
+    let refusals = audit_lines(&env)
+        .into_iter()
+        .filter(|l| l["outcome"] == json!("denied") && l["actor"]["transport"] == json!("http"))
+        .count();
+    assert!(refusals >= cases.len(), "only {refusals} refusals audited");
+}
+
+#[tokio::test]
+async fn foreign_host_or_wrong_port_is_403() {
+    let env = Env::new();
+    let (_, token) = env.token("t", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+    let evil = format!("evil.com:{}", srv.port);
+    let rebinding = format!("127.0.0.1.nip.io:{}", srv.port);
+    for host in [evil.as_str(), "127.0.0.1:1", "localhost", rebinding.as_str()] {
+        let resp = post(&srv, Some(&auth), &[("Host", host)], &initialize(1, "2025-06-18")).await;
+        refusal(resp, 403).await;
+    }
+    // Control: the loopback names with our port are served.
+    for host in [
+        format!("localhost:{}", srv.port),
+        format!("127.0.0.1:{}", srv.port),
+    ] {
+        let resp = post(
+            &srv,
+            Some(&auth),
+            &[("Host", &host)],
+            &initialize(1, "2025-06-18"),
+        )
+        .await;
+        assert_eq!(resp.status().as_u16(), 200, "Host {host}");
+    }
+}
+
+#[tokio::test]
+async fn foreign_origin_is_403_and_loopback_or_configured_origins_are_allowed() {
+    let env = Env::new();
+    edit_server_config(&env, |s| {
+        s.insert(
+            "allowed_origins".into(),
+            toml::Value::Array(vec!["https://chatgpt.com".into()]),
+        );
+    });
+    let (_, token) = env.token("t", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+    for origin in [
+        "http://evil.com",
+        "https://chatgpt.com.evil.com",
+        "http://localhost.evil.com",
+        "null",
+    ] {
+        let resp = post(
+            &srv,
+            Some(&auth),
+            &[("Origin", origin)],
+            &initialize(1, "2025-06-18"),
+        )
+        .await;
+        refusal(resp, 403).await;
+    }
+    // An unauthenticated request from a foreign origin is refused too (by the Origin check first).
+    let resp = post(
+        &srv,
+        None,
+        &[("Origin", "http://evil.com")],
+        &initialize(1, "2025-06-18"),
+    )
+    .await;
+    assert_eq!(resp.status().as_u16(), 403);
+    for origin in [
+        "http://localhost:6274",
+        "http://127.0.0.1:6274",
+        "https://chatgpt.com",
+    ] {
+        let resp = post(
+            &srv,
+            Some(&auth),
+            &[("Origin", origin)],
+            &initialize(1, "2025-06-18"),
+        )
+        .await;
+        assert_eq!(resp.status().as_u16(), 200, "Origin {origin}");
+        let v = reply(resp, 1).await;
+        assert!(v["result"].is_object(), "Origin {origin}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn body_over_the_configured_limit_is_413() {
+    let env = Env::new();
+    edit_server_config(&env, |s| {
+        s.insert("max_body_bytes".into(), toml::Value::Integer(1024));
+    });
+    let (_, token) = env.token("t", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+
+    // 4096 bytes of valid JSON-RPC with a declared Content-Length.
+    let mut big = request(
+        1,
+        "tools/call",
+        json!({"name": "search_note_content", "arguments": {"query": ""}}),
+    );
+    let pad = 4096 - big.to_string().len();
+    big["params"]["arguments"]["query"] = json!("a".repeat(pad));
+    assert_eq!(big.to_string().len(), 4096);
+    let resp = post(&srv, Some(&auth), &[], &big).await;
+    assert_eq!(resp.status().as_u16(), 413);
+    // Refused before authentication matters.
+    let resp = post(&srv, None, &[], &big).await;
+    assert_eq!(resp.status().as_u16(), 413);
+
+    // The same body streamed without a length (chunked) must not slip past the limit.
+    let body = big.to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        s,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {auth}\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        srv.port
+    )
+    .unwrap();
+    for chunk in body.as_bytes().chunks(512) {
+        write!(s, "{:x}\r\n", chunk.len()).unwrap();
+        s.write_all(chunk).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    // The server may answer and close before reading everything; a failed write is fine.
+    let _ = s.write_all(b"0\r\n\r\n");
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413", "chunked oversize body");
+
+    // Control: a small request is served.
+    let resp = post(&srv, Some(&auth), &[], &initialize(2, "2025-06-18")).await;
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn healthz_answers_without_auth_and_reveals_nothing() {
+    let env = Env::new();
+    let (cred, _) = env.token("t", "read");
+    let srv = Server::start(&env);
+    let resp = http()
+        .get(format!("{}/healthz", srv.base()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let headers = format!("{:?}", resp.headers());
+    let body = resp.text().await.unwrap();
+    let secrets = [
+        env.home.display().to_string(),
+        env.vault.display().to_string(),
+        env.tmp.path().display().to_string(),
+        gateway_id(&env),
+        cred,
+        "basic".to_owned(),
+        env!("CARGO_PKG_VERSION").to_owned(),
+        "rmcp".to_owned(),
+    ];
+    for s in &secrets {
+        assert!(!body.contains(s.as_str()), "/healthz body reveals {s:?}: {body}");
+        assert!(
+            !headers.contains(s.as_str()),
+            "/healthz headers reveal {s:?}: {headers}"
+        );
+    }
+    assert!(body.len() < 64, "/healthz says more than it needs: {body}");
+}
+
+// ---- 3. session binding -----------------------------------------------------------------------------
+
+/// Opens a legacy session with a raw `initialize` (+ `notifications/initialized`); returns its id.
+async fn open_session(srv: &Server, auth: &str, version: &str) -> String {
+    let resp = post(srv, Some(auth), &[], &initialize(1, version)).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .expect("a legacy initialize opens a session")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let v = reply(resp, 1).await;
+    assert_eq!(v["result"]["protocolVersion"], json!(version), "{v}");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = post(
+        srv,
+        Some(auth),
+        &[("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", version)],
+        &note,
+    )
+    .await;
+    assert!(resp.status().is_success(), "initialized: {}", resp.status());
+    sid
+}
+
+#[tokio::test]
+async fn session_opened_by_one_credential_is_refused_to_another() {
+    let env = Env::new();
+    let (_, a) = env.token("a", "read");
+    let (_, b) = env.token("b", "full");
+    let srv = Server::start(&env);
+    let (a, b) = (bearer(&a), bearer(&b));
+    let sid = open_session(&srv, &a, "2025-06-18").await;
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+
+    let resp = post(&srv, Some(&b), &h, &request(2, "tools/list", json!({}))).await;
+    refusal(resp, 403).await;
+    let call = request(3, "tools/call", json!({"name": "vault_list", "arguments": {}}));
+    let resp = post(&srv, Some(&b), &h, &call).await;
+    refusal(resp, 403).await;
+
+    // Nor may it listen on the session's stream or end the session.
+    let get = http()
+        .get(srv.url())
+        .header("Accept", "text/event-stream")
+        .header("Authorization", &b)
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    refusal(get, 403).await;
+    let delete = http()
+        .delete(srv.url())
+        .header("Authorization", &b)
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    refusal(delete, 403).await;
+
+    // Its owner still uses it.
+    let resp = post(&srv, Some(&a), &h, &request(4, "tools/list", json!({}))).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let v = reply(resp, 4).await;
+    assert_eq!(v["result"]["tools"].as_array().unwrap().len(), TOOLS.len(), "{v}");
+    // Without any credential the session id is worth nothing.
+    let resp = post(&srv, None, &h, &request(5, "tools/list", json!({}))).await;
+    unauthorized(resp).await;
+}
+
+#[tokio::test]
+async fn revocation_refuses_the_next_call_of_an_open_session() {
+    let env = Env::new();
+    let (_, token) = env.token("soon-gone", "auto");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+    let sid = open_session(&srv, &auth, "2025-06-18").await;
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let call = |id| {
+        request(
+            id,
+            "tools/call",
+            json!({"name": "read_note", "arguments": {"path": "welcome.md"}}),
+        )
+    };
+
+    let resp = post(&srv, Some(&auth), &h, &call(2)).await;
+    let v = reply(resp, 2).await;
+    assert_eq!(v["result"]["structuredContent"]["hash"], HASHES[0].1, "{v}");
+
+    env.ok(&["token", "revoke", "soon-gone"]);
+    let resp = post(&srv, Some(&auth), &h, &call(3)).await;
+    assert_eq!(unauthorized(resp).await, "CREDENTIAL_REVOKED");
+}
+
+// ---- 4. both protocol generations (SPEC §13) ------------------------------------------------------
+
+#[tokio::test]
+async fn legacy_initialize_sessions_serve_tool_calls() {
+    let env = Env::new();
+    let (_, token) = env.token("legacy", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+    for version in ["2025-06-18", "2025-11-25"] {
+        let sid = open_session(&srv, &auth, version).await;
+        let h = [
+            ("Mcp-Session-Id", sid.as_str()),
+            ("MCP-Protocol-Version", version),
+        ];
+        let call = request(
+            2,
+            "tools/call",
+            json!({"name": "read_note", "arguments": {"path": "z/softmax.md"}}),
+        );
+        let resp = post(&srv, Some(&auth), &h, &call).await;
+        assert_eq!(resp.status().as_u16(), 200);
+        let v = reply(resp, 2).await;
+        assert_eq!(
+            v["result"]["structuredContent"]["hash"], HASHES[2].1,
+            "{version}: {v}"
+        );
+        assert_eq!(v["result"]["isError"], json!(false), "{version}: {v}");
+    }
+}
+
+fn stateless_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-http-test", "version": "1.0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+#[tokio::test]
+async fn stateless_2026_07_28_tool_call_needs_no_session() {
+    let env = Env::new();
+    let (_, token) = env.token("modern", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+
+    let discover = request(1, "server/discover", json!({"_meta": stateless_meta()}));
+    let h = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "server/discover"),
+    ];
+    let resp = post(&srv, Some(&auth), &h, &discover).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers().get("mcp-session-id").is_none(),
+        "discover opens no session"
+    );
+    let v = reply(resp, 1).await;
+    let versions = v["result"]["supportedVersions"]
+        .as_array()
+        .expect("supportedVersions");
+    assert!(versions.contains(&json!("2026-07-28")), "{v}");
+    assert!(versions.contains(&json!("2025-06-18")), "{v}");
+
+    let call = request(
+        2,
+        "tools/call",
+        json!({"name": "read_note", "arguments": {"path": "z/transformer.md"}, "_meta": stateless_meta()}),
+    );
+    let h = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "read_note"),
+    ];
+    let resp = post(&srv, Some(&auth), &h, &call).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers().get("mcp-session-id").is_none(),
+        "a stateless call opens no session"
+    );
+    let v = reply(resp, 2).await;
+    assert_eq!(v["result"]["structuredContent"]["hash"], HASHES[3].1, "{v}");
+
+    // Every stateless request authenticates on its own.
+    let resp = post(&srv, None, &h, &call).await;
+    unauthorized(resp).await;
+}
+
+#[tokio::test]
+async fn rmcp_discover_client_uses_the_stateless_protocol() {
+    let env = Env::new();
+    let (_, token) = env.token("discover", "read");
+    let srv = Server::start(&env);
+    let cfg = StreamableHttpClientTransportConfig::with_uri(srv.url()).auth_header(token);
+    let running = tokio::time::timeout(
+        WAIT,
+        ().serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        ),
+    )
+    .await
+    .expect("discover timed out")
+    .expect("discover failed");
+    assert_eq!(
+        running.peer_info().unwrap().protocol_version,
+        ProtocolVersion::V_2026_07_28
+    );
+    let c = Client { inner: running };
+    let tools = c.inner.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), TOOLS.len());
+    let v = c.call("read_note", json!({"path": "z/moc-ml.md"})).await.ok();
+    assert_eq!(v["hash"], HASHES[4].1);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn unknown_method_gets_a_prompt_json_rpc_error_in_both_generations() {
+    let env = Env::new();
+    let (_, token) = env.token("curious", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+    let started = Instant::now();
+
+    // Legacy session.
+    let sid = open_session(&srv, &auth, "2025-06-18").await;
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let resp = post(
+        &srv,
+        Some(&auth),
+        &h,
+        &request(7, "vaultgate/nonsense", json!({})),
+    )
+    .await;
+    let v = reply(resp, 7).await;
+    assert_eq!(v["error"]["code"], json!(-32601), "{v}");
+    // An unknown tool is a JSON-RPC error too (SPEC §4), not a hang.
+    let call = request(8, "tools/call", json!({"name": "no_such_tool", "arguments": {}}));
+    let v = reply(post(&srv, Some(&auth), &h, &call).await, 8).await;
+    assert!(v["error"].is_object(), "{v}");
+
+    // Stateless.
+    let h = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "vaultgate/nonsense"),
+    ];
+    let body = request(9, "vaultgate/nonsense", json!({"_meta": stateless_meta()}));
+    let resp = post(&srv, Some(&auth), &h, &body).await;
+    let status = resp.status().as_u16();
+    let v = reply(resp, 9).await;
+    assert!(v["error"].is_object(), "HTTP {status}: {v}");
+    assert_eq!(v["error"]["code"], json!(-32601), "{v}");
+
+    assert!(started.elapsed() < WAIT, "errors must come at once");
+}
+
+// ---- 5. many concurrent clients ---------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_concurrent_clients_get_their_own_answers_and_audit_lines() {
+    let env = Env::new();
+    let second = env.tmp.path().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(
+        second.join("only-here.md"),
+        "# Only here\n\nA note of the second vault.\n",
+    )
+    .unwrap();
+    env.ok(&["vault", "add", second.to_str().unwrap(), "--id", "second"]);
+
+    let tiers = ["read", "propose", "auto", "full"];
+    let mut creds: Vec<(String, String, String, bool)> = (0..31)
+        .map(|i| {
+            let tier = tiers[i % tiers.len()];
+            let (id, token) = env.token(&format!("client-{i:02}"), tier);
+            (id, token, tier.to_owned(), false)
+        })
+        .collect();
+    let scoped: Value = serde_json::from_str(&env.ok(&[
+        "token", "issue", "--name", "scoped", "--tier", "auto", "--vault", "second", "--format", "json",
+    ]))
+    .unwrap();
+    creds.push((
+        scoped["id"].as_str().unwrap().to_owned(),
+        scoped["token"].as_str().unwrap().to_owned(),
+        "auto".to_owned(),
+        true,
+    ));
+    let srv = std::sync::Arc::new(Server::start(&env));
+
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (id, token, tier, scoped)) in creds.into_iter().enumerate() {
+        let srv = srv.clone();
+        set.spawn(async move {
+            let c = srv.client(&token).await;
+            let mut called = Vec::new();
+            if scoped {
+                let v = c.call("vault_list", json!({})).await.ok();
+                assert_eq!(
+                    v["vaults"],
+                    json!([{"id": "second", "name": "second", "isDefault": false, "noteCount": 1}])
+                );
+                let v = c.call("read_note", json!({"path": "only-here.md"})).await.ok();
+                assert_eq!(v["title"], "Only here");
+                let code = c
+                    .call("read_note", json!({"vault": "basic", "path": "welcome.md"}))
+                    .await
+                    .code();
+                assert_eq!(code, "VAULT_NOT_FOUND");
+                let v = c
+                    .call("search_note_content", json!({"query": "attention"}))
+                    .await
+                    .ok();
+                assert_eq!(v["hits"], json!([]), "the scoped client searched the other vault");
+                called.extend(["vault_list", "read_note", "read_note", "search_note_content"]);
+            } else {
+                let v = c.call("vault_list", json!({})).await.ok();
+                let ids: Vec<&str> = v["vaults"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v["id"].as_str().unwrap())
+                    .collect();
+                assert_eq!(ids.len(), 2, "{v}");
+                assert!(ids.contains(&"basic") && ids.contains(&"second"), "{v}");
+                for k in 0..3 {
+                    let (path, hash) = HASHES[(i + k) % HASHES.len()];
+                    let v = c.call("read_note", json!({"path": path})).await.ok();
+                    assert_eq!((v["path"].as_str(), v["hash"].as_str()), (Some(path), Some(hash)));
+                }
+                let v = c
+                    .call("search_note_content", json!({"query": "注意力"}))
+                    .await
+                    .ok();
+                assert_eq!(v["hits"].as_array().unwrap().len(), 4, "{v}");
+                let v = c.call("list_tags", json!({})).await.ok();
+                assert_eq!(v["tags"].as_array().unwrap().len(), 10, "{v}");
+                called.extend([
+                    "vault_list",
+                    "read_note",
+                    "read_note",
+                    "read_note",
+                    "search_note_content",
+                    "list_tags",
+                ]);
+            }
+            c.close().await;
+            (id, tier, called)
+        });
+    }
+    let mut expected: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    let all = async {
+        while let Some(r) = set.join_next().await {
+            let (id, tier, called) = r.expect("a client task failed");
+            let mut called: Vec<String> = called.into_iter().map(str::to_owned).collect();
+            called.sort();
+            expected.insert(id, (tier, called));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("32 clients did not finish within 120 s");
+    assert_eq!(expected.len(), 32);
+
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    for line in audit_lines(&env) {
+        if line["event"] != json!("tool_call") {
+            continue;
+        }
+        let actor = &line["actor"];
+        let id = actor["credentialId"]
+            .as_str()
+            .expect("tool_call actor has a credentialId");
+        let (tier, _) = expected
+            .get(id)
+            .unwrap_or_else(|| panic!("unknown actor {actor}"));
+        assert_eq!(actor["tier"], json!(tier), "{line}");
+        assert_eq!(actor["transport"], json!("http"), "{line}");
+        seen.entry(id.to_owned())
+            .or_default()
+            .push(line["tool"].as_str().unwrap().to_owned());
+    }
+    for (id, (_, called)) in &expected {
+        let mut got = seen.remove(id).unwrap_or_default();
+        got.sort();
+        assert_eq!(&got, called, "tool_call lines of credential {id}");
+    }
+    assert!(seen.is_empty(), "tool_call lines for no client: {seen:?}");
+    env.ok(&["audit", "verify"]);
+}
+
+// ---- 6. loopback only -------------------------------------------------------------------------------
+
+/// Runs `serve ARGS`, expecting it to stop by itself within `WAIT`; returns (exit code, stderr).
+fn serve_must_exit(env: &Env, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(bin())
+        .arg("--home")
+        .arg(&env.home)
+        .arg("serve")
+        .args(args)
+        .env_remove("VAULTGATE_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vaultgate serve {args:?} kept running; it must refuse at start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn non_loopback_hosts_are_refused_at_start() {
+    let env = Env::new();
+    for host in ["0.0.0.0", "192.168.1.10", "::", "example.com"] {
+        let port = free_port("127.0.0.1");
+        let (code, stderr) = serve_must_exit(&env, &["--host", host, "--port", &port.to_string()]);
+        assert_eq!(code, Some(1), "--host {host}: {stderr}");
+        assert!(
+            stderr.contains(host),
+            "--host {host}: the error names the address: {stderr}"
+        );
+        assert!(
+            stderr.to_lowercase().contains("loopback") || stderr.contains("not an IP address"),
+            "--host {host}: the error says why: {stderr}"
+        );
+        assert!(
+            TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1)).is_err(),
+            "--host {host}: something listens on {port}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ipv6_loopback_host_serves() {
+    let env = Env::new();
+    let (_, token) = env.token("v6", "read");
+    let Ok(probe) = TcpListener::bind("[::1]:0") else {
+        // No IPv6 loopback here: serve must then fail clearly, naming the address.
+        let (code, stderr) = serve_must_exit(&env, &["--host", "::1", "--port", "8765"]);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            stderr.contains("::1") && stderr.contains("cannot listen"),
+            "{stderr}"
+        );
+        return;
+    };
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let srv = Server::spawn(
+        &env,
+        &["--host", "::1", "--port", &port.to_string()],
+        "[::1]",
+        port,
+    );
+    let c = srv.client(&token).await;
+    let v = c.call("read_note", json!({"path": "welcome.md"})).await.ok();
+    assert_eq!(v["hash"], HASHES[0].1);
+    c.close().await;
+    // It listens on ::1 only.
+    assert!(
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1)).is_err(),
+        "--host ::1 also listens on 127.0.0.1"
+    );
+}
+
+#[tokio::test]
+async fn localhost_host_serves_on_ipv4_loopback() {
+    let env = Env::new();
+    let (_, token) = env.token("local", "read");
+    let port = free_port("127.0.0.1");
+    let srv = Server::spawn(
+        &env,
+        &["--host", "localhost", "--port", &port.to_string()],
+        "127.0.0.1",
+        port,
+    );
+    let c = srv.client(&token).await;
+    let v = c.call("list_standards", json!({})).await.ok();
+    assert_eq!(v["standards"].as_array().unwrap().len(), 2, "{v}");
+    c.close().await;
+}
+
+// ---- 7. the printed client configurations -----------------------------------------------------------
+
+/// The text after the `# Streamable HTTP` comment line of `token issue --format F`.
+fn http_section(printed: &str) -> String {
+    let mut lines = printed
+        .lines()
+        .skip_while(|l| !l.starts_with("# Streamable HTTP"));
+    assert!(
+        lines.next().is_some(),
+        "no `# Streamable HTTP` section in:\n{printed}"
+    );
+    lines.collect::<Vec<_>>().join("\n")
+}
+
+/// (url, Authorization value) from the printed HTTP configuration of one client format.
+fn printed_http_config(format: &str, printed: &str) -> (String, String) {
+    let section = http_section(printed);
+    if format == "codex" {
+        let doc: toml::Table = toml::from_str(&section).unwrap_or_else(|e| panic!("{e}\n{section}"));
+        let entry = &doc["mcp_servers"]["vaultgate"];
+        (
+            entry["url"].as_str().unwrap().to_owned(),
+            entry["http_headers"]["Authorization"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        )
+    } else {
+        let doc: Value = serde_json::from_str(&section).unwrap_or_else(|e| panic!("{e}\n{section}"));
+        let entry = &doc["mcpServers"]["vaultgate"];
+        if format == "claude" {
+            assert_eq!(entry["type"], "http", "{entry}");
+        }
+        (
+            entry["url"].as_str().unwrap().to_owned(),
+            entry["headers"]["Authorization"].as_str().unwrap().to_owned(),
+        )
+    }
+}
+
+#[tokio::test]
+async fn printed_http_client_configs_connect_and_work() {
+    let env = Env::new();
+    let port = free_port("127.0.0.1");
+    edit_server_config(&env, |s| {
+        s.insert("port".into(), toml::Value::Integer(i64::from(port)));
+    });
+    let mut configs = Vec::new();
+    for format in ["claude", "cursor", "codex"] {
+        let printed = env.ok(&[
+            "token",
+            "issue",
+            "--name",
+            &format!("x-{format}"),
+            "--tier",
+            "read",
+            "--format",
+            format,
+        ]);
+        let (url, auth) = printed_http_config(format, &printed);
+        assert_eq!(url, format!("http://127.0.0.1:{port}/mcp"), "{format}");
+        assert!(auth.starts_with("Bearer "), "{format}: {auth}");
+        configs.push((format, url, auth));
+    }
+    // `serve` with no --port uses [server] port, which the printed URLs name.
+    let srv = Server::spawn(&env, &[], "127.0.0.1", port);
+    for (format, url, auth) in configs {
+        let mut headers = HashMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            reqwest::header::HeaderValue::from_str(&auth).unwrap(),
+        );
+        let cfg = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+        let running = tokio::time::timeout(WAIT, ().serve(StreamableHttpClientTransport::from_config(cfg)))
+            .await
+            .expect("initialize timed out")
+            .unwrap_or_else(|e| panic!("{format}: the printed config does not connect: {e}"));
+        let c = Client { inner: running };
+        let v = c.call("vault_list", json!({})).await.ok();
+        assert_eq!(v["vaults"][0]["id"], "basic", "{format}: {v}");
+        assert_eq!(v["vaults"][0]["noteCount"], json!(9), "{format}: {v}");
+        c.close().await;
+    }
+    drop(srv);
+}

@@ -1,0 +1,207 @@
+//! Change announcements (SPEC §4): `notifications/resources/updated` to subscribers and a
+//! `vault.changed` log message only to clients that asked for log messages — over stdio, for a
+//! legacy `initialize` session and for a 2026-07-28 `subscriptions/listen` subscription.
+#![allow(deprecated)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam,
+    ServerNotification, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::util::{Env, bin, to_reply};
+
+#[derive(Clone, Default)]
+struct Recorder {
+    updated: Arc<Mutex<Vec<String>>>,
+    logs: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_resource_updated(
+        &self,
+        p: ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.updated.lock().unwrap().push(p.uri);
+    }
+    async fn on_logging_message(
+        &self,
+        p: LoggingMessageNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        assert_eq!(p.logger.as_deref(), Some("vaultgate.vault"));
+        self.logs.lock().unwrap().push(p.data);
+    }
+}
+
+fn command(env: &Env, token: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.arg("stdio")
+        .arg("--home")
+        .arg(&env.home)
+        .env_remove("VAULTGATE_HOME")
+        .env("VAULTGATE_TOKEN", token)
+        .stderr(std::process::Stdio::null());
+    cmd
+}
+
+async fn connect(env: &Env, token: &str, rec: Recorder) -> RunningService<RoleClient, Recorder> {
+    rec.serve(TokioChildProcess::new(command(env, token)).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..100 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond()
+}
+
+async fn revision(c: &RunningService<RoleClient, Recorder>) -> u64 {
+    let mut p = rmcp::model::CallToolRequestParams::new("get_vault_overview");
+    p.arguments = Some(serde_json::Map::new());
+    let v = to_reply(c.call_tool(p).await.unwrap()).ok();
+    v["revision"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn an_edit_on_disk_is_announced_to_subscribers_and_log_listeners_only() {
+    let env = Env::new();
+    let (_, token) = env.token("watcher", "read");
+    let listening = Recorder::default();
+    let quiet = Recorder::default();
+    let a = connect(&env, &token, listening.clone()).await;
+    let b = connect(&env, &token, quiet.clone()).await;
+    a.subscribe(SubscribeRequestParams::new("vaultgate://vault/basic"))
+        .await
+        .unwrap();
+    a.set_level(SetLevelRequestParams::new(LoggingLevel::Info))
+        .await
+        .unwrap();
+    let before = revision(&a).await;
+
+    std::fs::write(env.vault.join("z/new-idea.md"), "# New idea\n").unwrap();
+
+    assert!(
+        wait_for(|| !listening.updated.lock().unwrap().is_empty()).await,
+        "no resources/updated"
+    );
+    assert_eq!(listening.updated.lock().unwrap()[0], "vaultgate://vault/basic");
+    assert!(
+        wait_for(|| !listening.logs.lock().unwrap().is_empty()).await,
+        "no log message"
+    );
+    let log = listening.logs.lock().unwrap()[0].clone();
+    assert_eq!(log["type"], "vault.changed");
+    assert_eq!(log["vault"], "basic");
+    let after = revision(&a).await;
+    assert!(after > before, "revision moved: {before} -> {after}");
+    assert!(log["revision"].as_u64().unwrap() > before);
+    // Two servers watch the same vault: the one edit moves the revision once.
+    assert_eq!(revision(&b).await, after);
+    assert_eq!(after, before + 1);
+    // The client that neither subscribed nor asked for log messages heard nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(quiet.updated.lock().unwrap().is_empty());
+    assert!(quiet.logs.lock().unwrap().is_empty());
+    let _ = a.cancel().await;
+    let _ = b.cancel().await;
+}
+
+#[tokio::test]
+async fn a_revoked_subscriber_hears_nothing_more() {
+    let env = Env::new();
+    let (_, token) = env.token("soon-revoked", "read");
+    let rec = Recorder::default();
+    let a = connect(&env, &token, rec.clone()).await;
+    a.subscribe(SubscribeRequestParams::new("vaultgate://vault/basic"))
+        .await
+        .unwrap();
+    env.ok(&["token", "revoke", "soon-revoked"]);
+    std::fs::write(env.vault.join("z/after-revoke.md"), "# x\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        rec.updated.lock().unwrap().is_empty(),
+        "{:?}",
+        rec.updated.lock().unwrap()
+    );
+    let _ = a.cancel().await;
+}
+
+#[tokio::test]
+async fn subscribing_to_an_invisible_vault_is_refused() {
+    let env = Env::new();
+    let (_, token) = env.token("r", "read");
+    let a = connect(&env, &token, Recorder::default()).await;
+    assert!(
+        a.subscribe(SubscribeRequestParams::new("vaultgate://vault/nope"))
+            .await
+            .is_err()
+    );
+    assert!(
+        a.subscribe(SubscribeRequestParams::new("vaultgate://invariants"))
+            .await
+            .is_err()
+    );
+    let _ = a.cancel().await;
+}
+
+#[tokio::test]
+async fn a_2026_07_28_subscription_receives_resource_updates() {
+    let env = Env::new();
+    let (_, token) = env.token("modern", "read");
+    let client = Recorder::default()
+        .serve_with_lifecycle(
+            TokioChildProcess::new(command(&env, &token)).unwrap(),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let mut filter = SubscriptionFilter::new();
+    filter.resource_subscriptions = Some(vec![
+        "vaultgate://vault/basic".into(),
+        "file:///etc/passwd".into(),
+    ]);
+    let mut sub = client.listen(filter).await.unwrap();
+    assert_eq!(
+        sub.acknowledged()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default(),
+        vec!["vaultgate://vault/basic".to_owned()],
+        "only vault URIs are accepted"
+    );
+    std::fs::write(env.vault.join("z/modern.md"), "# modern\n").unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match n {
+        ServerNotification::ResourceUpdatedNotification(u) => {
+            assert_eq!(u.params.uri, "vaultgate://vault/basic")
+        }
+        other => panic!("unexpected notification {other:?}"),
+    }
+    // The stateless client can still call tools.
+    let mut p = rmcp::model::CallToolRequestParams::new("read_note");
+    p.arguments = Some(json!({"path": "z/modern.md"}).as_object().unwrap().clone());
+    assert_eq!(
+        to_reply(client.call_tool(p).await.unwrap()).ok()["title"],
+        "modern"
+    );
+    let _ = client.cancel().await;
+}
