@@ -243,8 +243,9 @@ impl Core {
         }
         let caller = caller.clone();
         let args = Value::Object(args);
+        let mut resolved: Option<String> = None;
         let result = if caller.credential.tier.allows(spec.capability()) {
-            self.dispatch(&caller, tool, &args)
+            self.dispatch(&caller, tool, &args, &mut resolved)
         } else {
             Err(GatewayError::CapabilityDenied(format!(
                 "the '{}' tier may not call {tool}; ask the vault owner for a higher tier",
@@ -258,7 +259,7 @@ impl Core {
         let entry = Entry {
             event: "tool_call".into(),
             actor: caller.actor(),
-            vault: result_vault(&args),
+            vault: resolved.or_else(|| result_vault(&args)),
             tool: Some(tool.into()),
             target: args.get("path").and_then(Value::as_str).map(str::to_owned),
             proposal_id: None,
@@ -277,7 +278,28 @@ impl Core {
         Some(result)
     }
 
-    fn dispatch(&self, caller: &Caller, tool: &str, args: &Value) -> Result<Value, GatewayError> {
+    /// Resolves the vault a call acts on and remembers it for the audit record.
+    fn target(
+        &self,
+        caller: &Caller,
+        requested: Option<&str>,
+        resolved: &mut Option<String>,
+    ) -> Result<Arc<VaultHandle>, GatewayError> {
+        if let Some(id) = requested {
+            *resolved = Some(id.to_owned());
+        }
+        let v = self.resolve_vault(&caller.credential, requested)?;
+        *resolved = Some(v.id.clone());
+        Ok(v)
+    }
+
+    fn dispatch(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        args: &Value,
+        resolved: &mut Option<String>,
+    ) -> Result<Value, GatewayError> {
         match tool {
             "vault_list" => {
                 let _: tools::NoArgs = parse(args)?;
@@ -285,12 +307,12 @@ impl Core {
             }
             "get_vault_overview" => {
                 let a: tools::VaultArg = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(self.overview(&v)?)
             }
             "search_knowledge" => {
                 let a: tools::SearchKnowledgeArgs = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(
                     v.reader
                         .search_knowledge(&a.query, &a.tag.unwrap_or_default(), a.limit)?,
@@ -298,7 +320,7 @@ impl Core {
             }
             "search_note_content" => {
                 let a: tools::SearchNoteContentArgs = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 let q = vault::ContentQuery {
                     query: a.query,
                     limit: a.limit,
@@ -309,32 +331,32 @@ impl Core {
             }
             "read_note" => {
                 let a: tools::PathArgs = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.read_note(&a.path)?)
             }
             "list_notes" => {
                 let a: tools::ListNotesArgs = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.list_notes(a.dir.as_deref(), a.limit)?)
             }
             "list_standards" => {
                 let a: tools::VaultArg = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.list_standards()?)
             }
             "list_tags" => {
                 let a: tools::VaultArg = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.list_tags()?)
             }
             "get_related_notes" => {
                 let a: tools::PathArgs = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.related(&a.path)?)
             }
             "list_recent_notes" => {
                 let a: tools::RecentArgs = parse(args)?;
-                let v = self.resolve_vault(&caller.credential, a.vault.as_deref())?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.recent(a.limit, a.since.as_deref())?)
             }
             other => Err(GatewayError::Internal(format!(
