@@ -83,7 +83,7 @@ fn free_port(ip: &str) -> u16 {
 }
 
 /// `vaultgate serve` as a child process; killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     /// What the `Host` header and URLs use: `127.0.0.1`, `[::1]`.
     host: String,
@@ -93,7 +93,7 @@ struct Server {
 
 impl Server {
     /// Serves this Env on a free 127.0.0.1 port.
-    fn start(env: &Env) -> Server {
+    pub(crate) fn start(env: &Env) -> Server {
         let port = free_port("127.0.0.1");
         Server::spawn(env, &["--port", &port.to_string()], "127.0.0.1", port)
     }
@@ -146,7 +146,7 @@ impl Server {
         format!("http://{}:{}", self.host, self.port)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("{}/mcp", self.base())
     }
 

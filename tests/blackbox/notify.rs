@@ -205,3 +205,40 @@ async fn a_2026_07_28_subscription_receives_resource_updates() {
     );
     let _ = client.cancel().await;
 }
+
+#[tokio::test]
+async fn a_legacy_http_session_hears_about_changes_it_subscribed_to() {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let env = Env::new();
+    let (_, token) = env.token("http-watcher", "read");
+    let srv = crate::http::Server::start(&env);
+    let rec = Recorder::default();
+    let cfg = StreamableHttpClientTransportConfig::with_uri(srv.url()).auth_header(token);
+    let client = rec
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(cfg))
+        .await
+        .unwrap();
+    client
+        .subscribe(SubscribeRequestParams::new("vaultgate://vault/basic"))
+        .await
+        .unwrap();
+    client
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Info))
+        .await
+        .unwrap();
+    std::fs::write(env.vault.join("z/over-http.md"), "# over http\n").unwrap();
+    assert!(
+        wait_for(|| !rec.updated.lock().unwrap().is_empty()).await,
+        "no resources/updated over HTTP"
+    );
+    assert_eq!(rec.updated.lock().unwrap()[0], "vaultgate://vault/basic");
+    assert!(
+        wait_for(|| !rec.logs.lock().unwrap().is_empty()).await,
+        "no log message over HTTP"
+    );
+    assert_eq!(rec.logs.lock().unwrap()[0]["type"], "vault.changed");
+    let _ = client.cancel().await;
+}
