@@ -42,6 +42,15 @@ pub fn fingerprint(v: &VaultHandle) -> String {
 /// Compares the vault with its recorded fingerprint, moves the revision if it changed, and
 /// announces the change. Used at start-up and for each watcher batch.
 pub fn rescan(core: &Core, v: &VaultHandle) {
+    // Under the write lock: an apply in progress settles its own fingerprint first, so its
+    // change is counted once (by the apply), never again by a watcher.
+    let _lock = match v.reader.fs().write_lock() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(vault = %v.id, error = %e, "cannot take the vault lock to rescan");
+            return;
+        }
+    };
     let fp = fingerprint(v);
     match core.state.note_disk_state(&v.id, &fp) {
         Ok((revision, moved)) => {
@@ -80,4 +89,19 @@ pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
         }
     }
     watches
+}
+
+impl Core {
+    /// After vaultgate itself wrote notes (the revision already moved in the apply's commit):
+    /// record the new fingerprint so watchers do not count the same change again, and announce it.
+    pub fn settle_after_write(&self, v: &VaultHandle, revision: u64) {
+        let fp = fingerprint(v);
+        if let Err(e) = self.state.set_fingerprint(&v.id, &fp) {
+            tracing::error!(vault = %v.id, error = %e, "recording the fingerprint after a write failed");
+        }
+        self.announce(VaultChanged {
+            vault: v.id.clone(),
+            revision,
+        });
+    }
 }

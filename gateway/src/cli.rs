@@ -57,6 +57,20 @@ enum Command {
     /// Issue, list, revoke credentials and change their tier.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Review proposals: list, show, reject.
+    #[command(subcommand)]
+    Inbox(InboxCmd),
+    /// Apply pending proposals: shows each diff and asks y/N on a terminal (without one, needs --yes).
+    Apply {
+        #[arg(long)]
+        vault: Option<String>,
+        /// Apply only this proposal (id or slug).
+        #[arg(long, value_name = "ID|SLUG")]
+        only: Option<String>,
+        /// Apply without asking.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Verify, show or repair the hash-chained audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
@@ -176,6 +190,37 @@ enum TokenCmd {
 }
 
 #[derive(Subcommand)]
+enum InboxCmd {
+    /// List proposals (pending by default).
+    List {
+        #[arg(long)]
+        vault: Option<String>,
+        /// pending | applied | rejected
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// One JSON array of list_proposals items.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one proposal with its diff.
+    Show {
+        id: String,
+        #[arg(long)]
+        vault: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reject a pending proposal (its files move to rejected/<date>/).
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        vault: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
 enum AuditCmd {
     /// Recompute every hash and link; exit 1 naming the first broken record.
     Verify,
@@ -274,6 +319,10 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
         }),
         Command::Token(cmd) => token_cmd(&home, cmd, &user),
         Command::Audit(cmd) => audit_cmd(&home, cmd),
+        Command::Inbox(cmd) => inbox_cmd(&home, cmd, &user),
+        Command::Apply { vault, only, yes } => {
+            apply_cmd(&home, vault.as_deref(), only.as_deref(), yes, &user)
+        }
         Command::Describe { json } => {
             let d = crate::describe::describe();
             if json {
@@ -636,4 +685,147 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
             Ok(())
         }
     }
+}
+
+fn json_out<T: serde::Serialize>(v: &T) -> Result<(), GatewayError> {
+    out(&serde_json::to_string(v).map_err(|e| GatewayError::Internal(e.to_string()))?);
+    Ok(())
+}
+
+fn show_proposal(p: &crate::tools::GetProposalOut) {
+    let it = &p.item;
+    let from = it.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
+    out(&format!(
+        "{} {} {from}{}  [{}]\n  id: {}\n  by: {} ({}) at {}\n  reason: {}\n  proposalHash: {}",
+        it.slug,
+        it.kind,
+        it.target,
+        it.status,
+        it.id,
+        it.created_by.name,
+        it.created_by.credential_id,
+        it.created_at,
+        it.reason,
+        it.proposal_hash
+    ));
+    if !p.diff.is_empty() {
+        out(&p.diff);
+    }
+}
+
+fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError> {
+    let core = Core::open(home.clone())?;
+    match cmd {
+        InboxCmd::List { vault, status, json } => {
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let list = core.list_proposals(&v, Some(&status), Some(500))?;
+            if json {
+                return json_out(&list.proposals);
+            }
+            if list.proposals.is_empty() {
+                out(&format!("no {status} proposals in vault '{}'", v.id));
+            }
+            for p in &list.proposals {
+                let from = p.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
+                out(&format!(
+                    "{}\t{}\t{from}{}\t{}\t{}",
+                    p.slug, p.kind, p.target, p.created_by.name, p.reason
+                ));
+            }
+            Ok(())
+        }
+        InboxCmd::Show { id, vault, json } => {
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let p = core.get_proposal(&v, &id)?;
+            if json {
+                return json_out(&p);
+            }
+            show_proposal(&p);
+            Ok(())
+        }
+        InboxCmd::Reject { id, reason, vault } => {
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let actor = crate::core::Actor::Cli(user.to_owned());
+            let r = core.reject_proposal(&actor, &v, &id, &reason);
+            core.record_cli(&actor, "reject_proposal", &v.id, Some(&id), &r);
+            let r = r?;
+            out(&format!("rejected {id}; archived to {}", r.archived_to));
+            Ok(())
+        }
+    }
+}
+
+fn apply_cmd(
+    home: &Home,
+    vault: Option<&str>,
+    only: Option<&str>,
+    yes: bool,
+    user: &str,
+) -> Result<(), GatewayError> {
+    let interactive = std::io::stdin().is_terminal();
+    if !yes && !interactive {
+        return Err(GatewayError::InvalidArgument(
+            "apply shows each diff and asks y/N on a terminal; without one, pass --yes".into(),
+        ));
+    }
+    let core = Core::open(home.clone())?;
+    let v = core.vault_for_cli(vault)?;
+    let ids: Vec<String> = match only {
+        Some(id) => vec![id.to_owned()],
+        None => core
+            .list_proposals(&v, Some("pending"), Some(500))?
+            .proposals
+            .into_iter()
+            .map(|p| p.id)
+            .collect(),
+    };
+    if ids.is_empty() {
+        out(&format!("no pending proposals in vault '{}'", v.id));
+        return Ok(());
+    }
+    let actor = crate::core::Actor::Cli(user.to_owned());
+    let mut failed = 0usize;
+    for id in ids {
+        let p = core.get_proposal(&v, &id)?;
+        if !yes {
+            show_proposal(&p);
+            err("apply this proposal? [y/N] ");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            if !matches!(line.trim(), "y" | "Y" | "yes") {
+                out(&format!("skipped {}", p.item.slug));
+                continue;
+            }
+        }
+        let key = format!("cli-{}", uuid::Uuid::now_v7().simple());
+        let args = serde_json::json!({"vault": v.id, "id": p.item.id, "proposalHash": p.item.proposal_hash, "idempotencyKey": key});
+        let r = core.apply_proposal(
+            &actor,
+            &v,
+            &p.item.id,
+            &p.item.proposal_hash,
+            &key,
+            &audit::args_hash(&args),
+        );
+        if r.is_err() {
+            core.record_cli(&actor, "apply_proposal", &v.id, Some(&p.item.id), &r);
+        }
+        match r {
+            Ok(a) => out(&format!(
+                "applied {} -> {} (history {}, audit seq {})",
+                p.item.slug, a.target, a.history_entry_id, a.audit_seq
+            )),
+            Err(e) => {
+                failed += 1;
+                err(&format!("error[{}]: {}: {e}", e.code(), p.item.slug));
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(GatewayError::Proposal(
+            policy::ErrorCode::INTERNAL,
+            format!("{failed} proposal(s) not applied"),
+        ));
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use audit::{Actor, AuditLog, Durability, Entry, Outcome};
+use audit::{AuditLog, Durability, Entry, Outcome};
 use inbox::{Credential, State};
 use policy::{ErrorCode, Tier};
 use serde::de::DeserializeOwned;
@@ -40,9 +40,42 @@ pub struct Caller {
     pub transport: Transport,
 }
 
+/// Who performs an operation: an authenticated MCP caller, or the OS user at the CLI (who owns
+/// the home and so acts with full authority over its vaults).
+#[derive(Debug, Clone)]
+pub enum Actor {
+    Caller(Caller),
+    Cli(String),
+}
+
+impl Actor {
+    /// The idempotency-key namespace and the `createdBy` id.
+    pub fn principal_id(&self) -> String {
+        match self {
+            Actor::Caller(c) => c.credential.id.as_str().to_owned(),
+            Actor::Cli(u) => format!("cli:{u}"),
+        }
+    }
+
+    /// A short human label (`decided_by`, `_applied.jsonl`).
+    pub fn label(&self) -> String {
+        match self {
+            Actor::Caller(c) => format!("{} ({})", c.credential.name, c.credential.id.as_str()),
+            Actor::Cli(u) => format!("cli:{u}"),
+        }
+    }
+
+    pub fn audit_actor(&self) -> audit::Actor {
+        match self {
+            Actor::Caller(c) => c.actor(),
+            Actor::Cli(u) => audit::Actor::Cli { user: u.clone() },
+        }
+    }
+}
+
 impl Caller {
-    fn actor(&self) -> Actor {
-        Actor::Credential {
+    fn actor(&self) -> audit::Actor {
+        audit::Actor::Credential {
             credential_id: self.credential.id.as_str().to_owned(),
             name: self.credential.name.clone(),
             tier: self.credential.tier.as_str().to_owned(),
@@ -180,7 +213,7 @@ impl Core {
     ) {
         let entry = Entry {
             event: event.into(),
-            actor: Actor::Credential {
+            actor: audit::Actor::Credential {
                 credential_id: String::new(),
                 name: String::new(),
                 tier: String::new(),
@@ -256,13 +289,26 @@ impl Core {
             Ok(_) => (Outcome::Ok, None),
             Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
         };
+        // A successful apply wrote its own durable record inside the transaction (with auditSeq).
+        if tool == "apply_proposal" && result.is_ok() {
+            return Some(result);
+        }
+        let proposal_id = match (&result, tool) {
+            (Ok(v), t) if t.starts_with("propose_") => v.get("id").and_then(Value::as_str).map(str::to_owned),
+            _ => args.get("id").and_then(Value::as_str).map(str::to_owned),
+        };
+        let target = args
+            .get("path")
+            .or_else(|| args.get("to"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let entry = Entry {
             event: "tool_call".into(),
             actor: caller.actor(),
             vault: resolved.or_else(|| result_vault(&args)),
             tool: Some(tool.into()),
-            target: args.get("path").and_then(Value::as_str).map(str::to_owned),
-            proposal_id: None,
+            target,
+            proposal_id,
             challenge_id: None,
             outcome,
             code,
@@ -359,6 +405,66 @@ impl Core {
                 let v = self.target(caller, a.vault.as_deref(), resolved)?;
                 to_value(v.reader.recent(a.limit, a.since.as_deref())?)
             }
+            "list_proposals" => {
+                let a: tools::ListProposalsArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.list_proposals(&v, a.status.as_deref(), a.limit)?)
+            }
+            "get_proposal" => {
+                let a: tools::ProposalIdArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.get_proposal(&v, &a.id)?)
+            }
+            "propose_new_note" => {
+                let a: tools::ProposeNewArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.propose_new(
+                    &Actor::Caller(caller.clone()),
+                    &v,
+                    &a.path,
+                    &a.content,
+                    &a.reason,
+                )?)
+            }
+            "propose_note_patch" => {
+                let a: tools::ProposePatchArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.propose_patch(&Actor::Caller(caller.clone()), &v, a)?)
+            }
+            "propose_move" => {
+                let a: tools::ProposeMoveArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.propose_move(&Actor::Caller(caller.clone()), &v, &a.from, &a.to, &a.reason)?)
+            }
+            "propose_delete" => {
+                let a: tools::ProposeDeleteArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.propose_delete(
+                    &Actor::Caller(caller.clone()),
+                    &v,
+                    &a.path,
+                    &a.base_hash,
+                    &a.reason,
+                )?)
+            }
+            "reject_proposal" => {
+                let a: tools::RejectArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.reject_proposal(&Actor::Caller(caller.clone()), &v, &a.id, &a.reason)?)
+            }
+            "apply_proposal" => {
+                let a: tools::ApplyArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                let args_hash = audit::args_hash(args);
+                to_value(self.apply_proposal(
+                    &Actor::Caller(caller.clone()),
+                    &v,
+                    &a.id,
+                    &a.proposal_hash,
+                    &a.idempotency_key,
+                    &args_hash,
+                )?)
+            }
             other => Err(GatewayError::Internal(format!(
                 "tool '{other}' is in the catalog but not dispatched"
             ))),
@@ -436,6 +542,67 @@ impl Core {
             return Err(GatewayError::VaultNotFound("(none visible)".into()));
         }
         Err(GatewayError::VaultTargetRequired)
+    }
+
+    /// The CLI's vault: explicit id, else the default, else the only one.
+    pub fn vault_for_cli(&self, requested: Option<&str>) -> Result<Arc<VaultHandle>, GatewayError> {
+        if let Some(id) = requested {
+            return self
+                .vaults
+                .get(id)
+                .cloned()
+                .ok_or_else(|| GatewayError::VaultNotFound(id.to_owned()));
+        }
+        if let Some(v) = self
+            .config
+            .default_vault
+            .as_deref()
+            .and_then(|d| self.vaults.get(d))
+        {
+            return Ok(v.clone());
+        }
+        match self.vaults.len() {
+            1 => Ok(self
+                .vaults
+                .values()
+                .next()
+                .cloned()
+                .ok_or(GatewayError::VaultTargetRequired)?),
+            0 => Err(GatewayError::VaultNotFound(
+                "(no vault registered; vaultgate vault add PATH)".into(),
+            )),
+            _ => Err(GatewayError::VaultTargetRequired),
+        }
+    }
+
+    /// Audits a CLI decision (applies record themselves on success).
+    pub fn record_cli<T>(
+        &self,
+        actor: &Actor,
+        tool: &str,
+        vault: &str,
+        proposal_id: Option<&str>,
+        result: &Result<T, GatewayError>,
+    ) {
+        let (outcome, code) = match result {
+            Ok(_) => (Outcome::Ok, None),
+            Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
+        };
+        self.write_audit(
+            Entry {
+                event: "cli".into(),
+                actor: actor.audit_actor(),
+                vault: Some(vault.to_owned()),
+                tool: Some(tool.to_owned()),
+                target: None,
+                proposal_id: proposal_id.map(str::to_owned),
+                challenge_id: None,
+                outcome,
+                code,
+                args_hash: None,
+            },
+            Durability::Sync,
+        );
     }
 
     pub fn vault_list(&self, cred: &Credential) -> VaultListOut {
@@ -552,7 +719,7 @@ impl Core {
         self.audit.append(
             Entry {
                 event: event.into(),
-                actor: Actor::Cli {
+                actor: audit::Actor::Cli {
                     user: user.to_owned(),
                 },
                 vault: None,

@@ -26,6 +26,8 @@ pub enum GatewayError {
     #[error("{0}")]
     Path(#[from] policy::PathError),
     #[error(transparent)]
+    Write(#[from] vault::write::WriteError),
+    #[error(transparent)]
     State(#[from] inbox::StateError),
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
@@ -37,6 +39,9 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     AuditBroken(String),
+    /// A proposal or apply refusal whose SPEC code is decided where it arises.
+    #[error("{1}")]
+    Proposal(ErrorCode, String),
     /// An HTTP request refused before authentication matters (Host, Origin, session owner).
     #[error("forbidden: {0}")]
     Forbidden(String),
@@ -57,6 +62,7 @@ impl GatewayError {
             GatewayError::InvalidArgument(_) => ErrorCode::INVALID_ARGUMENT,
             GatewayError::Vault(e) => e.code(),
             GatewayError::Path(e) => e.code(),
+            GatewayError::Write(e) => e.code(),
             GatewayError::State(inbox::StateError::CredentialNotFound(_)) => ErrorCode::NOT_FOUND,
             GatewayError::State(inbox::StateError::DuplicateName(_)) => ErrorCode::INVALID_ARGUMENT,
             GatewayError::State(_) => ErrorCode::INTERNAL,
@@ -66,6 +72,7 @@ impl GatewayError {
             GatewayError::Io(_) => ErrorCode::INTERNAL,
             GatewayError::AuditBroken(_) => ErrorCode::INTERNAL,
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
+            GatewayError::Proposal(code, _) => *code,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,
         }
     }

@@ -5,6 +5,7 @@
 //! handlers stay thin and never write to a vault themselves.
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod auth;
 pub mod changes;
 pub mod cli;
@@ -17,6 +18,7 @@ pub mod home;
 pub mod http;
 mod logging;
 pub mod mcp;
+pub mod proposing;
 mod resources;
 mod serve;
 pub mod tools;

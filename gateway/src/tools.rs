@@ -137,10 +137,23 @@ fn read_tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
     title: &str,
     description: &'static str,
 ) -> Tool {
+    tool::<I, O>(name, title, description, policy::ToolKind::Read)
+}
+
+/// Annotations follow the tool's kind in the policy table (SPEC §4).
+fn tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
+    name: &'static str,
+    title: &str,
+    description: &'static str,
+    kind: policy::ToolKind,
+) -> Tool {
     let mut ann = ToolAnnotations::with_title(title);
-    ann.read_only_hint = Some(true);
-    ann.destructive_hint = Some(false);
-    ann.idempotent_hint = Some(true);
+    ann.read_only_hint = Some(kind == policy::ToolKind::Read);
+    ann.destructive_hint = Some(!matches!(
+        kind,
+        policy::ToolKind::Read | policy::ToolKind::Propose
+    ));
+    ann.idempotent_hint = Some(kind == policy::ToolKind::Read);
     ann.open_world_hint = Some(false);
     let mut tool = Tool::new(name, description, input::<I>());
     tool.title = Some(title.to_owned());
@@ -203,5 +216,235 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Recently modified notes",
             "Notes ordered by modification time, newest first.",
         ),
+        read_tool::<ListProposalsArgs, ListProposalsOut>(
+            "list_proposals",
+            "List proposals",
+            "Proposals in the vault's inbox, newest first (pending by default).",
+        ),
+        read_tool::<ProposalIdArgs, GetProposalOut>(
+            "get_proposal",
+            "Show a proposal",
+            "A proposal's metadata, its proposed text and a unified diff against the note as it is now.",
+        ),
+        tool::<ProposeNewArgs, ProposedOut>(
+            "propose_new_note",
+            "Propose a new note",
+            "Proposes a new note; nothing is written to the notes until the proposal is applied. Returns the id and proposalHash needed to apply it.",
+            policy::ToolKind::Propose,
+        ),
+        tool::<ProposePatchArgs, ProposedOut>(
+            "propose_note_patch",
+            "Propose an edit",
+            "Proposes new text for an existing note, as a whole `content` or as `edits` (each oldText must occur exactly once). `baseHash` is the hash read_note gave you; apply refuses if the note changed since.",
+            policy::ToolKind::Propose,
+        ),
+        tool::<ProposeMoveArgs, ProposedOut>(
+            "propose_move",
+            "Propose a move or rename",
+            "Proposes moving a note; reports the wiki and Markdown links in other notes that applying it will rewrite.",
+            policy::ToolKind::Propose,
+        ),
+        tool::<ProposeDeleteArgs, ProposedOut>(
+            "propose_delete",
+            "Propose a deletion",
+            "Proposes deleting a note; applying moves it to the vault trash, from where it can be restored (undo).",
+            policy::ToolKind::Propose,
+        ),
+        tool::<ApplyArgs, ApplyOut>(
+            "apply_proposal",
+            "Apply a proposal",
+            "Verifies a proposal (hash, signature, base hash, target) and commits it atomically. Tier auto applies its own proposals, full anyone's. Retry a lost answer only with the same idempotencyKey.",
+            policy::ToolKind::Decide,
+        ),
+        tool::<RejectArgs, RejectOut>(
+            "reject_proposal",
+            "Reject a proposal",
+            "Rejects a pending proposal and archives it; nothing in the notes changes.",
+            policy::ToolKind::Decide,
+        ),
     ]
 });
+
+// ---- proposals (SPEC §6) ------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeNewArgs {
+    pub vault: Option<String>,
+    /// Vault-relative path of the new note (`*.md` under a notes folder).
+    pub path: String,
+    /// The whole text of the new note.
+    pub content: String,
+    /// Why: shown to the reviewer.
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProposePatchArgs {
+    pub vault: Option<String>,
+    pub path: String,
+    /// The `hash` read_note returned for the text you edited.
+    pub base_hash: String,
+    pub reason: String,
+    /// The whole new text (or use `edits`).
+    pub content: Option<String>,
+    /// Replacements applied in order; each `oldText` must occur exactly once.
+    pub edits: Option<Vec<EditArg>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EditArg {
+    /// Text that occurs exactly once in the note (as it stands after the previous edits).
+    pub old_text: String,
+    pub new_text: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeMoveArgs {
+    pub vault: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProposeDeleteArgs {
+    pub vault: Option<String>,
+    pub path: String,
+    pub base_hash: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListProposalsArgs {
+    pub vault: Option<String>,
+    /// pending (default), applied or rejected.
+    pub status: Option<String>,
+    /// Maximum items (default 50, at most 500).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalIdArgs {
+    pub vault: Option<String>,
+    /// Proposal id (or slug).
+    pub id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectArgs {
+    pub vault: Option<String>,
+    pub id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApplyArgs {
+    pub vault: Option<String>,
+    /// The proposal id (never a path).
+    pub id: String,
+    /// The `proposalHash` you were given when it was proposed.
+    pub proposal_hash: String,
+    /// A fresh key per intended apply; retry a lost answer only with the same key.
+    pub idempotency_key: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProposedOut {
+    pub id: String,
+    pub slug: String,
+    pub proposal_hash: String,
+    pub target: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_rewrites: Option<Vec<LinkRewriteItem>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LinkRewriteItem {
+    pub path: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedByOut {
+    pub credential_id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProposalItem {
+    pub id: String,
+    pub slug: String,
+    pub kind: String,
+    pub target: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    pub status: String,
+    pub created_at: String,
+    pub created_by: CreatedByOut,
+    pub reason: String,
+    pub proposal_hash: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListProposalsOut {
+    pub proposals: Vec<ProposalItem>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GetProposalOut {
+    #[serde(flatten)]
+    pub item: ProposalItem,
+    pub vault: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_hash: Option<String>,
+    /// The proposed new text (new notes and patches).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Unified diff against the note as it is now (empty for moves).
+    pub diff: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reject_reason: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectOut {
+    pub rejected: bool,
+    pub archived_to: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyOut {
+    pub applied: bool,
+    pub target: String,
+    pub history_entry_id: String,
+    pub archived_to: String,
+    pub audit_seq: u64,
+    /// "updated" or "failed" (the note is written either way).
+    pub index: String,
+    pub replayed: bool,
+}

@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -17,6 +18,25 @@ pub enum StateError {
     SchemaTooNew { found: i64, supported: i64 },
     #[error("state database lock poisoned")]
     Poisoned,
+    #[error("a proposal with id '{0}' already exists")]
+    DuplicateProposalId(String),
+    #[error("vault '{vault}' already has a proposal with slug '{slug}'")]
+    DuplicateSlug { vault: String, slug: String },
+    /// The metadata JSON disagrees with the indexed columns (names the field), or is not an object.
+    #[error("proposal metadata disagrees with its row at '{0}'")]
+    InvalidMeta(&'static str),
+    #[error("no proposal '{0}'")]
+    ProposalNotFound(String),
+    /// `begin_intent` for a proposal that already has one: a previous apply did not finish and
+    /// must be recovered first.
+    #[error("an apply intent for proposal '{0}' is already open")]
+    IntentExists(String),
+    #[error("no apply intent {0}")]
+    IntentNotFound(i64),
+    #[error("apply intent {intent_id} does not belong to proposal '{proposal_id}'")]
+    IntentMismatch { intent_id: i64, proposal_id: String },
+    #[error("a history entry with id '{0}' already exists")]
+    DuplicateHistoryEntry(String),
 }
 
 /// Ordered migrations; `user_version` records how many have run. Append only.
@@ -41,7 +61,92 @@ const MIGRATIONS: &[&str] = &[
         vault TEXT PRIMARY KEY,
         fingerprint TEXT NOT NULL
     );",
+    // 3: proposals, idempotency keys, apply intents and history (SPEC §6, §7, §8). Times are RFC 3339
+    // UTC text, as in the proposal metadata; *_json columns hold JSON text.
+    "CREATE TABLE proposals (
+        id TEXT PRIMARY KEY,           -- UUIDv7, server-generated
+        vault TEXT NOT NULL,
+        slug TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        created_by TEXT NOT NULL,      -- credential id
+        created_at TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'applied', 'rejected')),
+        meta_json TEXT NOT NULL,       -- the .proposal.json metadata as signed
+        decided_at TEXT,
+        decided_by TEXT,
+        result_json TEXT,
+        reject_reason TEXT,
+        UNIQUE (vault, slug),
+        CHECK ((status = 'pending') = (decided_at IS NULL))
+    );
+    CREATE INDEX proposals_by_vault_status ON proposals (vault, status, created_at);
+    CREATE TABLE idempotency_keys (
+        credential_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        result_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (credential_id, key)
+    ) WITHOUT ROWID;
+    CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);
+    -- AUTOINCREMENT: an intent id is never reused, so a stale id cannot touch a newer intent.
+    CREATE TABLE apply_intents (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        vault TEXT NOT NULL,
+        proposal_id TEXT NOT NULL UNIQUE,
+        plan_json TEXT NOT NULL,
+        step TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX apply_intents_by_vault ON apply_intents (vault, id);
+    CREATE TABLE history (
+        id TEXT PRIMARY KEY,
+        vault TEXT NOT NULL,
+        seq INTEGER NOT NULL,          -- per vault, increasing, never reused
+        label TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        paths_json TEXT NOT NULL,      -- [{path, before, after}] content hashes
+        state TEXT NOT NULL DEFAULT 'done' CHECK (state IN ('done', 'undone')),
+        barrier INTEGER NOT NULL DEFAULT 0 CHECK (barrier IN (0, 1)),
+        UNIQUE (vault, seq)
+    );
+    CREATE INDEX history_by_vault_state ON history (vault, state, seq);",
 ];
+
+/// The extended result code of a constraint violation, if `e` is one.
+pub(crate) fn constraint_violation(e: &rusqlite::Error) -> Option<std::ffi::c_int> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+            Some(f.extended_code)
+        }
+        _ => None,
+    }
+}
+
+/// Reads a JSON text column; a row that does not parse is a conversion error, never a default.
+pub(crate) fn json_column(row: &Row<'_>, idx: usize) -> rusqlite::Result<Value> {
+    let text: String = row.get(idx)?;
+    serde_json::from_str(&text)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+/// As [`json_column`], for a nullable column.
+pub(crate) fn opt_json_column(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Value>> {
+    match row.get_ref(idx)? {
+        rusqlite::types::ValueRef::Null => Ok(None),
+        _ => json_column(row, idx).map(Some),
+    }
+}
+
+/// SQLite integers are signed; counts and revisions are never negative.
+pub(crate) fn non_negative(v: i64) -> u64 {
+    v.max(0) as u64
+}
 
 /// The gateway's state database, shared by every request of one process.
 pub struct State {
@@ -144,6 +249,17 @@ impl State {
         Ok((rev.max(0) as u64, moved && old.is_some()))
     }
 
+    /// Records the fingerprint of a change vaultgate made itself (its revision already moved).
+    pub fn set_fingerprint(&self, vault: &str, fingerprint: &str) -> Result<(), StateError> {
+        let conn = self.conn()?;
+        conn.execute(
+            "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
+             ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
+            [vault, fingerprint],
+        )?;
+        Ok(())
+    }
+
     /// Adds one to the vault's revision and returns the new value.
     pub fn bump_revision(&self, vault: &str) -> Result<u64, StateError> {
         let conn = self.conn()?;
@@ -189,6 +305,75 @@ mod tests {
         // A second process seeing the same state does not count it again.
         assert_eq!(b.note_disk_state("v", "f2").unwrap(), (1, false));
         assert_eq!(b.note_disk_state("v", "f3").unwrap(), (2, true));
+    }
+
+    #[test]
+    fn a_version_2_database_upgrades_and_keeps_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.sqlite");
+        {
+            // The state.sqlite an earlier release left: migrations 1 and 2, with data.
+            let c = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..2] {
+                c.execute_batch(sql).unwrap();
+            }
+            c.pragma_update(None, "user_version", 2).unwrap();
+            c.execute(
+                "INSERT INTO credentials (id, name, tier, vaults, jti, created_at)
+                 VALUES ('cred_1', 'claude', 'auto', '[\"v\"]', 'j', 100)",
+                [],
+            )
+            .unwrap();
+            c.execute("INSERT INTO vault_revisions VALUES ('v', 7)", [])
+                .unwrap();
+            c.execute("INSERT INTO vault_fingerprints VALUES ('v', 'f')", [])
+                .unwrap();
+        }
+        let s = State::open(&path).unwrap();
+        assert_eq!(s.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let c = s.find_credential("claude").unwrap();
+        assert_eq!(
+            (c.id.as_str(), c.vaults.as_slice()),
+            ("cred_1", ["v".to_owned()].as_slice())
+        );
+        assert_eq!(s.revision("v").unwrap(), 7);
+        assert_eq!(s.note_disk_state("v", "f").unwrap(), (7, false));
+        // The new tables are there and empty.
+        assert_eq!(s.count_pending("v").unwrap(), 0);
+        assert!(s.open_intents("v").unwrap().is_empty());
+        assert_eq!(s.idempotency_get("cred_1", "k").unwrap(), None);
+        assert_eq!(s.history_tops("v").unwrap(), crate::HistoryTops::default());
+        drop(s);
+        // Opening again runs nothing twice.
+        let s = State::open(&path).unwrap();
+        assert_eq!(s.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        assert_eq!(s.revision("v").unwrap(), 7);
+    }
+
+    #[test]
+    fn the_schema_refuses_impossible_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = State::open(&dir.path().join("state.sqlite")).unwrap();
+        let conn = s.conn().unwrap();
+        let insert = |status: &str, decided_at: Option<&str>| {
+            conn.execute(
+                "INSERT INTO proposals (id, vault, slug, kind, target, created_by, created_at, status,
+                                        meta_json, decided_at)
+                 VALUES (?1, 'v', ?1, 'new', 't', 'c', 't', ?2, '{}', ?3)",
+                rusqlite::params![format!("{status}{decided_at:?}"), status, decided_at],
+            )
+        };
+        assert!(insert("pending", None).is_ok());
+        assert!(insert("applied", Some("t")).is_ok());
+        assert!(insert("done", Some("t")).is_err(), "unknown status");
+        assert!(insert("pending", Some("t")).is_err(), "pending yet decided");
+        assert!(insert("rejected", None).is_err(), "decided without a time");
+        let bad_state = conn.execute(
+            "INSERT INTO history (id, vault, seq, label, kind, created_by, created_at, paths_json, state)
+             VALUES ('h', 'v', 1, 'l', 'k', 'c', 't', '[]', 'gone')",
+            [],
+        );
+        assert!(bad_state.is_err());
     }
 
     #[test]

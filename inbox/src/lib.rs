@@ -6,6 +6,13 @@
 
 mod credentials;
 mod db;
+mod idempotency;
+mod intents;
+// `crate::` below: this module shares its name with the `proposals` crate.
+mod proposals;
 
-pub use credentials::{Credential, CredentialId, NewCredential};
-pub use db::{State, StateError};
+pub use crate::credentials::{Credential, CredentialId, NewCredential};
+pub use crate::db::{State, StateError};
+pub use crate::idempotency::{IdemPut, IdemRecord};
+pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
+pub use crate::proposals::{NewProposal, ProposalStatus, StoredProposal, UnknownStatus};

@@ -1,2 +1,28 @@
-//! proposals
+//! The pure core of vaultgate's write half. An agent never writes a vault file: each write it asks
+//! for becomes a [`Proposal`], metadata whose [`proposal_hash`] pins what would change (kind, target,
+//! source, new content, base) and whose [`signature`] (HMAC-SHA256 under a key derived from
+//! `secret.key`) pins everything else, so a separate apply step can tell an intact proposal from an
+//! altered one. This crate holds that model and its canonical JSON and hashes, patch edits
+//! ([`apply_edits`]), review diffs ([`unified_diff`]), the hash chain of `_applied.jsonl`
+//! ([`AppliedLine`]), and the apply decision ([`plan::check`]) that the gateway's transaction and
+//! the CLI share (SPEC §6).
+//!
+//! It must never do I/O, read a clock or draw randomness: ids, times and file states are parameters.
 #![forbid(unsafe_code)]
+
+mod applied;
+mod canonical;
+mod diff;
+mod edit;
+mod model;
+pub mod plan;
+mod seal;
+mod slug;
+
+pub use applied::{AppliedLine, GENESIS, chain_applied, verify_applied_chain};
+pub use canonical::{canonical_json, sha256_hex};
+pub use diff::unified_diff;
+pub use edit::{Edit, EditError, apply_edits};
+pub use model::{CreatedBy, Draft, Kind, Proposal, UnknownKind};
+pub use seal::{SIGNATURE_KEY_LABEL, Verdict, proposal_hash, seal, signature, verify};
+pub use slug::slug;

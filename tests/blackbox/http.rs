@@ -21,7 +21,8 @@ use crate::util::{Client, Env, bin};
 const WAIT: Duration = Duration::from_secs(10);
 
 /// The read tools this build serves, in catalog order.
-const TOOLS: [&str; 10] = [
+/// The whole catalog this build serves (the same over both transports).
+const TOOLS: [&str; 18] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -32,6 +33,14 @@ const TOOLS: [&str; 10] = [
     "list_tags",
     "get_related_notes",
     "list_recent_notes",
+    "list_proposals",
+    "get_proposal",
+    "propose_new_note",
+    "propose_note_patch",
+    "propose_move",
+    "propose_delete",
+    "apply_proposal",
+    "reject_proposal",
 ];
 
 /// `basic.expect.md`: path → SHA-256 of the note's bytes.
@@ -386,9 +395,11 @@ async fn http_serves_the_same_tools_and_results_as_stdio() {
         ("list_tags", json!({})),
         ("get_related_notes", json!({"path": "z/attention.md"})),
         ("list_recent_notes", json!({"limit": 50})),
+        ("list_proposals", json!({})),
     ];
     let called: BTreeSet<&str> = calls.iter().map(|(t, _)| *t).collect();
-    assert_eq!(called, TOOLS.into_iter().collect::<BTreeSet<_>>());
+    // Every read tool (the write half mutates, so it is compared in the proposal suite).
+    assert_eq!(called, TOOLS[..11].iter().copied().collect::<BTreeSet<_>>());
     for (tool, args) in calls {
         let mut h = over_http.call(tool, args.clone()).await.ok();
         let mut s = over_stdio.call(tool, args.clone()).await.ok();

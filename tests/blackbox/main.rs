@@ -6,6 +6,7 @@ mod util;
 
 mod http;
 mod notify;
+mod proposals;
 mod security;
 mod smoke;
 mod stdio;

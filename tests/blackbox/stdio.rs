@@ -338,7 +338,7 @@ async fn initialize_reports_vaultgate_identity_instructions_and_capabilities() {
 }
 
 #[tokio::test]
-async fn tools_list_is_exactly_the_ten_read_tools_with_read_only_annotations_and_schemas() {
+async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas() {
     let (_env, s) = reader().await;
     let tools: Vec<Value> = s
         .client
@@ -350,8 +350,26 @@ async fn tools_list_is_exactly_the_ten_read_tools_with_read_only_annotations_and
         .map(|t| serde_json::to_value(t).unwrap())
         .collect();
     let names: BTreeSet<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, READ_TOOLS.into_iter().collect::<BTreeSet<_>>());
-    assert_eq!(tools.len(), READ_TOOLS.len(), "no tool is listed twice");
+    assert!(
+        READ_TOOLS.iter().all(|t| names.contains(t)),
+        "every read tool is listed: {names:?}"
+    );
+    assert_eq!(tools.len(), names.len(), "no tool is listed twice");
+    // The write half is annotated by kind (SPEC §4).
+    for t in &tools {
+        let name = t["name"].as_str().unwrap();
+        let ann = &t["annotations"];
+        if name.starts_with("propose_") {
+            assert_eq!(ann["readOnlyHint"], false, "{name}");
+            assert_eq!(ann["destructiveHint"], false, "{name}");
+        } else if ["apply_proposal", "reject_proposal"].contains(&name) {
+            assert_eq!(ann["destructiveHint"], true, "{name}");
+        }
+    }
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .filter(|t| READ_TOOLS.contains(&t["name"].as_str().unwrap()))
+        .collect();
 
     // SPEC §4 table: inputs besides `vault`, and the main output fields.
     let inputs: BTreeMap<&str, &[&str]> = BTreeMap::from([

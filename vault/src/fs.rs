@@ -565,3 +565,19 @@ fn not_found(e: std::io::Error) -> FsError {
         _ => FsError::Io(e),
     }
 }
+
+/// Write-side access for `crate::write`: the root handle, and the read-side resolution used to
+/// tell where a symlink met on a write path leads.
+impl VaultFs {
+    pub(crate) fn root_dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Whether `segments` (from the root) resolve outside the vault, following symlinks as reads do.
+    pub(crate) fn resolves_outside(&self, segments: &[String]) -> bool {
+        matches!(
+            self.resolve_segments(segments.iter().map(String::as_str)),
+            Err(FsError::Path(PathError::Outside))
+        )
+    }
+}

@@ -8,9 +8,11 @@ pub mod fs;
 pub mod links;
 pub mod note;
 pub mod reader;
+pub mod rewrite;
 pub mod search;
 pub mod types;
 pub mod watch;
+pub mod write;
 
 pub use reader::{Vault, rfc3339};
 pub use types::{

@@ -483,3 +483,15 @@ impl<'v> Catalog<'v> {
             .map_or_else(|| stem(e.path.file_name()).to_owned(), |n| n.title.clone())
     }
 }
+
+impl Vault {
+    /// The catalog's note paths (notes and standards, not the inbox), sorted: the set links
+    /// resolve against (for `rewrite::plan_move`).
+    pub(crate) fn catalog_paths(&self) -> Vec<VaultPath> {
+        Catalog::scan(&self.fs)
+            .entries
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
+    }
+}

@@ -1,0 +1,572 @@
+//! The propose side of SPEC §6: `propose_*`, `list_proposals`, `get_proposal`, `reject_proposal`.
+//! Proposals are written only into the inbox (files first, then the state row); notes are never
+//! touched here.
+
+use std::sync::Arc;
+
+use policy::VaultPath;
+use proposals::{CreatedBy, Draft, Kind, Proposal};
+use serde_json::Value;
+use vault::write::{Area, WriteMode};
+
+use crate::core::{Actor, Core, VaultHandle, rfc3339};
+use crate::error::GatewayError;
+use crate::tools::{
+    CreatedByOut, GetProposalOut, LinkRewriteItem, ListProposalsOut, ProposalItem, ProposedOut, RejectOut,
+};
+
+/// The inbox files of one proposal, relative to the inbox folder (SPEC §6).
+pub struct InboxFiles {
+    /// `(role, path under the inbox)`; the metadata file is always last.
+    pub files: Vec<(&'static str, String)>,
+}
+
+impl InboxFiles {
+    pub fn of(kind: Kind, slug: &str) -> InboxFiles {
+        let files = match kind {
+            Kind::New => vec![
+                ("content", format!("new/{slug}.md")),
+                ("meta", format!("new/{slug}.proposal.json")),
+            ],
+            Kind::Patch => vec![
+                ("content", format!("patch/{slug}.new.md")),
+                ("diff", format!("patch/{slug}.diff")),
+                ("meta", format!("patch/{slug}.proposal.json")),
+            ],
+            Kind::Move => vec![("meta", format!("move/{slug}.proposal.json"))],
+            Kind::Delete => vec![("meta", format!("delete/{slug}.proposal.json"))],
+        };
+        InboxFiles { files }
+    }
+
+    pub fn get(&self, role: &str) -> Option<&str> {
+        self.files
+            .iter()
+            .find(|(r, _)| *r == role)
+            .map(|(_, p)| p.as_str())
+    }
+
+    /// Where a file goes when the proposal is decided: `<applied|rejected>/<date>/<file name>`.
+    pub fn archived(rel: &str, bucket: &str, date: &str) -> String {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        format!("{bucket}/{date}/{name}")
+    }
+}
+
+/// A path under the vault's inbox folder.
+pub fn inbox_path(v: &VaultHandle, rel: &str) -> Result<VaultPath, GatewayError> {
+    Ok(VaultPath::parse(&format!("{}/{rel}", v.reader.layout().inbox))?)
+}
+
+pub fn today(now: time::OffsetDateTime) -> String {
+    let d = now.date();
+    format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day())
+}
+
+fn target_path(v: &VaultHandle, raw: &str) -> Result<VaultPath, GatewayError> {
+    let p = VaultPath::parse(raw)?;
+    v.reader.layout().check_write_target(&p)?;
+    Ok(p)
+}
+
+fn require_reason(reason: &str) -> Result<(), GatewayError> {
+    if reason.trim().is_empty() {
+        return Err(GatewayError::InvalidArgument(
+            "`reason` must say why (it is shown to the reviewer)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Current bytes and hash of a note, read without following links (`None` when missing).
+pub fn current(v: &VaultHandle, p: &VaultPath) -> Result<Option<(Vec<u8>, String)>, GatewayError> {
+    Ok(v.reader.fs().read_for_write(Area::Note, p)?)
+}
+
+fn stale(p: &VaultPath, expected: &str, actual: Option<&str>) -> GatewayError {
+    GatewayError::Proposal(
+        policy::ErrorCode::PROPOSAL_STALE_BASE,
+        format!(
+            "{p} changed since you read it (baseHash {expected}, now {}); read_note it again and re-propose",
+            actual.unwrap_or("missing")
+        ),
+    )
+}
+
+impl Core {
+    fn created_by(actor: &Actor) -> CreatedBy {
+        match actor {
+            Actor::Caller(c) => CreatedBy {
+                credential_id: c.credential.id.as_str().to_owned(),
+                name: c.credential.name.clone(),
+            },
+            Actor::Cli(user) => CreatedBy {
+                credential_id: format!("cli:{user}"),
+                name: format!("cli:{user}"),
+            },
+        }
+    }
+
+    /// Seals the draft, writes its inbox files, then records the pending row.
+    fn store_proposal(
+        &self,
+        v: &VaultHandle,
+        draft: Draft,
+        content: Option<&str>,
+        diff: Option<&str>,
+    ) -> Result<Proposal, GatewayError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let p = proposals::seal(draft, id, self.secret().bytes());
+        let files = InboxFiles::of(p.kind, &p.slug);
+        let meta = serde_json::to_value(&p).map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let meta_text =
+            serde_json::to_string_pretty(&meta).map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let fs = v.reader.fs();
+        for (role, rel) in &files.files {
+            let bytes: &[u8] = match *role {
+                "content" => content.unwrap_or_default().as_bytes(),
+                "diff" => diff.unwrap_or_default().as_bytes(),
+                _ => meta_text.as_bytes(),
+            };
+            fs.write_atomic(Area::Inbox, &inbox_path(v, rel)?, bytes, WriteMode::Exclusive)?;
+        }
+        self.state.insert_proposal(&inbox::NewProposal {
+            vault: &v.id,
+            id: &p.id,
+            slug: &p.slug,
+            kind: p.kind.as_str(),
+            target: &p.target,
+            created_by: &p.created_by.credential_id,
+            created_at: &p.created_at,
+            meta: &meta,
+        })?;
+        Ok(p)
+    }
+
+    fn draft(&self, actor: &Actor, v: &VaultHandle, kind: Kind, target: &VaultPath, reason: &str) -> Draft {
+        Draft {
+            kind,
+            vault: v.id.clone(),
+            target: target.to_string(),
+            from: None,
+            content_hash: None,
+            base_hash: None,
+            reason: reason.to_owned(),
+            created_by: Self::created_by(actor),
+            created_at: rfc3339(time::OffsetDateTime::now_utc()),
+        }
+    }
+
+    pub fn propose_new(
+        &self,
+        actor: &Actor,
+        v: &VaultHandle,
+        path: &str,
+        content: &str,
+        reason: &str,
+    ) -> Result<ProposedOut, GatewayError> {
+        require_reason(reason)?;
+        let target = target_path(v, path)?;
+        if current(v, &target)?.is_some() {
+            return Err(exists(&target));
+        }
+        if let Some(other) = v.reader.fs().find_collision(&target)? {
+            return Err(collides(&target, &other));
+        }
+        let mut d = self.draft(actor, v, Kind::New, &target, reason);
+        d.content_hash = Some(proposals::sha256_hex(content.as_bytes()));
+        let p = self.store_proposal(v, d, Some(content), None)?;
+        Ok(ProposedOut {
+            id: p.id,
+            slug: p.slug,
+            proposal_hash: p.proposal_hash,
+            target: p.target,
+            from: None,
+            base_hash: None,
+            diff: None,
+            link_rewrites: None,
+        })
+    }
+
+    pub fn propose_patch(
+        &self,
+        actor: &Actor,
+        v: &VaultHandle,
+        args: crate::tools::ProposePatchArgs,
+    ) -> Result<ProposedOut, GatewayError> {
+        require_reason(&args.reason)?;
+        let target = target_path(v, &args.path)?;
+        let (bytes, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
+        if hash != args.base_hash {
+            return Err(stale(&target, &args.base_hash, Some(&hash)));
+        }
+        let old = String::from_utf8(bytes)
+            .map_err(|_| GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotText)))?;
+        let new = match (args.content, args.edits) {
+            (Some(c), None) => c,
+            (None, Some(edits)) => {
+                let edits: Vec<proposals::Edit> = edits
+                    .into_iter()
+                    .map(|e| proposals::Edit {
+                        old_text: e.old_text,
+                        new_text: e.new_text,
+                    })
+                    .collect();
+                proposals::apply_edits(&old, &edits).map_err(edit_error)?
+            }
+            _ => {
+                return Err(GatewayError::InvalidArgument(
+                    "pass exactly one of `content` (the whole new text) or `edits`".into(),
+                ));
+            }
+        };
+        if new == old {
+            return Err(GatewayError::InvalidArgument(
+                "the proposed text equals the current text".into(),
+            ));
+        }
+        let diff = proposals::unified_diff(target.as_str(), &old, &new);
+        let mut d = self.draft(actor, v, Kind::Patch, &target, &args.reason);
+        d.content_hash = Some(proposals::sha256_hex(new.as_bytes()));
+        d.base_hash = Some(hash.clone());
+        let p = self.store_proposal(v, d, Some(&new), Some(&diff))?;
+        Ok(ProposedOut {
+            id: p.id,
+            slug: p.slug,
+            proposal_hash: p.proposal_hash,
+            target: p.target,
+            from: None,
+            base_hash: Some(hash),
+            diff: Some(diff),
+            link_rewrites: None,
+        })
+    }
+
+    pub fn propose_move(
+        &self,
+        actor: &Actor,
+        v: &VaultHandle,
+        from: &str,
+        to: &str,
+        reason: &str,
+    ) -> Result<ProposedOut, GatewayError> {
+        require_reason(reason)?;
+        let from = target_path(v, from)?;
+        let to = target_path(v, to)?;
+        if from == to {
+            return Err(GatewayError::InvalidArgument(
+                "`from` and `to` are the same path".into(),
+            ));
+        }
+        let (_, hash) = current(v, &from)?.ok_or_else(|| not_found(&from))?;
+        if current(v, &to)?.is_some() {
+            return Err(exists(&to));
+        }
+        if let Some(other) = v.reader.fs().find_collision(&to)?.filter(|o| *o != from) {
+            return Err(collides(&to, &other));
+        }
+        let rewrites = v.reader.plan_move(&from, &to)?;
+        let mut d = self.draft(actor, v, Kind::Move, &to, reason);
+        d.from = Some(from.to_string());
+        d.base_hash = Some(hash.clone());
+        let p = self.store_proposal(v, d, None, None)?;
+        Ok(ProposedOut {
+            id: p.id,
+            slug: p.slug,
+            proposal_hash: p.proposal_hash,
+            target: p.target,
+            from: p.from,
+            base_hash: Some(hash),
+            diff: None,
+            link_rewrites: Some(
+                rewrites
+                    .iter()
+                    .map(|r| LinkRewriteItem {
+                        path: r.path.to_string(),
+                        count: r.count as u64,
+                    })
+                    .collect(),
+            ),
+        })
+    }
+
+    pub fn propose_delete(
+        &self,
+        actor: &Actor,
+        v: &VaultHandle,
+        path: &str,
+        base_hash: &str,
+        reason: &str,
+    ) -> Result<ProposedOut, GatewayError> {
+        require_reason(reason)?;
+        let target = target_path(v, path)?;
+        let (_, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
+        if hash != base_hash {
+            return Err(stale(&target, base_hash, Some(&hash)));
+        }
+        let mut d = self.draft(actor, v, Kind::Delete, &target, reason);
+        d.base_hash = Some(hash.clone());
+        let p = self.store_proposal(v, d, None, None)?;
+        Ok(ProposedOut {
+            id: p.id,
+            slug: p.slug,
+            proposal_hash: p.proposal_hash,
+            target: p.target,
+            from: None,
+            base_hash: Some(hash),
+            diff: None,
+            link_rewrites: None,
+        })
+    }
+
+    pub fn list_proposals(
+        &self,
+        v: &VaultHandle,
+        status: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<ListProposalsOut, GatewayError> {
+        let status = status.unwrap_or("pending");
+        if !matches!(status, "pending" | "applied" | "rejected") {
+            return Err(GatewayError::InvalidArgument(
+                "status is pending, applied or rejected".into(),
+            ));
+        }
+        let limit = limit.unwrap_or(50);
+        if !(1..=500).contains(&limit) {
+            return Err(GatewayError::InvalidArgument("limit is 1 to 500".into()));
+        }
+        let status: inbox::ProposalStatus = status
+            .parse()
+            .map_err(|_| GatewayError::InvalidArgument("status is pending, applied or rejected".into()))?;
+        let rows = self.state.list_proposals(&v.id, Some(status), limit)?;
+        Ok(ListProposalsOut {
+            proposals: rows.iter().filter_map(item).collect(),
+        })
+    }
+
+    pub fn get_proposal(&self, v: &VaultHandle, id: &str) -> Result<GetProposalOut, GatewayError> {
+        let row = self
+            .state
+            .proposal(&v.id, id)?
+            .ok_or_else(|| proposal_not_found(id))?;
+        let p: Proposal = serde_json::from_value(row.meta.clone())
+            .map_err(|e| GatewayError::Internal(format!("stored proposal {id}: {e}")))?;
+        let files = InboxFiles::of(p.kind, &p.slug);
+        // Pending proposals' content is read from the inbox as a reviewer would see it.
+        let content = match (files.get("content"), row.status.as_str()) {
+            (Some(rel), "pending") => v
+                .reader
+                .fs()
+                .read_for_write(Area::Inbox, &inbox_path(v, rel)?)?
+                .map(|(b, _)| String::from_utf8_lossy(&b).into_owned()),
+            (Some(rel), status) => {
+                let date = row
+                    .decided_at
+                    .as_deref()
+                    .map(|d| d.get(..10).unwrap_or(d))
+                    .unwrap_or("");
+                let bucket = if status == "applied" {
+                    "applied"
+                } else {
+                    "rejected"
+                };
+                let path = inbox_path(v, &InboxFiles::archived(rel, bucket, date))?;
+                v.reader
+                    .fs()
+                    .read_for_write(Area::Inbox, &path)?
+                    .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
+            }
+            (None, _) => None,
+        };
+        let diff = match (p.kind, &content) {
+            (Kind::New, Some(c)) => proposals::unified_diff(&p.target, "", c),
+            (Kind::Patch, Some(c)) => {
+                let target = VaultPath::parse(&p.target)?;
+                let now = current(v, &target)?
+                    .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                proposals::unified_diff(&p.target, &now, c)
+            }
+            (Kind::Delete, _) => {
+                let target = VaultPath::parse(&p.target)?;
+                let now = current(v, &target)?
+                    .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                proposals::unified_diff(&p.target, &now, "")
+            }
+            _ => String::new(),
+        };
+        let it =
+            item(&row).ok_or_else(|| GatewayError::Internal(format!("stored proposal {id} is malformed")))?;
+        Ok(GetProposalOut {
+            item: it,
+            vault: v.id.clone(),
+            content_hash: p.content_hash,
+            base_hash: p.base_hash,
+            content,
+            diff,
+            decided_at: row.decided_at.clone(),
+            reject_reason: row.reject_reason.clone(),
+        })
+    }
+
+    /// Rejects a pending proposal: the row moves to `rejected` (one winner), then its files are
+    /// archived under `rejected/<date>/`.
+    pub fn reject_proposal(
+        &self,
+        actor: &Actor,
+        v: &Arc<VaultHandle>,
+        id: &str,
+        reason: &str,
+    ) -> Result<RejectOut, GatewayError> {
+        require_reason(reason)?;
+        let _lock = v.reader.fs().write_lock()?;
+        // An apply a crash interrupted is finished first: it may be this very proposal.
+        self.recover(v)?;
+        let row = self
+            .state
+            .proposal(&v.id, id)?
+            .ok_or_else(|| proposal_not_found(id))?;
+        match row.status {
+            inbox::ProposalStatus::Applied => return Err(already_applied(&row.id)),
+            inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
+            inbox::ProposalStatus::Pending => {}
+        }
+        self.authorize_decision(actor, &row.created_by)?;
+        let kind: Kind = row
+            .kind
+            .parse()
+            .map_err(|_| GatewayError::Internal("stored kind".into()))?;
+        let now = time::OffsetDateTime::now_utc();
+        if !self
+            .state
+            .mark_rejected(&row.id, &actor.label(), &rfc3339(now), reason)?
+        {
+            return Err(GatewayError::Proposal(
+                policy::ErrorCode::PROPOSAL_ALREADY_APPLIED,
+                "the proposal was decided meanwhile".into(),
+            ));
+        }
+        let date = today(now);
+        let files = InboxFiles::of(kind, &row.slug);
+        let mut archived_to = String::new();
+        for (_, rel) in &files.files {
+            let from = inbox_path(v, rel)?;
+            let to = inbox_path(v, &InboxFiles::archived(rel, "rejected", &date))?;
+            archived_to = to.to_string();
+            match v.reader.fs().rename(Area::Inbox, &from, Area::Inbox, &to) {
+                Ok(()) => {}
+                // A file a person already moved or deleted is not a reason to fail the rejection.
+                Err(e) => {
+                    tracing::warn!(proposal = %row.id, error = %e, "archiving a rejected proposal file failed")
+                }
+            }
+        }
+        Ok(RejectOut {
+            rejected: true,
+            archived_to,
+        })
+    }
+
+    /// Own proposals need `auto`, anyone's `full` (SPEC §2); the CLI user owns the home.
+    pub fn authorize_decision(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
+        match actor {
+            Actor::Cli(_) => Ok(()),
+            Actor::Caller(c) => {
+                let own = c.credential.id.as_str() == created_by;
+                let cap = if own {
+                    policy::Capability::DecideOwn
+                } else {
+                    policy::Capability::DecideAny
+                };
+                if c.credential.tier.allows(cap) {
+                    Ok(())
+                } else {
+                    Err(GatewayError::CapabilityDenied(format!(
+                        "the '{}' tier may decide only its own proposals; this one was made by another client",
+                        c.credential.tier
+                    )))
+                }
+            }
+        }
+    }
+}
+
+pub fn item(row: &inbox::StoredProposal) -> Option<ProposalItem> {
+    let m = &row.meta;
+    let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
+    Some(ProposalItem {
+        id: row.id.clone(),
+        slug: row.slug.clone(),
+        kind: row.kind.clone(),
+        target: row.target.clone(),
+        from: s("from"),
+        status: row.status.as_str().to_owned(),
+        created_at: s("createdAt")?,
+        created_by: CreatedByOut {
+            credential_id: m.get("createdBy")?.get("credentialId")?.as_str()?.to_owned(),
+            name: m.get("createdBy")?.get("name")?.as_str()?.to_owned(),
+        },
+        reason: s("reason").unwrap_or_default(),
+        proposal_hash: s("proposalHash")?,
+    })
+}
+
+fn edit_error(e: proposals::EditError) -> GatewayError {
+    use proposals::EditError::*;
+    match e {
+        Empty => GatewayError::InvalidArgument("`edits` is empty".into()),
+        EmptyOldText { index } => GatewayError::InvalidArgument(format!("edits[{index}].oldText is empty")),
+        NotFound { index } => GatewayError::Proposal(
+            policy::ErrorCode::EDIT_NOT_UNIQUE,
+            format!("edits[{index}].oldText does not occur in the note; copy it exactly from read_note"),
+        ),
+        NotUnique { index, count } => GatewayError::Proposal(
+            policy::ErrorCode::EDIT_NOT_UNIQUE,
+            format!(
+                "edits[{index}].oldText occurs {count} times; include more surrounding text so it occurs once"
+            ),
+        ),
+    }
+}
+
+pub fn not_found(p: &VaultPath) -> GatewayError {
+    GatewayError::Proposal(policy::ErrorCode::NOT_FOUND, format!("{p} does not exist"))
+}
+
+pub fn exists(p: &VaultPath) -> GatewayError {
+    GatewayError::Proposal(
+        policy::ErrorCode::PROPOSAL_TARGET_EXISTS,
+        format!("{p} already exists; propose a patch instead, or pick another path"),
+    )
+}
+
+fn collides(p: &VaultPath, other: &VaultPath) -> GatewayError {
+    GatewayError::Proposal(
+        policy::ErrorCode::PROPOSAL_TARGET_EXISTS,
+        format!(
+            "{p} differs from the existing {other} only by case or Unicode normalization; pick another name"
+        ),
+    )
+}
+
+pub fn proposal_not_found(id: &str) -> GatewayError {
+    GatewayError::Proposal(
+        policy::ErrorCode::PROPOSAL_NOT_FOUND,
+        format!("no proposal '{id}' in this vault (see list_proposals)"),
+    )
+}
+
+pub fn already_applied(id: &str) -> GatewayError {
+    GatewayError::Proposal(
+        policy::ErrorCode::PROPOSAL_ALREADY_APPLIED,
+        format!("proposal {id} was already applied"),
+    )
+}
+
+pub fn rejected(id: &str) -> GatewayError {
+    GatewayError::Proposal(
+        policy::ErrorCode::PROPOSAL_REJECTED,
+        format!("proposal {id} was rejected"),
+    )
+}

@@ -1,0 +1,487 @@
+//! Link rewrites for a move (SPEC §6): `propose_move` reports them, apply performs them.
+//!
+//! What counts as a link, and what it points at, is defined once: `links::extract` and
+//! `links::Resolver`, exactly as the read side uses them. This module only finds where each of
+//! those links sits in the text (and checks it found the very same links), and replaces the file
+//! part of the links whose meaning the move would change; every other byte stays as it was. The
+//! result is parsed and resolved again before it is returned, so a plan never breaks a link.
+
+use std::ops::Range;
+
+use policy::VaultPath;
+use sha2::{Digest, Sha256};
+
+use crate::fs::FsError;
+use crate::links::{self, Link, LinkKind, Resolution, Resolver, percent_decode};
+use crate::note::{Note, prose_lines, split_frontmatter, stem};
+use crate::reader::Vault;
+use crate::search::fold;
+use crate::types::VaultError;
+
+/// One note whose links a move rewrites.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkRewrite {
+    /// The note as it is now. For the moved note itself this is `from`, and `new_text` is what is
+    /// written at `to`.
+    pub path: VaultPath,
+    /// Links rewritten in this note.
+    pub count: usize,
+    /// SHA-256 hex of the note's bytes as read: apply rewrites only if they are unchanged.
+    pub base_hash: String,
+    /// The whole new text: the old one with only link targets replaced.
+    pub new_text: String,
+}
+
+impl Vault {
+    /// The rewrites that keep every link meaning the same when `from` moves to `to`.
+    ///
+    /// Every catalog note (notes and standards, never the inbox) is read; each link that resolves
+    /// to a note now, and would resolve elsewhere after the move (links to `from`, the moved
+    /// note's own relative links, and a stem link that `to` would capture), is rewritten to point
+    /// where it pointed, in its own style: a stem link stays a stem link when the stem is unique
+    /// after the move (else it becomes a vault path), a path link stays a path link (`./`/`../`
+    /// relative ones stay relative), `.md` is kept or left out as written, `#heading`, `|label`
+    /// and `!` are untouched; Markdown links get a relative path (vault-absolute if written with a
+    /// leading `/`), percent-encoded. Links in code, frontmatter and broken links are left alone.
+    ///
+    /// Notes apply could not write (outside `notes`, or reached through a symlink) are skipped
+    /// and logged. The caller checks that `to` is free. `INVALID_ARGUMENT` when some link cannot
+    /// be expressed so that it still resolves (a `#` or `|` in a wiki-linked name).
+    pub fn plan_move(&self, from: &VaultPath, to: &VaultPath) -> Result<Vec<LinkRewrite>, VaultError> {
+        let layout = self.layout();
+        layout.check_write_target(from)?;
+        layout.check_write_target(to)?;
+        let before = self.catalog_paths();
+        if before.binary_search(from).is_err() {
+            return Err(FsError::NotFound.into());
+        }
+        let after: Vec<VaultPath> = before
+            .iter()
+            .filter(|p| *p != from)
+            .chain(std::iter::once(to))
+            .cloned()
+            .collect();
+        let ctx = Move {
+            from,
+            to,
+            old: Resolver::new(&before),
+            new: Resolver::new(&after),
+            after: &after,
+        };
+        let mut plan = Vec::new();
+        for source in &before {
+            let file = match self.fs().read_text(source) {
+                Ok(file) => file,
+                Err(e) => {
+                    tracing::debug!(path = %source, error = %e, "note skipped by the move plan");
+                    continue;
+                }
+            };
+            let planned = ctx.rewrite_note(source, &file.text);
+            if matches!(planned, Ok(None)) {
+                continue;
+            }
+            // Apply writes only real `*.md` files under `notes`: a rewrite it would refuse would
+            // make the whole move unappliable.
+            let writable = layout.check_write_target(source).is_ok()
+                && matches!(self.fs().resolve(source), Ok(Some(real)) if &real == source);
+            if !writable {
+                tracing::info!(path = %source, "links not rewritten: apply may not write this note");
+                continue;
+            }
+            let Some((new_text, count)) = planned? else {
+                continue;
+            };
+            plan.push(LinkRewrite {
+                path: source.clone(),
+                count,
+                base_hash: hex::encode(Sha256::digest(&file.bytes)),
+                new_text,
+            });
+        }
+        Ok(plan)
+    }
+}
+
+/// One planned move and the link resolution before and after it.
+struct Move<'a> {
+    from: &'a VaultPath,
+    to: &'a VaultPath,
+    old: Resolver,
+    new: Resolver,
+    /// The catalog after the move.
+    after: &'a [VaultPath],
+}
+
+/// A link located in a line: what `links::extract` reports, and the bytes of its file part.
+struct Located {
+    at: usize,
+    kind: LinkKind,
+    target: String,
+    /// The file part of the target, in line bytes: before `#` for wiki links, before `#`/`?` for
+    /// Markdown destinations (still percent-encoded), trimmed as the resolver trims it.
+    file: Range<usize>,
+}
+
+impl Move<'_> {
+    /// The note at `source` with its links rewritten and how many, `None` when nothing changes.
+    fn rewrite_note(&self, source: &VaultPath, text: &str) -> Result<Option<(String, usize)>, VaultError> {
+        // The moved note resolves its links from its new place afterwards.
+        let moved = if source == self.from { self.to } else { source };
+        let fm = split_frontmatter(text);
+        let starts = line_starts(text);
+        let mut edits: Vec<(Range<usize>, String)> = Vec::new();
+        for line in prose_lines(text, fm.body_line) {
+            let canonical = links::extract(std::slice::from_ref(&line));
+            let located = locate(&line.masked);
+            let same = canonical.len() == located.len()
+                && canonical
+                    .iter()
+                    .zip(&located)
+                    .all(|(c, l)| c.kind == l.kind && c.target == l.target);
+            if !same {
+                // A drift between the two scanners; the check on the result below decides.
+                tracing::warn!(path = %source, line = line.number, "links not located; line left as is");
+                continue;
+            }
+            let Some(&offset) = starts.get(line.number - 1) else {
+                continue;
+            };
+            for (link, loc) in canonical.iter().zip(&located) {
+                let Some(want) = self.wanted(source, link) else {
+                    continue;
+                };
+                if self.new.resolve(moved, link) == Resolution::Note(want.clone()) {
+                    continue; // still right after the move
+                }
+                let written = &line.masked[loc.file.clone()];
+                let replacement = match link.kind {
+                    LinkKind::Wiki | LinkKind::Embed => self.wiki_file(moved, link, written, &want),
+                    LinkKind::Markdown => self.markdown_file(moved, link, written, &want),
+                }
+                .ok_or_else(|| unexpressible(source))?;
+                edits.push((offset + loc.file.start..offset + loc.file.end, replacement));
+            }
+        }
+        if edits.is_empty() {
+            return Ok(None);
+        }
+        let mut out = String::with_capacity(text.len() + 64);
+        let mut last = 0;
+        for (range, replacement) in &edits {
+            out.push_str(&text[last..range.start]);
+            out.push_str(replacement);
+            last = range.end;
+        }
+        out.push_str(&text[last..]);
+        self.verify(source, moved, text, &out)?;
+        Ok(Some((out, edits.len())))
+    }
+
+    /// Where `link` (in the note at `source`) must point after the move: `None` for links that
+    /// point at no note now (broken or attachments), which are left alone.
+    fn wanted(&self, source: &VaultPath, link: &Link) -> Option<VaultPath> {
+        match self.old.resolve(source, link) {
+            Resolution::Note(p) if &p == self.from => Some(self.to.clone()),
+            Resolution::Note(p) => Some(p),
+            Resolution::Broken | Resolution::NotANote => None,
+        }
+    }
+
+    /// Every link of the new text resolves, after the move, to where the old one pointed.
+    fn verify(&self, source: &VaultPath, moved: &VaultPath, old: &str, new: &str) -> Result<(), VaultError> {
+        let name = stem(moved.file_name());
+        let (before, after) = (Note::parse(old, name).links, Note::parse(new, name).links);
+        let kept = before.len() == after.len()
+            && before.iter().zip(&after).all(|(b, a)| {
+                b.kind == a.kind
+                    && b.line == a.line
+                    && self
+                        .wanted(source, b)
+                        .is_none_or(|want| self.new.resolve(moved, a) == Resolution::Note(want))
+            });
+        if kept { Ok(()) } else { Err(unexpressible(source)) }
+    }
+
+    /// The new file part of a wiki link or embed pointing at `want`, in the style of `written`.
+    fn wiki_file(&self, moved: &VaultPath, link: &Link, written: &str, want: &VaultPath) -> Option<String> {
+        let with_md = ends_with_md(written);
+        let spell = |p: &str| {
+            if with_md {
+                p.to_owned()
+            } else {
+                strip_md(p).to_owned()
+            }
+        };
+        let full = spell(want.as_str());
+        let first = if written.starts_with("./") || written.starts_with("../") {
+            let rel = relative(moved, want);
+            spell(&if rel.starts_with("../") {
+                rel
+            } else {
+                format!("./{rel}")
+            })
+        } else if written.contains('/') || !self.stem_is_unique(want) {
+            full.clone()
+        } else {
+            spell(want.file_name())
+        };
+        [first, full].into_iter().find(|candidate| {
+            // These would end or split the link: `[[a|b]]`, `[[a#b]]`, `[[a]]b]]`.
+            !candidate.contains(['|', '#', '[', ']'])
+                && self.new.resolve(moved, &with_target(link, candidate)) == Resolution::Note(want.clone())
+        })
+    }
+
+    /// The new path part of a Markdown destination pointing at `want`, in the style of `written`.
+    fn markdown_file(
+        &self,
+        moved: &VaultPath,
+        link: &Link,
+        written: &str,
+        want: &VaultPath,
+    ) -> Option<String> {
+        let decoded = percent_decode(written).unwrap_or_default();
+        let plain = if decoded.starts_with('/') {
+            format!("/{want}")
+        } else {
+            let rel = relative(moved, want);
+            if written.starts_with("./") && !rel.starts_with("../") {
+                format!("./{rel}")
+            } else {
+                rel
+            }
+        };
+        let candidate = encode_destination(&plain);
+        (self.new.resolve(moved, &with_target(link, &candidate)) == Resolution::Note(want.clone()))
+            .then_some(candidate)
+    }
+
+    /// Is `want`'s file name the only one of its (case-folded) kind after the move?
+    fn stem_is_unique(&self, want: &VaultPath) -> bool {
+        let name = fold(want.file_name());
+        self.after.iter().filter(|p| fold(p.file_name()) == name).count() == 1
+    }
+}
+
+fn unexpressible(source: &VaultPath) -> VaultError {
+    VaultError::InvalidArgument(format!(
+        "the move would change where links in {source} point, and they cannot be rewritten to keep them"
+    ))
+}
+
+/// `link` with its target replaced (the resolver reads only the file part).
+fn with_target(link: &Link, target: &str) -> Link {
+    Link {
+        kind: link.kind,
+        target: target.to_owned(),
+        line: link.line,
+    }
+}
+
+/// Byte offset of each line's start, indexed as `str::lines` counts them.
+fn line_starts(text: &str) -> Vec<usize> {
+    let mut starts = vec![0];
+    starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+    starts
+}
+
+/// The links of one masked prose line with their positions, in text order. Mirrors
+/// `links::extract` step for step; `rewrite_note` checks both agree before using a position.
+fn locate(line: &str) -> Vec<Located> {
+    let mut out = Vec::new();
+    locate_wiki(line, &mut out);
+    locate_markdown(line, &mut out);
+    out.sort_by_key(|l| l.at);
+    out
+}
+
+fn locate_wiki(line: &str, out: &mut Vec<Located>) {
+    let mut from = 0;
+    while let Some(k) = line[from..].find("[[") {
+        let open = from + k;
+        let inner_start = open + 2;
+        let Some(len) = line[inner_start..].find("]]") else {
+            return;
+        };
+        let inner = &line[inner_start..inner_start + len];
+        if let Some(nested) = inner.rfind("[[") {
+            from = inner_start + nested;
+            continue;
+        }
+        from = inner_start + len + 2;
+        let before_pipe = inner.split('|').next().unwrap_or_default();
+        let target = before_pipe.strip_suffix('\\').unwrap_or(before_pipe).trim();
+        if target.is_empty() || target.starts_with('#') {
+            continue;
+        }
+        let target_start = inner_start + leading_ws(before_pipe);
+        // The resolver's file part: before the first `#`, trimmed.
+        let head = target.split('#').next().unwrap_or_default();
+        let file_start = target_start + leading_ws(head);
+        let embed = line[..open].ends_with('!');
+        out.push(Located {
+            at: if embed { open - 1 } else { open },
+            kind: if embed { LinkKind::Embed } else { LinkKind::Wiki },
+            target: target.to_owned(),
+            file: file_start..file_start + head.trim().len(),
+        });
+    }
+}
+
+fn locate_markdown(line: &str, out: &mut Vec<Located>) {
+    let mut from = 0;
+    while let Some(k) = line[from..].find("](") {
+        let start = from + k + 2;
+        let rest = &line[start..];
+        let (dest, dest_start, consumed) = if let Some(r) = rest.strip_prefix('<') {
+            match r.find('>') {
+                Some(e) => (&r[..e], start + 1, e + 2),
+                None => {
+                    from = start;
+                    continue;
+                }
+            }
+        } else {
+            let mut depth = 0usize;
+            let mut end = rest.len();
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    ')' => depth -= 1,
+                    c if c.is_whitespace() => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            (&rest[..end], start, end)
+        };
+        from = start + consumed;
+        let trimmed = dest.trim();
+        let path = trimmed.split(['#', '?']).next().unwrap_or_default();
+        let is_note = !has_scheme(trimmed) && percent_decode(path).is_some_and(|d| ends_with_md(&d));
+        if is_note {
+            let file_start = dest_start + leading_ws(dest);
+            out.push(Located {
+                at: start,
+                kind: LinkKind::Markdown,
+                target: dest.to_owned(),
+                file: file_start..file_start + path.len(),
+            });
+        }
+    }
+}
+
+fn leading_ws(s: &str) -> usize {
+    s.len() - s.trim_start().len()
+}
+
+/// A URL scheme (`http:`, `mailto:`), as `links` decides it.
+fn has_scheme(s: &str) -> bool {
+    let mut chars = s.chars();
+    if !chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
+        return false;
+    }
+    for c in chars {
+        match c {
+            ':' => return true,
+            c if c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.') => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
+fn ends_with_md(s: &str) -> bool {
+    s.len() > 3 && s.is_char_boundary(s.len() - 3) && s[s.len() - 3..].eq_ignore_ascii_case(".md")
+}
+
+fn strip_md(s: &str) -> &str {
+    if ends_with_md(s) { &s[..s.len() - 3] } else { s }
+}
+
+/// The path of `to` relative to the folder of `source`, `/`-separated (`../` to go up).
+fn relative(source: &VaultPath, to: &VaultPath) -> String {
+    let mut folder: Vec<&str> = source.segments().collect();
+    folder.pop();
+    let target: Vec<&str> = to.segments().collect();
+    let common = folder
+        .iter()
+        .zip(&target)
+        .take_while(|(a, b)| a == b)
+        .count()
+        // The file name itself is never a common folder.
+        .min(target.len() - 1);
+    let mut parts: Vec<&str> = vec![".."; folder.len() - common];
+    parts.extend(&target[common..]);
+    parts.join("/")
+}
+
+/// Percent-encodes what would end, split or be decoded out of a Markdown destination: `%`,
+/// whitespace (spaces become `%20`), `#`, `?`, `<`, `>`, `(`, `)`. Other characters (CJK
+/// included) stay as they are, as Obsidian writes them.
+fn encode_destination(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c == '%' || c.is_whitespace() || matches!(c, '#' | '?' | '<' | '>' | '(' | ')') {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> VaultPath {
+        VaultPath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(relative(&p("a/x.md"), &p("a/y.md")), "y.md");
+        assert_eq!(relative(&p("a/x.md"), &p("b/y.md")), "../b/y.md");
+        assert_eq!(relative(&p("x.md"), &p("b/c/y.md")), "b/c/y.md");
+        assert_eq!(relative(&p("a/b/x.md"), &p("y.md")), "../../y.md");
+        assert_eq!(relative(&p("a/b/x.md"), &p("a/y.md")), "../y.md");
+        // A folder named like the target file.
+        assert_eq!(relative(&p("y.md/x.md"), &p("y.md")), "../y.md");
+    }
+
+    #[test]
+    fn destination_encoding() {
+        assert_eq!(encode_destination("my note.md"), "my%20note.md");
+        assert_eq!(encode_destination("100%.md"), "100%25.md");
+        assert_eq!(encode_destination("a(1)#?.md"), "a%281%29%23%3F.md");
+        assert_eq!(encode_destination("注意 力.md"), "注意%20力.md");
+        assert_eq!(encode_destination("a\u{3000}b.md"), "a%E3%80%80b.md");
+    }
+
+    #[test]
+    fn located_links_agree_with_extract() {
+        let text = "[[A]] [[ B |l]] ![[C#h]] [[D\\|e]] [[#self]] [x](a%20b.md#f) [y](<c d.md> \"t\") [z](http://e.md) `[[code]]` [[a [[inner]]";
+        let lines = prose_lines(text, 0);
+        let line = &lines[0];
+        let canonical = links::extract(std::slice::from_ref(line));
+        let located = locate(&line.masked);
+        assert_eq!(canonical.len(), located.len());
+        let files: Vec<&str> = located.iter().map(|l| &text[l.file.clone()]).collect();
+        assert_eq!(files, ["A", "B", "C", "D", "a%20b.md", "c d.md", "inner"]);
+        for (c, l) in canonical.iter().zip(&located) {
+            assert_eq!((c.kind, &c.target), (l.kind, &l.target));
+        }
+    }
+}

@@ -1,0 +1,706 @@
+//! Contained, durable writes: the only code that ever writes into a vault (SPEC §5, §6).
+//!
+//! Every entry point first checks the path against its `Area` (syntactic, before any I/O), then
+//! walks the parent chain from the vault's directory handle one component at a time, refusing any
+//! symlink on the way or at the destination: a write never follows a link, it only ever lands in
+//! the real folder that was checked, because every later call is relative to that folder's handle.
+//! New content goes to a temp file in the same folder (created exclusively), is fsynced, renamed or
+//! linked into place, and the folder is fsynced, so a crash leaves the old file or the new one.
+//!
+//! Callers hold `WriteLock` around a whole apply; these functions do not take it themselves.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{ErrorKind, Read, Write};
+use std::path::Component;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt, OpenOptionsSyncExt};
+use cap_std::fs::{Dir, Metadata, OpenOptions, Permissions};
+use policy::path::{hard_deny, hard_deny_segment};
+use policy::{ErrorCode, FolderPath, Layout, PathError, VaultPath};
+use sha2::{Digest, Sha256};
+use unicode_normalization::UnicodeNormalization;
+
+use crate::fs::{MAX_READ_BYTES, VaultFs};
+
+/// The folder of per-vault machine data (SPEC §1): index, history, trash, write lock.
+pub const MACHINE_DIR: &str = ".vaultgate";
+/// The lock file every writer of a vault (server and CLI) serializes on.
+pub const LOCK_FILE: &str = "write.lock";
+/// Temp files start with this: hidden, so readers, walks and the watcher ignore them.
+const TEMP_PREFIX: &str = ".vaultgate-tmp-";
+
+/// Why a write was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The destination of an exclusive write or a rename is taken.
+    #[error("already exists: {0}")]
+    Exists(VaultPath),
+    /// The source of a rename or removal, or a parent folder outside the area, is missing.
+    #[error("not found")]
+    NotFound,
+    /// A file read for a base-hash check is over `MAX_READ_BYTES`.
+    #[error("larger than the read limit")]
+    TooLarge,
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl WriteError {
+    /// The wire code (SPEC §11). Exhaustive on purpose: a new variant forces a decision.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            WriteError::Path(e) => e.code(),
+            WriteError::Exists(_) => ErrorCode::PROPOSAL_TARGET_EXISTS,
+            WriteError::NotFound => ErrorCode::NOT_FOUND,
+            WriteError::TooLarge => ErrorCode::TOO_LARGE,
+            WriteError::Io(_) => ErrorCode::INTERNAL,
+        }
+    }
+}
+
+/// Where a write may land; each operation checks the path against it before touching the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Area {
+    /// A proposal target: `Layout::check_write_target` (`*.md` under `notes`, never the inbox).
+    Note,
+    /// Strictly beneath the inbox folder, every segment passing the hard deny-list.
+    Inbox,
+    /// Beneath `.vaultgate/`: the one place a hidden segment is allowed, and only as the first.
+    Machine,
+}
+
+impl Area {
+    /// The syntactic check (`PATH_DENIED`), before any I/O.
+    pub fn check(self, layout: &Layout, path: &VaultPath) -> Result<(), PathError> {
+        match self {
+            Area::Note => layout.check_write_target(path),
+            Area::Inbox => {
+                hard_deny(path)?;
+                // Exact, not folded: `Inbox/x` is refused, which fails safe.
+                if path != &layout.inbox && FolderPath::Dir(layout.inbox.clone()).contains(path) {
+                    Ok(())
+                } else {
+                    Err(PathError::Denied("outside the inbox"))
+                }
+            }
+            Area::Machine => {
+                let mut segments = path.segments();
+                if segments.next() != Some(MACHINE_DIR) {
+                    return Err(PathError::Denied("outside the machine folder"));
+                }
+                let mut rest = 0;
+                for seg in segments {
+                    // SECURITY(T-PATH): `.vaultgate/.git/x`, `.vaultgate/target/x` stay denied.
+                    hard_deny_segment(seg)?;
+                    rest += 1;
+                }
+                if rest == 0 {
+                    return Err(PathError::Denied("the machine folder itself"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// May a missing folder `folder` (a proper prefix of a checked path) be created?
+    fn may_create(self, layout: &Layout, folder: &VaultPath) -> bool {
+        match self {
+            Area::Note => layout.notes.iter().any(|f| f.contains(folder)),
+            Area::Inbox => FolderPath::Dir(layout.inbox.clone()).contains(folder),
+            // Every prefix of a checked machine path starts with `.vaultgate`.
+            Area::Machine => true,
+        }
+    }
+}
+
+/// How `write_atomic` treats an existing destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Refuse (`WriteError::Exists`) if the destination exists; atomic (no check-then-write race).
+    Exclusive,
+    /// Replace an existing regular file atomically (keeping its permissions), or create it.
+    Replace,
+}
+
+/// The vault's exclusive write lock (`.vaultgate/write.lock`), across threads and processes;
+/// released when dropped.
+#[derive(Debug)]
+pub struct WriteLock {
+    /// An `flock`/`LockFileEx` lock lives as long as its open file: closing this releases it.
+    _file: std::fs::File,
+}
+
+/// A destination folder reached without following a symlink.
+struct Parent {
+    /// `None`: the vault root (borrowed from `VaultFs`).
+    dir: Option<Dir>,
+    /// The folder's path from the root (empty: the root).
+    segments: Vec<String>,
+}
+
+impl VaultFs {
+    /// Takes the vault's write lock, waiting for another holder (thread or process) to release it.
+    pub fn write_lock(&self) -> Result<WriteLock, WriteError> {
+        let mut lock = fd_lock::RwLock::new(self.lock_file()?);
+        loop {
+            match lock.write() {
+                Ok(guard) => {
+                    // The guard would unlock when dropped, but it borrows `lock`; instead the lock
+                    // is held until `WriteLock` closes the file, which releases it.
+                    std::mem::forget(guard);
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(WriteLock {
+            _file: lock.into_inner(),
+        })
+    }
+
+    /// Takes the vault's write lock if nobody holds it; `None` when it is held.
+    pub fn try_write_lock(&self) -> Result<Option<WriteLock>, WriteError> {
+        let mut lock = fd_lock::RwLock::new(self.lock_file()?);
+        match lock.try_write() {
+            Ok(guard) => std::mem::forget(guard), // as in `write_lock`
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Some(WriteLock {
+            _file: lock.into_inner(),
+        }))
+    }
+
+    /// Writes `bytes` to `path` atomically and durably: a temp file in the same folder (random
+    /// name, created exclusively), write, fsync, rename (`Replace`) or hard-link (`Exclusive`)
+    /// into place, fsync the folder. Missing parent folders inside the area are created and their
+    /// parents fsynced. The temp file is removed on every error.
+    pub fn write_atomic(
+        &self,
+        area: Area,
+        path: &VaultPath,
+        bytes: &[u8],
+        mode: WriteMode,
+    ) -> Result<(), WriteError> {
+        area.check(self.layout(), path)?;
+        let parent = self.open_parent(area, path, true)?;
+        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
+        let name = path.file_name();
+        let existing = self.check_destination(dir, &parent.segments, name)?;
+        let permissions = match (&existing, mode) {
+            (Some(_), WriteMode::Exclusive) => return Err(WriteError::Exists(path.clone())),
+            (Some(meta), WriteMode::Replace) => Some(meta.permissions()),
+            (None, _) => None,
+        };
+        place_bytes(dir, name, path, bytes, permissions, mode)
+    }
+
+    /// Moves the regular file `from` to `to`, never replacing anything at `to` (`Exists`), and
+    /// fsyncs both folders. Missing folders of `to` inside `to_area` are created.
+    pub fn rename(
+        &self,
+        from_area: Area,
+        from: &VaultPath,
+        to_area: Area,
+        to: &VaultPath,
+    ) -> Result<(), WriteError> {
+        from_area.check(self.layout(), from)?;
+        to_area.check(self.layout(), to)?;
+        let src = self.open_parent(from_area, from, false)?;
+        let src_dir = src.dir.as_ref().unwrap_or(self.root_dir());
+        if self
+            .check_destination(src_dir, &src.segments, from.file_name())?
+            .is_none()
+        {
+            return Err(WriteError::NotFound);
+        }
+        let dst = self.open_parent(to_area, to, true)?;
+        let dst_dir = dst.dir.as_ref().unwrap_or(self.root_dir());
+        if self
+            .check_destination(dst_dir, &dst.segments, to.file_name())?
+            .is_some()
+        {
+            return Err(WriteError::Exists(to.clone()));
+        }
+        let placed = link_no_clobber(src_dir, from.file_name(), dst_dir, to.file_name(), to)?;
+        // The new name is durable before the old one goes: a crash leaves the file under both
+        // names or under `to`, never under none.
+        sync_dir(dst_dir)?;
+        if placed == Placed::Linked {
+            src_dir.remove_file(from.file_name())?;
+        }
+        if placed == Placed::Linked || src.segments != dst.segments {
+            sync_dir(src_dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the regular file at `path` and fsyncs its folder.
+    pub fn remove_file(&self, area: Area, path: &VaultPath) -> Result<(), WriteError> {
+        area.check(self.layout(), path)?;
+        let parent = self.open_parent(area, path, false)?;
+        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
+        if self
+            .check_destination(dir, &parent.segments, path.file_name())?
+            .is_none()
+        {
+            return Err(WriteError::NotFound);
+        }
+        dir.remove_file(path.file_name())?;
+        sync_dir(dir)?;
+        Ok(())
+    }
+
+    /// The bytes and lowercase hex SHA-256 of the regular file at `path`, read without following a
+    /// symlink at any component (for base-hash checks under the lock); `None` if it is missing.
+    pub fn read_for_write(
+        &self,
+        area: Area,
+        path: &VaultPath,
+    ) -> Result<Option<(Vec<u8>, String)>, WriteError> {
+        area.check(self.layout(), path)?;
+        let parent = match self.open_parent(area, path, false) {
+            Ok(parent) => parent,
+            Err(WriteError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
+        let name = path.file_name();
+        if self.check_destination(dir, &parent.segments, name)?.is_none() {
+            return Ok(None);
+        }
+        let mut options = OpenOptions::new();
+        // SECURITY(T-PATH): no-follow, so a symlink swapped in since the check fails to open;
+        // non-blocking, so a FIFO swapped in cannot hang the apply.
+        options.read(true).follow(FollowSymlinks::No).nonblock(true);
+        let file = match dir.open_with(name, &options) {
+            Ok(file) => file,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        // SECURITY(T-PATH): type and size of the handle we read.
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(PathError::Denied("not a regular file").into());
+        }
+        if meta.len() > MAX_READ_BYTES {
+            return Err(WriteError::TooLarge);
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            return Err(WriteError::TooLarge);
+        }
+        let hash = hex::encode(Sha256::digest(&bytes));
+        Ok(Some((bytes, hash)))
+    }
+
+    /// An existing entry that `path` would collide with on a case-insensitive or
+    /// normalization-insensitive file system (SPEC §5): at the first segment of `path` whose
+    /// folder holds a name equal to it after NFC + lowercase but not byte-equal, the path of that
+    /// existing entry (a folder when the collision is on a folder segment). Call it after the
+    /// area check; it refuses hidden and tooling segments and symlinked folders like a write does.
+    pub fn find_collision(&self, path: &VaultPath) -> Result<Option<VaultPath>, WriteError> {
+        hard_deny(path)?;
+        let segments: Vec<&str> = path.segments().collect();
+        let mut cur: Option<Dir> = None;
+        let mut real: Vec<String> = Vec::new();
+        for (i, seg) in segments.iter().enumerate() {
+            let here = cur.as_ref().unwrap_or(self.root_dir());
+            let wanted = fold_name(seg);
+            for item in here.entries()? {
+                let item = item?;
+                let Ok(name) = item.file_name().into_string() else {
+                    continue;
+                };
+                if name != *seg && fold_name(&name) == wanted {
+                    let found = real
+                        .iter()
+                        .map(String::as_str)
+                        .chain(std::iter::once(name.as_str()));
+                    // A name vaultgate refuses cannot be reported as a path; it is left out.
+                    if let Ok(found) = VaultPath::from_segments(found) {
+                        return Ok(Some(found));
+                    }
+                }
+            }
+            if i + 1 == segments.len() {
+                break;
+            }
+            let meta = match here.symlink_metadata(seg) {
+                Ok(meta) => meta,
+                // Nothing exists below a missing folder, so nothing more can collide.
+                Err(e) if is_missing(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            if meta.file_type().is_symlink() {
+                return Err(self.symlink_refusal(&real, here, seg).into());
+            }
+            if !meta.is_dir() {
+                return Ok(None);
+            }
+            cur = Some(here.open_dir_nofollow(seg)?);
+            real.push((*seg).to_owned());
+        }
+        Ok(None)
+    }
+
+    /// Where an applied delete keeps the old file: `.vaultgate/trash/<id>/<target>` (Machine area).
+    pub fn trash_path(&self, target: &VaultPath, id: &str) -> Result<VaultPath, PathError> {
+        VaultPath::from_segments([MACHINE_DIR, "trash", id].into_iter().chain(target.segments()))
+    }
+
+    /// Opens (creating if needed) `.vaultgate/write.lock`, refusing symlinks on the way.
+    fn lock_file(&self) -> Result<std::fs::File, WriteError> {
+        let path = VaultPath::from_segments([MACHINE_DIR, LOCK_FILE])?;
+        let parent = self.open_parent(Area::Machine, &path, true)?;
+        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
+        self.check_destination(dir, &parent.segments, LOCK_FILE)?;
+        let mut options = OpenOptions::new();
+        // SECURITY(T-PATH): a lock file swapped for a symlink is not followed.
+        options
+            .read(true)
+            .write(true)
+            .create(true)
+            .follow(FollowSymlinks::No);
+        Ok(dir.open_with(LOCK_FILE, &options)?.into_std())
+    }
+
+    /// Opens the folder that will hold `path`, one component at a time with no-follow, creating
+    /// missing folders inside `area` when `create` (else a missing one is `NotFound`).
+    fn open_parent(&self, area: Area, path: &VaultPath, create: bool) -> Result<Parent, WriteError> {
+        let segments: Vec<&str> = path.segments().collect();
+        let folders = &segments[..segments.len().saturating_sub(1)];
+        let mut cur: Option<Dir> = None;
+        let mut real: Vec<String> = Vec::new();
+        for seg in folders {
+            let here = cur.as_ref().unwrap_or(self.root_dir());
+            let meta = match here.symlink_metadata(seg) {
+                Ok(meta) => meta,
+                Err(e) if is_missing(&e) => {
+                    let folder = VaultPath::from_segments(
+                        real.iter().map(String::as_str).chain(std::iter::once(*seg)),
+                    )?;
+                    if !(create && area.may_create(self.layout(), &folder)) {
+                        return Err(WriteError::NotFound);
+                    }
+                    match here.create_dir(seg) {
+                        Ok(()) => sync_dir(here)?,
+                        // Created meanwhile by someone else: examine what is there now.
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    here.symlink_metadata(seg)?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // SECURITY(T-PATH): a write never passes through a symlinked folder, even one that
+            // stays inside the vault: what was checked is where the bytes land.
+            if meta.file_type().is_symlink() {
+                return Err(self.symlink_refusal(&real, here, seg).into());
+            }
+            if !meta.is_dir() {
+                // A file used as a folder (`a.md/x`), as `ENOTDIR`.
+                return Err(WriteError::NotFound);
+            }
+            // SECURITY(T-PATH): no-follow, so a folder swapped for a symlink since the `lstat`
+            // fails to open instead of being entered.
+            let next = match here.open_dir_nofollow(seg) {
+                Ok(next) => next,
+                Err(e) => {
+                    return Err(match here.symlink_metadata(seg) {
+                        Ok(m) if m.file_type().is_symlink() => self.symlink_refusal(&real, here, seg).into(),
+                        _ => e.into(),
+                    });
+                }
+            };
+            cur = Some(next);
+            real.push((*seg).to_owned());
+        }
+        Ok(Parent {
+            dir: cur,
+            segments: real,
+        })
+    }
+
+    /// What is at `name` in the real folder `dir`: `None` when nothing, the metadata of a regular
+    /// file; a symlink or anything else is refused.
+    fn check_destination(
+        &self,
+        dir: &Dir,
+        folder: &[String],
+        name: &str,
+    ) -> Result<Option<Metadata>, WriteError> {
+        let meta = match dir.symlink_metadata(name) {
+            Ok(meta) => meta,
+            Err(e) if is_missing(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        // SECURITY(T-PATH): never write through, replace, read or remove a symlink.
+        if meta.file_type().is_symlink() {
+            return Err(self.symlink_refusal(folder, dir, name).into());
+        }
+        if !meta.is_file() {
+            return Err(PathError::Denied("not a regular file").into());
+        }
+        Ok(Some(meta))
+    }
+
+    /// The refusal for a symlink met at `name` in the real folder `folder` (handle `dir`):
+    /// `Outside` when it leads out of the vault, else `Denied`.
+    fn symlink_refusal(&self, folder: &[String], dir: &Dir, name: &str) -> PathError {
+        let denied = PathError::Denied("a symlink on the write path");
+        let Ok(target) = dir.read_link_contents(name) else {
+            return denied;
+        };
+        // The link's own folder is real, so leading `..`s are exact here; the rest (which may pass
+        // through more links) is left to the read-side resolver.
+        let mut base: Vec<String> = folder.to_vec();
+        let mut rest: Vec<String> = Vec::new();
+        for component in target.components() {
+            match component {
+                Component::Prefix(_) | Component::RootDir => return PathError::Outside,
+                Component::CurDir => {}
+                Component::ParentDir if rest.is_empty() => {
+                    if base.pop().is_none() {
+                        return PathError::Outside;
+                    }
+                }
+                Component::ParentDir => rest.push("..".to_owned()),
+                Component::Normal(s) => match s.to_str() {
+                    Some(s) => rest.push(s.to_owned()),
+                    None => return denied,
+                },
+            }
+        }
+        base.extend(rest);
+        if self.resolves_outside(&base) {
+            PathError::Outside
+        } else {
+            denied
+        }
+    }
+}
+
+/// The I/O half of `write_atomic` in the checked folder `dir`: temp file, fsync, rename or link
+/// into place as `name`, fsync the folder. The temp file never outlives an error.
+fn place_bytes(
+    dir: &Dir,
+    name: &str,
+    path: &VaultPath,
+    bytes: &[u8],
+    permissions: Option<Permissions>,
+    mode: WriteMode,
+) -> Result<(), WriteError> {
+    let temp = create_temp(dir, bytes, permissions)?;
+    let placed = match mode {
+        WriteMode::Replace => dir
+            .rename(&temp, dir, name)
+            .map(|()| Placed::Renamed)
+            .map_err(WriteError::from),
+        WriteMode::Exclusive => link_no_clobber(dir, &temp, dir, name, path),
+    };
+    let placed = match placed {
+        Ok(placed) => placed,
+        Err(e) => {
+            let _ = dir.remove_file(&temp);
+            return Err(e);
+        }
+    };
+    sync_dir(dir)?;
+    if placed == Placed::Linked {
+        // The temp name is a second name of the new, already durable file. Failing to drop it
+        // leaves a hidden leftover, not a failed write.
+        if let Err(e) = dir.remove_file(&temp).and_then(|()| sync_dir(dir)) {
+            tracing::warn!(path = %path, error = %e, "temp file left beside a written file");
+        }
+    }
+    Ok(())
+}
+
+/// Creates a temp file in `dir` holding `bytes`, fsynced; its name is returned. Removed on error.
+fn create_temp(dir: &Dir, bytes: &[u8], permissions: Option<Permissions>) -> Result<String, WriteError> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true).follow(FollowSymlinks::No);
+    let mut attempts = 0;
+    let (name, mut file) = loop {
+        let name = format!("{TEMP_PREFIX}{:016x}", random_u64());
+        match dir.open_with(&name, &options) {
+            Ok(file) => break (name, file),
+            // A name collision (or a leftover): try another name.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 16 => attempts += 1,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let written = (|| -> std::io::Result<()> {
+        file.write_all(bytes)?;
+        if let Some(permissions) = permissions {
+            file.set_permissions(permissions)?;
+        }
+        file.sync_all()
+    })();
+    if let Err(e) = written {
+        drop(file);
+        let _ = dir.remove_file(&name);
+        return Err(e.into());
+    }
+    Ok(name)
+}
+
+/// How `link_no_clobber` placed a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    /// Hard-linked: `src` is still there and must be removed by the caller.
+    Linked,
+    /// Renamed: `src` is gone.
+    Renamed,
+}
+
+/// Gives the file `src` (in `src_dir`) the name `dst` (in `dst_dir`) unless `dst` exists, without
+/// a check-then-act race: `link` fails with `EEXIST` atomically, where `rename` would replace.
+/// On a file system without hard links (`EPERM`/`ENOTSUP`, e.g. FAT) it falls back to
+/// check-then-rename; the write lock keeps every other vaultgate writer out of that window.
+fn link_no_clobber(
+    src_dir: &Dir,
+    src: &str,
+    dst_dir: &Dir,
+    dst: &str,
+    dst_path: &VaultPath,
+) -> Result<Placed, WriteError> {
+    match src_dir.hard_link(src, dst_dir, dst) {
+        Ok(()) => Ok(Placed::Linked),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(WriteError::Exists(dst_path.clone())),
+        Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::PermissionDenied) => {
+            match dst_dir.symlink_metadata(dst) {
+                Ok(_) => Err(WriteError::Exists(dst_path.clone())),
+                Err(e) if is_missing(&e) => {
+                    src_dir.rename(src, dst_dir, dst)?;
+                    Ok(Placed::Renamed)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// fsyncs a folder, so the entries created, renamed or removed in it are durable.
+#[cfg(unix)]
+fn sync_dir(dir: &Dir) -> std::io::Result<()> {
+    // cap-std holds folders as `O_PATH` descriptors on Linux, which `fsync` refuses (`EBADF`):
+    // open the folder itself for reading, relative to its handle, and fsync that.
+    let mut options = OpenOptions::new();
+    options.read(true).maybe_dir(true).follow(FollowSymlinks::No);
+    dir.open_with(".", &options)?.sync_all()
+}
+
+/// Windows cannot fsync a directory handle; NTFS journals its metadata.
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Dir) -> std::io::Result<()> {
+    Ok(())
+}
+
+fn is_missing(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
+}
+
+/// NFC, then lowercase: names equal under this collide on macOS and Windows (SPEC §5).
+fn fold_name(s: &str) -> String {
+    s.nfc().collect::<String>().to_lowercase()
+}
+
+/// Unpredictable enough for temp names: `RandomState` is seeded from the OS per process, and a
+/// counter keeps names distinct within one. `create_new` is what guarantees exclusivity.
+fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Dir) -> Vec<String> {
+        let mut names: Vec<String> = dir
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The race `write_atomic`'s pre-check cannot close: the destination appears after the check.
+    /// The link refuses it atomically, the existing file is untouched, and no temp file is left.
+    #[test]
+    fn exclusive_place_refuses_a_destination_that_appeared_and_cleans_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("a.md"), b"theirs").unwrap();
+        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let path = VaultPath::parse("a.md").unwrap();
+        let e = place_bytes(&dir, "a.md", &path, b"ours", None, WriteMode::Exclusive).unwrap_err();
+        assert!(matches!(e, WriteError::Exists(ref p) if p == &path), "{e:?}");
+        assert_eq!(names(&dir), ["a.md"]);
+        assert_eq!(std::fs::read(tmp.path().join("a.md")).unwrap(), b"theirs");
+    }
+
+    /// A failure after the temp file exists (here: the destination is a folder) removes it.
+    #[test]
+    fn failed_replace_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("a.md")).unwrap();
+        std::fs::write(tmp.path().join("a.md/keep"), b"x").unwrap();
+        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let path = VaultPath::parse("a.md").unwrap();
+        assert!(place_bytes(&dir, "a.md", &path, b"ours", None, WriteMode::Replace).is_err());
+        assert_eq!(names(&dir), ["a.md"]);
+    }
+
+    #[test]
+    fn temp_names_are_hidden_and_distinct() {
+        let a = format!("{TEMP_PREFIX}{:016x}", random_u64());
+        let b = format!("{TEMP_PREFIX}{:016x}", random_u64());
+        assert!(a.starts_with('.') && a != b);
+        assert!(policy::path::hard_deny_segment(&a).is_err());
+    }
+
+    #[test]
+    fn codes_map_to_the_wire() {
+        let p = VaultPath::parse("a.md").unwrap();
+        assert_eq!(WriteError::Exists(p).code(), ErrorCode::PROPOSAL_TARGET_EXISTS);
+        assert_eq!(WriteError::NotFound.code(), ErrorCode::NOT_FOUND);
+        assert_eq!(WriteError::TooLarge.code(), ErrorCode::TOO_LARGE);
+        assert_eq!(
+            WriteError::Path(PathError::Outside).code(),
+            ErrorCode::PATH_OUTSIDE_VAULT
+        );
+        assert_eq!(
+            WriteError::Path(PathError::Denied("x")).code(),
+            ErrorCode::PATH_DENIED
+        );
+        assert_eq!(
+            WriteError::Io(std::io::Error::other("x")).code(),
+            ErrorCode::INTERNAL
+        );
+    }
+
+    #[test]
+    fn folded_names() {
+        assert_eq!(fold_name("Attention.md"), fold_name("attention.md"));
+        assert_eq!(fold_name("cafe\u{301}.md"), fold_name("Caf\u{e9}.md"));
+        assert_ne!(fold_name("a.md"), fold_name("b.md"));
+    }
+}
