@@ -111,11 +111,13 @@ impl Core {
             ));
         }
         let principal = actor.principal_id();
-        // The same key with the same arguments answers with the first result and does nothing.
+        // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
+        // does nothing; other arguments under a used key are refused.
         if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
             return replay(rec, args_hash);
         }
         let fs = v.reader.fs();
+        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
         let _lock = fs.write_lock()?;
         // Another process may have finished the same key while we waited for the lock.
         if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
@@ -281,7 +283,7 @@ impl Core {
         self.roll_forward(v, intent, plan, Some(history_paths), false)
     }
 
-    /// Verifies that the inbox files are where they should be, that the metadata file equals the
+    /// SECURITY(T-PROP1): verifies that the inbox files are where they should be, that the metadata file equals the
     /// stored metadata, that the signature verifies and the content hashes to `contentHash`.
     /// Returns the content bytes and their hash for new notes and patches.
     fn check_files(
@@ -351,7 +353,8 @@ impl Core {
         Ok(bytes)
     }
 
-    /// Finishes an apply from its intent: every step checks whether it already happened.
+    /// SECURITY(T-PROP5): finishes an apply from its intent; every step checks whether it already
+    /// happened, so a crash at any point is rolled forward exactly once.
     fn roll_forward(
         &self,
         v: &Arc<VaultHandle>,
@@ -538,6 +541,20 @@ impl Core {
         Ok(())
     }
 
+    /// At start: finishes applies a crash interrupted, in every vault (each under its lock).
+    pub fn recover_all(&self) {
+        for v in self.all_vaults() {
+            let has_intents = self.state.open_intents(&v.id).map(|i| !i.is_empty()).unwrap_or(false);
+            if !has_intents {
+                continue;
+            }
+            let result = v.reader.fs().write_lock().map_err(GatewayError::from).and_then(|_lock| self.recover(&v));
+            if let Err(e) = result {
+                tracing::error!(vault = %v.id, error = %e, "recovering interrupted applies failed");
+            }
+        }
+    }
+
     /// Finishes every apply of this vault that a crash interrupted (called under the write lock).
     pub fn recover(&self, v: &Arc<VaultHandle>) -> Result<(), GatewayError> {
         for intent in self.state.open_intents(&v.id)? {
@@ -595,6 +612,7 @@ fn stale_during_apply(p: &VaultPath) -> GatewayError {
     )
 }
 
+// SECURITY(T-PROP2): a proposal applies only to the exact bytes it was made against.
 fn expect_base(p: &VaultPath, base: Option<&str>, now: &str) -> Result<(), GatewayError> {
     if base == Some(now) {
         Ok(())

@@ -620,12 +620,13 @@ impl Core {
 
     pub fn overview(&self, v: &VaultHandle) -> Result<OverviewOut, GatewayError> {
         let counts = v.reader.counts()?;
+        let tops = self.state.history_tops(&v.id)?;
         Ok(OverviewOut {
             vault: v.id.clone(),
             notes: counts.notes as u64,
             standards: counts.standards as u64,
             tags: counts.tags as u64,
-            pending_proposals: 0,
+            pending_proposals: self.state.count_pending(&v.id)?,
             revision: self.state.revision(&v.id)?,
             // Reads scan the files themselves for now, so every answer is current.
             index: IndexStatus {
@@ -634,8 +635,8 @@ impl Core {
                 stale_files: 0,
             },
             history: HistoryTops {
-                undo_top: None,
-                redo_top: None,
+                undo_top: tops.undo,
+                redo_top: tops.redo,
             },
         })
     }

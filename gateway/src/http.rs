@@ -296,6 +296,7 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
     crate::serve::runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let local = listener.local_addr()?;
+        core.recover_all();
         let _watches = crate::changes::start(&core);
         tracing::info!(%local, "serving MCP over Streamable HTTP");
         crate::serve::announce(&format!(

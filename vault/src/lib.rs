@@ -1,7 +1,9 @@
-//! The read side of a vault: contained file access (`fs`), notes with frontmatter, links and tags,
-//! and search with the exact semantics of SPEC §4.
+//! A vault on disk: contained file access (`fs`), notes with frontmatter, links and tags, search
+//! with the exact semantics of SPEC §4, link rewrites for moves, a change watcher, and the contained
+//! durable write primitives (`write`) that the apply transaction uses.
 //!
-//! It never writes into a vault; every file it opens goes through `fs::VaultFs` and the path policy.
+//! It never decides to write: only the gateway's apply transaction calls `write`, and every file
+//! it opens or writes goes through `fs::VaultFs` and the path policy.
 #![forbid(unsafe_code)]
 
 pub mod fs;
