@@ -25,7 +25,7 @@ use crate::tools::ApplyOut;
 /// One file operation of a plan. Hashes make each one idempotent: a file already at `after` is done.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
-enum Op {
+pub(crate) enum Op {
     /// Write `after` (a blob in `.vaultgate/objects`) over `before` (`None`: must not exist).
     Write {
         path: String,
@@ -72,7 +72,7 @@ struct AuditPlan {
 
 /// Test-only crash injection: `VAULTGATE_TEST_FAILPOINT=<step>` aborts the process at that step,
 /// as a power cut or `kill -9` would (no destructors, no flushing).
-fn failpoint(step: &str) {
+pub(crate) fn failpoint(step: &str) {
     if std::env::var("VAULTGATE_TEST_FAILPOINT").is_ok_and(|s| s == step) {
         tracing::warn!(step, "failpoint: aborting");
         std::process::abort();
@@ -316,6 +316,15 @@ impl Core {
                 "the metadata file in the inbox differs from the recorded proposal",
             ));
         }
+        // Every file of the proposal must still be in the inbox (the diff is informational, but a
+        // missing one means someone has been rearranging the inbox).
+        for (role, rel) in &files.files {
+            if *role != "meta" && fs.read_for_write(Area::Inbox, &inbox_path(v, rel)?)?.is_none() {
+                return Err(tampered(&format!(
+                    "the proposal's {role} file is missing from the inbox"
+                )));
+            }
+        }
         let Some(rel) = files.get("content") else {
             return Ok(None);
         };
@@ -328,7 +337,7 @@ impl Core {
         Ok(Some((bytes, hash)))
     }
 
-    fn store_object(&self, v: &VaultHandle, hash: &str, bytes: &[u8]) -> Result<(), GatewayError> {
+    pub(crate) fn store_object(&self, v: &VaultHandle, hash: &str, bytes: &[u8]) -> Result<(), GatewayError> {
         let path = object_path(hash)?;
         match v
             .reader
@@ -341,7 +350,7 @@ impl Core {
         }
     }
 
-    fn object(&self, v: &VaultHandle, hash: &str) -> Result<Vec<u8>, GatewayError> {
+    pub(crate) fn object(&self, v: &VaultHandle, hash: &str) -> Result<Vec<u8>, GatewayError> {
         let (bytes, got) = v
             .reader
             .fs()
@@ -458,7 +467,7 @@ impl Core {
         Ok(plan.result)
     }
 
-    fn run_op(&self, v: &VaultHandle, op: &Op) -> Result<(), GatewayError> {
+    pub(crate) fn run_op(&self, v: &VaultHandle, op: &Op) -> Result<(), GatewayError> {
         let fs = v.reader.fs();
         match op {
             Op::Write { path, before, after } => {
@@ -544,11 +553,20 @@ impl Core {
     /// At start: finishes applies a crash interrupted, in every vault (each under its lock).
     pub fn recover_all(&self) {
         for v in self.all_vaults() {
-            let has_intents = self.state.open_intents(&v.id).map(|i| !i.is_empty()).unwrap_or(false);
+            let has_intents = self
+                .state
+                .open_intents(&v.id)
+                .map(|i| !i.is_empty())
+                .unwrap_or(false);
             if !has_intents {
                 continue;
             }
-            let result = v.reader.fs().write_lock().map_err(GatewayError::from).and_then(|_lock| self.recover(&v));
+            let result = v
+                .reader
+                .fs()
+                .write_lock()
+                .map_err(GatewayError::from)
+                .and_then(|_lock| self.recover(&v));
             if let Err(e) = result {
                 tracing::error!(vault = %v.id, error = %e, "recovering interrupted applies failed");
             }
@@ -624,6 +642,6 @@ fn expect_base(p: &VaultPath, base: Option<&str>, now: &str) -> Result<(), Gatew
     }
 }
 
-fn is_exists(e: &vault::write::WriteError) -> bool {
+pub(crate) fn is_exists(e: &vault::write::WriteError) -> bool {
     matches!(e, vault::write::WriteError::Exists(_))
 }

@@ -785,8 +785,18 @@ fn apply_cmd(
     }
     let actor = crate::core::Actor::Cli(user.to_owned());
     let mut failed = 0usize;
+    let mut first_code = None;
     for id in ids {
-        let p = core.get_proposal(&v, &id)?;
+        // One unreadable proposal does not stop the batch.
+        let p = match core.get_proposal(&v, &id) {
+            Ok(p) => p,
+            Err(e) => {
+                failed += 1;
+                first_code.get_or_insert(e.code());
+                err(&format!("error[{}]: {id}: {e}", e.code()));
+                continue;
+            }
+        };
         if !yes {
             show_proposal(&p);
             err("apply this proposal? [y/N] ");
@@ -817,13 +827,14 @@ fn apply_cmd(
             )),
             Err(e) => {
                 failed += 1;
+                first_code.get_or_insert(e.code());
                 err(&format!("error[{}]: {}: {e}", e.code(), p.item.slug));
             }
         }
     }
     if failed > 0 {
         return Err(GatewayError::Proposal(
-            policy::ErrorCode::INTERNAL,
+            first_code.unwrap_or(policy::ErrorCode::INTERNAL),
             format!("{failed} proposal(s) not applied"),
         ));
     }

@@ -290,7 +290,11 @@ impl Core {
             Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
         };
         // A successful apply wrote its own durable record inside the transaction (with auditSeq).
-        if tool == "apply_proposal" && result.is_ok() {
+        // A replay wrote nothing and is recorded like any other call.
+        let replayed = result
+            .as_ref()
+            .is_ok_and(|v| v.get("replayed") == Some(&Value::Bool(true)));
+        if tool == "apply_proposal" && result.is_ok() && !replayed {
             return Some(result);
         }
         let proposal_id = match (&result, tool) {

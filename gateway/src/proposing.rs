@@ -380,20 +380,10 @@ impl Core {
         };
         let diff = match (p.kind, &content) {
             (Kind::New, Some(c)) => proposals::unified_diff(&p.target, "", c),
-            (Kind::Patch, Some(c)) => {
-                let target = VaultPath::parse(&p.target)?;
-                let now = current(v, &target)?
-                    .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
-                proposals::unified_diff(&p.target, &now, c)
-            }
-            (Kind::Delete, _) => {
-                let target = VaultPath::parse(&p.target)?;
-                let now = current(v, &target)?
-                    .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
-                proposals::unified_diff(&p.target, &now, "")
-            }
+            // The diff is against the note as it is now; a target that cannot be read (gone, or
+            // replaced by a link) shows as empty rather than failing the whole answer.
+            (Kind::Patch, Some(c)) => proposals::unified_diff(&p.target, &now_text(v, &p.target), c),
+            (Kind::Delete, _) => proposals::unified_diff(&p.target, &now_text(v, &p.target), ""),
             _ => String::new(),
         };
         let it =
@@ -490,6 +480,14 @@ impl Core {
             }
         }
     }
+}
+
+fn now_text(v: &VaultHandle, target: &str) -> String {
+    VaultPath::parse(target)
+        .ok()
+        .and_then(|t| current(v, &t).ok().flatten())
+        .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 pub fn item(row: &inbox::StoredProposal) -> Option<ProposalItem> {
