@@ -422,6 +422,7 @@ impl Core {
         });
         let result_json = serde_json::to_value(&plan.result).map_err(internal)?;
         let at = rfc3339(time::OffsetDateTime::now_utc());
+        let fingerprint = crate::changes::fingerprint(v);
         let label = format!("{} {}", plan.kind.as_str(), plan.target);
         let idem = plan
             .audit
@@ -451,6 +452,7 @@ impl Core {
                     barrier: false,
                 }),
                 idem.as_ref(),
+                Some(&fingerprint),
             )?
             .ok_or_else(|| {
                 // Decided (rejected) by someone else while this apply was interrupted: the intent

@@ -118,6 +118,8 @@ impl Core {
         let id = uuid::Uuid::now_v7().to_string();
         let p = proposals::seal(draft, id, self.secret().bytes());
         let files = InboxFiles::of(p.kind, &p.slug);
+        // Every vault writer holds the lock (it also lets the lock holder sweep crash litter).
+        let _lock = v.reader.fs().write_lock()?;
         let meta = serde_json::to_value(&p).map_err(|e| GatewayError::Internal(e.to_string()))?;
         let meta_text =
             serde_json::to_string_pretty(&meta).map_err(|e| GatewayError::Internal(e.to_string()))?;

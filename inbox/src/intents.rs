@@ -204,6 +204,7 @@ impl State {
         result: &Value,
         history: Option<&NewHistory<'_>>,
         idempotency: Option<&IdemKey<'_>>,
+        fingerprint: Option<&str>,
     ) -> Result<Option<ApplyCommit>, StateError> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -261,6 +262,15 @@ impl State {
                     result.to_string(),
                     at
                 ],
+            )?;
+        }
+        // The notes as this apply left them: a watcher or the next start that sees exactly this
+        // does not count the apply's change a second time, even after a crash right after commit.
+        if let Some(fp) = fingerprint {
+            tx.execute(
+                "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
+                 ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
+                [&vault, fp],
             )?;
         }
         tx.execute("DELETE FROM apply_intents WHERE id = ?1", [intent_id])?;
@@ -415,6 +425,7 @@ mod tests {
                 &result,
                 Some(&entry("h1", &paths)),
                 None,
+                None,
             )
             .unwrap();
         assert_eq!(
@@ -436,7 +447,7 @@ mod tests {
         propose(&s, "v", "p2");
         let intent = s.begin_intent("v", "p2", &json!({}), "t30").unwrap();
         let commit = s
-            .finish_apply(intent, "p2", "cred_1", "t31", &result, None, None)
+            .finish_apply(intent, "p2", "cred_1", "t31", &result, None, None, None)
             .unwrap();
         assert_eq!(
             commit,
@@ -462,6 +473,7 @@ mod tests {
                 "t20",
                 &json!({}),
                 Some(&entry("h1", &paths)),
+                None,
                 None,
             )
             .unwrap();
@@ -494,6 +506,7 @@ mod tests {
                 &json!({}),
                 Some(&entry("taken", &paths)),
                 None,
+                None,
             )
             .unwrap_err();
         assert!(matches!(err, StateError::DuplicateHistoryEntry(id) if id == "taken"));
@@ -508,21 +521,21 @@ mod tests {
         // Wrong pairings are refused before anything moves.
         propose(&s, "w", "p2");
         assert!(matches!(
-            s.finish_apply(intent, "p2", "c", "t1", &json!({}), None, None),
+            s.finish_apply(intent, "p2", "c", "t1", &json!({}), None, None, None),
             Err(StateError::IntentMismatch { .. })
         ));
         let cross = s.begin_intent("v", "p2", &json!({}), "t10").unwrap();
         assert!(matches!(
-            s.finish_apply(cross, "p2", "c", "t1", &json!({}), None, None),
+            s.finish_apply(cross, "p2", "c", "t1", &json!({}), None, None, None),
             Err(StateError::IntentMismatch { .. })
         ));
         let ghost = s.begin_intent("v", "ghost", &json!({}), "t10").unwrap();
         assert!(matches!(
-            s.finish_apply(ghost, "ghost", "c", "t1", &json!({}), None, None),
+            s.finish_apply(ghost, "ghost", "c", "t1", &json!({}), None, None, None),
             Err(StateError::ProposalNotFound(_))
         ));
         assert!(matches!(
-            s.finish_apply(9999, "p1", "c", "t1", &json!({}), None, None),
+            s.finish_apply(9999, "p1", "c", "t1", &json!({}), None, None, None),
             Err(StateError::IntentNotFound(9999))
         ));
         assert_eq!(
@@ -533,7 +546,7 @@ mod tests {
 
         // And the original intent still commits.
         assert!(
-            s.finish_apply(intent, "p1", "c", "t21", &json!({}), None, None)
+            s.finish_apply(intent, "p1", "c", "t21", &json!({}), None, None, None)
                 .unwrap()
                 .is_some()
         );

@@ -4,6 +4,7 @@
 
 mod util;
 
+mod crash;
 mod http;
 mod notify;
 mod proposals;

@@ -30,6 +30,8 @@ pub const MACHINE_DIR: &str = ".vaultgate";
 pub const LOCK_FILE: &str = "write.lock";
 /// Temp files start with this: hidden, so readers, walks and the watcher ignore them.
 const TEMP_PREFIX: &str = ".vaultgate-tmp-";
+/// Under `.vaultgate/`: where temp files are staged.
+const STAGING_DIR: &str = "tmp";
 
 /// Why a write was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -158,9 +160,11 @@ impl VaultFs {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(WriteLock {
+        let held = WriteLock {
             _file: lock.into_inner(),
-        })
+        };
+        self.sweep_staging()?;
+        Ok(held)
     }
 
     /// Takes the vault's write lock if nobody holds it; `None` when it is held.
@@ -171,9 +175,11 @@ impl VaultFs {
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
             Err(e) => return Err(e.into()),
         }
-        Ok(Some(WriteLock {
+        let held = WriteLock {
             _file: lock.into_inner(),
-        }))
+        };
+        self.sweep_staging()?;
+        Ok(Some(held))
     }
 
     /// Writes `bytes` to `path` atomically and durably: a temp file in the same folder (random
@@ -197,7 +203,8 @@ impl VaultFs {
             (Some(meta), WriteMode::Replace) => Some(meta.permissions()),
             (None, _) => None,
         };
-        place_bytes(dir, name, path, bytes, permissions, mode)
+        let staging = self.staging_dir()?;
+        place_bytes(&staging, dir, name, path, bytes, permissions, mode)
     }
 
     /// Moves the regular file `from` to `to`, never replacing anything at `to` (`Exists`), and
@@ -371,6 +378,34 @@ impl VaultFs {
         Ok(dir.open_with(LOCK_FILE, &options)?.into_std())
     }
 
+    /// `.vaultgate/tmp`: where temp files are made before they are linked or renamed into place,
+    /// so a crash leaves its litter in one known folder rather than beside the notes.
+    fn staging_dir(&self) -> Result<Dir, WriteError> {
+        let path = VaultPath::from_segments([MACHINE_DIR, STAGING_DIR, "x"])?;
+        let parent = self.open_parent(Area::Machine, &path, true)?;
+        parent.dir.ok_or(WriteError::NotFound)
+    }
+
+    /// Removes temp files that a crashed writer left in the staging folder. Only under the write
+    /// lock (every vault writer holds it, so none of these files is in use).
+    fn sweep_staging(&self) -> Result<usize, WriteError> {
+        let dir = self.staging_dir()?;
+        let mut removed = 0;
+        for entry in dir.entries()? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n.starts_with(TEMP_PREFIX)) && entry.file_type()?.is_file() {
+                dir.remove_file(&name)?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            sync_dir(&dir)?;
+            tracing::info!(removed, "removed temp files left by an interrupted write");
+        }
+        Ok(removed)
+    }
+
     /// Opens the folder that will hold `path`, one component at a time with no-follow, creating
     /// missing folders inside `area` when `create` (else a missing one is `NotFound`).
     fn open_parent(&self, area: Area, path: &VaultPath, create: bool) -> Result<Parent, WriteError> {
@@ -490,6 +525,7 @@ impl VaultFs {
 /// The I/O half of `write_atomic` in the checked folder `dir`: temp file, fsync, rename or link
 /// into place as `name`, fsync the folder. The temp file never outlives an error.
 fn place_bytes(
+    staging: &Dir,
     dir: &Dir,
     name: &str,
     path: &VaultPath,
@@ -497,27 +533,48 @@ fn place_bytes(
     permissions: Option<Permissions>,
     mode: WriteMode,
 ) -> Result<(), WriteError> {
-    let temp = create_temp(dir, bytes, permissions)?;
+    match place_via(staging, dir, name, path, bytes, permissions.clone(), mode) {
+        // A folder on another file system (a mount inside the vault): make the temp file beside it.
+        Err(WriteError::Io(e)) if e.raw_os_error() == Some(18) => {
+            place_via(dir, dir, name, path, bytes, permissions, mode)
+        }
+        other => other,
+    }
+}
+
+/// Temp file in `tmp_dir`, fsync, rename (`Replace`) or link (`Exclusive`) into `dir` as `name`,
+/// fsync `dir`. The temp file never outlives an error of this process (a crash leaves it in the
+/// staging folder, which the next holder of the write lock sweeps).
+fn place_via(
+    tmp_dir: &Dir,
+    dir: &Dir,
+    name: &str,
+    path: &VaultPath,
+    bytes: &[u8],
+    permissions: Option<Permissions>,
+    mode: WriteMode,
+) -> Result<(), WriteError> {
+    let temp = create_temp(tmp_dir, bytes, permissions)?;
     let placed = match mode {
-        WriteMode::Replace => dir
+        WriteMode::Replace => tmp_dir
             .rename(&temp, dir, name)
             .map(|()| Placed::Renamed)
             .map_err(WriteError::from),
-        WriteMode::Exclusive => link_no_clobber(dir, &temp, dir, name, path),
+        WriteMode::Exclusive => link_no_clobber(tmp_dir, &temp, dir, name, path),
     };
     let placed = match placed {
         Ok(placed) => placed,
         Err(e) => {
-            let _ = dir.remove_file(&temp);
+            let _ = tmp_dir.remove_file(&temp);
             return Err(e);
         }
     };
     sync_dir(dir)?;
     if placed == Placed::Linked {
         // The temp name is a second name of the new, already durable file. Failing to drop it
-        // leaves a hidden leftover, not a failed write.
-        if let Err(e) = dir.remove_file(&temp).and_then(|()| sync_dir(dir)) {
-            tracing::warn!(path = %path, error = %e, "temp file left beside a written file");
+        // leaves a hidden leftover in the staging folder, not a failed write.
+        if let Err(e) = tmp_dir.remove_file(&temp).and_then(|()| sync_dir(tmp_dir)) {
+            tracing::warn!(path = %path, error = %e, "temp file left after a write");
         }
     }
     Ok(())
@@ -651,7 +708,7 @@ mod tests {
         std::fs::write(tmp.path().join("a.md"), b"theirs").unwrap();
         let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
         let path = VaultPath::parse("a.md").unwrap();
-        let e = place_bytes(&dir, "a.md", &path, b"ours", None, WriteMode::Exclusive).unwrap_err();
+        let e = place_bytes(&dir, &dir, "a.md", &path, b"ours", None, WriteMode::Exclusive).unwrap_err();
         assert!(matches!(e, WriteError::Exists(ref p) if p == &path), "{e:?}");
         assert_eq!(names(&dir), ["a.md"]);
         assert_eq!(std::fs::read(tmp.path().join("a.md")).unwrap(), b"theirs");
@@ -665,7 +722,7 @@ mod tests {
         std::fs::write(tmp.path().join("a.md/keep"), b"x").unwrap();
         let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
         let path = VaultPath::parse("a.md").unwrap();
-        assert!(place_bytes(&dir, "a.md", &path, b"ours", None, WriteMode::Replace).is_err());
+        assert!(place_bytes(&dir, &dir, "a.md", &path, b"ours", None, WriteMode::Replace).is_err());
         assert_eq!(names(&dir), ["a.md"]);
     }
 
