@@ -578,6 +578,11 @@ impl Core {
     /// Finishes every apply of this vault that a crash interrupted (called under the write lock).
     pub fn recover(&self, v: &Arc<VaultHandle>) -> Result<(), GatewayError> {
         for intent in self.state.open_intents(&v.id)? {
+            // Other writers' intents (`history:…`, `critical:…`) are keyed by a prefix; proposal
+            // ids (UUIDs) never contain ':'.
+            if intent.proposal_id.contains(':') {
+                continue;
+            }
             let plan: Plan = match serde_json::from_value(intent.plan.clone()) {
                 Ok(p) => p,
                 Err(e) => {
@@ -595,7 +600,8 @@ impl Core {
                 }
             }
         }
-        Ok(())
+        // An interrupted undo/redo is settled before any new write too.
+        self.recover_history(v)
     }
 }
 

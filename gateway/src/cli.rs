@@ -71,6 +71,9 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Show, undo or redo the vault's shared history (the one every client sees).
+    #[command(subcommand)]
+    History(HistoryCmd),
     /// Verify, show or repair the hash-chained audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
@@ -221,6 +224,34 @@ enum InboxCmd {
 }
 
 #[derive(Subcommand)]
+enum HistoryCmd {
+    /// The undo and redo tops, whether the undo top went stale, and any interrupted undo/redo.
+    Status {
+        #[arg(long)]
+        vault: Option<String>,
+        /// One JSON object, as the history_status tool returns it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Undo the newest applied change: shows it and asks y/N on a terminal (without one, needs --yes).
+    Undo {
+        #[arg(long)]
+        vault: Option<String>,
+        /// Undo without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Redo the most recently undone change: shows it and asks y/N on a terminal (without one, needs --yes).
+    Redo {
+        #[arg(long)]
+        vault: Option<String>,
+        /// Redo without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum AuditCmd {
     /// Recompute every hash and link; exit 1 naming the first broken record.
     Verify,
@@ -319,6 +350,7 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
         }),
         Command::Token(cmd) => token_cmd(&home, cmd, &user),
         Command::Audit(cmd) => audit_cmd(&home, cmd),
+        Command::History(cmd) => history_cmd(&home, cmd, &user),
         Command::Inbox(cmd) => inbox_cmd(&home, cmd, &user),
         Command::Apply { vault, only, yes } => {
             apply_cmd(&home, vault.as_deref(), only.as_deref(), yes, &user)
@@ -838,5 +870,65 @@ fn apply_cmd(
             format!("{failed} proposal(s) not applied"),
         ));
     }
+    Ok(())
+}
+
+fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayError> {
+    let (vault, t, yes) = match cmd {
+        HistoryCmd::Status { vault, json } => {
+            let core = Core::open(home.clone())?;
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let s = core.history_status(&v)?;
+            if json {
+                return json_out(&s);
+            }
+            out(&crate::history::describe_status(&v.id, &s));
+            return Ok(());
+        }
+        HistoryCmd::Undo { vault, yes } => (vault, inbox::Transition::Undo, yes),
+        HistoryCmd::Redo { vault, yes } => (vault, inbox::Transition::Redo, yes),
+    };
+    if !yes && !std::io::stdin().is_terminal() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "history {} shows the change and asks y/N on a terminal; without one, pass --yes",
+            t.as_str()
+        )));
+    }
+    let core = Core::open(home.clone())?;
+    let v = core.vault_for_cli(vault.as_deref())?;
+    let actor = crate::core::Actor::Cli(user.to_owned());
+    let tool = crate::history::tool_name(t);
+    // Finishes an interrupted write first, so the entry shown is the one that counts.
+    let top = core.history_top(&v, t);
+    if top.is_err() {
+        core.record_cli(&actor, tool, &v.id, None, &top);
+    }
+    let Some(entry) = top? else {
+        let none: Result<(), GatewayError> = Err(GatewayError::Proposal(
+            policy::ErrorCode::HISTORY_NOT_TOP,
+            format!("nothing to {} in vault '{}'", t.as_str(), v.id),
+        ));
+        core.record_cli(&actor, tool, &v.id, None, &none);
+        return none;
+    };
+    out(&entry.describe(t));
+    if !yes {
+        err(&format!("{} this change? [y/N] ", t.as_str()));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        if !matches!(line.trim(), "y" | "Y" | "yes") {
+            out("nothing changed");
+            return Ok(());
+        }
+    }
+    let key = format!("cli-{}", uuid::Uuid::now_v7().simple());
+    let args = serde_json::json!({"vault": v.id, "expectedHistoryEntryId": entry.id, "idempotencyKey": key});
+    let r = core.history_transition(&actor, &v, t, &entry.id, &key, &audit::args_hash(&args));
+    if r.is_err() {
+        core.record_cli(&actor, tool, &v.id, None, &r);
+    }
+    let s = r?;
+    out(&format!("{} {}: done", t.as_str(), entry.id));
+    out(&crate::history::describe_status(&v.id, &s));
     Ok(())
 }

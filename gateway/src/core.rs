@@ -297,6 +297,10 @@ impl Core {
         if tool == "apply_proposal" && result.is_ok() && !replayed {
             return Some(result);
         }
+        // A successful undo/redo, or its replay, wrote its own durable record.
+        if matches!(tool, "history_undo" | "history_redo") && result.is_ok() {
+            return Some(result);
+        }
         let proposal_id = match (&result, tool) {
             (Ok(v), t) if t.starts_with("propose_") => v.get("id").and_then(Value::as_str).map(str::to_owned),
             _ => args.get("id").and_then(Value::as_str).map(str::to_owned),
@@ -467,6 +471,28 @@ impl Core {
                     &a.proposal_hash,
                     &a.idempotency_key,
                     &args_hash,
+                )?)
+            }
+            "history_status" => {
+                let a: tools::VaultArg = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                to_value(self.history_status(&v)?)
+            }
+            "history_undo" | "history_redo" => {
+                let a: crate::history::HistoryMoveArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                let t = if tool == "history_undo" {
+                    inbox::Transition::Undo
+                } else {
+                    inbox::Transition::Redo
+                };
+                to_value(self.history_transition(
+                    &Actor::Caller(caller.clone()),
+                    &v,
+                    t,
+                    &a.expected_history_entry_id,
+                    &a.idempotency_key,
+                    &audit::args_hash(args),
                 )?)
             }
             other => Err(GatewayError::Internal(format!(

@@ -297,6 +297,7 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let local = listener.local_addr()?;
         core.recover_all();
+        core.recover_history_all();
         let _watches = crate::changes::start(&core);
         tracing::info!(%local, "serving MCP over Streamable HTTP");
         crate::serve::announce(&format!(

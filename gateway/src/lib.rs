@@ -14,6 +14,7 @@ pub mod core;
 mod demo;
 mod describe;
 pub mod error;
+pub mod history;
 pub mod home;
 pub mod http;
 mod logging;

@@ -226,6 +226,11 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Show a proposal",
             "A proposal's metadata, its proposed text and a unified diff against the note as it is now.",
         ),
+        read_tool::<VaultArg, crate::history::HistoryStatusOut>(
+            "history_status",
+            "Undo/redo status",
+            "The vault's shared history: undoTop (the entry history_undo must name), redoTop (the entry history_redo must name), staleTop (the undo top when a file it touched changed since, so undo would be refused) and whether an interrupted undo/redo is pending.",
+        ),
         tool::<ProposeNewArgs, ProposedOut>(
             "propose_new_note",
             "Propose a new note",
@@ -261,6 +266,18 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Reject a proposal",
             "Rejects a pending proposal and archives it; nothing in the notes changes.",
             policy::ToolKind::Decide,
+        ),
+        tool::<crate::history::HistoryMoveArgs, crate::history::HistoryStatusOut>(
+            "history_undo",
+            "Undo the last applied change",
+            "Reverts the newest applied change in the vault's shared history: a new note is removed, an edited note gets its old bytes back, a deleted note comes back from the trash, a moved note returns to its old path with the links rewritten in other notes. expectedHistoryEntryId must be undoTop from history_status (else HISTORY_NOT_TOP); refused with HISTORY_STALE, writing nothing, when a file changed since. Permanent deletions cannot be undone. Retry a lost answer only with the same idempotencyKey. Returns the new history_status.",
+            policy::ToolKind::History,
+        ),
+        tool::<crate::history::HistoryMoveArgs, crate::history::HistoryStatusOut>(
+            "history_redo",
+            "Redo the last undone change",
+            "Re-applies the most recently undone change. expectedHistoryEntryId must be redoTop from history_status (else HISTORY_NOT_TOP); refused with HISTORY_STALE, writing nothing, when a file changed since. A new applied change clears what can be redone. Retry a lost answer only with the same idempotencyKey. Returns the new history_status.",
+            policy::ToolKind::History,
         ),
     ]
 });

@@ -6,6 +6,7 @@
 
 mod credentials;
 mod db;
+mod history;
 mod idempotency;
 mod intents;
 // `crate::` below: this module shares its name with the `proposals` crate.
@@ -13,6 +14,9 @@ mod proposals;
 
 pub use crate::credentials::{Credential, CredentialId, NewCredential};
 pub use crate::db::{State, StateError};
+pub use crate::history::{
+    HistoryEntry, HistoryState, HistoryTransition, Transition, TransitionCommit, UnknownHistoryState,
+};
 pub use crate::idempotency::{IdemPut, IdemRecord};
 pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
 pub use crate::proposals::{NewProposal, ProposalStatus, StoredProposal, UnknownStatus};

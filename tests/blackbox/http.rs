@@ -22,7 +22,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// The read tools this build serves, in catalog order.
 /// The whole catalog this build serves (the same over both transports).
-const TOOLS: [&str; 18] = [
+const TOOLS: [&str; 21] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -35,12 +35,15 @@ const TOOLS: [&str; 18] = [
     "list_recent_notes",
     "list_proposals",
     "get_proposal",
+    "history_status",
     "propose_new_note",
     "propose_note_patch",
     "propose_move",
     "propose_delete",
     "apply_proposal",
     "reject_proposal",
+    "history_undo",
+    "history_redo",
 ];
 
 /// `basic.expect.md`: path → SHA-256 of the note's bytes.

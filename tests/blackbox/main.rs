@@ -5,6 +5,7 @@
 mod util;
 
 mod crash;
+mod history;
 mod http;
 mod notify;
 mod proposals;
