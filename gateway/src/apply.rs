@@ -600,7 +600,8 @@ impl Core {
                 }
             }
         }
-        // An interrupted undo/redo is settled before any new write too.
+        // An interrupted undo/redo or critical call is settled before any new write too.
+        self.recover_critical(v)?;
         self.recover_history(v)
     }
 }

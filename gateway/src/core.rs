@@ -301,6 +301,9 @@ impl Core {
         if matches!(tool, "history_undo" | "history_redo") && result.is_ok() {
             return Some(result);
         }
+        if crate::critical::audited_itself(tool, &result) {
+            return Some(result);
+        }
         let proposal_id = match (&result, tool) {
             (Ok(v), t) if t.starts_with("propose_") => v.get("id").and_then(Value::as_str).map(str::to_owned),
             _ => args.get("id").and_then(Value::as_str).map(str::to_owned),
@@ -317,7 +320,7 @@ impl Core {
             tool: Some(tool.into()),
             target,
             proposal_id,
-            challenge_id: None,
+            challenge_id: crate::critical::audit_challenge_id(&args, &result),
             outcome,
             code,
             args_hash: Some(audit::args_hash(&args)),
@@ -494,6 +497,16 @@ impl Core {
                     &a.idempotency_key,
                     &audit::args_hash(args),
                 )?)
+            }
+            "delete_permanent" => {
+                let a: crate::critical::DeletePermanentArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                self.delete_permanent(caller, &v, args)
+            }
+            "empty_trash" => {
+                let a: crate::critical::EmptyTrashArgs = parse(args)?;
+                let v = self.target(caller, a.vault.as_deref(), resolved)?;
+                self.empty_trash(caller, &v, args)
             }
             other => Err(GatewayError::Internal(format!(
                 "tool '{other}' is in the catalog but not dispatched"

@@ -42,6 +42,10 @@ pub enum GatewayError {
     /// A proposal or apply refusal whose SPEC code is decided where it arises.
     #[error("{1}")]
     Proposal(ErrorCode, String),
+    /// A critical-call refusal (SPEC §7) with a fresh challenge for the call as sent, when one
+    /// could be issued.
+    #[error("{1}")]
+    Challenge(ErrorCode, String, Option<Box<serde_json::Value>>),
     /// An HTTP request refused before authentication matters (Host, Origin, session owner).
     #[error("forbidden: {0}")]
     Forbidden(String),
@@ -73,6 +77,7 @@ impl GatewayError {
             GatewayError::AuditBroken(_) => ErrorCode::INTERNAL,
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
             GatewayError::Proposal(code, _) => *code,
+            GatewayError::Challenge(code, _, _) => *code,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,
         }
     }
@@ -100,11 +105,15 @@ impl GatewayError {
     /// The JSON error body of SPEC §4.
     pub fn to_json(&self) -> serde_json::Value {
         let code = self.code();
-        serde_json::json!({
+        let mut body = serde_json::json!({
             "ok": false,
             "code": code.as_str(),
             "message": self.client_message(),
             "retryable": code.retryable(),
-        })
+        });
+        if let (GatewayError::Challenge(_, _, Some(c)), Some(o)) = (self, body.as_object_mut()) {
+            o.insert("challenge".into(), (**c).clone());
+        }
+        body
     }
 }

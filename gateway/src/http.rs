@@ -298,6 +298,7 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
         let local = listener.local_addr()?;
         core.recover_all();
         core.recover_history_all();
+        core.recover_critical_all();
         let _watches = crate::changes::start(&core);
         tracing::info!(%local, "serving MCP over Streamable HTTP");
         crate::serve::announce(&format!(

@@ -11,6 +11,7 @@ pub mod changes;
 pub mod cli;
 mod clientconf;
 pub mod core;
+pub mod critical;
 mod demo;
 mod describe;
 pub mod error;

@@ -21,6 +21,7 @@ pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
     runtime()?.block_on(async move {
         core.recover_all();
         core.recover_history_all();
+        core.recover_critical_all();
         let _watches = crate::changes::start(&core);
         let server = McpServer::stdio(core, token);
         let running = server

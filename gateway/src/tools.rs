@@ -279,6 +279,8 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Re-applies the most recently undone change. expectedHistoryEntryId must be redoTop from history_status (else HISTORY_NOT_TOP); refused with HISTORY_STALE, writing nothing, when a file changed since. A new applied change clears what can be redone. Retry a lost answer only with the same idempotencyKey. Returns the new history_status.",
             policy::ToolKind::History,
         ),
+        crate::critical::delete_permanent_tool(),
+        crate::critical::empty_trash_tool(),
     ]
 });
 

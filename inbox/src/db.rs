@@ -116,6 +116,28 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (vault, seq)
     );
     CREATE INDEX history_by_vault_state ON history (vault, state, seq);",
+    // 4: two-phase challenges of critical tools (SPEC §7). Times are unix seconds, as in
+    // `credentials`; `intent_json` is set, in the same statement that consumes the challenge,
+    // before any file is removed and cleared when the execution commits.
+    "CREATE TABLE challenges (
+        id TEXT PRIMARY KEY,
+        vault TEXT NOT NULL,
+        credential_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,       -- SHA-256 of the canonical normalized arguments
+        idempotency_key TEXT NOT NULL,
+        plan_json TEXT NOT NULL,       -- the plan plan_hash is the HMAC of
+        plan_hash TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        consumed_at INTEGER,
+        intent_json TEXT,
+        result_json TEXT,
+        CHECK (consumed_at IS NOT NULL OR (intent_json IS NULL AND result_json IS NULL))
+    );
+    CREATE INDEX challenges_by_expiry ON challenges (expires_at);
+    CREATE INDEX challenges_open_intents ON challenges (vault) WHERE intent_json IS NOT NULL;",
 ];
 
 /// The extended result code of a constraint violation, if `e` is one.

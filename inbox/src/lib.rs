@@ -4,6 +4,7 @@
 //! It never decides policy: callers pass already-validated values; it stores and reads them.
 #![forbid(unsafe_code)]
 
+mod challenges;
 mod credentials;
 mod db;
 mod history;
@@ -12,6 +13,7 @@ mod intents;
 // `crate::` below: this module shares its name with the `proposals` crate.
 mod proposals;
 
+pub use crate::challenges::{NewChallenge, StoredChallenge};
 pub use crate::credentials::{Credential, CredentialId, NewCredential};
 pub use crate::db::{State, StateError};
 pub use crate::history::{

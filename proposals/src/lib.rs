@@ -12,6 +12,7 @@
 
 mod applied;
 mod canonical;
+pub mod challenge;
 mod diff;
 mod edit;
 mod model;

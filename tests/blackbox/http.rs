@@ -22,7 +22,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// The read tools this build serves, in catalog order.
 /// The whole catalog this build serves (the same over both transports).
-const TOOLS: [&str; 21] = [
+const TOOLS: [&str; 23] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -44,6 +44,8 @@ const TOOLS: [&str; 21] = [
     "reject_proposal",
     "history_undo",
     "history_redo",
+    "delete_permanent",
+    "empty_trash",
 ];
 
 /// `basic.expect.md`: path → SHA-256 of the note's bytes.

@@ -5,6 +5,7 @@
 mod util;
 
 mod crash;
+mod critical;
 mod history;
 mod http;
 mod notify;
