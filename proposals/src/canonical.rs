@@ -4,19 +4,11 @@
 //! writes: object keys sorted by Unicode code point, no insignificant whitespace, strings escaped
 //! exactly as `serde_json` escapes them (`"`, `\` and control characters; everything else verbatim).
 
-use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-/// Canonical JSON of `v`: keys sorted by code point, no whitespace, minimal escapes.
-///
-/// Keys are sorted here rather than trusting `serde_json::Map`'s iteration order, which becomes
-/// insertion order if any crate in the build enables `preserve_order`. Comparing UTF-8 bytes is the
-/// same as comparing code points (and differs from UTF-16 order above U+FFFF, on purpose).
-pub fn canonical_json(v: &Value) -> String {
-    let mut out = String::new();
-    write_value(v, &mut out);
-    out
-}
+/// Canonical JSON of `v`: keys sorted by code point, no whitespace, minimal escapes. It is the
+/// audit log's own function, so there is exactly one definition of the bytes vaultgate hashes.
+pub use audit::canonical_json;
 
 /// Lowercase hex SHA-256 of `bytes` (a note's hash, SPEC §1).
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -28,72 +20,12 @@ pub(crate) fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn write_value(v: &Value, out: &mut String) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(n) => out.push_str(&n.to_string()),
-        Value::String(s) => write_string(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => write_object(map, out),
-    }
-}
-
-fn write_object(map: &Map<String, Value>, out: &mut String) {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    out.push('{');
-    for (i, (key, value)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_string(key, out);
-        out.push(':');
-        write_value(value, out);
-    }
-    out.push('}');
-}
-
-fn write_string(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let b = c as u32 as usize;
-                out.push_str("\\u00");
-                out.push(char::from(HEX[b >> 4]));
-                out.push(char::from(HEX[b & 0xf]));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use proptest::prelude::*;
-    use serde_json::{Value, json};
+    use serde_json::{Map, Value, json};
 
     use super::*;
 
