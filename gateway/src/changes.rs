@@ -1,11 +1,16 @@
 //! Vault change detection and announcement: a start-up scan and a file watcher per vault move the
-//! revision (once per real change, across processes) and broadcast `VaultChanged` to every
-//! connection, which forwards it to clients that subscribed or asked for log messages (SPEC §4).
+//! revision (once per real change, across processes), keep the search index fresh (SPEC §10), and
+//! broadcast `VaultChanged` to every connection, which forwards it to clients that subscribed or
+//! asked for log messages (SPEC §4).
 
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use policy::VaultPath;
+
 use sha2::{Digest, Sha256};
+use vault::fs::DirEntry;
 
 use crate::core::{Core, VaultHandle};
 
@@ -18,14 +23,13 @@ pub struct VaultChanged {
 
 /// A digest of every note's path, size and modification time (notes and standards folders).
 pub fn fingerprint(v: &VaultHandle) -> String {
-    let layout = v.reader.layout();
-    let mut folders = layout.notes.clone();
-    folders.extend(layout.standards.iter().cloned());
+    fingerprint_of(&v.reader.catalog_files())
+}
+
+/// The fingerprint of a `catalog_files` walk.
+fn fingerprint_of(files: &[DirEntry]) -> String {
     let mut h = Sha256::new();
-    for e in v.reader.fs().walk_markdown(&folders) {
-        if layout.classify(&e.path) == policy::NoteClass::Inbox {
-            continue;
-        }
+    for e in files {
         let mtime = e
             .modified
             .duration_since(std::time::UNIX_EPOCH)
@@ -39,35 +43,54 @@ pub fn fingerprint(v: &VaultHandle) -> String {
     hex::encode(h.finalize())
 }
 
-/// Compares the vault with its recorded fingerprint, moves the revision if it changed, and
-/// announces the change. Used at start-up and for each watcher batch.
-pub fn rescan(core: &Core, v: &VaultHandle) {
-    // Under the write lock: an apply in progress settles its own fingerprint first, so its
-    // change is counted once (by the apply), never again by a watcher.
-    let _lock = match v.reader.fs().write_lock() {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(vault = %v.id, error = %e, "cannot take the vault lock to rescan");
-            return;
-        }
-    };
-    let fp = fingerprint(v);
-    match core.state.note_disk_state(&v.id, &fp) {
-        Ok((revision, moved)) => {
-            if moved {
-                tracing::info!(vault = %v.id, revision, "vault changed on disk");
+/// Compares the vault with its recorded fingerprint, moves the revision if it changed, brings the
+/// search index up to date, and announces the change. Used for each watcher batch, with the
+/// vault-relative paths it reported.
+pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
+    // First the notes the watcher named, so an edit is searchable without waiting for the walk
+    // below (which on a large vault takes a while).
+    let paths: Vec<VaultPath> = changed.iter().filter_map(|p| vault_path(p)).collect();
+    v.reader.update_paths(&paths);
+    let (files, revision) = {
+        // Under the write lock: an apply in progress settles its own fingerprint first, so its
+        // change is counted once (by the apply), never again by a watcher.
+        let _lock = match v.reader.fs().write_lock() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(vault = %v.id, error = %e, "cannot take the vault lock to rescan");
+                return;
             }
-            // Announce even when another process already counted it: our clients still need to hear.
-            core.announce(VaultChanged {
-                vault: v.id.clone(),
-                revision,
-            });
-        }
-        Err(e) => tracing::error!(vault = %v.id, error = %e, "recording a disk change failed"),
+        };
+        let files = v.reader.catalog_files();
+        let revision = match core.state.note_disk_state(&v.id, &fingerprint_of(&files)) {
+            Ok((revision, moved)) => {
+                if moved {
+                    tracing::info!(vault = %v.id, revision, "vault changed on disk");
+                }
+                Some(revision)
+            }
+            Err(e) => {
+                tracing::error!(vault = %v.id, error = %e, "recording a disk change failed");
+                None
+            }
+        };
+        (files, revision)
+    };
+    // Outside the lock (indexing never holds up a write), and before the announcement, so a
+    // client that searches on hearing of the change finds it: anything the watcher did not name
+    // (a folder renamed, a symlinked note) is caught by comparing the whole walk.
+    v.reader.index_sync(files);
+    if let Some(revision) = revision {
+        // Announce even when another process already counted it: our clients still need to hear.
+        core.announce(VaultChanged {
+            vault: v.id.clone(),
+            revision,
+        });
     }
 }
 
-/// Scans every vault once (changes made while no server ran) and keeps watching them.
+/// Scans every vault once (changes made while no server ran), starts its search index (built or
+/// brought up to date in the background; reads scan until it is ready) and keeps watching them.
 pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
     let mut watches = Vec::new();
     for v in core.all_vaults() {
@@ -75,11 +98,12 @@ pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
         if let Err(e) = core.state.note_disk_state(&v.id, &fp) {
             tracing::error!(vault = %v.id, error = %e, "start-up scan failed");
         }
+        v.reader.start_index();
         let weak = Arc::downgrade(core);
         let handle = v.clone();
-        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |_paths| {
+        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |paths| {
             if let Some(core) = weak.upgrade() {
-                rescan(&core, &handle);
+                rescan(&core, &handle, &paths);
             }
         }) {
             Ok(w) => watches.push(w),
@@ -93,15 +117,30 @@ pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
 
 impl Core {
     /// After vaultgate itself wrote notes (the revision already moved in the apply's commit):
-    /// record the new fingerprint so watchers do not count the same change again, and announce it.
+    /// record the new fingerprint so watchers do not count the same change again, update the
+    /// search index (waiting a few seconds at most, so the change is searchable at once), and
+    /// announce it.
     pub fn settle_after_write(&self, v: &VaultHandle, revision: u64) {
-        let fp = fingerprint(v);
-        if let Err(e) = self.state.set_fingerprint(&v.id, &fp) {
+        let files = v.reader.catalog_files();
+        if let Err(e) = self.state.set_fingerprint(&v.id, &fingerprint_of(&files)) {
             tracing::error!(vault = %v.id, error = %e, "recording the fingerprint after a write failed");
         }
+        v.reader.index_sync(files);
         self.announce(VaultChanged {
             vault: v.id.clone(),
             revision,
         });
     }
+}
+
+/// A watcher's relative path as a `VaultPath` (`None`: not one vaultgate could serve anyway).
+fn vault_path(p: &Path) -> Option<VaultPath> {
+    let segments = p
+        .components()
+        .map(|c| match c {
+            Component::Normal(s) => s.to_str(),
+            _ => None,
+        })
+        .collect::<Option<Vec<&str>>>()?;
+    VaultPath::from_segments(segments).ok()
 }

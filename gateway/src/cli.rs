@@ -77,6 +77,15 @@ enum Command {
     /// Verify, show or repair the hash-chained audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Bring a vault's search index (<vault>/.vaultgate/index.sqlite) up to date, or rebuild it;
+    /// prints the counts and the time taken (a progress bar on a terminal).
+    Index {
+        #[arg(long)]
+        vault: Option<String>,
+        /// Re-read every note, not only those whose size or time changed.
+        #[arg(long)]
+        rebuild: bool,
+    },
     /// Print the machine contract: tools with schemas and annotations, tiers, error codes.
     Describe {
         /// One JSON document on stdout.
@@ -355,6 +364,7 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
         Command::Apply { vault, only, yes } => {
             apply_cmd(&home, vault.as_deref(), only.as_deref(), yes, &user)
         }
+        Command::Index { vault, rebuild } => index_cmd(&home, vault.as_deref(), rebuild),
         Command::Describe { json } => {
             let d = crate::describe::describe();
             if json {
@@ -930,5 +940,52 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
     let s = r?;
     out(&format!("{} {}: done", t.as_str(), entry.id));
     out(&crate::history::describe_status(&v.id, &s));
+    Ok(())
+}
+
+/// `vaultgate index`: one pass in this process; servers that have the vault open pick it up.
+fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), GatewayError> {
+    let core = Core::open(home.clone())?;
+    let v = core.vault_for_cli(vault)?;
+    // Progress only for a person watching; scripts get the summary alone.
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} indexing {pos}/{len} notes [{bar:40}] {eta} left",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let report = v
+        .reader
+        .refresh_index(rebuild, &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        })
+        .map_err(|e| GatewayError::Internal(format!("indexing vault '{}': {e}", v.id)));
+    bar.finish_and_clear();
+    let r = report?;
+    let secs = r.elapsed.as_secs_f64();
+    let read = r.added + r.updated;
+    out(&format!(
+        "{} vault '{}': {} notes in the index ({} added, {} updated, {} removed, {} unchanged) in {:.2}s{}\nindex: {}",
+        if rebuild { "rebuilt" } else { "updated" },
+        v.id,
+        r.notes,
+        r.added,
+        r.updated,
+        r.removed,
+        r.unchanged,
+        secs,
+        if read > 0 && secs > 0.0 {
+            format!(", {:.0} notes/s", read as f64 / secs)
+        } else {
+            String::new()
+        },
+        v.reader.index_file().display()
+    ));
     Ok(())
 }

@@ -671,11 +671,15 @@ impl Core {
             tags: counts.tags as u64,
             pending_proposals: self.state.count_pending(&v.id)?,
             revision: self.state.revision(&v.id)?,
-            // Reads scan the files themselves for now, so every answer is current.
-            index: IndexStatus {
-                indexed_at: rfc3339(time::OffsetDateTime::now_utc()),
-                fresh: true,
-                stale_files: 0,
+            index: {
+                // Compared with the files now: `fresh` only when reads use the index and no
+                // catalog file differs from it.
+                let health = v.reader.index_health();
+                IndexStatus {
+                    indexed_at: vault::rfc3339(health.indexed_at.unwrap_or(std::time::UNIX_EPOCH)),
+                    fresh: health.fresh,
+                    stale_files: health.stale_files as u64,
+                }
             },
             history: HistoryTops {
                 undo_top: tops.undo,

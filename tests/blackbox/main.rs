@@ -8,6 +8,7 @@ mod crash;
 mod critical;
 mod history;
 mod http;
+mod index;
 mod notify;
 mod proposals;
 mod security;

@@ -1,12 +1,15 @@
 //! A vault on disk: contained file access (`fs`), notes with frontmatter, links and tags, search
-//! with the exact semantics of SPEC §4, link rewrites for moves, a change watcher, and the contained
-//! durable write primitives (`write`) that the apply transaction uses.
+//! with the exact semantics of SPEC §4, the search index that narrows it (SPEC §10), link rewrites for
+//! moves, a change watcher, and the contained durable write primitives (`write`) that the apply
+//! transaction uses.
 //!
-//! It never decides to write: only the gateway's apply transaction calls `write`, and every file
-//! it opens or writes goes through `fs::VaultFs` and the path policy.
+//! It never decides to write: only the gateway's apply transaction calls `write`, and every vault
+//! file it opens or writes goes through `fs::VaultFs` and the path policy. The one file it writes
+//! on its own is its cache, `.vaultgate/index.sqlite` (`index`).
 #![forbid(unsafe_code)]
 
 pub mod fs;
+pub mod index;
 pub mod links;
 pub mod note;
 pub mod reader;
@@ -16,6 +19,7 @@ pub mod types;
 pub mod watch;
 pub mod write;
 
+pub use index::{IndexError, IndexHealth, SyncReport};
 pub use reader::{Vault, rfc3339};
 pub use types::{
     BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes,

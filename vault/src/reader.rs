@@ -1,19 +1,24 @@
 //! `Vault`: the read tools of one vault (SPEC §4) over contained file access.
 //!
-//! For now every call scans: one `walk_markdown` and at most one read per note. `Catalog::scan` is
-//! the one place that decides which notes exist; the search index will replace it.
+//! Once the search index (`crate::index`) is started and complete, the catalog tools (search,
+//! tags, related, recent, counts, standards) answer from it; until then, and whenever it fails,
+//! they scan: one walk (`index::catalog_walk`, the one definition of which notes exist) and at most one
+//! read per note. Both paths share the argument checks and the `search`, `note`, `links`
+//! functions, so their answers are the same.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use policy::{FolderPath, Layout, NoteClass, VaultPath};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::fs::{EntryKind, FsError, VaultFs};
+use crate::fs::{DirEntry, EntryKind, FsError, VaultFs};
+use crate::index::{Index, IndexError, IndexHealth, SETTLE_WAIT, SyncReport, catalog_walk};
 use crate::links::{Resolution, Resolver};
 use crate::note::{Note, stem};
 use crate::search::{fold, knowledge_score, parse_terms, snippet, terms_in_line};
@@ -25,13 +30,17 @@ use crate::types::{
 
 /// One vault opened for reading.
 pub struct Vault {
-    fs: VaultFs,
+    fs: Arc<VaultFs>,
+    /// The search index, once started.
+    index: OnceLock<Arc<Index>>,
 }
 
 impl Vault {
+    /// Opens the vault; reads scan until `start_index` or `manual_index`.
     pub fn open(root: &Path, layout: Layout) -> std::io::Result<Vault> {
         Ok(Vault {
-            fs: VaultFs::open(root, layout)?,
+            fs: Arc::new(VaultFs::open(root, layout)?),
+            index: OnceLock::new(),
         })
     }
 
@@ -42,6 +51,94 @@ impl Vault {
     /// The contained file access underneath (for callers that need raw listings).
     pub fn fs(&self) -> &VaultFs {
         &self.fs
+    }
+
+    // ---- the search index ---------------------------------------------------------------------
+
+    /// Starts the search index, kept fresh by a background thread (servers). Returns at once;
+    /// reads scan until an index built earlier is open, or until the first build is done. A
+    /// second call does nothing.
+    pub fn start_index(&self) {
+        self.index.get_or_init(|| Index::start(self.fs.clone()));
+    }
+
+    /// Uses the search index, kept fresh by the caller through `refresh_index` (the CLI, tests).
+    /// Reads scan until the first refresh. Does nothing when an index is already in use.
+    pub fn manual_index(&self) {
+        self.index.get_or_init(|| Index::manual(self.fs.clone()));
+    }
+
+    /// Brings the index up to date now, in this thread (`rebuild`: re-reads every note), and
+    /// reports `(done, total)` notes to `progress`. Starts a manual index if none is in use.
+    pub fn refresh_index(
+        &self,
+        rebuild: bool,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<SyncReport, IndexError> {
+        self.manual_index();
+        match self.index.get() {
+            Some(ix) => ix.refresh(rebuild, progress),
+            None => Ok(SyncReport::default()),
+        }
+    }
+
+    /// The catalog files (readable `*.md` under notes and standards, not the inbox) with size and
+    /// time, sorted by path: one walk, no reads.
+    pub fn catalog_files(&self) -> Vec<DirEntry> {
+        catalog_walk(&self.fs)
+    }
+
+    /// Brings the index to `files` (a `catalog_files` walk the caller just took, e.g. for the
+    /// vault fingerprint). When reads already use the index, waits (a few seconds at most) until
+    /// the changes are searchable.
+    pub fn index_sync(&self, files: Vec<DirEntry>) {
+        if let Some(ix) = self.index.get() {
+            ix.sync_with(files, SETTLE_WAIT);
+        }
+    }
+
+    /// Brings the index up to date with every file (a walk, then only changed notes are read).
+    pub fn refresh(&self) {
+        if self.index.get().is_some() {
+            self.index_sync(self.catalog_files());
+        }
+    }
+
+    /// Re-indexes these paths (notes, or folders whose notes moved) if they changed.
+    pub fn update_paths(&self, paths: &[VaultPath]) {
+        if let Some(ix) = self.index.get() {
+            ix.update_paths(paths, SETTLE_WAIT);
+        }
+    }
+
+    /// Waits until reads are answered from the index; false after `timeout` or without an index.
+    pub fn wait_index_ready(&self, timeout: Duration) -> bool {
+        self.index.get().is_some_and(|ix| ix.wait_ready(timeout))
+    }
+
+    /// How the index compares with the files right now (one walk).
+    pub fn index_health(&self) -> IndexHealth {
+        match self.index.get() {
+            Some(ix) => ix.health(),
+            None => IndexHealth {
+                indexed_at: None,
+                fresh: false,
+                stale_files: self.catalog_files().len(),
+            },
+        }
+    }
+
+    /// Where the index file lives (`<vault>/.vaultgate/index.sqlite`).
+    pub fn index_file(&self) -> std::path::PathBuf {
+        self.fs
+            .root()
+            .join(crate::write::MACHINE_DIR)
+            .join(crate::index::INDEX_FILE)
+    }
+
+    /// The index, if reads may try it.
+    fn ix(&self) -> Option<&Index> {
+        self.index.get().map(|ix| &**ix)
     }
 
     /// `read_note`: any readable UTF-8 file (the inbox included); a folder is `NOT_FOUND`.
@@ -96,6 +193,9 @@ impl Vault {
 
     /// `list_standards`: every note under the standards folders, by path.
     pub fn list_standards(&self) -> Result<ListStandards, VaultError> {
+        if let Some(out) = self.ix().and_then(Index::list_standards) {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
         let standards = cat
             .entries
@@ -115,6 +215,9 @@ impl Vault {
 
     /// `list_tags`: how many notes carry each tag, most used first, then by name.
     pub fn list_tags(&self) -> Result<ListTags, VaultError> {
+        if let Some(out) = self.ix().and_then(Index::list_tags) {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
         let mut tags: HashMap<String, TagCount> = HashMap::new();
         for e in &cat.entries {
@@ -141,6 +244,9 @@ impl Vault {
         let path = VaultPath::parse(path)?;
         let file = self.fs.read_text(&path)?;
         let this = Note::parse(&file.text, stem(path.file_name()));
+        if let Some(out) = self.ix().and_then(|ix| ix.related(&path, &this)) {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
         let resolver = Resolver::new(cat.entries.iter().map(|e| &e.path));
 
@@ -211,6 +317,9 @@ impl Vault {
                     })
             })
             .transpose()?;
+        if let Some(out) = self.ix().and_then(|ix| ix.recent(limit, since)) {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
         let mut entries: Vec<&CatalogEntry> = cat
             .entries
@@ -245,6 +354,12 @@ impl Vault {
             }
         };
         let tags = tag_filter(&q.tags);
+        if let Some(out) = self
+            .ix()
+            .and_then(|ix| ix.search_content(&terms, limit, &prefix, &tags))
+        {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
 
         // Notes come in path order and lines in line order, so per score the first `limit` hits
@@ -312,6 +427,9 @@ impl Vault {
         let terms = query_terms(query)?;
         let limit = check_limit(limit, 20, 200)?;
         let tags = tag_filter(tags);
+        if let Some(out) = self.ix().and_then(|ix| ix.search_knowledge(&terms, &tags, limit)) {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
         let mut hits: Vec<KnowledgeHit> = cat
             .entries
@@ -337,6 +455,9 @@ impl Vault {
 
     /// Catalog counts for the vault overview.
     pub fn counts(&self) -> Result<Counts, VaultError> {
+        if let Some(out) = self.ix().and_then(Index::counts) {
+            return Ok(out);
+        }
         let cat = Catalog::scan(&self.fs);
         let mut tags = HashSet::new();
         for e in &cat.entries {
@@ -353,6 +474,9 @@ impl Vault {
 
     /// Notes outside standards and inbox (for `vault_list`); walks, reads nothing.
     pub fn note_count(&self) -> usize {
+        if let Some(n) = self.ix().and_then(Index::note_count) {
+            return n;
+        }
         Catalog::scan(&self.fs).count(NoteClass::Note)
     }
 
@@ -424,19 +548,13 @@ impl<'v> Catalog<'v> {
     /// no reads.
     fn scan(fs: &'v VaultFs) -> Catalog<'v> {
         let layout = fs.layout();
-        let folders: Vec<FolderPath> = layout.notes.iter().chain(&layout.standards).cloned().collect();
-        let entries = fs
-            .walk_markdown(&folders)
+        let entries = catalog_walk(fs)
             .into_iter()
-            .filter_map(|e| {
-                let class = layout.classify(&e.path);
-                let keep = class != NoteClass::Inbox && layout.check_read(&e.path).is_ok();
-                keep.then(|| CatalogEntry {
-                    path: e.path,
-                    class,
-                    modified: e.modified,
-                    note: OnceCell::new(),
-                })
+            .map(|e| CatalogEntry {
+                class: layout.classify(&e.path),
+                path: e.path,
+                modified: e.modified,
+                note: OnceCell::new(),
             })
             .collect();
         Catalog { fs, entries }

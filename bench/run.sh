@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The one command that reproduces BENCHMARKS.md:
+#
+#   bash bench/run.sh                      # sizes 1k, 10k, 100k (about 20 minutes on 2 cores)
+#   bash bench/run.sh --sizes 1000,10000   # any harness option passes through (--help lists them)
+#
+# Builds vaultgate and the harness in release mode, installs the peers where they install
+# (ripgrep from apt, the filesystem MCP server from npm, basic-memory from PyPI into a venv),
+# records each install that fails as "did not install: <reason>", then runs the harness, which
+# writes BENCHMARKS.md and bench/out/results.json. Never fakes a peer: one that is missing is
+# reported as missing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=bench/out
+PEERS=bench/.peers
+mkdir -p "$OUT" "$PEERS"
+STATUS="$OUT/peer-install.tsv"
+: >"$STATUS"
+
+note() { printf '[run.sh] %s\n' "$*" >&2; }
+# fail NAME REASON: the harness reports the peer as "did not install: REASON".
+fail() {
+    printf '%s\t%s\n' "$1" "$2" >>"$STATUS"
+    note "$1 did not install: $2"
+}
+# The last lines of an install log, on one line.
+tail_of() { tail -n 4 "$1" | tr '\n\t' '  ' | sed 's/  */ /g' | cut -c1-300; }
+
+note "building vaultgate and vaultgate-bench (release)"
+cargo build --release -p vaultgate --bin vaultgate || exit 1
+cargo build --release -p vaultgate-bench || exit 1
+# Measure a snapshot of the binary, so a rebuild during the run cannot swap it underneath.
+cp target/release/vaultgate "$OUT/vaultgate" || exit 1
+BUILT="built by bench/run.sh from the working tree at commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo '?')"
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    BUILT="$BUILT plus uncommitted changes"
+fi
+
+# ---- ripgrep (apt) ----
+if ! command -v rg >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        note "installing ripgrep with apt-get"
+        if ! { apt-get update -q && apt-get install -y -q ripgrep; } >"$OUT/install-ripgrep.log" 2>&1; then
+            fail ripgrep "apt-get install -y ripgrep failed: $(tail_of "$OUT/install-ripgrep.log")"
+        fi
+    else
+        fail ripgrep "no rg on PATH and no apt-get to install it"
+    fi
+fi
+
+# ---- the official filesystem MCP server (npm) ----
+FS_JS="$PEERS/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+if [ ! -f "$FS_JS" ]; then
+    if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+        note "installing @modelcontextprotocol/server-filesystem with npm"
+        if ! npm install --prefix "$PEERS" --no-audit --no-fund @modelcontextprotocol/server-filesystem \
+            >"$OUT/install-filesystem.log" 2>&1; then
+            fail filesystem "npm install @modelcontextprotocol/server-filesystem failed: $(tail_of "$OUT/install-filesystem.log")"
+        fi
+    else
+        fail filesystem "node and npm are not on PATH"
+    fi
+fi
+
+# ---- basic-memory (PyPI, in a venv; it requires Python >= 3.12) ----
+BM="$PEERS/bm-venv/bin/basic-memory"
+if [ ! -x "$BM" ]; then
+    PY=""
+    candidates="python3.13 python3.12"
+    if command -v pyenv >/dev/null 2>&1; then
+        candidates="$candidates $(ls -d "$(pyenv root)"/versions/3.*/bin/python3 2>/dev/null | sort -rV | tr '\n' ' ')"
+    fi
+    candidates="$candidates python3"
+    for c in $candidates; do
+        if command -v "$c" >/dev/null 2>&1 &&
+            "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+            PY="$c"
+            break
+        fi
+    done
+    if [ -z "$PY" ]; then
+        PY=python3
+        note "no Python >= 3.12 found; trying $(python3 --version 2>&1) anyway"
+    fi
+    note "installing basic-memory with pip into $PEERS/bm-venv ($("$PY" --version 2>&1))"
+    rm -rf "$PEERS/bm-venv"
+    if ! { "$PY" -m venv "$PEERS/bm-venv" && "$PEERS/bm-venv/bin/pip" install -q basic-memory; } \
+        >"$OUT/install-basic-memory.log" 2>&1; then
+        fail basic-memory "pip install basic-memory failed with $("$PY" --version 2>&1): $(tail_of "$OUT/install-basic-memory.log")"
+    fi
+fi
+
+note "running the harness"
+exec target/release/vaultgate-bench \
+    --vaultgate "$OUT/vaultgate" \
+    --peers "$PEERS" \
+    --out "$OUT" \
+    --report BENCHMARKS.md \
+    --profile \
+    --binary-note "$BUILT" \
+    --command "bash bench/run.sh${*:+ $*}" \
+    "$@"

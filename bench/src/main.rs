@@ -1,0 +1,96 @@
+//! `vaultgate-bench`: generates synthetic vaults and measures vaultgate through a real MCP client
+//! (stdio and Streamable HTTP) beside its peers (ripgrep, the filesystem MCP server, basic-memory),
+//! then writes BENCHMARKS.md. Run it through `bench/run.sh`, which builds and installs the peers.
+//!
+//! It only reads and writes under its output folder and talks to servers it started on loopback.
+#![forbid(unsafe_code)]
+
+mod contention;
+mod mcp;
+mod peers;
+mod report;
+mod run;
+mod stats;
+mod synth;
+mod vaultgate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Parser, Clone, Debug)]
+#[command(
+    name = "vaultgate-bench",
+    about = "Benchmarks vaultgate and its peers over generated vaults and writes BENCHMARKS.md.",
+    args_override_self = true
+)]
+pub struct Config {
+    /// Vault sizes (notes), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    pub sizes: Vec<usize>,
+    /// The vaultgate binary to measure.
+    #[arg(long, default_value = "target/release/vaultgate")]
+    pub vaultgate: PathBuf,
+    /// Where the peers are installed (node_modules, bm-venv).
+    #[arg(long, default_value = "bench/.peers")]
+    pub peers: PathBuf,
+    /// Scratch folder: vaults, homes, logs, raw results.
+    #[arg(long, default_value = "bench/out")]
+    pub out: PathBuf,
+    /// The report to write.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub report: PathBuf,
+    /// Seed of the vault generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Time budget of one sequential measurement, in seconds (iteration counts follow from it).
+    #[arg(long, default_value_t = 3.0)]
+    pub budget: f64,
+    /// Duration of one throughput measurement (1 or 8 clients), in seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub throughput_secs: f64,
+    /// Run basic-memory only on vaults up to this many notes (its initial index is slow).
+    #[arg(long, default_value_t = 1000)]
+    pub bm_max_notes: usize,
+    /// Give up on basic-memory's initial index after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub bm_index_timeout: u64,
+    /// Profile the largest size's misses with `perf record` (when perf works here).
+    #[arg(long)]
+    pub profile: bool,
+    /// What the measured binary was built from, as printed in the report.
+    #[arg(long, default_value = "")]
+    pub binary_note: String,
+    /// The command that reproduces this run, as printed in the report.
+    #[arg(long, default_value = "bash bench/run.sh")]
+    pub command: String,
+}
+
+impl Config {
+    pub fn budget(&self) -> Duration {
+        Duration::from_secs_f64(self.budget)
+    }
+    pub fn throughput(&self) -> Duration {
+        Duration::from_secs_f64(self.throughput_secs)
+    }
+}
+
+fn main() -> ExitCode {
+    let cfg = Config::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            run::say(&format!("tokio runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run::all(&cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            run::say(&format!("error: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1007 @@
+//! `.vaultgate/index.sqlite`: the schema, its connections, catalog snapshots and writes.
+//!
+//! Several processes may open one index (stdio servers, the HTTP server, the CLI): the file is in
+//! WAL mode (readers never wait for the writer) with a busy timeout, every write is one short
+//! transaction, and a `generation` counter that every changing write moves tells each process
+//! when its in-memory catalog is out of date. A file that is not a usable index is replaced
+//! (under `.vaultgate/index.lock`, so one process does it); a schema of another version is
+//! dropped and created again in one transaction.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions};
+use policy::{NoteClass, VaultPath};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use crate::index::IndexError;
+use crate::index::grams::TOKENIZER;
+use crate::index::record::{NoteRecord, nanos};
+use crate::links::{Link, LinkKind, Resolver};
+use crate::search::fold;
+use crate::write::MACHINE_DIR;
+
+/// The index file, under `.vaultgate/`.
+pub const FILE: &str = "index.sqlite";
+/// Held while a broken index file is replaced.
+const LOCK_FILE: &str = "index.lock";
+/// Bumped on any change of the schema below: an index of another version is rebuilt.
+const SCHEMA_VERSION: i64 = 1;
+/// How long a statement waits for another connection's lock before failing with `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// FTS5 keeps this many bytes of new tokens in memory before writing a segment: a batch of notes
+/// becomes one segment, not several to merge later.
+const HASH_SIZE: i64 = 8 * 1024 * 1024;
+/// Segments per level before FTS5 merges them: fewer merges while building, a few more segments
+/// to look in per query (compacted by `optimize` after large passes).
+const AUTOMERGE: i64 = 16;
+/// The writer's page cache during a large pass, in KiB (negative: SQLite's unit for "KiB"):
+/// full-text merges re-read recent pages, and a bigger cache saves most of those reads.
+const BULK_CACHE_KIB: i64 = -32 * 1024;
+/// SQLite's default, for the small updates of a serving process.
+const DEFAULT_CACHE_KIB: i64 = -2000;
+/// Each reader's page cache, in KiB.
+const READER_CACHE_KIB: i64 = -8 * 1024;
+/// Readers kept open for reuse (the most recently used is taken first).
+const MAX_IDLE_READERS: usize = 2;
+
+const TABLES: &[&str] = &[
+    "meta",
+    "notes",
+    "bodies",
+    "tags",
+    "links",
+    "body_grams",
+    "meta_grams",
+];
+
+fn schema_sql() -> String {
+    format!(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+         INSERT INTO meta (key, value) VALUES ('generation', 0), ('building', 1), ('epoch', 0);
+         CREATE TABLE notes (
+             id INTEGER PRIMARY KEY,
+             path TEXT NOT NULL UNIQUE,
+             class INTEGER NOT NULL,
+             size INTEGER NOT NULL,
+             mtime INTEGER NOT NULL,
+             readable INTEGER NOT NULL,
+             title TEXT NOT NULL,
+             aliases TEXT NOT NULL,
+             description TEXT
+         );
+         CREATE TABLE bodies (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
+         CREATE TABLE tags (
+             note_id INTEGER NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL, folded TEXT NOT NULL,
+             PRIMARY KEY (note_id, seq)
+         ) WITHOUT ROWID;
+         CREATE INDEX tags_by_name ON tags (folded);
+         CREATE TABLE links (
+             note_id INTEGER NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL,
+             target TEXT NOT NULL, line INTEGER NOT NULL, key TEXT NOT NULL,
+             PRIMARY KEY (note_id, seq)
+         ) WITHOUT ROWID;
+         CREATE INDEX links_by_key ON links (key);
+         CREATE VIRTUAL TABLE body_grams USING fts5(
+             g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
+         CREATE VIRTUAL TABLE meta_grams USING fts5(
+             g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
+         INSERT INTO body_grams (body_grams, rank) VALUES ('hashsize', {HASH_SIZE});
+         INSERT INTO body_grams (body_grams, rank) VALUES ('automerge', {AUTOMERGE});
+         INSERT INTO meta_grams (meta_grams, rank) VALUES ('automerge', {AUTOMERGE});
+         PRAGMA user_version = {SCHEMA_VERSION};"
+    )
+}
+
+/// Which file a connection has open: replaced or deleted files are noticed by comparing this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    #[cfg(unix)]
+    dev: u64,
+    #[cfg(unix)]
+    ino: u64,
+}
+
+fn file_id(dir: &Dir) -> Option<FileId> {
+    let meta = dir.symlink_metadata(FILE).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    #[cfg(unix)]
+    {
+        use cap_fs_ext::MetadataExt;
+        Some(FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Some(FileId {})
+    }
+}
+
+/// One catalog note as the index has it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub id: i64,
+    pub path: VaultPath,
+    pub class: NoteClass,
+    pub size: u64,
+    pub mtime: i64,
+    pub readable: bool,
+}
+
+/// Every indexed note, sorted by path, as of one generation.
+#[derive(Debug)]
+pub struct Catalog {
+    pub generation: i64,
+    pub entries: Vec<Entry>,
+    by_id: HashMap<i64, usize>,
+    /// Every note with an id up to this one has ids in path order (a build inserts in path
+    /// order); notes added since have larger ids. So candidates up to it stream in path order.
+    pub ordered_upto: i64,
+    resolver: OnceLock<Resolver>,
+    /// Per-generation answers that read every tag (computed on first use).
+    pub tag_counts: OnceLock<Vec<(String, String, usize)>>,
+    pub distinct_tags: OnceLock<usize>,
+}
+
+impl Catalog {
+    pub fn find(&self, path: &VaultPath) -> Option<&Entry> {
+        self.entries
+            .binary_search_by(|e| e.path.cmp(path))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// The position in `entries` of the note with this id.
+    pub fn position(&self, id: i64) -> Option<usize> {
+        self.by_id.get(&id).copied()
+    }
+
+    pub fn count(&self, class: NoteClass) -> usize {
+        self.entries.iter().filter(|e| e.class == class).count()
+    }
+
+    /// The link resolver over every catalog path, built on first use.
+    pub fn resolver(&self) -> &Resolver {
+        self.resolver
+            .get_or_init(|| Resolver::new(self.entries.iter().map(|e| &e.path)))
+    }
+}
+
+fn class_code(class: NoteClass) -> i64 {
+    match class {
+        NoteClass::Note => 0,
+        NoteClass::Standard => 1,
+        NoteClass::Inbox => 2,
+    }
+}
+
+fn class_of(code: i64) -> NoteClass {
+    match code {
+        1 => NoteClass::Standard,
+        2 => NoteClass::Inbox,
+        _ => NoteClass::Note,
+    }
+}
+
+pub fn kind_code(kind: LinkKind) -> i64 {
+    match kind {
+        LinkKind::Wiki => 0,
+        LinkKind::Embed => 1,
+        LinkKind::Markdown => 2,
+    }
+}
+
+pub fn kind_of(code: i64) -> LinkKind {
+    match code {
+        1 => LinkKind::Embed,
+        2 => LinkKind::Markdown,
+        _ => LinkKind::Wiki,
+    }
+}
+
+/// One write.
+#[derive(Debug)]
+pub enum Op {
+    Put(Box<NoteRecord>),
+    Remove(VaultPath),
+}
+
+/// The open index of one vault.
+pub struct Db {
+    path: PathBuf,
+    /// `.vaultgate/`, opened without following a symlink.
+    dir: Dir,
+    /// The file the connections below have open.
+    id: Option<FileId>,
+    /// Writes are serialized per process (SQLite serializes them across processes).
+    writer: Mutex<Option<Connection>>,
+    readers: Mutex<Vec<Connection>>,
+    catalog: Mutex<Option<Arc<Catalog>>>,
+    /// Set when the file was replaced under us: connections are then never closed (see `Drop`).
+    abandoned: AtomicBool,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
+    // SECURITY(T-PATH): never open the index through a symlink swapped in for it.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// Opens `.vaultgate/` (creating it), refusing a symlink in its place.
+fn machine_dir(root: &Dir) -> Result<Dir, IndexError> {
+    match root.create_dir(MACHINE_DIR) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e.into()),
+    }
+    // SECURITY(T-PATH): `.vaultgate` swapped for a symlink is not followed.
+    Ok(root.open_dir_nofollow(MACHINE_DIR)?)
+}
+
+impl Db {
+    /// Opens the index of the vault at `root_path` (whose handle is `root`), creating it, and
+    /// replacing a file that is not a usable index.
+    pub fn open(root_path: &Path, root: &Dir) -> Result<Db, IndexError> {
+        let dir = machine_dir(root)?;
+        let path = root_path.join(MACHINE_DIR).join(FILE);
+        match Db::try_open(&path, &dir) {
+            Ok(db) => Ok(db),
+            Err(e) if e.is_unusable() => {
+                tracing::warn!(path = %path.display(), error = %e, "index unusable; rebuilding it");
+                let broken = file_id(&dir);
+                replace_file(&dir, broken)?;
+                Db::try_open(&path, &machine_dir(root)?)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn try_open(path: &Path, dir: &Dir) -> Result<Db, IndexError> {
+        if let Ok(meta) = dir.symlink_metadata(FILE)
+            && !meta.is_file()
+        {
+            return Err(IndexError::Unusable("not a regular file".into()));
+        }
+        let conn = open_connection(path)?;
+        // Readers never block on the writer; a cache need not survive a power cut.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        ensure_schema(&conn)?;
+        Ok(Db {
+            path: path.to_path_buf(),
+            id: file_id(dir),
+            dir: dir.try_clone()?,
+            writer: Mutex::new(Some(conn)),
+            readers: Mutex::new(Vec::new()),
+            catalog: Mutex::new(None),
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the file at the index path is still the one open here.
+    pub fn is_current(&self) -> bool {
+        self.id.is_some() && file_id(&self.dir) == self.id
+    }
+
+    /// Whether the file still starts like an SQLite database (or is empty: in WAL mode the first
+    /// pages may not have been checkpointed yet). Catches a file overwritten in place, which
+    /// `is_current` cannot see and SQLite may not notice while its cache holds the pages.
+    pub fn header_ok(&self) -> bool {
+        const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+        let mut options = OpenOptions::new();
+        options.read(true).follow(FollowSymlinks::No);
+        let Ok(mut file) = self.dir.open_with(FILE, &options) else {
+            return false;
+        };
+        let mut head = [0u8; 16];
+        let mut got = 0;
+        while got < head.len() {
+            match std::io::Read::read(&mut file, &mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(_) => return false,
+            }
+        }
+        got == 0 || (got == head.len() && &head == MAGIC)
+    }
+
+    /// Stops using this file: it was replaced or deleted. Its connections are never closed (a
+    /// closing SQLite connection checkpoints and deletes `index.sqlite-wal` *by name*, which may
+    /// by now belong to the new file); the handful of descriptors is the price.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// Replaces the index file with an empty one (a broken file), under the cross-process lock.
+    pub fn replace(&self) -> Result<(), IndexError> {
+        self.abandon();
+        replace_file(&self.dir, self.id)
+    }
+
+    fn take_reader(&self) -> Result<Connection, IndexError> {
+        if let Some(c) = lock(&self.readers).pop() {
+            return Ok(c);
+        }
+        let conn = open_connection(&self.path)?;
+        // Cheap insurance: a reader never writes.
+        conn.pragma_update(None, "query_only", true)?;
+        // The exact step reads the candidates' bodies: keep the recently read ones.
+        conn.pragma_update(None, "cache_size", READER_CACHE_KIB)?;
+        Ok(conn)
+    }
+
+    fn give_reader(&self, conn: Connection) {
+        if self.abandoned.load(Ordering::SeqCst) {
+            std::mem::forget(conn);
+            return;
+        }
+        let mut idle = lock(&self.readers);
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+    }
+
+    /// A consistent read of the index: one read transaction and the catalog of its generation.
+    pub fn snapshot(&self) -> Result<Snapshot<'_>, IndexError> {
+        let conn = self.take_reader()?;
+        let mut snap = Snapshot {
+            db: self,
+            conn: Some(conn),
+            catalog: Arc::new(Catalog::empty()),
+            building: false,
+            epoch: 0,
+        };
+        let (catalog, building, epoch) = {
+            let conn = snap.conn();
+            conn.execute_batch("BEGIN")?;
+            // The first read fixes the snapshot.
+            let generation = generation(conn)?;
+            let building: Option<i64> = conn
+                .prepare_cached("SELECT value FROM meta WHERE key = 'building'")?
+                .query_row([], |r| r.get(0))
+                .optional()?;
+            let building = building != Some(0);
+            let epoch = epoch(conn)?;
+            let cached = lock(&self.catalog).clone();
+            let catalog = match cached {
+                Some(c) if c.generation == generation => c,
+                _ => {
+                    let fresh = Arc::new(load_catalog(conn, generation)?);
+                    let mut slot = lock(&self.catalog);
+                    if slot.as_ref().is_none_or(|c| c.generation < generation) {
+                        *slot = Some(fresh.clone());
+                    }
+                    fresh
+                }
+            };
+            (catalog, building, epoch)
+        };
+        snap.catalog = catalog;
+        snap.building = building;
+        snap.epoch = epoch;
+        Ok(snap)
+    }
+
+    /// Runs `f` in one immediate write transaction of the writer connection.
+    fn write_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T, IndexError>) -> Result<T, IndexError> {
+        let mut guard = lock(&self.writer);
+        if guard.is_none() {
+            *guard = Some(open_connection(&self.path)?);
+        }
+        let Some(conn) = guard.as_mut() else {
+            return Err(IndexError::Unusable("no writer connection".into()));
+        };
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Applies `ops` in one transaction. A `Put` whose size, time and class are already those
+    /// recorded is skipped (another process got there first). Returns how many notes changed.
+    pub fn write(&self, ops: &[Op]) -> Result<usize, IndexError> {
+        self.write_tx(|tx| {
+            let mut changed = 0;
+            for op in ops {
+                let did = match op {
+                    Op::Put(rec) => put(tx, rec)?,
+                    Op::Remove(path) => remove(tx, path)?,
+                };
+                changed += usize::from(did);
+            }
+            if changed > 0 {
+                bump_generation(tx)?;
+            }
+            Ok(changed)
+        })
+    }
+
+    /// Marks the index as being (re)built: every reader, in any process, scans instead of
+    /// answering from a partial index, until `finish_pass`.
+    pub fn start_building(&self) -> Result<(), IndexError> {
+        self.write_tx(|tx| {
+            tx.execute("UPDATE meta SET value = 1 WHERE key = 'building'", [])?;
+            Ok(())
+        })
+    }
+
+    /// Empties the index (and marks it as being built) for a rebuild; returns the new epoch.
+    pub fn clear(&self) -> Result<i64, IndexError> {
+        self.write_tx(|tx| {
+            tx.execute_batch(
+                "UPDATE meta SET value = 1 WHERE key = 'building';
+                 UPDATE meta SET value = value + 1 WHERE key = 'epoch';
+                 DELETE FROM notes; DELETE FROM bodies; DELETE FROM tags; DELETE FROM links;
+                 INSERT INTO body_grams (body_grams) VALUES ('delete-all');
+                 INSERT INTO meta_grams (meta_grams) VALUES ('delete-all');",
+            )?;
+            bump_generation(tx)?;
+            epoch(tx)
+        })
+    }
+
+    /// Records that a full pass, planned in `epoch`, made the index match the files as walked at
+    /// `at`. Nothing is recorded if another process emptied the index since (its rebuild will).
+    pub fn finish_pass(&self, at: SystemTime, epoch_planned: i64) -> Result<(), IndexError> {
+        self.write_tx(|tx| {
+            if epoch(tx)? != epoch_planned {
+                return Ok(());
+            }
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('indexed_at', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [nanos(at)],
+            )?;
+            tx.execute("UPDATE meta SET value = 0 WHERE key = 'building'", [])?;
+            Ok(())
+        })
+    }
+
+    /// Sizes the writer's cache for a large pass (`true`), or back to the default, giving the
+    /// memory back (`false`).
+    pub fn bulk(&self, on: bool) -> Result<(), IndexError> {
+        let mut guard = lock(&self.writer);
+        if let Some(conn) = guard.as_mut() {
+            let kib = if on { BULK_CACHE_KIB } else { DEFAULT_CACHE_KIB };
+            conn.pragma_update(None, "cache_size", kib)?;
+            if !on {
+                conn.execute_batch("PRAGMA shrink_memory;")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Compacts the full-text tables after a large pass.
+    pub fn optimize(&self) -> Result<(), IndexError> {
+        let mut guard = lock(&self.writer);
+        if let Some(conn) = guard.as_mut() {
+            conn.execute_batch(
+                "INSERT INTO body_grams (body_grams) VALUES ('optimize');
+                 INSERT INTO meta_grams (meta_grams) VALUES ('optimize');
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if self.abandoned.load(Ordering::SeqCst) {
+            if let Some(c) = lock(&self.writer).take() {
+                std::mem::forget(c);
+            }
+            for c in lock(&self.readers).drain(..) {
+                std::mem::forget(c);
+            }
+        }
+    }
+}
+
+/// Removes the index file and its companions, unless another process already replaced the one
+/// found broken (`broken`), all under `.vaultgate/index.lock`.
+fn replace_file(dir: &Dir, broken: Option<FileId>) -> Result<(), IndexError> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .write(true)
+        .create(true)
+        .follow(FollowSymlinks::No);
+    let file = dir.open_with(LOCK_FILE, &options)?.into_std();
+    let mut lock = fd_lock::RwLock::new(file);
+    let _held = lock.write()?;
+    if file_id(dir) != broken && file_id(dir).is_some() {
+        // Someone else replaced it meanwhile.
+        return Ok(());
+    }
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        match dir.remove_file(format!("{FILE}{suffix}")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the schema in an empty file, or drops and re-creates one of another version; checks
+/// that every table is there.
+fn ensure_schema(conn: &Connection) -> Result<(), IndexError> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version != SCHEMA_VERSION {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = (|| -> Result<(), IndexError> {
+            // Another process may have created it while we waited for the lock.
+            let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if version != SCHEMA_VERSION {
+                for t in TABLES {
+                    conn.execute_batch(&format!("DROP TABLE IF EXISTS {t};"))?;
+                }
+                conn.execute_batch(&schema_sql())?;
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => conn.execute_batch("COMMIT")?,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        }
+    }
+    for t in TABLES {
+        conn.prepare(&format!("SELECT 1 FROM {t} LIMIT 0"))
+            .map_err(|e| IndexError::Unusable(format!("table {t}: {e}")))?;
+    }
+    generation(conn)?;
+    Ok(())
+}
+
+fn generation(conn: &Connection) -> Result<i64, IndexError> {
+    conn.query_row("SELECT value FROM meta WHERE key = 'generation'", [], |r| {
+        r.get(0)
+    })
+    .optional()?
+    .ok_or_else(|| IndexError::Unusable("no generation".into()))
+}
+
+fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT id, path, class, size, mtime, readable FROM notes ORDER BY path")?;
+    let mut rows = stmt.query([])?;
+    let mut entries = Vec::new();
+    while let Some(r) = rows.next()? {
+        let path: String = r.get(1)?;
+        // Only parsed paths are ever stored; anything else is not ours to serve.
+        let Ok(path) = VaultPath::parse(&path) else {
+            continue;
+        };
+        entries.push(Entry {
+            id: r.get(0)?,
+            path,
+            class: class_of(r.get(2)?),
+            size: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+            mtime: r.get(4)?,
+            readable: r.get(5)?,
+        });
+    }
+    let mut ids: Vec<(i64, usize)> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+    ids.sort_unstable();
+    let mut ordered_upto = 0;
+    let mut last: Option<usize> = None;
+    for &(id, pos) in &ids {
+        if last.is_some_and(|l| pos < l) {
+            break;
+        }
+        ordered_upto = id;
+        last = Some(pos);
+    }
+    Ok(Catalog {
+        generation,
+        entries,
+        by_id: ids.into_iter().collect(),
+        ordered_upto,
+        resolver: OnceLock::new(),
+        tag_counts: OnceLock::new(),
+        distinct_tags: OnceLock::new(),
+    })
+}
+
+impl Catalog {
+    fn empty() -> Catalog {
+        Catalog {
+            generation: -1,
+            entries: Vec::new(),
+            by_id: HashMap::new(),
+            ordered_upto: 0,
+            resolver: OnceLock::new(),
+            tag_counts: OnceLock::new(),
+            distinct_tags: OnceLock::new(),
+        }
+    }
+}
+
+/// Moved by every `clear`: a pass planned before it must not mark the index complete.
+fn epoch(conn: &Connection) -> Result<i64, IndexError> {
+    Ok(conn
+        .query_row("SELECT value FROM meta WHERE key = 'epoch'", [], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+fn bump_generation(tx: &Connection) -> Result<(), IndexError> {
+    tx.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'", [])?;
+    Ok(())
+}
+
+fn put(conn: &Connection, rec: &NoteRecord) -> Result<bool, IndexError> {
+    let existing: Option<(i64, i64, i64, i64, bool)> = conn
+        .prepare_cached("SELECT id, size, mtime, class, readable FROM notes WHERE path = ?1")?
+        .query_row([rec.path.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()?;
+    let size = i64::try_from(rec.size).unwrap_or(i64::MAX);
+    let class = class_code(rec.class);
+    let readable = rec.content.is_some();
+    if let Some((_, s, m, c, r)) = existing
+        && (s, m, c, r) == (size, rec.mtime, class, readable)
+    {
+        return Ok(false);
+    }
+    let stem = crate::note::stem(rec.path.file_name());
+    let (title, aliases, description) = match &rec.content {
+        Some(c) => (
+            c.title.as_str(),
+            serde_json::to_string(&c.aliases).unwrap_or_else(|_| "[]".into()),
+            c.description.as_deref(),
+        ),
+        None => (stem, "[]".to_owned(), None),
+    };
+    let id = match existing {
+        Some((id, ..)) => {
+            conn.prepare_cached(
+                "UPDATE notes SET class = ?2, size = ?3, mtime = ?4, readable = ?5, title = ?6,
+                 aliases = ?7, description = ?8 WHERE id = ?1",
+            )?
+            .execute(params![
+                id,
+                class,
+                size,
+                rec.mtime,
+                readable,
+                title,
+                aliases,
+                description
+            ])?;
+            remove_content(conn, id)?;
+            id
+        }
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO notes (path, class, size, mtime, readable, title, aliases, description)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                rec.path.as_str(),
+                class,
+                size,
+                rec.mtime,
+                readable,
+                title,
+                aliases,
+                description
+            ])?;
+            conn.last_insert_rowid()
+        }
+    };
+    let Some(c) = &rec.content else {
+        return Ok(true);
+    };
+    conn.prepare_cached("INSERT INTO bodies (id, body) VALUES (?1, ?2)")?
+        .execute(params![id, c.body])?;
+    conn.prepare_cached("INSERT INTO body_grams (rowid, g) VALUES (?1, ?2)")?
+        .execute(params![id, c.body_tokens])?;
+    conn.prepare_cached("INSERT INTO meta_grams (rowid, g) VALUES (?1, ?2)")?
+        .execute(params![id, c.meta_tokens])?;
+    let mut tag =
+        conn.prepare_cached("INSERT INTO tags (note_id, seq, name, folded) VALUES (?1, ?2, ?3, ?4)")?;
+    for (seq, t) in c.tags.iter().enumerate() {
+        tag.execute(params![id, seq as i64, t, fold(t)])?;
+    }
+    let mut link = conn.prepare_cached(
+        "INSERT INTO links (note_id, seq, kind, target, line, key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (seq, (l, key)) in c.links.iter().enumerate() {
+        link.execute(params![
+            id,
+            seq as i64,
+            kind_code(l.kind),
+            l.target,
+            l.line as i64,
+            key
+        ])?;
+    }
+    Ok(true)
+}
+
+fn remove_content(conn: &Connection, id: i64) -> Result<(), IndexError> {
+    for sql in [
+        "DELETE FROM bodies WHERE id = ?1",
+        "DELETE FROM body_grams WHERE rowid = ?1",
+        "DELETE FROM meta_grams WHERE rowid = ?1",
+        "DELETE FROM tags WHERE note_id = ?1",
+        "DELETE FROM links WHERE note_id = ?1",
+    ] {
+        conn.prepare_cached(sql)?.execute([id])?;
+    }
+    Ok(())
+}
+
+fn remove(conn: &Connection, path: &VaultPath) -> Result<bool, IndexError> {
+    let id: Option<i64> = conn
+        .prepare_cached("SELECT id FROM notes WHERE path = ?1")?
+        .query_row([path.as_str()], |r| r.get(0))
+        .optional()?;
+    let Some(id) = id else { return Ok(false) };
+    remove_content(conn, id)?;
+    conn.prepare_cached("DELETE FROM notes WHERE id = ?1")?
+        .execute([id])?;
+    Ok(true)
+}
+
+/// A read transaction with the catalog of its generation; rolled back and its connection reused
+/// when dropped.
+pub struct Snapshot<'d> {
+    db: &'d Db,
+    conn: Option<Connection>,
+    pub catalog: Arc<Catalog>,
+    /// A (re)build is under way or was interrupted: the index may lack notes.
+    pub building: bool,
+    /// See `Db::clear`.
+    pub epoch: i64,
+}
+
+impl Snapshot<'_> {
+    pub fn conn(&self) -> &Connection {
+        // Present from construction until drop.
+        self.conn
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a snapshot holds its connection"))
+    }
+
+    /// When the index last matched the files (`None`: never).
+    pub fn indexed_at(&self) -> Result<Option<i64>, IndexError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT value FROM meta WHERE key = 'indexed_at'", [], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    /// The ids above `after` of the notes whose body tokens match `query`.
+    pub fn body_matching_after(&self, query: &str, after: i64) -> Result<Vec<i64>, IndexError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT rowid FROM body_grams WHERE body_grams MATCH ?1 AND rowid > ?2")?;
+        let ids = stmt
+            .query_map(rusqlite::params![query, after], |r| r.get(0))?
+            .collect::<Result<Vec<i64>, _>>()?;
+        Ok(ids)
+    }
+
+    pub fn body(&self, id: i64) -> Result<Option<String>, IndexError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT body FROM bodies WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Title, aliases and description of a note (`None` if it is gone).
+    pub fn meta(&self, id: i64) -> Result<Option<StoredMeta>, IndexError> {
+        let row: Option<(String, String, Option<String>)> = self
+            .conn()
+            .prepare_cached("SELECT title, aliases, description FROM notes WHERE id = ?1")?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        Ok(row.map(|(title, aliases, description)| StoredMeta {
+            title,
+            aliases: serde_json::from_str(&aliases).unwrap_or_default(),
+            description,
+        }))
+    }
+
+    pub fn title(&self, id: i64) -> Result<Option<String>, IndexError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT title FROM notes WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?)
+    }
+
+    pub fn tags(&self, id: i64) -> Result<Vec<String>, IndexError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT name FROM tags WHERE note_id = ?1 ORDER BY seq")?;
+        let tags = stmt
+            .query_map([id], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(tags)
+    }
+
+    pub fn links(&self, id: i64) -> Result<Vec<Link>, IndexError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT kind, target, line FROM links WHERE note_id = ?1 ORDER BY seq")?;
+        let links = stmt
+            .query_map([id], |r| {
+                Ok(Link {
+                    kind: kind_of(r.get(0)?),
+                    target: r.get(1)?,
+                    line: usize::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                })
+            })?
+            .collect::<Result<Vec<Link>, _>>()?;
+        Ok(links)
+    }
+
+    /// The notes with a link whose key is `key` (see `record::link_key`).
+    pub fn linking(&self, key: &str) -> Result<Vec<i64>, IndexError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT DISTINCT note_id FROM links WHERE key = ?1")?;
+        let ids = stmt
+            .query_map([key], |r| r.get(0))?
+            .collect::<Result<Vec<i64>, _>>()?;
+        Ok(ids)
+    }
+
+    /// Per folded tag: the count of notes carrying it and its spelling in the first note by path
+    /// (read once per generation).
+    pub fn tag_counts(&self) -> Result<Vec<(String, String, usize)>, IndexError> {
+        if let Some(t) = self.catalog.tag_counts.get() {
+            return Ok(t.clone());
+        }
+        // (folded) -> (spelling, catalog position of that spelling's note, count)
+        let mut tags: HashMap<String, (String, usize, usize)> = HashMap::new();
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT note_id, name, folded FROM tags")?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let Some(pos) = self.catalog.position(r.get(0)?) else {
+                continue;
+            };
+            let folded: String = r.get(2)?;
+            match tags.get_mut(&folded) {
+                Some(t) => {
+                    t.2 += 1;
+                    if pos < t.1 {
+                        t.0 = r.get(1)?;
+                        t.1 = pos;
+                    }
+                }
+                None => {
+                    tags.insert(folded, (r.get(1)?, pos, 1));
+                }
+            }
+        }
+        let out: Vec<(String, String, usize)> = tags
+            .into_iter()
+            .map(|(folded, (name, _, count))| (folded, name, count))
+            .collect();
+        let _ = self.catalog.tag_counts.set(out.clone());
+        Ok(out)
+    }
+
+    /// Distinct tags, case-insensitively (once per generation).
+    pub fn distinct_tags(&self) -> Result<usize, IndexError> {
+        if let Some(n) = self.catalog.distinct_tags.get() {
+            return Ok(*n);
+        }
+        let n: i64 = self
+            .conn()
+            .query_row("SELECT COUNT(DISTINCT folded) FROM tags", [], |r| r.get(0))?;
+        let n = usize::try_from(n).unwrap_or(0);
+        let _ = self.catalog.distinct_tags.set(n);
+        Ok(n)
+    }
+
+    /// Metadata of the notes matching a `meta_grams` query (or of all readable notes), with tags.
+    pub fn metadata_matching(
+        &self,
+        query: Option<&str>,
+    ) -> Result<Vec<(i64, StoredMeta, Vec<String>)>, IndexError> {
+        let conn = self.conn();
+        let filter = if query.is_some() {
+            "WHERE id IN (SELECT rowid FROM meta_grams WHERE meta_grams MATCH ?1)"
+        } else {
+            "WHERE readable"
+        };
+        let tag_filter = if query.is_some() {
+            "WHERE note_id IN (SELECT rowid FROM meta_grams WHERE meta_grams MATCH ?1)"
+        } else {
+            ""
+        };
+        let params: Vec<&dyn rusqlite::ToSql> = match &query {
+            Some(q) => vec![q],
+            None => Vec::new(),
+        };
+        let mut tags: HashMap<i64, Vec<String>> = HashMap::new();
+        {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT note_id, name FROM tags {tag_filter} ORDER BY note_id, seq"
+            ))?;
+            let mut rows = stmt.query(params.as_slice())?;
+            while let Some(r) = rows.next()? {
+                tags.entry(r.get(0)?).or_default().push(r.get(1)?);
+            }
+        }
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT id, title, aliases, description FROM notes {filter}"
+        ))?;
+        let mut rows = stmt.query(params.as_slice())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0)?;
+            let aliases: String = r.get(2)?;
+            out.push((
+                id,
+                StoredMeta {
+                    title: r.get(1)?,
+                    aliases: serde_json::from_str(&aliases).unwrap_or_default(),
+                    description: r.get(3)?,
+                },
+                tags.remove(&id).unwrap_or_default(),
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// A note's stored metadata fields.
+#[derive(Debug, Clone)]
+pub struct StoredMeta {
+    pub title: String,
+    pub aliases: Vec<String>,
+    pub description: Option<String>,
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            self.db.give_reader(conn);
+        }
+    }
+}
