@@ -422,7 +422,10 @@ impl Core {
         });
         let result_json = serde_json::to_value(&plan.result).map_err(internal)?;
         let at = rfc3339(time::OffsetDateTime::now_utc());
-        let fingerprint = crate::changes::fingerprint(v);
+        // The notes are final once the ops ran (archiving touches only the inbox): one walk serves
+        // the commit's fingerprint and the index update after it.
+        let files = v.reader.catalog_files();
+        let fingerprint = crate::changes::fingerprint_of(&files);
         let label = format!("{} {}", plan.kind.as_str(), plan.target);
         let idem = plan
             .audit
@@ -465,7 +468,7 @@ impl Core {
         failpoint("after_commit");
         // The notes changed through vaultgate: the revision moved in the commit; record the new
         // fingerprint so the watcher does not count the same change again, and announce it.
-        self.settle_after_write(v, committed.revision);
+        self.settle_after_write_with(v, committed.revision, files);
         Ok(plan.result)
     }
 

@@ -27,7 +27,7 @@ pub fn fingerprint(v: &VaultHandle) -> String {
 }
 
 /// The fingerprint of a `catalog_files` walk.
-fn fingerprint_of(files: &[DirEntry]) -> String {
+pub fn fingerprint_of(files: &[DirEntry]) -> String {
     let mut h = Sha256::new();
     for e in files {
         let mtime = e
@@ -121,7 +121,12 @@ impl Core {
     /// search index (waiting a few seconds at most, so the change is searchable at once), and
     /// announce it.
     pub fn settle_after_write(&self, v: &VaultHandle, revision: u64) {
-        let files = v.reader.catalog_files();
+        self.settle_after_write_with(v, revision, v.reader.catalog_files());
+    }
+
+    /// As `settle_after_write`, with the walk the caller already made after its last note write
+    /// (one walk of the vault per apply instead of two).
+    pub fn settle_after_write_with(&self, v: &VaultHandle, revision: u64, files: Vec<DirEntry>) {
         if let Err(e) = self.state.set_fingerprint(&v.id, &fingerprint_of(&files)) {
             tracing::error!(vault = %v.id, error = %e, "recording the fingerprint after a write failed");
         }
