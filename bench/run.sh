@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command that reproduces BENCHMARKS.md:
 #
-#   bash bench/run.sh                      # sizes 1k, 10k, 100k (about 20 minutes on 2 cores)
+#   bash bench/run.sh                      # sizes 1k, 10k, 100k (about 10 minutes on 2 cores)
 #   bash bench/run.sh --sizes 1000,10000   # any harness option passes through (--help lists them)
 #
 # Builds vaultgate and the harness in release mode, installs the peers where they install

@@ -63,6 +63,9 @@ pub struct Config {
     /// What the measured binary was built from, as printed in the report.
     #[arg(long, default_value = "")]
     pub binary_note: String,
+    /// Only rewrite the report from `<out>/results.json` (no measurement).
+    #[arg(long)]
+    pub render_only: bool,
     /// The command that reproduces this run, as printed in the report.
     #[arg(long, default_value = "bash bench/run.sh")]
     pub command: String,
@@ -79,6 +82,15 @@ impl Config {
 
 fn main() -> ExitCode {
     let cfg = Config::parse();
+    if cfg.render_only {
+        return match run::render_only(&cfg) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                run::say(&format!("error: {e}"));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

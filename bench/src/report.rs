@@ -3,7 +3,6 @@
 
 use std::fmt::Write;
 
-use crate::Config;
 use crate::run::{Row, RunResult, SizeResult};
 use crate::stats::{ms, rate};
 use crate::synth;
@@ -105,7 +104,8 @@ fn proc_field(file: &str, key: &str) -> Option<String> {
     Some(line.split_once(':')?.1.trim().to_owned())
 }
 
-fn machine(binary_note: &str) -> Vec<(&'static str, String)> {
+/// The machine as it is now: cores, CPU, memory, kernel, date, commit, toolchain, binary.
+pub fn machine(binary_note: &str) -> Vec<(String, String)> {
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpu = proc_field("/proc/cpuinfo", "model name").unwrap_or_else(|| "?".to_owned());
     let ram = proc_field("/proc/meminfo", "MemTotal")
@@ -114,10 +114,21 @@ fn machine(binary_note: &str) -> Vec<(&'static str, String)> {
     let kernel =
         std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or("?".to_owned(), |s| s.trim().to_owned());
     let commit = cmd_line("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "?".to_owned());
-    let dirty =
-        cmd_line("git", &["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let dirty = cmd_line(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":(exclude)bench",
+            ":(exclude)BENCHMARKS.md",
+        ],
+    )
+    .is_some_and(|s| !s.is_empty());
     let rustc = cmd_line("rustc", &["--version"]).unwrap_or_else(|| "?".to_owned());
-    vec![
+    let v: Vec<(&str, String)> = vec![
         ("nproc", nproc.to_string()),
         ("CPU", cpu),
         ("RAM", ram),
@@ -126,7 +137,7 @@ fn machine(binary_note: &str) -> Vec<(&'static str, String)> {
         (
             "git commit",
             if dirty {
-                format!("{commit} (with uncommitted changes)")
+                format!("{commit} (with uncommitted changes outside bench/)")
             } else {
                 commit
             },
@@ -140,7 +151,8 @@ fn machine(binary_note: &str) -> Vec<(&'static str, String)> {
                 binary_note.to_owned()
             },
         ),
-    ]
+    ];
+    v.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 fn thousands(n: usize) -> String {
@@ -164,7 +176,9 @@ struct Verdict {
 }
 
 fn over(measured: f64, limit: f64) -> String {
-    if measured <= limit {
+    if measured <= limit && limit < 2.0 * measured {
+        format!("{:.0}% under the limit", 100.0 * (1.0 - measured / limit))
+    } else if measured <= limit {
         format!("{:.1}× under the limit", limit / measured.max(1e-9))
     } else if measured < 2.0 * limit {
         format!("{:.0}% over the limit", 100.0 * (measured / limit - 1.0))
@@ -174,7 +188,9 @@ fn over(measured: f64, limit: f64) -> String {
 }
 
 fn under(measured: f64, want: f64) -> String {
-    if measured >= want {
+    if measured >= want && measured < 2.0 * want {
+        format!("{:.0}% above the target", 100.0 * (measured / want - 1.0))
+    } else if measured >= want {
         format!("{:.1}× the target", measured / want)
     } else {
         format!(
@@ -473,6 +489,24 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
                 }
             );
         }
+        if let Some(z) = sizes.last() {
+            let split: Vec<String> = z
+                .facts
+                .iter()
+                .filter(|f| f.key.starts_with("cpu_vaultgate_"))
+                .map(|f| format!("- {}: {}", f.label, f.value))
+                .collect();
+            if !split.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nCPU per call at {} notes, measured from `/proc/<pid>/stat` around each throughput run \
+                     (server processes vs this harness, whose rmcp clients run on the same 2 cores):\n\n{}\n\n\
+                     10,000 calls/s on 2 cores leaves 200 µs of CPU per call for server and client together.",
+                    thousands(z.notes),
+                    split.join("\n")
+                );
+            }
+        }
         let _ = writeln!(
             s,
             "\nOn 2 cores the benchmark's own rmcp client shares the CPU with the server, so with 8 clients the \
@@ -538,10 +572,23 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
              the proposal files and their metadata, the state database (SQLite commits), the intent record, \
              the target note and its folder, the history object, the move of the proposal files to \
              `applied/`, `_applied.jsonl` and the audit log (each mutating call's audit line is fsynced \
-             before it answers, SPEC §9). On this disk one fsync costs about the floor's p50, so the pair's \
-             cost divided by the floor's approximates the number of sequential fsyncs on the path. \
-             The profile below shows the CPU side.\n"
+             before it answers, SPEC §9)."
         );
+        if let Some(z) = sizes.first()
+            && let (Some(p), Some(f)) = (
+                z.find("vaultgate/stdio/propose+apply/new-note/1"),
+                z.find("floor/in-process/write+fsync+rename/new-note/1"),
+            )
+        {
+            let _ = writeln!(
+                s,
+                "At {} notes, where work over the whole vault costs least, the pair takes {:.0}× the floor: an \
+                 upper bound on the sequential fsyncs on its path; what it costs beyond that at larger sizes is \
+                 CPU and file-system metadata work, which the profile below attributes.",
+                thousands(z.notes),
+                p.s.p50_ms / f.s.p50_ms
+            );
+        }
     }
     if missed("RSS") {
         let _ = writeln!(
@@ -571,15 +618,45 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
                     .map_or("—".to_owned(), |m| format!("{m:.0} MiB")),
             );
         }
+        let phases = [
+            "one-client reads and searches",
+            "the 1- and 8-client throughput runs",
+            "propose+apply and freshness",
+        ];
+        if let Some(f) = sizes
+            .last()
+            .and_then(|z| z.facts.iter().find(|f| f.key == "rss_serve_phases"))
+        {
+            let v: Vec<f64> = f
+                .value
+                .split('/')
+                .filter_map(|p| p.trim().trim_end_matches("MiB").trim().parse().ok())
+                .collect();
+            if v.len() == 3 {
+                let jumps = [v[0], v[1] - v[0], v[2] - v[1]];
+                let (k, j) = jumps
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or((0, 0.0), |(k, j)| (k, *j));
+                let _ = writeln!(
+                    s,
+                    "\nAt the judged size the largest rise ({j:.0} MiB) came during {}.",
+                    phases[k]
+                );
+            }
+        }
         let _ = writeln!(s);
     }
     if missed("searchable within 1 s") {
-        let _ = writeln!(
-            s,
-            "**Freshness** (reasoning from the measurements): the time until a search finds an edited note \
-             includes at least one full search call; where one search call takes longer than 1 s, the target \
-             cannot be met whatever the change detection does.\n"
-        );
+        let why = if run.has_index_command {
+            "the index learns of a change on disk from the file watcher (and a size/mtime scan at start); the \
+             time until the edited note is found is the watcher's delay plus the index update plus one search"
+        } else {
+            "the time until a search finds an edited note includes at least one full search call; where one \
+             search call takes longer than 1 s, the target cannot be met whatever the change detection does"
+        };
+        let _ = writeln!(s, "**Freshness** (reasoning from the measurements): {why}.\n");
     }
     let profiled: Vec<&SizeResult> = sizes.iter().copied().filter(|z| !z.profiles.is_empty()).collect();
     for z in profiled {
@@ -622,7 +699,7 @@ fn row_line(r: &Row) -> String {
     )
 }
 
-pub fn render(cfg: &Config, run: &RunResult) -> String {
+pub fn render(run: &RunResult) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Benchmarks\n");
     let _ = writeln!(
@@ -634,7 +711,7 @@ pub fn render(cfg: &Config, run: &RunResult) -> String {
          Every number below is from the run described here; nothing is estimated. \
          This file is written by the harness.\n"
     );
-    let _ = writeln!(s, "## Reproduce\n\n```sh\n{}\n```\n", cfg.command);
+    let _ = writeln!(s, "## Reproduce\n\n```sh\n{}\n```\n", run.command);
     let sizes: Vec<String> = run.sizes.iter().map(|z| thousands(z.notes)).collect();
     let _ = writeln!(
         s,
@@ -643,13 +720,13 @@ pub fn render(cfg: &Config, run: &RunResult) -> String {
          `{}`.\n",
         sizes.join(", "),
         run.wall_secs,
-        cfg.budget,
-        cfg.throughput_secs,
-        cfg.seed,
+        run.budget,
+        run.throughput_secs,
+        run.seed,
         run.vaultgate_version
     );
     let _ = writeln!(s, "## Machine\n\n| | |\n|---|---|");
-    for (k, v) in machine(&cfg.binary_note) {
+    for (k, v) in &run.machine {
         let _ = writeln!(s, "| {k} | {v} |");
     }
     let _ = writeln!(

@@ -26,7 +26,7 @@ pub fn say(msg: &str) {
 }
 
 /// One measured line of the report.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     /// A stable lookup key: `system/transport/op/detail-key/clients`.
     pub key: String,
@@ -40,7 +40,7 @@ pub struct Row {
 }
 
 /// A single measured fact (a duration, a memory peak, a rate) or a reason it was not measured.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Fact {
     pub key: String,
     pub label: String,
@@ -49,13 +49,13 @@ pub struct Fact {
 }
 
 /// A `perf` profile of one workload.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Profile {
     pub title: String,
     pub text: String,
 }
 
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SizeResult {
     pub notes: usize,
     pub manifest: Option<Manifest>,
@@ -131,9 +131,20 @@ impl SizeResult {
 }
 
 /// Everything the report needs.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub sizes: Vec<SizeResult>,
+    /// The machine and the run's settings, as they were when it ran.
+    #[serde(default)]
+    pub machine: Vec<(String, String)>,
+    #[serde(default)]
+    pub command: String,
+    #[serde(default)]
+    pub budget: f64,
+    #[serde(default)]
+    pub throughput_secs: f64,
+    #[serde(default)]
+    pub seed: u64,
     pub vaultgate_version: String,
     pub has_index_command: bool,
     pub peers: Vec<(String, String)>,
@@ -150,6 +161,25 @@ fn ensure(dir: &Path) -> Result<(), String> {
 
 fn abs(p: &Path) -> Result<PathBuf, String> {
     std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Rewrites the report from `results.json` without measuring anything.
+pub fn render_only(cfg: &Config) -> Result<(), String> {
+    let path = cfg.out.join("results.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut run: RunResult = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if run.machine.is_empty() {
+        // Results from before the machine was recorded with them: describe this machine now.
+        run.machine = report::machine(&cfg.binary_note);
+        run.command = cfg.command.clone();
+        run.budget = cfg.budget;
+        run.throughput_secs = cfg.throughput_secs;
+        run.seed = cfg.seed;
+    }
+    std::fs::write(&cfg.report, report::render(&run))
+        .map_err(|e| format!("{}: {e}", cfg.report.display()))?;
+    say(&format!("wrote {} from {}", cfg.report.display(), path.display()));
+    Ok(())
 }
 
 pub async fn all(cfg: &Config) -> Result<(), String> {
@@ -180,6 +210,11 @@ pub async fn all(cfg: &Config) -> Result<(), String> {
     let largest = sizes.last().copied().unwrap_or(0);
     let mut result = RunResult {
         sizes: Vec::new(),
+        machine: report::machine(&cfg.binary_note),
+        command: cfg.command.clone(),
+        budget: cfg.budget,
+        throughput_secs: cfg.throughput_secs,
+        seed: cfg.seed,
         vaultgate_version: String::new(),
         has_index_command: false,
         peers: peer_status,
@@ -197,7 +232,7 @@ pub async fn all(cfg: &Config) -> Result<(), String> {
         // Written after every size, so an interrupted run still leaves what it measured.
         let json = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
         std::fs::write(out.join("results.json"), json).map_err(|e| e.to_string())?;
-        let md = report::render(cfg, &result);
+        let md = report::render(&result);
         std::fs::write(&cfg.report, md).map_err(|e| format!("{}: {e}", cfg.report.display()))?;
     }
     say(&format!(
@@ -606,6 +641,60 @@ async fn vaultgate_reads(
     }
 }
 
+/// Where the CPU of a throughput run goes: the server process(es) vs this harness (the clients).
+struct CpuSplit {
+    pids: Vec<u32>,
+    server: Option<f64>,
+    client: Option<f64>,
+    started: Instant,
+}
+
+impl CpuSplit {
+    fn start(pids: &[u32]) -> CpuSplit {
+        CpuSplit {
+            pids: pids.to_vec(),
+            server: vaultgate::cpu_sum(pids),
+            client: vaultgate::cpu_secs(std::process::id()),
+            started: Instant::now(),
+        }
+    }
+
+    fn finish(
+        self,
+        r: &mut SizeResult,
+        system: &str,
+        tool: &str,
+        transport: &str,
+        clients: usize,
+        calls: usize,
+    ) {
+        let wall = self.started.elapsed().as_secs_f64();
+        let (Some(s0), Some(c0), Some(s1), Some(c1)) = (
+            self.server,
+            self.client,
+            vaultgate::cpu_sum(&self.pids),
+            vaultgate::cpu_secs(std::process::id()),
+        ) else {
+            return;
+        };
+        let per = |cpu: f64| cpu * 1e6 / calls.max(1) as f64;
+        r.fact(
+            &format!("cpu_{system}_{}_{clients}", transport.to_lowercase()),
+            &format!(
+                "{system}: CPU per `{tool}` call, {clients} {transport} client(s): server / benchmark client"
+            ),
+            format!(
+                "{:.0} µs / {:.0} µs ({:.2} + {:.2} of the 2 cores busy over {wall:.1} s)",
+                per(s1 - s0),
+                per(c1 - c0),
+                (s1 - s0) / wall,
+                (c1 - c0) / wall
+            ),
+            Some(per(s1 - s0)),
+        );
+    }
+}
+
 async fn throughput(
     cfg: &Config,
     gate: &Gate,
@@ -631,6 +720,8 @@ async fn throughput(
             }
         }
         if procs.len() == clients {
+            let pids: Vec<u32> = procs.iter().filter_map(|p| p.pid).collect();
+            let cpu = CpuSplit::start(&pids);
             let s = mcp::concurrent(
                 procs.iter().map(Client::peer).collect(),
                 20,
@@ -638,6 +729,14 @@ async fn throughput(
                 read.clone(),
             )
             .await;
+            cpu.finish(
+                r,
+                "vaultgate",
+                "read_note",
+                "stdio",
+                clients,
+                s.calls + s.errors + 20 * clients,
+            );
             r.row(
                 "vaultgate",
                 "stdio",
@@ -662,7 +761,16 @@ async fn throughput(
         }
         if sessions.len() == clients {
             let peers: Vec<_> = sessions.iter().map(Client::peer).collect();
+            let cpu = CpuSplit::start(&[server.pid()]);
             let s = mcp::concurrent(peers.clone(), 20, cfg.throughput(), read.clone()).await;
+            cpu.finish(
+                r,
+                "vaultgate",
+                "read_note",
+                "HTTP",
+                clients,
+                s.calls + s.errors + 20 * clients,
+            );
             r.row(
                 "vaultgate",
                 "HTTP",
@@ -808,6 +916,8 @@ async fn filesystem(
             }
         }
         if procs.len() == clients {
+            let pids: Vec<u32> = procs.iter().filter_map(|p| p.pid).collect();
+            let cpu = CpuSplit::start(&pids);
             let s = mcp::concurrent(
                 procs.iter().map(Client::peer).collect(),
                 20,
@@ -815,6 +925,14 @@ async fn filesystem(
                 read.clone(),
             )
             .await;
+            cpu.finish(
+                r,
+                "filesystem",
+                "read_text_file",
+                "stdio",
+                clients,
+                s.calls + s.errors + 20 * clients,
+            );
             r.row(
                 "filesystem",
                 "stdio",

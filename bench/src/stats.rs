@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// A summary of one measured operation.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
     pub calls: usize,
     pub p50_ms: f64,
@@ -15,7 +15,7 @@ pub struct Summary {
     /// Calls that failed (transport error, timeout or an `isError` result); not in the latencies.
     pub errors: usize,
     /// The first failure's message, when any call failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
 }
 

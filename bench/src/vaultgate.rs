@@ -201,3 +201,18 @@ pub fn memory_mib(pid: u32) -> Option<(f64, f64)> {
     };
     Some((field("VmHWM:")?, field("VmRSS:")?))
 }
+
+/// CPU seconds (user + system) a live process has used, from `/proc/<pid>/stat` (ticks of 1/100 s).
+pub fn cpu_secs(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// CPU seconds of several processes together.
+pub fn cpu_sum(pids: &[u32]) -> Option<f64> {
+    pids.iter().map(|p| cpu_secs(*p)).sum()
+}
