@@ -572,7 +572,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
              the proposal files and their metadata, the state database (SQLite commits), the intent record, \
              the target note and its folder, the history object, the move of the proposal files to \
              `applied/`, `_applied.jsonl` and the audit log (each mutating call's audit line is fsynced \
-             before it answers, SPEC §9)."
+             before it answers, SPEC §9).\n"
         );
         if let Some(z) = sizes.first()
             && let (Some(p), Some(f)) = (
@@ -584,7 +584,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
                 s,
                 "At {} notes, where work over the whole vault costs least, the pair takes {:.0}× the floor: an \
                  upper bound on the sequential fsyncs on its path; what it costs beyond that at larger sizes is \
-                 CPU and file-system metadata work, which the profile below attributes.",
+                 CPU and file-system metadata work, which the profile below attributes.\n",
                 thousands(z.notes),
                 p.s.p50_ms / f.s.p50_ms
             );

@@ -6,17 +6,28 @@ use std::time::Duration;
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
     pub calls: usize,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_ms: f64,
     /// Completed calls per second of wall time (all clients together).
+    #[serde(deserialize_with = "nan_if_null")]
     pub per_sec: f64,
     /// Calls that failed (transport error, timeout or an `isError` result); not in the latencies.
     pub errors: usize,
     /// The first failure's message, when any call failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+}
+
+/// JSON has no NaN: serde_json writes it as `null`, read back here as NaN ("not measured").
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// The nearest-rank percentile `p` (0–100) of sorted samples.
