@@ -1,7 +1,7 @@
 //! The append-only writer shared by every process that serves or administers one home.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use crate::chain::{GENESIS, seal};
 use crate::error::AuditError;
 use crate::file::{
-    MAX_LINE_BYTES, byte_at, last_lines, line_ending_at, open_lock_for_write, open_log_for_append,
+    MAX_LINE_BYTES, byte_at, last_lines, line_ending_at, open_lock_for_write, open_log_for_append, stable_len,
 };
 use crate::record::{AuditRecord, Entry};
 
@@ -126,6 +126,28 @@ impl AuditLog {
         Ok(record)
     }
 
+    /// The log's length in bytes at a moment when no cooperating writer is mid-line: every record
+    /// appended after this call starts at or after it. Noted before a transaction, it tells crash
+    /// recovery where to look for the transaction's own line ([`AuditLog::find_since`]).
+    pub fn end_offset(&self) -> Result<u64, AuditError> {
+        let file = File::open(&self.path)?;
+        Ok(stable_len(&self.path, &file)?)
+    }
+
+    /// The first record at or after byte `offset` for which `pred` is true, read as a stream (the
+    /// cost follows what was appended since `offset`, not the log). `offset` is clamped to the
+    /// length; one inside a line skips to the next line. A torn last line (an append cut short,
+    /// so no caller was told it succeeded) is not a record and is ignored; any other line that is
+    /// not a record is [`AuditError::Parse`], so a damaged log is never read as "not written".
+    /// Lines are parsed, not verified: hashes and links are [`crate::verify`]'s job.
+    pub fn find_since(
+        &self,
+        offset: u64,
+        pred: impl FnMut(&AuditRecord) -> bool,
+    ) -> Result<Option<AuditRecord>, AuditError> {
+        find_since(&self.path, offset, pred)
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         match self.state.lock() {
             Ok(guard) => guard,
@@ -137,6 +159,54 @@ impl AuditLog {
                 guard.head = None;
                 guard
             }
+        }
+    }
+}
+
+/// [`AuditLog::find_since`] on the file at `path`.
+fn find_since(
+    path: &Path,
+    offset: u64,
+    mut pred: impl FnMut(&AuditRecord) -> bool,
+) -> Result<Option<AuditRecord>, AuditError> {
+    let file = File::open(path)?;
+    // Bytes below this length no longer change (append-only), so the rest is read unlocked.
+    let len = stable_len(path, &file)?;
+    let mut pos = offset.min(len);
+    (&file).seek(SeekFrom::Start(pos))?;
+    let mut reader = BufReader::with_capacity(1 << 16, (&file).take(len - pos));
+    if pos > 0 && byte_at(&file, pos - 1)? != b'\n' {
+        // Inside a line: that line began before `offset`.
+        pos += reader.skip_until(b'\n')? as u64;
+    }
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES + 1)
+            .read_until(b'\n', &mut buf)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        let at = pos;
+        pos += read as u64;
+        if buf.last() != Some(&b'\n') {
+            if buf.len() as u64 > MAX_LINE_BYTES {
+                return Err(AuditError::Parse {
+                    offset: at,
+                    reason: format!("line is longer than {MAX_LINE_BYTES} bytes"),
+                });
+            }
+            // The torn tail: its append never returned.
+            return Ok(None);
+        }
+        buf.pop();
+        let record: AuditRecord = serde_json::from_slice(&buf).map_err(|e| AuditError::Parse {
+            offset: at,
+            reason: e.to_string(),
+        })?;
+        if pred(&record) {
+            return Ok(Some(record));
         }
     }
 }

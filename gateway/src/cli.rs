@@ -9,10 +9,10 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use policy::Tier;
 
-use crate::auth::Token;
-use crate::core::Core;
-use crate::error::GatewayError;
-use crate::home::{Home, VaultConfig};
+use engine::auth::Token;
+use engine::core::Core;
+use engine::error::GatewayError;
+use engine::home::{Home, VaultConfig};
 
 #[derive(Parser)]
 #[command(
@@ -300,6 +300,7 @@ pub fn main() -> ExitCode {
     };
     let env: BTreeMap<String, String> = std::env::vars().collect();
     crate::logging::init(&env);
+    let _ = FAILPOINTS.set(failpoints(&env));
     match run(cli, &env) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -310,6 +311,27 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Test-only crash and pause injection, read once from the environment (SPEC-free: the black-box
+/// crash suites set it; nothing else does).
+static FAILPOINTS: std::sync::OnceLock<engine::Failpoints> = std::sync::OnceLock::new();
+
+fn failpoints(env: &BTreeMap<String, String>) -> engine::Failpoints {
+    let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
+    engine::Failpoints {
+        abort_at: get("VAULTGATE_TEST_FAILPOINT"),
+        pause_at: get("VAULTGATE_TEST_PAUSE"),
+        pause_file: get("VAULTGATE_TEST_PAUSE_FILE").map(std::path::PathBuf::from),
+    }
+}
+
+/// Opens the home's engine and settles any write a crash interrupted, in every vault, before
+/// the command does anything else.
+pub(crate) fn open_core(home: &Home) -> Result<Core, GatewayError> {
+    let core = Core::open_with(home.clone(), FAILPOINTS.get().cloned().unwrap_or_default())?;
+    core.recover_all();
+    Ok(core)
 }
 
 fn cli_user(env: &BTreeMap<String, String>) -> String {
@@ -334,20 +356,20 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
         }
         Command::Vault(cmd) => vault_cmd(&home, cmd),
         Command::Serve { host, port } => {
-            let core = Core::open(home)?;
+            let core = open_core(&home)?;
             let addr = crate::http::loopback_addr(&host, port.unwrap_or(core.config.server.port))?;
             crate::http::serve(Arc::new(core), addr)
         }
         Command::Stdio => {
-            let core = Arc::new(Core::open(home)?);
+            let core = Arc::new(open_core(&home)?);
             let Some(token) = env.get("VAULTGATE_TOKEN").filter(|t| !t.is_empty()) else {
                 let e = GatewayError::Unauthorized("VAULTGATE_TOKEN is not set");
-                core.record_auth_refusal(crate::core::Transport::Stdio, &e);
+                core.record_auth_refusal(engine::core::Transport::Stdio, &e);
                 return Err(e);
             };
             let token = Token::new(token.clone());
             // A missing or invalid token fails at start, before anything is written to stdout.
-            core.authenticate(&token, crate::core::Transport::Stdio)?;
+            core.authenticate(&token, engine::core::Transport::Stdio)?;
             crate::serve::stdio(core, token)
         }
         Command::Demo(args) => crate::demo::run(crate::demo::DemoOptions {
@@ -603,7 +625,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                 confirm_full(yes, &format!("credential '{name}'"))?;
             }
             let expires_in = expires.as_deref().map(parse_duration).transpose()?;
-            let core = Core::open(home.clone())?;
+            let core = open_core(home)?;
             let (cred, token) = core.issue_credential(user, &name, tier, vaults, expires_in)?;
             let exe = std::env::current_exe()?;
             let target = crate::clientconf::Target {
@@ -615,11 +637,10 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             Ok(())
         }
         TokenCmd::List { json } => {
-            let state = inbox::State::open(&home.state_path())?;
             if !home.exists() {
                 return Err(GatewayError::NoHome(home.dir.clone()));
             }
-            let creds = state.list_credentials()?;
+            let creds = engine::core::list_credentials(home)?;
             if json {
                 let v: Vec<_> = creds.iter().map(crate::clientconf::credential_json).collect();
                 out(&serde_json::Value::Array(v).to_string());
@@ -629,7 +650,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                 for c in &creds {
                     let status = if c.is_revoked() {
                         "revoked"
-                    } else if c.is_expired(crate::core::now_unix()) {
+                    } else if c.is_expired(engine::core::now_unix()) {
                         "expired"
                     } else {
                         "active"
@@ -650,7 +671,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             Ok(())
         }
         TokenCmd::Revoke { id } => {
-            let core = Core::open(home.clone())?;
+            let core = open_core(home)?;
             let c = core.revoke_credential(user, &id)?;
             out(&format!(
                 "revoked {} ({}); running servers refuse it from the next call",
@@ -663,7 +684,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             if tier == Tier::Full {
                 confirm_full(yes, &format!("setting '{id}' to full"))?;
             }
-            let core = Core::open(home.clone())?;
+            let core = open_core(home)?;
             let c = core.set_credential_tier(user, &id, tier)?;
             out(&format!(
                 "{} ({}) is now tier {}; applies from the next call",
@@ -683,7 +704,7 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
     }
     match cmd {
         AuditCmd::Verify => {
-            let report = audit::verify(&path)?;
+            let report = engine::audit_log::verify(&path)?;
             match report.broken {
                 None => {
                     out(&format!(
@@ -700,10 +721,12 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
             }
         }
         AuditCmd::Repair => {
-            let msg = match audit::repair_torn_tail(&path)? {
-                audit::Repair::Clean => "audit log ends cleanly; nothing to repair".to_owned(),
-                audit::Repair::Completed { seq } => format!("completed the last record (seq {seq})"),
-                audit::Repair::MovedAside {
+            let msg = match engine::audit_log::repair_torn_tail(&path)? {
+                engine::audit_log::Repair::Clean => "audit log ends cleanly; nothing to repair".to_owned(),
+                engine::audit_log::Repair::Completed { seq } => {
+                    format!("completed the last record (seq {seq})")
+                }
+                engine::audit_log::Repair::MovedAside {
                     offset,
                     len,
                     saved_to,
@@ -716,7 +739,7 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
             Ok(())
         }
         AuditCmd::Tail { n, json } => {
-            let records = audit::tail(&path, n)?;
+            let records = engine::audit_log::tail(&path, n)?;
             if json {
                 out(&serde_json::to_string(&records).map_err(|e| GatewayError::Internal(e.to_string()))?);
             } else {
@@ -734,7 +757,7 @@ fn json_out<T: serde::Serialize>(v: &T) -> Result<(), GatewayError> {
     Ok(())
 }
 
-fn show_proposal(p: &crate::tools::GetProposalOut) {
+fn show_proposal(p: &engine::api::GetProposalOut) {
     let it = &p.item;
     let from = it.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
     out(&format!(
@@ -756,7 +779,7 @@ fn show_proposal(p: &crate::tools::GetProposalOut) {
 }
 
 fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError> {
-    let core = Core::open(home.clone())?;
+    let core = open_core(home)?;
     match cmd {
         InboxCmd::List { vault, status, json } => {
             let v = core.vault_for_cli(vault.as_deref())?;
@@ -787,10 +810,13 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
         }
         InboxCmd::Reject { id, reason, vault } => {
             let v = core.vault_for_cli(vault.as_deref())?;
-            let actor = crate::core::Actor::Cli(user.to_owned());
-            let r = core.reject_proposal(&actor, &v, &id, &reason);
-            core.record_cli(&actor, "reject_proposal", &v.id, Some(&id), &r);
-            let r = r?;
+            let args = serde_json::json!({"vault": v.id, "id": id, "reason": reason});
+            let r = core
+                .cli_call(user, "reject_proposal", &args, |call| {
+                    call.set_vault(&v.id);
+                    core.reject_proposal(call.actor(), &v, &id, &reason)
+                })
+                .into_inner()?;
             out(&format!("rejected {id}; archived to {}", r.archived_to));
             Ok(())
         }
@@ -810,7 +836,7 @@ fn apply_cmd(
             "apply shows each diff and asks y/N on a terminal; without one, pass --yes".into(),
         ));
     }
-    let core = Core::open(home.clone())?;
+    let core = open_core(home)?;
     let v = core.vault_for_cli(vault)?;
     let ids: Vec<String> = match only {
         Some(id) => vec![id.to_owned()],
@@ -825,7 +851,6 @@ fn apply_cmd(
         out(&format!("no pending proposals in vault '{}'", v.id));
         return Ok(());
     }
-    let actor = crate::core::Actor::Cli(user.to_owned());
     let mut failed = 0usize;
     let mut first_code = None;
     for id in ids {
@@ -851,17 +876,18 @@ fn apply_cmd(
         }
         let key = format!("cli-{}", uuid::Uuid::now_v7().simple());
         let args = serde_json::json!({"vault": v.id, "id": p.item.id, "proposalHash": p.item.proposal_hash, "idempotencyKey": key});
-        let r = core.apply_proposal(
-            &actor,
-            &v,
-            &p.item.id,
-            &p.item.proposal_hash,
-            &key,
-            &audit::args_hash(&args),
-        );
-        if r.is_err() {
-            core.record_cli(&actor, "apply_proposal", &v.id, Some(&p.item.id), &r);
-        }
+        let r = core
+            .cli_call(user, "apply_proposal", &args, |call| {
+                call.set_vault(&v.id);
+                core.apply_proposal(
+                    call,
+                    &v,
+                    &engine::ids::ProposalId::from_wire(p.item.id.clone()),
+                    &engine::ids::ProposalHash::from_wire(p.item.proposal_hash.clone()),
+                    &key,
+                )
+            })
+            .into_inner();
         match r {
             Ok(a) => out(&format!(
                 "applied {} -> {} (history {}, audit seq {})",
@@ -886,17 +912,17 @@ fn apply_cmd(
 fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayError> {
     let (vault, t, yes) = match cmd {
         HistoryCmd::Status { vault, json } => {
-            let core = Core::open(home.clone())?;
+            let core = open_core(home)?;
             let v = core.vault_for_cli(vault.as_deref())?;
             let s = core.history_status(&v)?;
             if json {
                 return json_out(&s);
             }
-            out(&crate::history::describe_status(&v.id, &s));
+            out(&engine::history::describe_status(&v.id, &s));
             return Ok(());
         }
-        HistoryCmd::Undo { vault, yes } => (vault, inbox::Transition::Undo, yes),
-        HistoryCmd::Redo { vault, yes } => (vault, inbox::Transition::Redo, yes),
+        HistoryCmd::Undo { vault, yes } => (vault, engine::Transition::Undo, yes),
+        HistoryCmd::Redo { vault, yes } => (vault, engine::Transition::Redo, yes),
     };
     if !yes && !std::io::stdin().is_terminal() {
         return Err(GatewayError::InvalidArgument(format!(
@@ -904,23 +930,31 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
             t.as_str()
         )));
     }
-    let core = Core::open(home.clone())?;
+    let core = open_core(home)?;
     let v = core.vault_for_cli(vault.as_deref())?;
-    let actor = crate::core::Actor::Cli(user.to_owned());
-    let tool = crate::history::tool_name(t);
-    // Finishes an interrupted write first, so the entry shown is the one that counts.
-    let top = core.history_top(&v, t);
-    if top.is_err() {
-        core.record_cli(&actor, tool, &v.id, None, &top);
-    }
-    let Some(entry) = top? else {
-        let none: Result<(), GatewayError> = Err(GatewayError::Proposal(
-            policy::ErrorCode::HISTORY_NOT_TOP,
-            format!("nothing to {} in vault '{}'", t.as_str(), v.id),
-        ));
-        core.record_cli(&actor, tool, &v.id, None, &none);
-        return none;
+    let tool = engine::history::tool_name(t);
+    let vault_arg = serde_json::json!({"vault": v.id});
+    // Settles an interrupted write first, so the entry shown is the one that counts.
+    let top = match core.history_top(&v, t) {
+        Ok(Some(entry)) => entry,
+        // A refusal before anything ran is recorded as the command's one call.
+        refused => {
+            let e = match refused {
+                Err(e) => e,
+                Ok(_) => GatewayError::Proposal(
+                    policy::ErrorCode::HISTORY_NOT_TOP,
+                    format!("nothing to {} in vault '{}'", t.as_str(), v.id),
+                ),
+            };
+            return core
+                .cli_call(user, tool, &vault_arg, |call| {
+                    call.set_vault(&v.id);
+                    Err::<(), _>(e)
+                })
+                .into_inner();
+        }
     };
+    let entry = top;
     out(&entry.describe(t));
     if !yes {
         err(&format!("{} this change? [y/N] ", t.as_str()));
@@ -933,19 +967,20 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
     }
     let key = format!("cli-{}", uuid::Uuid::now_v7().simple());
     let args = serde_json::json!({"vault": v.id, "expectedHistoryEntryId": entry.id, "idempotencyKey": key});
-    let r = core.history_transition(&actor, &v, t, &entry.id, &key, &audit::args_hash(&args));
-    if r.is_err() {
-        core.record_cli(&actor, tool, &v.id, None, &r);
-    }
-    let s = r?;
+    let s = core
+        .cli_call(user, tool, &args, |call| {
+            call.set_vault(&v.id);
+            core.history_transition(call, &v, t, &entry.id, &key)
+        })
+        .into_inner()?;
     out(&format!("{} {}: done", t.as_str(), entry.id));
-    out(&crate::history::describe_status(&v.id, &s));
+    out(&engine::history::describe_status(&v.id, &s));
     Ok(())
 }
 
 /// `vaultgate index`: one pass in this process; servers that have the vault open pick it up.
 fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), GatewayError> {
-    let core = Core::open(home.clone())?;
+    let core = open_core(home)?;
     let v = core.vault_for_cli(vault)?;
     // Progress only for a person watching; scripts get the summary alone.
     let bar = if std::io::stderr().is_terminal() {

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use inbox::Credential;
+use engine::Credential;
 use serde_json::json;
 
-use crate::auth::Token;
 use crate::cli::TokenFormat;
+use engine::auth::Token;
 
 pub fn credential_json(c: &Credential) -> serde_json::Value {
     json!({
@@ -23,7 +23,7 @@ pub fn credential_json(c: &Credential) -> serde_json::Value {
 
 fn ts(t: Option<i64>) -> serde_json::Value {
     t.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok())
-        .map(|t| serde_json::Value::String(crate::core::rfc3339(t)))
+        .map(|t| serde_json::Value::String(engine::core::rfc3339(t)))
         .unwrap_or(serde_json::Value::Null)
 }
 

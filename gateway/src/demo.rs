@@ -9,9 +9,8 @@ use include_dir::{Dir, include_dir};
 use policy::Tier;
 
 use crate::cli::VaultAdd;
-use crate::core::Core;
-use crate::error::GatewayError;
-use crate::home::Home;
+use engine::error::GatewayError;
+use engine::home::Home;
 
 static DEMO_VAULT: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/demo/vault");
 
@@ -82,7 +81,7 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
             },
         )?;
     }
-    let core = Core::open(home.clone())?;
+    let core = crate::cli::open_core(&home)?;
     let name = format!("demo-{}", uuid::Uuid::now_v7().simple());
     let (cred, token) = core.issue_credential(&user, &name, Tier::Full, vec![], None)?;
     let exe = std::env::current_exe()?;

@@ -17,10 +17,10 @@ use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::auth::Token;
-use crate::core::{Core, Transport};
-use crate::error::GatewayError;
 use crate::mcp::McpServer;
+use engine::auth::Token;
+use engine::core::{Core, Transport};
+use engine::error::GatewayError;
 
 /// How long one request may take to produce its response head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -296,10 +296,7 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
     crate::serve::runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let local = listener.local_addr()?;
-        core.recover_all();
-        core.recover_history_all();
-        core.recover_critical_all();
-        let _watches = crate::changes::start(&core);
+        let _watches = engine::changes::start(&core);
         tracing::info!(%local, "serving MCP over Streamable HTTP");
         crate::serve::announce(&format!(
             "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop)"

@@ -1,26 +1,19 @@
-//! The edge of vaultgate: MCP over stdio (and Streamable HTTP), authentication, the CLI, and the
-//! service layer (`core`) that runs each operation once for all of them.
+//! The edges of vaultgate: MCP over stdio and Streamable HTTP (rmcp + axum), the CLI (clap), the
+//! demo and client configurations. Handlers are thin: parse → engine → map.
 //!
-//! It is the only crate that knows MCP, JSON-RPC, HTTP, environment variables and the runtime;
-//! handlers stay thin and never write to a vault themselves.
+//! It owns the wire (JSON-RPC, HTTP, terminal) and the environment, and nothing else: it never
+//! decides a check, never touches a vault or the state database, and never builds an audit entry —
+//! all of that is the engine's.
 #![forbid(unsafe_code)]
 
-pub mod apply;
-pub mod auth;
-pub mod changes;
 pub mod cli;
 mod clientconf;
-pub mod core;
-pub mod critical;
 mod demo;
 mod describe;
-pub mod error;
-pub mod history;
-pub mod home;
+mod dispatch;
 pub mod http;
 mod logging;
 pub mod mcp;
-pub mod proposing;
 mod resources;
 mod serve;
 pub mod tools;

@@ -20,11 +20,11 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
-use crate::auth::Token;
-use crate::core::{Caller, Core, Transport};
-use crate::error::GatewayError;
 use crate::resources;
 use crate::tools::CATALOG;
+use engine::auth::Token;
+use engine::core::{Caller, Core, Transport};
+use engine::error::GatewayError;
 
 pub const INSTRUCTIONS: &str = "vaultgate serves Markdown knowledge vaults. Before anything else, read the resource \
 `vaultgate://invariants` and `vaultgate://vault/{id}` for the vault you work on (vault_list gives the ids). \
@@ -113,7 +113,7 @@ fn vault_uri(id: &str) -> String {
 /// so a revoked or re-scoped credential stops hearing at once).
 fn may_hear(core: &Core, credential_id: &str, vault: &str) -> bool {
     match core.state.credential(credential_id) {
-        Ok(Some(c)) => !c.is_revoked() && !c.is_expired(crate::core::now_unix()) && c.may_see_vault(vault),
+        Ok(Some(c)) => !c.is_revoked() && !c.is_expired(engine::core::now_unix()) && c.may_see_vault(vault),
         _ => false,
     }
 }
@@ -336,8 +336,8 @@ impl ServerHandler for McpServer {
         let core = self.core.clone();
         let name = request.name.to_string();
         let args = request.arguments.unwrap_or_default();
-        let outcome = blocking(move || core.call_tool_as(&caller, &name, args)).await?;
-        match outcome {
+        let outcome = blocking(move || crate::dispatch::call_tool(&core, &caller, &name, args)).await?;
+        match outcome.map(engine::Audited::into_inner) {
             None => Err(McpError::invalid_params(
                 format!("unknown tool '{}'", request.name),
                 None,

@@ -2,8 +2,8 @@
 
 use rmcp::model::{Resource, ResourceTemplate};
 
-use crate::core::{Caller, Core, VaultHandle};
-use crate::error::GatewayError;
+use engine::core::{Caller, Core, VaultHandle};
+use engine::error::GatewayError;
 
 pub const INVARIANTS_URI: &str = "vaultgate://invariants";
 
@@ -82,17 +82,9 @@ fn read_as(core: &Core, caller: &Caller, uri: &str) -> Result<String, GatewayErr
             .split_once('/')
             .ok_or_else(|| GatewayError::InvalidArgument(format!("malformed standards URI '{uri}'")))?;
         let v = core.resolve_vault(&caller.credential, Some(id))?;
-        let vp = policy::VaultPath::parse(path)?;
-        if v.reader.layout().classify(&vp) != policy::NoteClass::Standard {
-            return Err(GatewayError::Vault(vault::VaultError::Fs(
-                vault::fs::FsError::NotFound,
-            )));
-        }
-        return Ok(v.reader.read_note(path)?.content);
+        return core.read_standard(&v, path);
     }
-    Err(GatewayError::Vault(vault::VaultError::Fs(
-        vault::fs::FsError::NotFound,
-    )))
+    Err(GatewayError::not_found())
 }
 
 fn vault_overview(core: &Core, v: &VaultHandle) -> Result<String, GatewayError> {

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use rmcp::ServiceExt;
 
-use crate::auth::Token;
-use crate::core::Core;
-use crate::error::GatewayError;
 use crate::mcp::McpServer;
+use engine::auth::Token;
+use engine::core::Core;
+use engine::error::GatewayError;
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -19,10 +19,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
 /// Serves one client over stdin/stdout until it disconnects.
 pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
     runtime()?.block_on(async move {
-        core.recover_all();
-        core.recover_history_all();
-        core.recover_critical_all();
-        let _watches = crate::changes::start(&core);
+        let _watches = engine::changes::start(&core);
         let server = McpServer::stdio(core, token);
         let running = server
             .serve(rmcp::transport::io::stdio_pipes())

@@ -119,6 +119,17 @@ impl State {
         Ok(n == 1)
     }
 
+    /// Replaces the intent of an execution under way (a rollback marks it); false when the
+    /// challenge has no open intent.
+    pub fn set_challenge_intent(&self, id: &str, intent: &Value) -> Result<bool, StateError> {
+        let conn = self.conn()?;
+        let n = conn.execute(
+            "UPDATE challenges SET intent_json = ?2 WHERE id = ?1 AND intent_json IS NOT NULL",
+            params![id, intent.to_string()],
+        )?;
+        Ok(n == 1)
+    }
+
     /// The vault's executions that began and did not commit (a crash), oldest first.
     pub fn open_challenge_intents(&self, vault: &str) -> Result<Vec<StoredChallenge>, StateError> {
         let conn = self.conn()?;

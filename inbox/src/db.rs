@@ -272,6 +272,18 @@ impl State {
     }
 
     /// Records the fingerprint of a change vaultgate made itself (its revision already moved).
+    /// The fingerprint recorded for the vault's notes, if any.
+    pub fn fingerprint(&self, vault: &str) -> Result<Option<String>, StateError> {
+        let conn = self.conn()?;
+        Ok(conn
+            .query_row(
+                "SELECT fingerprint FROM vault_fingerprints WHERE vault = ?1",
+                [vault],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
     pub fn set_fingerprint(&self, vault: &str, fingerprint: &str) -> Result<(), StateError> {
         let conn = self.conn()?;
         conn.execute(

@@ -121,6 +121,8 @@ pub struct HistoryTransition<'a> {
     /// RFC 3339 UTC.
     pub at: &'a str,
     pub idempotency: Option<IdemKey<'a>>,
+    /// The notes' fingerprint as the transition left them (not counted again as a disk change).
+    pub fingerprint: Option<&'a str>,
 }
 
 /// What the commit point did.
@@ -276,6 +278,13 @@ impl State {
                 ],
             )?;
         }
+        if let Some(fp) = t.fingerprint {
+            tx.execute(
+                "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
+                 ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
+                [t.vault, fp],
+            )?;
+        }
         tx.execute("DELETE FROM apply_intents WHERE id = ?1", [t.intent_id])?;
         tx.commit()?;
         Ok(Some(TransitionCommit {
@@ -329,6 +338,7 @@ mod tests {
                 result: &result,
                 at: "t2",
                 idempotency: None,
+                fingerprint: Some("fp"),
             })
             .unwrap();
         if out.is_none() {
@@ -429,6 +439,7 @@ mod tests {
                 tool: "history_undo",
                 args_hash: "a1",
             }),
+            fingerprint: None,
         };
         // An intent of another vault is not this transition's.
         assert!(matches!(

@@ -201,6 +201,21 @@ impl State {
         Ok(stmt.query_row([vault, id_or_slug], from_row).optional()?)
     }
 
+    /// The vault's most recently applied proposal (by its history entry), if any: what a crash
+    /// right after an apply's commit may have left out of `_applied.jsonl`.
+    pub fn last_applied(&self, vault: &str) -> Result<Option<StoredProposal>, StateError> {
+        let conn = self.conn()?;
+        let cols: Vec<String> = COLUMNS.split(',').map(|c| format!("p.{}", c.trim())).collect();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {} FROM proposals p
+             JOIN history h ON h.vault = p.vault AND h.id = json_extract(p.result_json, '$.historyEntryId')
+             WHERE p.vault = ?1 AND p.status = 'applied'
+             ORDER BY h.seq DESC LIMIT 1",
+            cols.join(", ")
+        ))?;
+        Ok(stmt.query_row([vault], from_row).optional()?)
+    }
+
     /// The vault's proposals, newest first (ties in insertion order, newest first), at most `limit`.
     pub fn list_proposals(
         &self,

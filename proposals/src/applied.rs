@@ -1,6 +1,8 @@
 //! `<inbox>/_applied.jsonl`: one line per applied proposal, hash-chained like the audit log
 //! (SPEC §6, §9).
 
+use std::io::{BufRead, Read};
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -67,15 +69,135 @@ pub fn chain_applied(
 /// (the first [`GENESIS`]), each `hash` recomputed. `Err` holds the 0-based index of the first line
 /// that fails; an altered line is itself the one named, a removed line names its successor.
 pub fn verify_applied_chain(lines: &[AppliedLine]) -> Result<(), usize> {
-    let mut prev_hash = GENESIS;
+    let mut check = ChainCheck::default();
     for (index, line) in lines.iter().enumerate() {
-        let seq_ok = u64::try_from(index).is_ok_and(|i| i.checked_add(1) == Some(line.seq));
-        if !seq_ok || line.prev != prev_hash || line.hash != line_hash(line) {
+        if !check.accept(line) {
             return Err(index);
         }
-        prev_hash = &line.hash;
     }
     Ok(())
+}
+
+/// Longest line [`verify_applied_stream`] reads; lines are a few hundred bytes, the cap keeps a
+/// hostile line from growing the buffer without bound.
+pub const MAX_APPLIED_LINE_BYTES: u64 = 1 << 20;
+
+/// What [`verify_applied_stream`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainReport {
+    /// Lines that verified, from seq 1 up to (not including) the first broken one.
+    pub lines: u64,
+    /// The last line that verified: the one the next line chains on.
+    pub last: Option<AppliedLine>,
+    /// The first line that fails, if any; nothing after it is read.
+    pub broken: Option<ChainBreak>,
+}
+
+/// The first line of `_applied.jsonl` that fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainBreak {
+    /// 0-based among the non-blank lines, as [`verify_applied_chain`] counts.
+    pub index: u64,
+    /// 1-based line number in the file (blank lines counted).
+    pub line: u64,
+    pub reason: BreakReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BreakReason {
+    /// Not an [`AppliedLine`] (not UTF-8 JSON of that shape, or a torn fragment).
+    Parse(String),
+    /// Over [`MAX_APPLIED_LINE_BYTES`].
+    TooLong,
+    /// A wrong `seq`, `prev` or `hash`: the line was altered, removed, reordered or replayed.
+    Link,
+}
+
+/// Why [`verify_applied_stream`] could not read to the end; a broken chain is not an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppliedStreamError {
+    #[error("reading _applied.jsonl: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// [`verify_applied_chain`] over a stream of JSON lines, in constant memory (one line at a time),
+/// so `_applied.jsonl` needs no size limit (SPEC §6). Blank lines are skipped. The crate does no
+/// I/O of its own: the caller opens the file.
+pub fn verify_applied_stream(reader: impl BufRead) -> Result<ChainReport, AppliedStreamError> {
+    verify_applied_stream_with(reader, |_| {})
+}
+
+/// [`verify_applied_stream`], calling `on_line` with each line that verified, in order (to look
+/// for a proposal id on the same pass).
+pub fn verify_applied_stream_with(
+    mut reader: impl BufRead,
+    mut on_line: impl FnMut(&AppliedLine),
+) -> Result<ChainReport, AppliedStreamError> {
+    let mut check = ChainCheck::default();
+    let mut report = ChainReport {
+        lines: 0,
+        last: None,
+        broken: None,
+    };
+    let mut buf = Vec::new();
+    let mut line_no: u64 = 0;
+    loop {
+        buf.clear();
+        let read = (&mut reader)
+            .take(MAX_APPLIED_LINE_BYTES + 1)
+            .read_until(b'\n', &mut buf)?;
+        if read == 0 {
+            return Ok(report);
+        }
+        line_no += 1;
+        let reason = if buf.len() as u64 > MAX_APPLIED_LINE_BYTES {
+            Some(BreakReason::TooLong)
+        } else if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        } else {
+            match serde_json::from_slice::<AppliedLine>(&buf) {
+                Err(e) => Some(BreakReason::Parse(e.to_string())),
+                Ok(line) if check.accept(&line) => {
+                    on_line(&line);
+                    report.lines += 1;
+                    report.last = Some(line);
+                    None
+                }
+                Ok(_) => Some(BreakReason::Link),
+            }
+        };
+        if let Some(reason) = reason {
+            report.broken = Some(ChainBreak {
+                index: report.lines,
+                line: line_no,
+                reason,
+            });
+            return Ok(report);
+        }
+    }
+}
+
+/// The chain rule, one line at a time: what both verifiers share.
+#[derive(Debug, Default)]
+struct ChainCheck {
+    /// Lines accepted so far.
+    count: u64,
+    /// The last accepted line's hash (`None`: [`GENESIS`]).
+    prev: Option<String>,
+}
+
+impl ChainCheck {
+    /// Whether `line` is the next link; if so it becomes the head.
+    fn accept(&mut self, line: &AppliedLine) -> bool {
+        let seq_ok = self.count.checked_add(1) == Some(line.seq);
+        let prev = self.prev.as_deref().unwrap_or(GENESIS);
+        if !seq_ok || line.prev != prev || line.hash != line_hash(line) {
+            return false;
+        }
+        self.count = line.seq;
+        self.prev = Some(line.hash.clone());
+        true
+    }
 }
 
 fn line_hash(line: &AppliedLine) -> String {
@@ -168,6 +290,66 @@ mod tests {
         replayed.push(lines[4].clone());
         assert_eq!(verify_applied_chain(&replayed), Err(5));
         assert_eq!(verify_applied_chain(&lines[1..]), Err(0));
+    }
+
+    fn jsonl(lines: &[AppliedLine]) -> String {
+        let mut out = String::new();
+        for l in lines {
+            out.push_str(&serde_json::to_string(l).unwrap());
+            out.push('\n');
+        }
+        out
+    }
+
+    #[test]
+    fn the_stream_verifier_has_no_size_limit() {
+        let lines = chain(12_000);
+        let text = jsonl(&lines);
+        assert!(text.len() > 4 * 1024 * 1024, "{} bytes", text.len());
+        let mut seen = 0;
+        let report = verify_applied_stream_with(text.as_bytes(), |_| seen += 1).unwrap();
+        assert_eq!(report.broken, None);
+        assert_eq!(report.lines, 12_000);
+        assert_eq!(seen, 12_000);
+        assert_eq!(report.last.as_ref(), lines.last());
+        // Read through a small buffer too: nothing depends on the reader holding the whole file.
+        let small = std::io::BufReader::with_capacity(64, text.as_bytes());
+        assert_eq!(verify_applied_stream(small).unwrap(), report);
+    }
+
+    #[test]
+    fn the_stream_verifier_names_the_line_the_slice_verifier_names() {
+        let lines = chain(6);
+        let mut swapped = lines.clone();
+        swapped.swap(2, 4);
+        let report = verify_applied_stream(jsonl(&swapped).as_bytes()).unwrap();
+        let broken = report.broken.unwrap();
+        assert_eq!(verify_applied_chain(&swapped), Err(2));
+        assert_eq!(
+            (broken.index, broken.line, broken.reason),
+            (2, 3, BreakReason::Link)
+        );
+        assert_eq!(report.lines, 2);
+        assert_eq!(report.last.as_ref(), Some(&lines[1]));
+        // Blank lines are skipped; a torn fragment (a crash mid-append) is named by its line.
+        let text = format!(
+            "{}\n  \n{}{{\"seq\":3,\"ts",
+            jsonl(&lines[..1]),
+            jsonl(&lines[1..2])
+        );
+        let report = verify_applied_stream(text.as_bytes()).unwrap();
+        let broken = report.broken.unwrap();
+        assert_eq!((report.lines, broken.index, broken.line), (2, 2, 5));
+        assert!(matches!(broken.reason, BreakReason::Parse(_)));
+        // An over-long line stops the read.
+        let long = format!(
+            "{}{}\n",
+            jsonl(&lines[..1]),
+            "x".repeat(MAX_APPLIED_LINE_BYTES as usize + 1)
+        );
+        let broken = verify_applied_stream(long.as_bytes()).unwrap().broken.unwrap();
+        assert_eq!((broken.index, broken.reason), (1, BreakReason::TooLong));
+        assert_eq!(verify_applied_stream(&b""[..]).unwrap().lines, 0);
     }
 
     type Alter = fn(&mut AppliedLine);

@@ -16,11 +16,15 @@ pub mod challenge;
 mod diff;
 mod edit;
 mod model;
+pub mod ops;
 pub mod plan;
 mod seal;
 mod slug;
 
-pub use applied::{AppliedLine, GENESIS, chain_applied, verify_applied_chain};
+pub use applied::{
+    AppliedLine, AppliedStreamError, BreakReason, ChainBreak, ChainReport, GENESIS, MAX_APPLIED_LINE_BYTES,
+    chain_applied, verify_applied_chain, verify_applied_stream, verify_applied_stream_with,
+};
 pub use canonical::{canonical_json, sha256_hex};
 pub use diff::unified_diff;
 pub use edit::{Edit, EditError, apply_edits};

@@ -129,6 +129,132 @@ fn base_matches(p: &Proposal, current: &TargetState) -> Result<(), Refusal> {
     })
 }
 
+/// What the engine found under the write lock, beyond what [`check`] takes.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyFacts {
+    /// For a delete: where the trash keeps the note (`.vaultgate/trash/...`).
+    pub trash_path: Option<String>,
+    /// For a move: the hash of the moved note's new bytes (its own links rewritten) and the link
+    /// rewrites of other notes, each computed from the bytes whose hash it carries.
+    pub moved_hash: Option<String>,
+    pub rewrites: Vec<PlannedRewrite>,
+    /// The proposal's inbox files: (path under the vault, archived path, hash).
+    pub archive: Vec<(String, String, String)>,
+}
+
+/// One linking note a move rewrites.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedRewrite {
+    pub path: String,
+    /// The hash of the bytes the rewrite was computed from.
+    pub before: String,
+    pub after: String,
+}
+
+/// The decided plan: the operations, in order, and which of them are the note changes a history
+/// entry keeps (the archive moves are the inbox's, not the notes').
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyPlan {
+    pub ops: Vec<crate::ops::FileOp>,
+    pub note_ops: usize,
+}
+
+/// SPEC §6 checks 3–6 and the file operations of the apply: the one place that decides whether
+/// and how a proposal applies. `layout` decides check 6 (a `*.md` under a notes folder; the
+/// engine reads every file without following links, so a symlink is never a target).
+#[allow(clippy::too_many_arguments)]
+pub fn decide(
+    secret: &[u8],
+    layout: &policy::Layout,
+    p: &Proposal,
+    given_hash: &str,
+    content: Option<&[u8]>,
+    current: &TargetState,
+    destination: Option<&TargetState>,
+    facts: &ApplyFacts,
+) -> Result<ApplyPlan, Decision> {
+    check(secret, p, given_hash, content, current, destination).map_err(Decision::Refused)?;
+    let target = policy::VaultPath::parse(&p.target).map_err(Decision::Path)?;
+    layout.check_write_target(&target).map_err(Decision::Path)?;
+    if let Some(from) = &p.from {
+        let from = policy::VaultPath::parse(from).map_err(Decision::Path)?;
+        layout.check_write_target(&from).map_err(Decision::Path)?;
+    }
+    use crate::ops::{FileOp, Zone};
+    let missing = |what: &'static str| Decision::Refused(Refusal::Tampered(what));
+    let base = || p.base_hash.clone().ok_or_else(|| missing("baseHash missing"));
+    let mut ops = Vec::new();
+    match p.kind {
+        Kind::New => ops.push(FileOp::Put {
+            zone: Zone::Note,
+            path: p.target.clone(),
+            before: None,
+            after: p
+                .content_hash
+                .clone()
+                .ok_or_else(|| missing("contentHash missing"))?,
+        }),
+        Kind::Patch => ops.push(FileOp::Put {
+            zone: Zone::Note,
+            path: p.target.clone(),
+            before: Some(base()?),
+            after: p
+                .content_hash
+                .clone()
+                .ok_or_else(|| missing("contentHash missing"))?,
+        }),
+        Kind::Delete => ops.push(FileOp::Rename {
+            from_zone: Zone::Note,
+            from: p.target.clone(),
+            to_zone: Zone::Machine,
+            to: facts.trash_path.clone().ok_or_else(|| missing("no trash path"))?,
+            hash: base()?,
+        }),
+        Kind::Move => {
+            let from = p.from.clone().ok_or_else(|| missing("a move without `from`"))?;
+            ops.push(FileOp::Put {
+                zone: Zone::Note,
+                path: p.target.clone(),
+                before: None,
+                after: facts.moved_hash.clone().unwrap_or(base()?),
+            });
+            for r in facts.rewrites.iter().filter(|r| r.path != from) {
+                ops.push(FileOp::Put {
+                    zone: Zone::Note,
+                    path: r.path.clone(),
+                    before: Some(r.before.clone()),
+                    after: r.after.clone(),
+                });
+            }
+            ops.push(FileOp::Delete {
+                zone: Zone::Note,
+                path: from,
+                before: base()?,
+            });
+        }
+    }
+    let note_ops = ops.len();
+    for (from, to, hash) in &facts.archive {
+        ops.push(FileOp::Rename {
+            from_zone: Zone::Inbox,
+            from: from.clone(),
+            to_zone: Zone::Inbox,
+            to: to.clone(),
+            hash: hash.clone(),
+        });
+    }
+    Ok(ApplyPlan { ops, note_ops })
+}
+
+/// Why [`decide`] said no.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Decision {
+    #[error(transparent)]
+    Refused(Refusal),
+    #[error(transparent)]
+    Path(policy::PathError),
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

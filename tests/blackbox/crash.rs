@@ -4,7 +4,9 @@
 //! replay of an apply whose answer was lost in a crash. After every crash the next start (or the
 //! next apply) must leave each proposal either applied and archived or still pending, each note
 //! at its old bytes or exactly the proposed ones, `_applied.jsonl` and the audit chain valid, and
-//! nothing applied twice.
+//! nothing applied twice. With no outside edit, an interrupted apply is always finished, and it
+//! leaves exactly one success record in the audit log: the call's own when the crash came after
+//! its audit line, else one `apply.recovered`.
 #![cfg(unix)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,15 +27,19 @@ use tokio::task::JoinSet;
 
 use crate::util::{Client, Env, Reply, bin, to_reply};
 
-/// Every step at which `apply.rs` can abort the process (in the order the apply reaches them).
-const FAILPOINTS: [&str; 6] = [
+/// Every step at which the apply transaction can abort the process (in the order it reaches
+/// them): the intent is recorded, the first file operation of the plan is done (archive moves of
+/// the proposal files are operations of the plan too), all of them are done, the audit line is
+/// written, the transaction is committed.
+const FAILPOINTS: [&str; 5] = [
     "after_intent",
+    "after_first_op",
     "after_write",
-    "after_archive",
-    "after_applied_log",
     "after_audit",
     "after_commit",
 ];
+/// The steps that come before the audit line: recovery writes the one success record.
+const BEFORE_AUDIT: [&str; 3] = ["after_intent", "after_first_op", "after_write"];
 /// The bound on every wait: a process, a tool call, a server start.
 const WAIT: Duration = Duration::from_secs(60);
 /// What `std::process::abort` raises.
@@ -519,8 +525,9 @@ fn place(env: &Env, p: &Proposed) -> Result<Place, String> {
 }
 
 /// The settled state of one proposal after recovery: applied and archived (the notes exactly as
-/// proposed, one `_applied.jsonl` line, one apply record plus at most one `apply.recovered`) or
-/// pending (files in the inbox, the target untouched, no line, no record). Returns "applied".
+/// proposed, one `_applied.jsonl` line, exactly one success record: the call's own or one
+/// `apply.recovered`, never both) or pending (files in the inbox, the target untouched, no line,
+/// no record). Returns "applied".
 fn check_settled(
     env: &Env,
     p: &Proposed,
@@ -547,7 +554,7 @@ fn check_settled(
     );
     let (calls, recovered) = apply_records(records, &p.id);
     assert!(
-        calls <= 1 && recovered <= 1 && (calls + recovered > 0) == applied,
+        calls + recovered == usize::from(applied),
         "{when}: proposal {} ({status:?}) has {calls} apply and {recovered} apply.recovered audit records",
         p.id
     );
@@ -893,6 +900,23 @@ async fn crash_at_every_step(kind: &'static str, steps: &[&str]) {
             &audit_records(&env),
             &when,
         );
+        // Nothing edited the notes meanwhile: every file is at its before or after state, so
+        // recovery finishes the apply, whatever the step.
+        assert!(
+            applied,
+            "{when}: an interrupted apply with no outside edit is finished"
+        );
+        let (calls, recovered) = apply_records(&audit_records(&env), &p.id);
+        let want_records = if BEFORE_AUDIT.contains(step) {
+            (0, 1)
+        } else {
+            (1, 0)
+        };
+        assert_eq!(
+            (calls, recovered),
+            want_records,
+            "{when}: (call, apply.recovered) success records"
+        );
         let now = notes(&env.vault);
         let want = if applied { &clean_after } else { &before };
         assert!(
@@ -1116,9 +1140,10 @@ async fn an_apply_whose_answer_was_lost_in_a_crash_is_replayed_with_its_key() {
             records,
             "{when}: no second apply record"
         );
-        assert!(
-            records.0 <= 1 && records.1 <= 1 && records.0 + records.1 >= 1,
-            "{when}: {records:?}"
+        assert_eq!(
+            records.0 + records.1,
+            1,
+            "{when}: exactly one success record for the apply, (call, apply.recovered) = {records:?}"
         );
         assert_eq!(revision(&c).await, rev, "{when}: the replay moved no revision");
         assert_eq!(
@@ -1157,4 +1182,88 @@ async fn an_apply_whose_answer_was_lost_in_a_crash_is_replayed_with_its_key() {
         c.close().await;
     }
     findings.assert_all_held();
+}
+
+// ---- 6. one success record per transaction ----------------------------------------------------------
+
+/// A crash after the audit line is written but before the commit: recovery finishes the apply and
+/// must not write a second success record (`apply.recovered`) next to the call's own.
+async fn crash_between_audit_and_commit(kind: &'static str) {
+    let when = format!("{kind} crashed after_audit");
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let c = stdio(&env, &token, None).await;
+    let p = propose_kind(&c, &env, kind).await;
+    c.close().await;
+    let out = cli(&env, &["apply", "--only", &p.id, "--yes"], Some("after_audit")).await;
+    assert_eq!(
+        out.status.signal(),
+        Some(SIGABRT),
+        "{when}: the apply aborts at the failpoint ({}): {}",
+        out.status,
+        stderr(&out)
+    );
+    // The restart: any CLI command that opens the home recovers first.
+    let out = cli(&env, &["inbox", "list", "--json"], None).await;
+    assert!(out.status.success(), "{when}: inbox list: {}", stderr(&out));
+
+    let st = statuses(&env).await;
+    assert_eq!(st.get(&p.id).map(String::as_str), Some("applied"), "{when}");
+    let ok_records: Vec<Value> = audit_records(&env)
+        .into_iter()
+        .filter(|r| {
+            r["tool"] == "apply_proposal"
+                && r["outcome"] == "ok"
+                && r["proposalId"].as_str() == Some(p.id.as_str())
+        })
+        .collect();
+    assert_eq!(
+        ok_records.len(),
+        1,
+        "{when}: exactly one success record for the apply: {ok_records:?}"
+    );
+    let lines = applied_lines(&env);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["id"].as_str() == Some(p.id.as_str()))
+            .count(),
+        1,
+        "{when}: one _applied.jsonl line"
+    );
+    assert_applied_chain(&lines);
+    assert_eq!(place(&env, &p), Ok(Place::Archived), "{when}");
+    if let Some(content) = &p.content {
+        assert_eq!(
+            std::fs::read(env.vault.join(&p.target)).ok().as_deref(),
+            Some(content.as_bytes()),
+            "{when}: the target holds the proposed text"
+        );
+    }
+    audit_verifies(&env, &when).await;
+}
+
+#[tokio::test]
+async fn a_crash_between_audit_and_commit_leaves_one_success_record() {
+    let mut failed = Vec::new();
+    for kind in ["new", "patch", "move", "delete"] {
+        // Each kind in its own task, so one failing kind does not hide the others.
+        if let Err(e) = tokio::spawn(crash_between_audit_and_commit(kind)).await {
+            let why = match e.try_into_panic() {
+                Ok(p) => p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a panic".into()),
+                Err(e) => e.to_string(),
+            };
+            failed.push(format!("--- {kind}: {why}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} kind(s) failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }

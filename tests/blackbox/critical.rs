@@ -724,10 +724,13 @@ async fn stdio_failing_at(env: &Env, token: &str, step: &str) -> Client {
 
 #[tokio::test]
 async fn an_execution_cut_short_by_a_crash_is_finished_once_at_the_next_start() {
+    // The steps of the shared write transaction (SPEC §6 "Rules of the write path"), before the
+    // commit; a crash after the commit leaves nothing to finish.
     for step in [
-        "critical_after_consume",
-        "critical_after_remove",
-        "critical_before_commit",
+        "critical_after_intent",
+        "critical_after_first_op",
+        "critical_after_write",
+        "critical_after_audit",
     ] {
         let env = Env::new();
         let (_, token) = env.token("agent", "auto");
@@ -767,11 +770,26 @@ async fn an_execution_cut_short_by_a_crash_is_finished_once_at_the_next_start() 
             e["message"].as_str().unwrap().contains(B),
             "{step}: the replay says what was deleted: {e}"
         );
-        let recovered = audit_lines(&env)
+        // Exactly one success record for the execution: the call's own once its audit line was
+        // written (after_audit), else the one recovery writes (`critical.recovered`). The first
+        // call's record names the challenge too.
+        let mine: Vec<Value> = audit_lines(&env)
             .into_iter()
-            .filter(|l| l["event"] == "critical.recovered" && l["challengeId"] == c["challengeId"])
-            .count();
-        assert_eq!(recovered, 1, "{step}");
+            .filter(|l| {
+                l["tool"] == "delete_permanent"
+                    && l["challengeId"] == c["challengeId"]
+                    && l["outcome"] == "ok"
+                    && l["event"] != "apply.rolled_back"
+            })
+            .collect();
+        let recovered = mine.iter().filter(|l| l["event"] == "critical.recovered").count();
+        let want = usize::from(step != "critical_after_audit");
+        assert_eq!(recovered, want, "{step}: critical.recovered records: {mine:?}");
+        assert_eq!(
+            mine.len(),
+            2,
+            "{step}: the challenge and exactly one execution record: {mine:?}"
+        );
         env.ok(&["audit", "verify"]);
         s.close().await;
     }

@@ -497,45 +497,90 @@ async fn the_cli_shows_undoes_and_redoes_the_top() {
     env.ok(&["audit", "verify"]);
 }
 
+/// The steps of the undo/redo transaction (SPEC §6 "Rules of the write path"), in order.
+const HISTORY_STEPS: [&str; 5] = [
+    "history_after_intent",
+    "history_after_first_op",
+    "history_after_write",
+    "history_after_audit",
+    "history_after_commit",
+];
+
+/// Success records of `tool` for history entry `h`: (the call's own, `history.recovered`).
+fn history_ok_records(env: &Env, tool: &str, h: &Value) -> (usize, usize) {
+    let mine: Vec<Value> = audited(env, tool)
+        .into_iter()
+        .filter(|r| r["outcome"] == "ok" && r["target"] == *h && r["event"] != "apply.rolled_back")
+        .collect();
+    let recovered = mine.iter().filter(|r| r["event"] == "history.recovered").count();
+    (mine.len() - recovered, recovered)
+}
+
 #[tokio::test]
 async fn an_interrupted_undo_is_finished_before_anything_else() {
-    let env = Env::new();
-    let (_, token) = env.token("writer", "auto");
-    let c = Agent::connect(&env, &token).await;
-    let before = snapshot(&env.vault);
-    let p = c
-        .ok(
-            "propose_move",
-            json!({"from": "z/attention.md", "to": "ml/attention-mechanism.md", "reason": "history test"}),
-        )
-        .await;
-    let h = c.apply(&p).await;
-    c.close().await;
+    for step in HISTORY_STEPS {
+        let env = Env::new();
+        let (_, token) = env.token("writer", "auto");
+        let c = Agent::connect(&env, &token).await;
+        let before = snapshot(&env.vault);
+        let p = c
+            .ok(
+                "propose_move",
+                json!({"from": "z/attention.md", "to": "ml/attention-mechanism.md", "reason": "history test"}),
+            )
+            .await;
+        let h = c.apply(&p).await;
+        c.close().await;
+        let moved = snapshot(&env.vault);
 
-    // The process dies after the files are written, before the commit.
-    let out = run_with(
-        &env,
-        &[("VAULTGATE_TEST_FAILPOINT", "history_after_write")],
-        &["history", "undo", "--yes"],
-    );
-    assert!(!out.status.success());
-    assert_eq!(
-        cli_status(&env),
-        json!({"undoTop": h, "staleTop": h, "transitionInProgress": true})
-    );
+        // The process dies at the step.
+        let out = run_with(
+            &env,
+            &[("VAULTGATE_TEST_FAILPOINT", step)],
+            &["history", "undo", "--yes"],
+        );
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&out.status),
+            Some(6),
+            "{step}: the undo aborts at the failpoint: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
 
-    // The next undo/redo finishes it first; then the top it shows is the redo of that entry.
-    env.ok(&["history", "redo", "--yes"]);
-    assert_eq!(
-        cli_status(&env),
-        json!({"undoTop": h, "transitionInProgress": false})
-    );
-    assert!(env.vault.join("ml/attention-mechanism.md").is_file());
-    let c = Agent::connect(&env, &token).await;
-    c.undo(&h, "u1").await.ok();
-    assert_eq!(snapshot(&env.vault), before);
-    c.close().await;
-    env.ok(&["audit", "verify"]);
+        // The next process that opens the home (here `history status`) finishes it first:
+        // nothing else touched the files, so every one is at its before or after state.
+        assert_eq!(
+            cli_status(&env),
+            json!({"redoTop": h, "transitionInProgress": false}),
+            "{step}"
+        );
+        assert_eq!(snapshot(&env.vault), before, "{step}: the undo is finished");
+        // Exactly one success record: the call's own once its audit line was written, else
+        // the one recovery writes.
+        let want = if step == "history_after_audit" || step == "history_after_commit" {
+            (1, 0)
+        } else {
+            (0, 1)
+        };
+        assert_eq!(
+            history_ok_records(&env, "history_undo", &h),
+            want,
+            "{step}: (call, history.recovered) success records"
+        );
+
+        // Nothing is blocked: redo and undo work as usual.
+        env.ok(&["history", "redo", "--yes"]);
+        assert_eq!(
+            cli_status(&env),
+            json!({"undoTop": h, "transitionInProgress": false}),
+            "{step}"
+        );
+        assert_eq!(snapshot(&env.vault), moved, "{step}: redone");
+        let c = Agent::connect(&env, &token).await;
+        c.undo(&h, "u1").await.ok();
+        assert_eq!(snapshot(&env.vault), before, "{step}");
+        c.close().await;
+        env.ok(&["audit", "verify"]);
+    }
 }
 
 #[tokio::test]
@@ -582,8 +627,15 @@ async fn an_interrupted_undo_meeting_an_outside_edit_rolls_back_and_keeps_the_ed
     );
     let rolled: Vec<Value> = audited(&env, "history_undo")
         .into_iter()
-        .filter(|r| r["event"] == "history.rolled_back")
+        .filter(|r| r["event"] == "apply.rolled_back")
         .collect();
-    assert_eq!(rolled.len(), 1);
+    assert_eq!(rolled.len(), 1, "one rollback record for the undo: {rolled:?}");
+    assert_eq!(rolled[0]["target"], h, "the rollback names the history entry");
+    assert!(
+        audited(&env, "history_undo")
+            .iter()
+            .all(|r| r["event"] != "history.rolled_back"),
+        "rollbacks are recorded as apply.rolled_back for every kind"
+    );
     env.ok(&["audit", "verify"]);
 }

@@ -14,3 +14,4 @@ mod proposals;
 mod security;
 mod smoke;
 mod stdio;
+mod txn;

@@ -121,6 +121,8 @@ struct QueueState {
     /// Tickets handed out, and the last one whose request was handled.
     requested: u64,
     done: u64,
+    /// The last ticket whose handling failed (0: none).
+    failed: u64,
     /// Reads may try the index: it is open and nothing failed since (they still scan while it is
     /// being built: see `Snapshot::building`).
     ready: bool,
@@ -603,6 +605,7 @@ impl Index {
             }
             Err(e) => {
                 tracing::warn!(root = %self.fs.root().display(), error = %e, "index update failed");
+                st.failed = st.failed.max(ticket);
                 st.ready = false;
                 st.pending.full = true;
                 if e.is_unusable() {
@@ -649,6 +652,26 @@ impl Index {
         if self.answering() {
             self.queue.wait(ticket, wait);
         }
+    }
+
+    /// As `update_paths`, answering whether the index holds the paths' current state when it
+    /// returns (false: the update failed or is still running; the next sync repairs it).
+    pub(crate) fn update_paths_checked(&self, paths: &[VaultPath], wait: Duration) -> bool {
+        if paths.is_empty() {
+            return true;
+        }
+        if !self.background {
+            let result = self.update(paths);
+            let ticket = lock(&self.queue.state).requested;
+            self.finish(ticket, &result);
+            return result.is_ok();
+        }
+        let ticket = self.queue.submit(|p| p.paths.extend(paths.iter().cloned()));
+        if !self.answering() {
+            // Reads scan the files until the index is built: the change is visible already.
+            return true;
+        }
+        self.queue.wait(ticket, wait) && lock(&self.queue.state).failed < ticket
     }
 
     /// Asks, without waiting, for paths a read found changed to be indexed again.

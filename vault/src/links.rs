@@ -3,10 +3,11 @@
 //! them against the set of catalog notes.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 use policy::VaultPath;
 
-use crate::note::ProseLine;
+use crate::note::{ProseLine, prose_lines, split_frontmatter};
 use crate::search::fold;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,21 +59,80 @@ const ATTACHMENTS: &[&str] = &[
     "zip",
 ];
 
+/// One link found by [`scan_line`], with where it sits in the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSpan {
+    pub kind: LinkKind,
+    /// As in [`Link::target`].
+    pub target: String,
+    /// The link in line bytes: a wiki link or embed from `[[` (or `!`) to `]]`, a Markdown link's
+    /// destination as written (inside `<…>` if so).
+    pub span: Range<usize>,
+    /// The file part of the target, in line bytes: before `#` for wiki links, before `#`/`?` for
+    /// Markdown destinations (still percent-encoded), trimmed as the resolver trims it. This is
+    /// what a move rewrites.
+    pub file: Range<usize>,
+}
+
+/// A link of a whole text with its position: what the reader and the move rewrite both use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextLink {
+    /// 1-based line of the file.
+    pub line: usize,
+    pub kind: LinkKind,
+    pub target: String,
+    /// [`LinkSpan::span`], in bytes of the whole text.
+    pub span: Range<usize>,
+    /// [`LinkSpan::file`], in bytes of the whole text.
+    pub file: Range<usize>,
+}
+
 /// All links of the prose lines, in text order.
 pub fn extract(lines: &[ProseLine<'_>]) -> Vec<Link> {
     let mut out = Vec::new();
-    let mut in_line: Vec<(usize, Link)> = Vec::new();
     for l in lines {
-        in_line.clear();
-        wiki_links(&l.masked, l.number, &mut in_line);
-        markdown_links(&l.masked, l.number, &mut in_line);
-        in_line.sort_by_key(|(at, _)| *at);
-        out.extend(in_line.drain(..).map(|(_, link)| link));
+        out.extend(scan_line(&l.masked).into_iter().map(|s| Link {
+            kind: s.kind,
+            target: s.target,
+            line: l.number,
+        }));
     }
     out
 }
 
-fn wiki_links(line: &str, number: usize, out: &mut Vec<(usize, Link)>) {
+/// Every link of a note's text (frontmatter and code skipped, as [`crate::note::Note::parse`]
+/// reads it), in text order, with byte positions in `text`.
+pub fn scan_text(text: &str) -> Vec<TextLink> {
+    let fm = split_frontmatter(text);
+    let mut starts = vec![0];
+    starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+    let mut out = Vec::new();
+    for line in prose_lines(text, fm.body_line) {
+        let Some(&offset) = starts.get(line.number - 1) else {
+            continue;
+        };
+        out.extend(scan_line(&line.masked).into_iter().map(|s| TextLink {
+            line: line.number,
+            kind: s.kind,
+            target: s.target,
+            span: offset + s.span.start..offset + s.span.end,
+            file: offset + s.file.start..offset + s.file.end,
+        }));
+    }
+    out
+}
+
+/// The one link scanner: every wiki link, embed and Markdown link to a `*.md` note of one prose
+/// line (inline code already masked), in text order.
+pub fn scan_line(line: &str) -> Vec<LinkSpan> {
+    let mut out = Vec::new();
+    wiki_links(line, &mut out);
+    markdown_links(line, &mut out);
+    out.sort_by_key(|l| l.span.start);
+    out
+}
+
+fn wiki_links(line: &str, out: &mut Vec<LinkSpan>) {
     let mut from = 0;
     while let Some(k) = line[from..].find("[[") {
         let open = from + k;
@@ -94,28 +154,28 @@ fn wiki_links(line: &str, number: usize, out: &mut Vec<(usize, Link)>) {
         if target.is_empty() || target.starts_with('#') {
             continue;
         }
+        let target_start = inner_start + leading_ws(before_pipe);
+        // The resolver's file part: before the first `#`, trimmed.
+        let head = target.split('#').next().unwrap_or_default();
+        let file_start = target_start + leading_ws(head);
         let embed = line[..open].ends_with('!');
-        let kind = if embed { LinkKind::Embed } else { LinkKind::Wiki };
-        let at = if embed { open - 1 } else { open };
-        out.push((
-            at,
-            Link {
-                kind,
-                target: target.to_owned(),
-                line: number,
-            },
-        ));
+        out.push(LinkSpan {
+            kind: if embed { LinkKind::Embed } else { LinkKind::Wiki },
+            target: target.to_owned(),
+            span: if embed { open - 1 } else { open }..from,
+            file: file_start..file_start + head.trim().len(),
+        });
     }
 }
 
-fn markdown_links(line: &str, number: usize, out: &mut Vec<(usize, Link)>) {
+fn markdown_links(line: &str, out: &mut Vec<LinkSpan>) {
     let mut from = 0;
     while let Some(k) = line[from..].find("](") {
         let start = from + k + 2;
         let rest = &line[start..];
-        let (dest, consumed) = if let Some(r) = rest.strip_prefix('<') {
+        let (dest, dest_start, consumed) = if let Some(r) = rest.strip_prefix('<') {
             match r.find('>') {
-                Some(e) => (&r[..e], e + 2),
+                Some(e) => (&r[..e], start + 1, e + 2),
                 None => {
                     from = start;
                     continue;
@@ -139,20 +199,24 @@ fn markdown_links(line: &str, number: usize, out: &mut Vec<(usize, Link)>) {
                     _ => {}
                 }
             }
-            (&rest[..end], end)
+            (&rest[..end], start, end)
         };
         from = start + consumed;
         if markdown_note_path(dest).is_some() {
-            out.push((
-                start,
-                Link {
-                    kind: LinkKind::Markdown,
-                    target: dest.to_owned(),
-                    line: number,
-                },
-            ));
+            let path = dest.trim().split(['#', '?']).next().unwrap_or_default();
+            let file_start = dest_start + leading_ws(dest);
+            out.push(LinkSpan {
+                kind: LinkKind::Markdown,
+                target: dest.to_owned(),
+                span: dest_start..dest_start + dest.len(),
+                file: file_start..file_start + path.len(),
+            });
         }
     }
+}
+
+fn leading_ws(s: &str) -> usize {
+    s.len() - s.trim_start().len()
 }
 
 /// The decoded path of a Markdown link destination that points at a `*.md` note: no URL scheme
@@ -167,7 +231,7 @@ fn markdown_note_path(dest: &str) -> Option<String> {
     ends_with_md(&decoded).then_some(decoded)
 }
 
-fn has_scheme(s: &str) -> bool {
+pub(crate) fn has_scheme(s: &str) -> bool {
     let mut chars = s.chars();
     if !chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
         return false;
@@ -206,7 +270,7 @@ fn hex(b: &u8) -> Option<u8> {
     (*b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
-fn ends_with_md(s: &str) -> bool {
+pub(crate) fn ends_with_md(s: &str) -> bool {
     s.len() > 3 && s.is_char_boundary(s.len() - 3) && s[s.len() - 3..].eq_ignore_ascii_case(".md")
 }
 

@@ -111,6 +111,15 @@ impl Vault {
         }
     }
 
+    /// Re-indexes these paths and says whether the index is up to date with them (SPEC §6: an
+    /// apply answers `index: "failed"` otherwise). Without an index reads scan: true.
+    pub fn update_paths_checked(&self, paths: &[VaultPath]) -> bool {
+        match self.index.get() {
+            Some(ix) => ix.update_paths_checked(paths, SETTLE_WAIT),
+            None => true,
+        }
+    }
+
     /// Waits until reads are answered from the index; false after `timeout` or without an index.
     pub fn wait_index_ready(&self, timeout: Duration) -> bool {
         self.index.get().is_some_and(|ix| ix.wait_ready(timeout))

@@ -1,10 +1,10 @@
 //! Link rewrites for a move (SPEC §6): `propose_move` reports them, apply performs them.
 //!
-//! What counts as a link, and what it points at, is defined once: `links::extract` and
-//! `links::Resolver`, exactly as the read side uses them. This module only finds where each of
-//! those links sits in the text (and checks it found the very same links), and replaces the file
-//! part of the links whose meaning the move would change; every other byte stays as it was. The
-//! result is parsed and resolved again before it is returned, so a plan never breaks a link.
+//! What counts as a link, where it sits and what it points at is defined once: `links::scan_text`
+//! (the scanner the read side's `links::extract` runs) and `links::Resolver`. This module only
+//! replaces the file part of the links whose meaning the move would change; every other byte
+//! stays as it was. The result is parsed and resolved again before it is returned, so a plan
+//! never breaks a link.
 
 use std::ops::Range;
 
@@ -12,8 +12,8 @@ use policy::VaultPath;
 use sha2::{Digest, Sha256};
 
 use crate::fs::FsError;
-use crate::links::{self, Link, LinkKind, Resolution, Resolver, percent_decode};
-use crate::note::{Note, prose_lines, split_frontmatter, stem};
+use crate::links::{self, Link, LinkKind, Resolution, Resolver, ends_with_md, percent_decode};
+use crate::note::{Note, stem};
 use crate::reader::Vault;
 use crate::search::fold;
 use crate::types::VaultError;
@@ -113,55 +113,31 @@ struct Move<'a> {
     after: &'a [VaultPath],
 }
 
-/// A link located in a line: what `links::extract` reports, and the bytes of its file part.
-struct Located {
-    at: usize,
-    kind: LinkKind,
-    target: String,
-    /// The file part of the target, in line bytes: before `#` for wiki links, before `#`/`?` for
-    /// Markdown destinations (still percent-encoded), trimmed as the resolver trims it.
-    file: Range<usize>,
-}
-
 impl Move<'_> {
     /// The note at `source` with its links rewritten and how many, `None` when nothing changes.
     fn rewrite_note(&self, source: &VaultPath, text: &str) -> Result<Option<(String, usize)>, VaultError> {
         // The moved note resolves its links from its new place afterwards.
         let moved = if source == self.from { self.to } else { source };
-        let fm = split_frontmatter(text);
-        let starts = line_starts(text);
         let mut edits: Vec<(Range<usize>, String)> = Vec::new();
-        for line in prose_lines(text, fm.body_line) {
-            let canonical = links::extract(std::slice::from_ref(&line));
-            let located = locate(&line.masked);
-            let same = canonical.len() == located.len()
-                && canonical
-                    .iter()
-                    .zip(&located)
-                    .all(|(c, l)| c.kind == l.kind && c.target == l.target);
-            if !same {
-                // A drift between the two scanners; the check on the result below decides.
-                tracing::warn!(path = %source, line = line.number, "links not located; line left as is");
-                continue;
-            }
-            let Some(&offset) = starts.get(line.number - 1) else {
+        for found in links::scan_text(text) {
+            let link = Link {
+                kind: found.kind,
+                target: found.target,
+                line: found.line,
+            };
+            let Some(want) = self.wanted(source, &link) else {
                 continue;
             };
-            for (link, loc) in canonical.iter().zip(&located) {
-                let Some(want) = self.wanted(source, link) else {
-                    continue;
-                };
-                if self.new.resolve(moved, link) == Resolution::Note(want.clone()) {
-                    continue; // still right after the move
-                }
-                let written = &line.masked[loc.file.clone()];
-                let replacement = match link.kind {
-                    LinkKind::Wiki | LinkKind::Embed => self.wiki_file(moved, link, written, &want),
-                    LinkKind::Markdown => self.markdown_file(moved, link, written, &want),
-                }
-                .ok_or_else(|| unexpressible(source))?;
-                edits.push((offset + loc.file.start..offset + loc.file.end, replacement));
+            if self.new.resolve(moved, &link) == Resolution::Note(want.clone()) {
+                continue; // still right after the move
             }
+            let written = &text[found.file.clone()];
+            let replacement = match link.kind {
+                LinkKind::Wiki | LinkKind::Embed => self.wiki_file(moved, &link, written, &want),
+                LinkKind::Markdown => self.markdown_file(moved, &link, written, &want),
+            }
+            .ok_or_else(|| unexpressible(source))?;
+            edits.push((found.file, replacement));
         }
         if edits.is_empty() {
             return Ok(None);
@@ -279,129 +255,6 @@ fn with_target(link: &Link, target: &str) -> Link {
     }
 }
 
-/// Byte offset of each line's start, indexed as `str::lines` counts them.
-fn line_starts(text: &str) -> Vec<usize> {
-    let mut starts = vec![0];
-    starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-    starts
-}
-
-/// The links of one masked prose line with their positions, in text order. Mirrors
-/// `links::extract` step for step; `rewrite_note` checks both agree before using a position.
-fn locate(line: &str) -> Vec<Located> {
-    let mut out = Vec::new();
-    locate_wiki(line, &mut out);
-    locate_markdown(line, &mut out);
-    out.sort_by_key(|l| l.at);
-    out
-}
-
-fn locate_wiki(line: &str, out: &mut Vec<Located>) {
-    let mut from = 0;
-    while let Some(k) = line[from..].find("[[") {
-        let open = from + k;
-        let inner_start = open + 2;
-        let Some(len) = line[inner_start..].find("]]") else {
-            return;
-        };
-        let inner = &line[inner_start..inner_start + len];
-        if let Some(nested) = inner.rfind("[[") {
-            from = inner_start + nested;
-            continue;
-        }
-        from = inner_start + len + 2;
-        let before_pipe = inner.split('|').next().unwrap_or_default();
-        let target = before_pipe.strip_suffix('\\').unwrap_or(before_pipe).trim();
-        if target.is_empty() || target.starts_with('#') {
-            continue;
-        }
-        let target_start = inner_start + leading_ws(before_pipe);
-        // The resolver's file part: before the first `#`, trimmed.
-        let head = target.split('#').next().unwrap_or_default();
-        let file_start = target_start + leading_ws(head);
-        let embed = line[..open].ends_with('!');
-        out.push(Located {
-            at: if embed { open - 1 } else { open },
-            kind: if embed { LinkKind::Embed } else { LinkKind::Wiki },
-            target: target.to_owned(),
-            file: file_start..file_start + head.trim().len(),
-        });
-    }
-}
-
-fn locate_markdown(line: &str, out: &mut Vec<Located>) {
-    let mut from = 0;
-    while let Some(k) = line[from..].find("](") {
-        let start = from + k + 2;
-        let rest = &line[start..];
-        let (dest, dest_start, consumed) = if let Some(r) = rest.strip_prefix('<') {
-            match r.find('>') {
-                Some(e) => (&r[..e], start + 1, e + 2),
-                None => {
-                    from = start;
-                    continue;
-                }
-            }
-        } else {
-            let mut depth = 0usize;
-            let mut end = rest.len();
-            for (i, c) in rest.char_indices() {
-                match c {
-                    '(' => depth += 1,
-                    ')' if depth == 0 => {
-                        end = i;
-                        break;
-                    }
-                    ')' => depth -= 1,
-                    c if c.is_whitespace() => {
-                        end = i;
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            (&rest[..end], start, end)
-        };
-        from = start + consumed;
-        let trimmed = dest.trim();
-        let path = trimmed.split(['#', '?']).next().unwrap_or_default();
-        let is_note = !has_scheme(trimmed) && percent_decode(path).is_some_and(|d| ends_with_md(&d));
-        if is_note {
-            let file_start = dest_start + leading_ws(dest);
-            out.push(Located {
-                at: start,
-                kind: LinkKind::Markdown,
-                target: dest.to_owned(),
-                file: file_start..file_start + path.len(),
-            });
-        }
-    }
-}
-
-fn leading_ws(s: &str) -> usize {
-    s.len() - s.trim_start().len()
-}
-
-/// A URL scheme (`http:`, `mailto:`), as `links` decides it.
-fn has_scheme(s: &str) -> bool {
-    let mut chars = s.chars();
-    if !chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
-        return false;
-    }
-    for c in chars {
-        match c {
-            ':' => return true,
-            c if c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.') => {}
-            _ => return false,
-        }
-    }
-    false
-}
-
-fn ends_with_md(s: &str) -> bool {
-    s.len() > 3 && s.is_char_boundary(s.len() - 3) && s[s.len() - 3..].eq_ignore_ascii_case(".md")
-}
-
 fn strip_md(s: &str) -> &str {
     if ends_with_md(s) { &s[..s.len() - 3] } else { s }
 }
@@ -471,17 +324,12 @@ mod tests {
     }
 
     #[test]
-    fn located_links_agree_with_extract() {
+    fn scanned_file_parts_are_what_a_move_replaces() {
         let text = "[[A]] [[ B |l]] ![[C#h]] [[D\\|e]] [[#self]] [x](a%20b.md#f) [y](<c d.md> \"t\") [z](http://e.md) `[[code]]` [[a [[inner]]";
-        let lines = prose_lines(text, 0);
-        let line = &lines[0];
-        let canonical = links::extract(std::slice::from_ref(line));
-        let located = locate(&line.masked);
-        assert_eq!(canonical.len(), located.len());
-        let files: Vec<&str> = located.iter().map(|l| &text[l.file.clone()]).collect();
+        let files: Vec<&str> = links::scan_text(text)
+            .iter()
+            .map(|l| &text[l.file.clone()])
+            .collect();
         assert_eq!(files, ["A", "B", "C", "D", "a%20b.md", "c d.md", "inner"]);
-        for (c, l) in canonical.iter().zip(&located) {
-            assert_eq!((c.kind, &c.target), (l.kind, &l.target));
-        }
     }
 }

@@ -7,6 +7,10 @@
 //! New content goes to a temp file in the same folder (created exclusively), is fsynced, renamed or
 //! linked into place, and the folder is fsynced, so a crash leaves the old file or the new one.
 //!
+//! The compare-and-swap variants (`replace_if`, `remove_if`, `rename_if`, in `cas`) act only on
+//! the exact bytes a transaction read; `append_line` and the stream readers (in `append`) serve
+//! the append-only logs.
+//!
 //! Callers hold `WriteLock` around a whole apply; these functions do not take it themselves.
 
 use std::collections::hash_map::RandomState;
@@ -23,6 +27,9 @@ use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
 
 use crate::fs::{MAX_READ_BYTES, VaultFs};
+
+mod append;
+mod cas;
 
 /// The folder of per-vault machine data (SPEC §1): index, history, trash, write lock.
 pub const MACHINE_DIR: &str = ".vaultgate";
@@ -47,6 +54,16 @@ pub enum WriteError {
     /// A file read for a base-hash check is over `MAX_READ_BYTES`.
     #[error("larger than the read limit")]
     TooLarge,
+    /// A compare-and-swap found other bytes than the transaction expected (or none): an edit
+    /// landed since they were read; nothing of it was overwritten or removed.
+    #[error("changed since it was read: {0}")]
+    Conflict(VaultPath),
+    /// `append_line` was given bytes holding a newline: they would be more than one line.
+    #[error("not a single line")]
+    NotALine,
+    /// `read_last_line` found a last line that is not UTF-8.
+    #[error("not UTF-8 text")]
+    NotText,
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -59,6 +76,10 @@ impl WriteError {
             WriteError::Exists(_) => ErrorCode::PROPOSAL_TARGET_EXISTS,
             WriteError::NotFound => ErrorCode::NOT_FOUND,
             WriteError::TooLarge => ErrorCode::TOO_LARGE,
+            WriteError::Conflict(_) => ErrorCode::PROPOSAL_STALE_BASE,
+            // A caller's bug, not the client's: no wire code describes it better.
+            WriteError::NotALine => ErrorCode::INTERNAL,
+            WriteError::NotText => ErrorCode::NOT_TEXT,
             WriteError::Io(_) => ErrorCode::INTERNAL,
         }
     }
@@ -582,11 +603,21 @@ fn place_via(
 
 /// Creates a temp file in `dir` holding `bytes`, fsynced; its name is returned. Removed on error.
 fn create_temp(dir: &Dir, bytes: &[u8], permissions: Option<Permissions>) -> Result<String, WriteError> {
+    create_temp_with(dir, TEMP_PREFIX, bytes, permissions)
+}
+
+/// As `create_temp`, with names starting with `prefix`.
+fn create_temp_with(
+    dir: &Dir,
+    prefix: &str,
+    bytes: &[u8],
+    permissions: Option<Permissions>,
+) -> Result<String, WriteError> {
     let mut options = OpenOptions::new();
     options.write(true).create_new(true).follow(FollowSymlinks::No);
     let mut attempts = 0;
     let (name, mut file) = loop {
-        let name = format!("{TEMP_PREFIX}{:016x}", random_u64());
+        let name = format!("{prefix}{:016x}", random_u64());
         match dir.open_with(&name, &options) {
             Ok(file) => break (name, file),
             // A name collision (or a leftover): try another name.
@@ -740,6 +771,11 @@ mod tests {
         assert_eq!(WriteError::Exists(p).code(), ErrorCode::PROPOSAL_TARGET_EXISTS);
         assert_eq!(WriteError::NotFound.code(), ErrorCode::NOT_FOUND);
         assert_eq!(WriteError::TooLarge.code(), ErrorCode::TOO_LARGE);
+        assert_eq!(
+            WriteError::Conflict(VaultPath::parse("a.md").unwrap()).code(),
+            ErrorCode::PROPOSAL_STALE_BASE
+        );
+        assert_eq!(WriteError::NotText.code(), ErrorCode::NOT_TEXT);
         assert_eq!(
             WriteError::Path(PathError::Outside).code(),
             ErrorCode::PATH_OUTSIDE_VAULT

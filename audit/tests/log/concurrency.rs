@@ -8,7 +8,18 @@ use crate::common::{at, entry, home};
 
 const CHILD_LOG: &str = "AUDIT_TEST_CHILD_LOG";
 const CHILD_NAME: &str = "AUDIT_TEST_CHILD_NAME";
-const PER_WRITER: u64 = 500;
+pub const PER_WRITER: u64 = 500;
+
+/// Starts a child process that appends `PER_WRITER` records as `who` to the log at `path`.
+pub fn spawn_appender(path: &std::path::Path, who: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["concurrency::child_appender", "--exact", "--test-threads=1"])
+        .env(CHILD_LOG, path)
+        .env(CHILD_NAME, who)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
 
 fn append_many(log: &AuditLog, who: &str) -> Vec<AuditRecord> {
     (1..=PER_WRITER)
@@ -79,18 +90,9 @@ fn two_handles_in_one_process_exclude_each_other_through_the_file_lock() {
 #[test]
 fn two_processes_and_this_one_append_concurrently_into_one_chain() {
     let (_dir, path) = home();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = ["p1", "p2"]
         .into_iter()
-        .map(|who| {
-            Command::new(&exe)
-                .args(["concurrency::child_appender", "--exact", "--test-threads=1"])
-                .env(CHILD_LOG, &path)
-                .env(CHILD_NAME, who)
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
+        .map(|who| spawn_appender(&path, who))
         .collect();
     let log = AuditLog::open(&path).unwrap();
     append_many(&log, "parent");

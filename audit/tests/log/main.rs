@@ -5,6 +5,7 @@ mod chain;
 mod common;
 mod concurrency;
 mod fields;
+mod since;
 mod tail;
 mod tamper;
 mod torn;

@@ -19,23 +19,27 @@ use std::sync::Arc;
 
 use policy::{PathError, VaultPath};
 use proposals::challenge::{self, Attempt, Issued, Phase, Plan, PlanInput, RECOVERABILITY, Refusal};
-use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input, schema_for_output};
-use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
+use proposals::ops::{FileOp, Zone};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use vault::write::{Area, MACHINE_DIR, WriteError};
+use serde_json::Value;
+use vault::write::{Area, MACHINE_DIR};
 
+use crate::call::Call;
 use crate::changes::VaultChanged;
 use crate::core::{Actor, Caller, Core, VaultHandle, now_unix, rfc3339};
 use crate::error::GatewayError;
+use crate::files::Files;
+use crate::txn::{AuditPlan, Intent, IntentAt, TxnKind};
 
 pub const DELETE_PERMANENT: &str = "delete_permanent";
 pub const EMPTY_TRASH: &str = "empty_trash";
 
 /// The folder under `.vaultgate/` where applied deletions keep notes (`VaultFs::trash_path`).
 const TRASH_DIR: &str = "trash";
+/// The folder under `.vaultgate/` where an execution holds what it removes until it commits.
+const HOLD_DIR: &str = "txn";
 /// At most this many paths per `delete_permanent`.
 const MAX_PATHS: usize = 1000;
 /// Trash walks stop descending below this depth (notes are at most 32 deep, plus the trash prefix).
@@ -116,82 +120,9 @@ pub struct CriticalOut {
     pub removed: Option<u64>,
 }
 
-// ---- the catalog entries ------------------------------------------------------------------------
+// ---- the execution -------------------------------------------------------------------------------
 
-const DELETE_PERMANENT_DESCRIPTION: &str = "CRITICAL, irreversible: deletes notes for good (no trash, no undo; \
-     undo history stops here). Two calls: the first (paths, idempotencyKey) executes nothing and returns a \
-     challenge listing what would be deleted; show it to the user, then repeat the same call with its \
-     challengeId, planHash and acknowledged: true. Prefer propose_delete, which can be undone.";
-
-const EMPTY_TRASH_DESCRIPTION: &str = "CRITICAL, irreversible: removes every note that applied deletions moved \
-     to the vault trash (undo history stops here). Two calls: the first (idempotencyKey) executes nothing \
-     and returns a challenge listing what would be removed; show it to the user, then repeat the same call \
-     with its challengeId, planHash and acknowledged: true.";
-
-/// `_meta` of every critical tool (SPEC §4).
-pub fn critical_meta() -> MetaObject {
-    let mut m = JsonObject::new();
-    m.insert("risk".into(), "critical".into());
-    m.insert("approval".into(), "agent-challenge".into());
-    m.insert("requiresCriticalConfirmation".into(), true.into());
-    MetaObject(m)
-}
-
-fn critical_tool<I: JsonSchema + 'static>(
-    name: &'static str,
-    title: &str,
-    description: &'static str,
-) -> Tool {
-    let mut ann = ToolAnnotations::with_title(title);
-    ann.read_only_hint = Some(false);
-    ann.destructive_hint = Some(true);
-    ann.idempotent_hint = Some(false);
-    ann.open_world_hint = Some(false);
-    let input = schema_for_input::<I>().unwrap_or_else(|_| schema_for_empty_input());
-    let mut tool = Tool::new(name, description, input);
-    tool.title = Some(title.to_owned());
-    tool.output_schema = Some(schema_for_output::<CriticalOut>());
-    tool.annotations = Some(ann);
-    tool.meta = Some(critical_meta());
-    tool
-}
-
-/// The catalog entry of `delete_permanent`.
-pub fn delete_permanent_tool() -> Tool {
-    critical_tool::<DeletePermanentArgs>(
-        DELETE_PERMANENT,
-        "Delete notes permanently",
-        DELETE_PERMANENT_DESCRIPTION,
-    )
-}
-
-/// The catalog entry of `empty_trash`.
-pub fn empty_trash_tool() -> Tool {
-    critical_tool::<EmptyTrashArgs>(EMPTY_TRASH, "Empty the vault trash", EMPTY_TRASH_DESCRIPTION)
-}
-
-// ---- audit helpers for `Core::call_tool_as` -------------------------------------------------------
-
-/// True when a critical call executed: it wrote its own durable audit line before committing.
-pub fn audited_itself(tool: &str, result: &Result<Value, GatewayError>) -> bool {
-    (tool == DELETE_PERMANENT || tool == EMPTY_TRASH)
-        && result
-            .as_ref()
-            .is_ok_and(|v| v.get("status").and_then(Value::as_str) == Some("executed"))
-}
-
-/// The challenge a call's audit line names: the one it presented, else the one it was issued.
-pub fn audit_challenge_id(args: &Value, result: &Result<Value, GatewayError>) -> Option<String> {
-    args.get("challengeId")
-        .and_then(Value::as_str)
-        .or_else(|| result.as_ref().ok()?.pointer("/challenge/challengeId")?.as_str())
-        .map(str::to_owned)
-}
-
-// ---- the execution record -----------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Which {
     DeletePermanent,
     EmptyTrash,
@@ -206,43 +137,37 @@ impl Which {
     }
 
     /// Notes are removed as proposal targets; trash files only beneath `.vaultgate/`.
-    fn area(self) -> Area {
+    fn zone(self) -> Zone {
         match self {
-            Which::DeletePermanent => Area::Note,
-            Which::EmptyTrash => Area::Machine,
+            Which::DeletePermanent => Zone::Note,
+            Which::EmptyTrash => Zone::Machine,
         }
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Removal {
-    path: String,
-    /// The file's hash when the execution began: a file with other bytes is not removed.
-    before: String,
-}
-
-/// The intent: everything needed to finish an execution, recorded as the challenge is consumed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Execution {
-    tool: Which,
-    challenge_id: String,
-    history_id: String,
-    removals: Vec<Removal>,
-    actor: String,
-    audit_actor: audit::Actor,
-    args_hash: String,
-    started_at: String,
-}
-
-/// Test-only crash injection, as in the apply transaction: `VAULTGATE_TEST_FAILPOINT=<step>`
-/// aborts the process at that step.
-fn failpoint(step: &str) {
-    if std::env::var("VAULTGATE_TEST_FAILPOINT").is_ok_and(|s| s == step) {
-        tracing::warn!(step, "failpoint: aborting");
-        std::process::abort();
+/// The answer of an executed critical call.
+pub(crate) fn executed(tool: &str, paths: &[String]) -> CriticalOut {
+    if tool == DELETE_PERMANENT {
+        CriticalOut {
+            status: CriticalStatus::Executed,
+            challenge: None,
+            deleted: Some(paths.to_vec()),
+            removed: None,
+        }
+    } else {
+        CriticalOut {
+            status: CriticalStatus::Executed,
+            challenge: None,
+            deleted: None,
+            removed: Some(paths.len() as u64),
+        }
     }
+}
+
+/// Where an execution holds the files it removes until its commit: put back from there on a
+/// rollback, purged after the commit. Removed bytes are kept nowhere else.
+fn hold_dir(challenge_id: &str) -> String {
+    format!("{MACHINE_DIR}/{HOLD_DIR}/{challenge_id}")
 }
 
 fn internal(e: impl std::fmt::Display) -> GatewayError {
@@ -264,32 +189,35 @@ impl Core {
     /// `delete_permanent`: first call → challenge; exact second call → the notes are deleted.
     pub fn delete_permanent(
         &self,
+        call: &mut Call<'_>,
         caller: &Caller,
         v: &Arc<VaultHandle>,
-        args: &Value,
     ) -> Result<Value, GatewayError> {
-        let a: DeletePermanentArgs = parse(args)?;
+        let args = call.args().clone();
+        let a: DeletePermanentArgs = parse(&args)?;
         if a.paths.is_empty() || a.paths.len() > MAX_PATHS {
             return Err(GatewayError::InvalidArgument(format!(
                 "`paths` takes 1 to {MAX_PATHS} note paths"
             )));
         }
-        self.critical(caller, v, Which::DeletePermanent, args, &a.idempotency_key)
+        self.critical(call, caller, v, Which::DeletePermanent, &args, &a.idempotency_key)
     }
 
     /// `empty_trash`: first call → challenge; exact second call → the trash is emptied.
     pub fn empty_trash(
         &self,
+        call: &mut Call<'_>,
         caller: &Caller,
         v: &Arc<VaultHandle>,
-        args: &Value,
     ) -> Result<Value, GatewayError> {
-        let a: EmptyTrashArgs = parse(args)?;
-        self.critical(caller, v, Which::EmptyTrash, args, &a.idempotency_key)
+        let args = call.args().clone();
+        let a: EmptyTrashArgs = parse(&args)?;
+        self.critical(call, caller, v, Which::EmptyTrash, &args, &a.idempotency_key)
     }
 
     fn critical(
         &self,
+        call: &mut Call<'_>,
         caller: &Caller,
         v: &Arc<VaultHandle>,
         which: Which,
@@ -307,7 +235,6 @@ impl Core {
         let _lock = v.reader.fs().write_lock()?;
         // Interrupted applies, undo/redo and critical calls are finished before anything is decided.
         self.recover(v)?;
-        self.recover_critical(v)?;
         let revision = self.revision_now(v)?;
         let refuse = |refusal, stored| self.refuse(caller, v, which, args, revision, refusal, stored);
 
@@ -356,25 +283,56 @@ impl Core {
             return Err(refuse(stale, Some(&stored)));
         };
         let actor = Actor::Caller(caller.clone());
-        let exec = Execution {
-            tool: which,
-            challenge_id: stored.id.clone(),
-            history_id: format!("h_{}", uuid::Uuid::now_v7().simple()),
-            removals,
-            actor: actor.label(),
-            audit_actor: actor.audit_actor(),
-            args_hash: audit::args_hash(args),
+        let hold = hold_dir(&stored.id);
+        let ops: Vec<FileOp> = removals
+            .into_iter()
+            .enumerate()
+            .map(|(i, (path, hash))| FileOp::Rename {
+                from_zone: which.zone(),
+                from: path,
+                to_zone: Zone::Machine,
+                to: format!("{hold}/{i}"),
+                hash,
+            })
+            .collect();
+        let intent = Intent {
+            txn: TxnKind::Critical {
+                tool: which.name().into(),
+                challenge_id: stored.id.clone(),
+                history_id: crate::ids::HistoryEntryId::new().to_string(),
+                hold,
+            },
+            note_ops: ops.len(),
+            ops,
+            audit: AuditPlan {
+                actor: actor.audit_actor(),
+                actor_label: actor.label(),
+                event: call.event().to_owned(),
+                tool: which.name().into(),
+                args_hash: call.args_hash(),
+                idempotency: None,
+                log_offset: self.audit.end_offset()?,
+            },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
+            rolling_back: false,
         };
-        // SECURITY(T-CRIT3): exactly once, even against another process that read the same row.
+        // SECURITY(T-CRIT3): exactly once, even against another process that read the same row;
+        // the same statement records the intent, so no used challenge is left unfinishable.
         if !self
             .state
-            .consume_challenge(&stored.id, now_unix(), &to_value(&exec)?)?
+            .consume_challenge(&stored.id, now_unix(), &to_value(&intent)?)?
         {
             return Err(refuse(Refusal::Consumed, Some(&stored)));
         }
-        failpoint("critical_after_consume");
-        to_value(self.finish_execution(v, &exec, false)?)
+        self.failpoint(&intent.txn, "after_intent");
+        let committed = self.run_txn(
+            v,
+            &IntentAt::Challenge(stored.id.clone()),
+            &intent,
+            "",
+            Some(call),
+        )?;
+        Ok(committed.result)
     }
 
     /// Records a challenge for the call as sent (challenge fields ignored) and returns it.
@@ -508,19 +466,15 @@ impl Core {
         v: &VaultHandle,
         which: Which,
         affected: &[String],
-    ) -> Result<Option<Vec<Removal>>, GatewayError> {
+    ) -> Result<Option<Vec<(String, String)>>, GatewayError> {
         if which == Which::EmptyTrash && trash_files(v)? != affected {
             return Ok(None);
         }
-        let fs = v.reader.fs();
+        let files = Files::of(v);
         let mut out = Vec::with_capacity(affected.len());
         for path in affected {
-            let p = VaultPath::parse(path)?;
-            match fs.read_for_write(which.area(), &p)? {
-                Some((_, before)) => out.push(Removal {
-                    path: path.clone(),
-                    before,
-                }),
+            match files.hash(which.zone(), path)? {
+                Some(before) => out.push((path.clone(), before)),
                 None => return Ok(None),
             }
         }
@@ -541,153 +495,29 @@ impl Core {
         }
         Ok(revision)
     }
+}
 
-    /// Removes the files, appends the durable audit line and the history barrier, then commits
-    /// the result with the revision. Every step may run again after a crash.
-    fn finish_execution(
-        &self,
-        v: &VaultHandle,
-        exec: &Execution,
-        recovering: bool,
-    ) -> Result<CriticalOut, GatewayError> {
-        let fs = v.reader.fs();
-        let area = exec.tool.area();
-        let mut gone = Vec::new();
-        for r in &exec.removals {
-            let p = VaultPath::parse(&r.path)?;
-            match fs.read_for_write(area, &p)? {
-                None => {}
-                Some((_, now)) if now == r.before => match fs.remove_file(area, &p) {
-                    Ok(()) | Err(WriteError::NotFound) => {}
-                    Err(e) => return Err(e.into()),
-                },
-                Some(_) => {
-                    // Rewritten since the plan (outside vaultgate): not what was shown, so kept.
-                    tracing::warn!(path = %p, challenge = %exec.challenge_id, "changed since planned; not removed");
-                    continue;
-                }
-            }
-            gone.push(r);
-        }
-        failpoint("critical_after_remove");
-        let paths: Vec<String> = gone.iter().map(|r| r.path.clone()).collect();
-        let result = match exec.tool {
-            Which::DeletePermanent => CriticalOut {
-                status: CriticalStatus::Executed,
-                challenge: None,
-                deleted: Some(paths.clone()),
-                removed: None,
-            },
-            Which::EmptyTrash => CriticalOut {
-                status: CriticalStatus::Executed,
-                challenge: None,
-                deleted: None,
-                removed: Some(paths.len() as u64),
-            },
-        };
-        self.audit.append(
-            audit::Entry {
-                event: if recovering {
-                    "critical.recovered".into()
-                } else {
-                    "tool_call".into()
-                },
-                actor: exec.audit_actor.clone(),
-                vault: Some(v.id.clone()),
-                tool: Some(exec.tool.name().into()),
-                target: (paths.len() == 1).then(|| paths.join("")),
-                proposal_id: None,
-                challenge_id: Some(exec.challenge_id.clone()),
-                outcome: audit::Outcome::Ok,
-                code: None,
-                args_hash: Some(exec.args_hash.clone()),
-            },
-            time::OffsetDateTime::now_utc(),
-            audit::Durability::Sync,
-        )?;
-        let changed = !gone.is_empty();
-        if changed {
-            // SPEC §7, §8: permanent deletion is a history barrier; undo stops here.
-            let history: Vec<Value> = gone
-                .iter()
-                .map(|r| json!({"path": r.path, "before": r.before, "after": null}))
-                .collect();
-            let label = match exec.tool {
-                Which::DeletePermanent => format!("delete_permanent {}", paths.join(", ")),
-                Which::EmptyTrash => format!("empty_trash ({} files)", paths.len()),
-            };
-            let entry = inbox::NewHistory {
-                id: &exec.history_id,
-                label: &label,
-                kind: exec.tool.name(),
-                created_by: &exec.actor,
-                created_at: &rfc3339(time::OffsetDateTime::now_utc()),
-                paths: &Value::Array(history),
-                barrier: true,
-            };
-            match self.state.add_history(&v.id, &entry) {
-                // Already written before an interruption.
-                Ok(_) | Err(inbox::StateError::DuplicateHistoryEntry(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        failpoint("critical_before_commit");
-        let fingerprint = crate::changes::fingerprint(v);
-        let revision = self
-            .state
-            .finish_challenge(
-                &exec.challenge_id,
-                &to_value(&result)?,
-                changed,
-                Some(&fingerprint),
-            )?
-            .ok_or_else(|| internal(format!("challenge {} committed twice", exec.challenge_id)))?;
-        if changed {
-            self.settle_after_write(v, revision);
-        }
-        Ok(result)
+/// Purges what executions that are no longer open left held (a crash between a commit and its
+/// purge). Called under the vault's write lock, after every open intent was settled.
+pub(crate) fn sweep_holds(core: &Core, v: &VaultHandle) -> Result<(), GatewayError> {
+    let held = machine_files(v, HOLD_DIR)?;
+    if held.is_empty() {
+        return Ok(());
     }
-
-    /// Finishes every critical execution of this vault that a crash interrupted. The caller
-    /// holds the vault's write lock.
-    pub fn recover_critical(&self, v: &VaultHandle) -> Result<(), GatewayError> {
-        for c in self.state.open_challenge_intents(&v.id)? {
-            let Some(intent) = c.intent else { continue };
-            let exec: Execution = match serde_json::from_value(intent) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::error!(challenge = %c.id, error = %e, "unreadable critical intent left in place");
-                    continue;
-                }
-            };
-            tracing::warn!(challenge = %c.id, tool = exec.tool.name(), "finishing an interrupted critical call");
-            self.finish_execution(v, &exec, true)?;
-        }
-        Ok(())
-    }
-
-    /// At start: finishes interrupted critical executions in every vault, each under its lock.
-    pub fn recover_critical_all(&self) {
-        for v in self.all_vaults() {
-            let open = self
-                .state
-                .open_challenge_intents(&v.id)
-                .map(|i| !i.is_empty())
-                .unwrap_or(false);
-            if !open {
-                continue;
-            }
-            let result = v
-                .reader
-                .fs()
-                .write_lock()
-                .map_err(GatewayError::from)
-                .and_then(|_lock| self.recover_critical(&v));
-            if let Err(e) = result {
-                tracing::error!(vault = %v.id, error = %e, "finishing interrupted critical calls failed");
-            }
+    let open: std::collections::BTreeSet<String> = core
+        .state
+        .open_challenge_intents(&v.id)?
+        .into_iter()
+        .map(|c| hold_dir(&c.id))
+        .collect();
+    let files = Files::of(v);
+    for path in held {
+        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
+        if !open.contains(dir) {
+            files.remove(Zone::Machine, &path)?;
         }
     }
+    Ok(())
 }
 
 /// Every regular file under `.vaultgate/trash/`, as sorted vault paths.
@@ -697,19 +527,24 @@ impl Core {
 /// regular files, and names only paths the Machine area accepts; each file is then read and
 /// removed through `VaultFs`, which walks from the vault handle with no-follow again.
 fn trash_files(v: &VaultHandle) -> Result<Vec<String>, GatewayError> {
+    machine_files(v, TRASH_DIR)
+}
+
+/// Every regular file under `.vaultgate/<folder>/`, as sorted vault paths (see `trash_files`).
+fn machine_files(v: &VaultHandle, folder: &str) -> Result<Vec<String>, GatewayError> {
     let fs = v.reader.fs();
     let mut dir = fs.root().to_path_buf();
-    for seg in [MACHINE_DIR, TRASH_DIR] {
+    for seg in [MACHINE_DIR, folder] {
         dir.push(seg);
         match std::fs::symlink_metadata(&dir) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(PathError::Denied("the vault trash is not a plain folder").into()),
+            Ok(_) => return Err(PathError::Denied("a machine folder is not a plain folder").into()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         }
     }
     let mut out = Vec::new();
-    let mut segments = vec![MACHINE_DIR.to_owned(), TRASH_DIR.to_owned()];
+    let mut segments = vec![MACHINE_DIR.to_owned(), folder.to_owned()];
     walk_trash(v, &dir, &mut segments, &mut out)?;
     out.sort_unstable();
     Ok(out)
@@ -752,21 +587,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_catalog_entries_are_critical() {
-        for t in [delete_permanent_tool(), empty_trash_tool()] {
-            let v = serde_json::to_value(&t).unwrap();
-            assert_eq!(v["annotations"]["destructiveHint"], true, "{v}");
-            assert_eq!(v["annotations"]["readOnlyHint"], false, "{v}");
-            assert_eq!(
-                v["_meta"],
-                json!({"risk": "critical", "approval": "agent-challenge", "requiresCriticalConfirmation": true})
-            );
-            assert_eq!(v["outputSchema"]["type"], "object");
-            assert!(policy::tools::find(&t.name).is_some_and(|s| s.kind == policy::ToolKind::Critical));
-        }
-    }
-
-    #[test]
     fn outputs_keep_absent_fields_absent() {
         let out = CriticalOut {
             status: CriticalStatus::Executed,
@@ -776,23 +596,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_value(&out).unwrap(),
-            json!({"status": "executed", "removed": 0})
+            serde_json::json!({"status": "executed", "removed": 0})
         );
-    }
-
-    #[test]
-    fn audit_helpers() {
-        let executed: Result<Value, GatewayError> = Ok(json!({"status": "executed", "deleted": []}));
-        let issued: Result<Value, GatewayError> =
-            Ok(json!({"status": "challenge", "challenge": {"challengeId": "c2"}}));
-        assert!(audited_itself(DELETE_PERMANENT, &executed));
-        assert!(!audited_itself(DELETE_PERMANENT, &issued));
-        assert!(!audited_itself("apply_proposal", &executed));
-        assert_eq!(
-            audit_challenge_id(&json!({"challengeId": "c1"}), &issued).as_deref(),
-            Some("c1")
-        );
-        assert_eq!(audit_challenge_id(&json!({}), &issued).as_deref(), Some("c2"));
-        assert_eq!(audit_challenge_id(&json!({}), &executed), None);
     }
 }

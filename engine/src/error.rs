@@ -49,11 +49,19 @@ pub enum GatewayError {
     /// An HTTP request refused before authentication matters (Host, Origin, session owner).
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// The audit record of the call could not be written (SPEC §9): refused, nothing changed.
+    #[error("the audit log cannot be written right now; nothing was changed")]
+    AuditUnavailable,
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 impl GatewayError {
+    /// `NOT_FOUND`, as for a note that does not exist.
+    pub fn not_found() -> GatewayError {
+        GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotFound))
+    }
+
     /// The stable wire code. Exhaustive on purpose: a new variant must choose its code.
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -78,6 +86,7 @@ impl GatewayError {
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
             GatewayError::Proposal(code, _) => *code,
             GatewayError::Challenge(code, _, _) => *code,
+            GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,
         }
     }
@@ -97,6 +106,11 @@ impl GatewayError {
             ErrorCode::UNAUTHORIZED => format!("{self}. Ask the vault owner for a new token."),
             ErrorCode::CREDENTIAL_REVOKED | ErrorCode::CREDENTIAL_EXPIRED => {
                 format!("{self}. Ask the vault owner for a new token.")
+            }
+            ErrorCode::AUDIT_UNAVAILABLE => {
+                format!(
+                    "{self}. The operator must free disk space or fix the home; then retry with the same idempotencyKey."
+                )
             }
             _ => self.to_string(),
         }

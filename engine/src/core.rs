@@ -8,14 +8,16 @@ use audit::{AuditLog, Durability, Entry, Outcome};
 use inbox::{Credential, State};
 use policy::{ErrorCode, Tier};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use vault::Vault;
 
+use crate::api::{HistoryTops, IndexStatus, OverviewOut, VaultItem, VaultListOut};
 use crate::auth::{self, Token};
+use crate::call::{Audited, Call, ResultIds};
 use crate::changes::VaultChanged;
 use crate::error::GatewayError;
+use crate::failpoints::Failpoints;
 use crate::home::{Config, Home, SecretKey};
-use crate::tools::{self, HistoryTops, IndexStatus, OverviewOut, VaultItem, VaultListOut};
 
 /// How a caller reached the gateway (recorded in the audit actor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +102,12 @@ pub struct Core {
     pub audit: AuditLog,
     vaults: BTreeMap<String, Arc<VaultHandle>>,
     changes: tokio::sync::broadcast::Sender<VaultChanged>,
+    pub(crate) failpoints: Failpoints,
+}
+
+/// Every credential of the home, for `token list` (no vault is opened).
+pub fn list_credentials(home: &Home) -> Result<Vec<Credential>, GatewayError> {
+    Ok(State::open(&home.state_path())?.list_credentials()?)
 }
 
 pub fn now_unix() -> i64 {
@@ -115,6 +123,11 @@ pub fn rfc3339(t: time::OffsetDateTime) -> String {
 impl Core {
     /// Opens an existing home and every registered vault.
     pub fn open(home: Home) -> Result<Core, GatewayError> {
+        Core::open_with(home, Failpoints::default())
+    }
+
+    /// As [`Core::open`], with test-only crash injection.
+    pub fn open_with(home: Home, failpoints: Failpoints) -> Result<Core, GatewayError> {
         let config = home.load_config()?;
         let secret = home.load_secret()?;
         let state = State::open(&home.state_path())?;
@@ -143,6 +156,7 @@ impl Core {
             audit,
             vaults,
             changes,
+            failpoints,
         })
     }
 
@@ -231,99 +245,44 @@ impl Core {
         self.write_audit(entry, Durability::Sync);
     }
 
-    fn write_audit(&self, entry: Entry, durability: Durability) {
-        if let Err(e) = self
+    /// Appends one record; the only way the engine writes to the audit log.
+    pub(crate) fn append_audit(&self, entry: Entry, durability: Durability) -> Result<u64, GatewayError> {
+        let rec = self
             .audit
-            .append(entry, time::OffsetDateTime::now_utc(), durability)
-        {
+            .append(entry, time::OffsetDateTime::now_utc(), durability)?;
+        Ok(rec.seq)
+    }
+
+    /// A record that belongs to no call (authentication refusals, recoveries at start). A
+    /// failure is logged: there is no caller to refuse.
+    pub(crate) fn write_audit(&self, entry: Entry, durability: Durability) {
+        if let Err(e) = self.append_audit(entry, durability) {
             tracing::error!(error = %e, "audit append failed");
         }
     }
 
     // ---- tool calls ----------------------------------------------------------------------------
 
-    /// Runs one tool call end to end for an MCP transport. `Ok(None)` means the tool is unknown
-    /// (a JSON-RPC error at the edge, not a tool result).
-    pub fn call_tool(
-        &self,
-        token: &Token,
-        transport: Transport,
-        tool: &str,
-        args: Map<String, Value>,
-    ) -> Option<Result<Value, GatewayError>> {
-        policy::tools::find(tool)?;
-        if !tools::CATALOG.iter().any(|t| t.name == tool) {
-            return None;
-        }
-        let caller = match self.authenticate(token, transport) {
-            Ok(c) => c,
-            Err(e) => return Some(Err(e)),
-        };
-        self.call_tool_as(&caller, tool, args)
-    }
-
-    /// Runs one tool call for an already authenticated caller (HTTP authenticates per request in
-    /// its middleware, immediately before).
-    pub fn call_tool_as(
+    /// Runs one tool call for an authenticated caller: the capability check of the tool table,
+    /// then `op`, then exactly one audit record. The edge parses the arguments inside `op`, so a
+    /// malformed call is recorded like any other refusal. A call whose transaction wrote its own
+    /// record (a committed or rolled-back write) is not recorded again; a call whose record
+    /// cannot be written answers `AUDIT_UNAVAILABLE` (SPEC §9).
+    pub fn call<T: serde::Serialize>(
         &self,
         caller: &Caller,
-        tool: &str,
-        args: Map<String, Value>,
-    ) -> Option<Result<Value, GatewayError>> {
-        let spec = policy::tools::find(tool)?;
-        if !tools::CATALOG.iter().any(|t| t.name == tool) {
-            return None;
-        }
-        let caller = caller.clone();
-        let args = Value::Object(args);
-        let mut resolved: Option<String> = None;
+        spec: &'static policy::tools::ToolSpec,
+        args: &Value,
+        op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
+    ) -> Audited<Result<Value, GatewayError>> {
+        let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
         let result = if caller.credential.tier.allows(spec.capability()) {
-            self.dispatch(&caller, tool, &args, &mut resolved)
+            op(&mut call).and_then(to_value)
         } else {
             Err(GatewayError::CapabilityDenied(format!(
-                "the '{}' tier may not call {tool}; ask the vault owner for a higher tier",
-                caller.credential.tier
+                "the '{}' tier may not call {}; ask the vault owner for a higher tier",
+                caller.credential.tier, spec.name
             )))
-        };
-        let (outcome, code) = match &result {
-            Ok(_) => (Outcome::Ok, None),
-            Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
-        };
-        // A successful apply wrote its own durable record inside the transaction (with auditSeq).
-        // A replay wrote nothing and is recorded like any other call.
-        let replayed = result
-            .as_ref()
-            .is_ok_and(|v| v.get("replayed") == Some(&Value::Bool(true)));
-        if tool == "apply_proposal" && result.is_ok() && !replayed {
-            return Some(result);
-        }
-        // A successful undo/redo, or its replay, wrote its own durable record.
-        if matches!(tool, "history_undo" | "history_redo") && result.is_ok() {
-            return Some(result);
-        }
-        if crate::critical::audited_itself(tool, &result) {
-            return Some(result);
-        }
-        let proposal_id = match (&result, tool) {
-            (Ok(v), t) if t.starts_with("propose_") => v.get("id").and_then(Value::as_str).map(str::to_owned),
-            _ => args.get("id").and_then(Value::as_str).map(str::to_owned),
-        };
-        let target = args
-            .get("path")
-            .or_else(|| args.get("to"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let entry = Entry {
-            event: "tool_call".into(),
-            actor: caller.actor(),
-            vault: resolved.or_else(|| result_vault(&args)),
-            tool: Some(tool.into()),
-            target,
-            proposal_id,
-            challenge_id: crate::critical::audit_challenge_id(&args, &result),
-            outcome,
-            code,
-            args_hash: Some(audit::args_hash(&args)),
         };
         // Reads are flushed; refusals and mutations are made durable before the answer.
         let durability = if spec.is_mutating() || result.is_err() {
@@ -331,187 +290,20 @@ impl Core {
         } else {
             Durability::Flush
         };
-        self.write_audit(entry, durability);
-        Some(result)
+        call.finish(result, durability)
     }
 
-    /// Resolves the vault a call acts on and remembers it for the audit record.
-    fn target(
+    /// Runs one CLI operation as the OS user, recorded exactly like a tool call (event `cli`).
+    pub fn cli_call<T: ResultIds>(
         &self,
-        caller: &Caller,
-        requested: Option<&str>,
-        resolved: &mut Option<String>,
-    ) -> Result<Arc<VaultHandle>, GatewayError> {
-        if let Some(id) = requested {
-            *resolved = Some(id.to_owned());
-        }
-        let v = self.resolve_vault(&caller.credential, requested)?;
-        *resolved = Some(v.id.clone());
-        Ok(v)
-    }
-
-    fn dispatch(
-        &self,
-        caller: &Caller,
-        tool: &str,
+        user: &str,
+        tool: &'static str,
         args: &Value,
-        resolved: &mut Option<String>,
-    ) -> Result<Value, GatewayError> {
-        match tool {
-            "vault_list" => {
-                let _: tools::NoArgs = parse(args)?;
-                to_value(self.vault_list(&caller.credential))
-            }
-            "get_vault_overview" => {
-                let a: tools::VaultArg = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.overview(&v)?)
-            }
-            "search_knowledge" => {
-                let a: tools::SearchKnowledgeArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(
-                    v.reader
-                        .search_knowledge(&a.query, &a.tag.unwrap_or_default(), a.limit)?,
-                )
-            }
-            "search_note_content" => {
-                let a: tools::SearchNoteContentArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                let q = vault::ContentQuery {
-                    query: a.query,
-                    limit: a.limit,
-                    tags: a.tag.unwrap_or_default(),
-                    path_prefix: a.path_prefix,
-                };
-                to_value(v.reader.search_content(&q)?)
-            }
-            "read_note" => {
-                let a: tools::PathArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(v.reader.read_note(&a.path)?)
-            }
-            "list_notes" => {
-                let a: tools::ListNotesArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(v.reader.list_notes(a.dir.as_deref(), a.limit)?)
-            }
-            "list_standards" => {
-                let a: tools::VaultArg = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(v.reader.list_standards()?)
-            }
-            "list_tags" => {
-                let a: tools::VaultArg = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(v.reader.list_tags()?)
-            }
-            "get_related_notes" => {
-                let a: tools::PathArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(v.reader.related(&a.path)?)
-            }
-            "list_recent_notes" => {
-                let a: tools::RecentArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(v.reader.recent(a.limit, a.since.as_deref())?)
-            }
-            "list_proposals" => {
-                let a: tools::ListProposalsArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.list_proposals(&v, a.status.as_deref(), a.limit)?)
-            }
-            "get_proposal" => {
-                let a: tools::ProposalIdArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.get_proposal(&v, &a.id)?)
-            }
-            "propose_new_note" => {
-                let a: tools::ProposeNewArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.propose_new(
-                    &Actor::Caller(caller.clone()),
-                    &v,
-                    &a.path,
-                    &a.content,
-                    &a.reason,
-                )?)
-            }
-            "propose_note_patch" => {
-                let a: tools::ProposePatchArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.propose_patch(&Actor::Caller(caller.clone()), &v, a)?)
-            }
-            "propose_move" => {
-                let a: tools::ProposeMoveArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.propose_move(&Actor::Caller(caller.clone()), &v, &a.from, &a.to, &a.reason)?)
-            }
-            "propose_delete" => {
-                let a: tools::ProposeDeleteArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.propose_delete(
-                    &Actor::Caller(caller.clone()),
-                    &v,
-                    &a.path,
-                    &a.base_hash,
-                    &a.reason,
-                )?)
-            }
-            "reject_proposal" => {
-                let a: tools::RejectArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.reject_proposal(&Actor::Caller(caller.clone()), &v, &a.id, &a.reason)?)
-            }
-            "apply_proposal" => {
-                let a: tools::ApplyArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                let args_hash = audit::args_hash(args);
-                to_value(self.apply_proposal(
-                    &Actor::Caller(caller.clone()),
-                    &v,
-                    &a.id,
-                    &a.proposal_hash,
-                    &a.idempotency_key,
-                    &args_hash,
-                )?)
-            }
-            "history_status" => {
-                let a: tools::VaultArg = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                to_value(self.history_status(&v)?)
-            }
-            "history_undo" | "history_redo" => {
-                let a: crate::history::HistoryMoveArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                let t = if tool == "history_undo" {
-                    inbox::Transition::Undo
-                } else {
-                    inbox::Transition::Redo
-                };
-                to_value(self.history_transition(
-                    &Actor::Caller(caller.clone()),
-                    &v,
-                    t,
-                    &a.expected_history_entry_id,
-                    &a.idempotency_key,
-                    &audit::args_hash(args),
-                )?)
-            }
-            "delete_permanent" => {
-                let a: crate::critical::DeletePermanentArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                self.delete_permanent(caller, &v, args)
-            }
-            "empty_trash" => {
-                let a: crate::critical::EmptyTrashArgs = parse(args)?;
-                let v = self.target(caller, a.vault.as_deref(), resolved)?;
-                self.empty_trash(caller, &v, args)
-            }
-            other => Err(GatewayError::Internal(format!(
-                "tool '{other}' is in the catalog but not dispatched"
-            ))),
-        }
+        op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
+    ) -> Audited<Result<T, GatewayError>> {
+        let mut call = Call::new(self, Actor::Cli(user.to_owned()), tool, args, "cli");
+        let result = op(&mut call);
+        call.finish(result, Durability::Sync)
     }
 
     /// Records a successful or refused read that is not a tool call (resources).
@@ -618,34 +410,76 @@ impl Core {
         }
     }
 
-    /// Audits a CLI decision (applies record themselves on success).
-    pub fn record_cli<T>(
+    // ---- reads (the vault answers; the engine keeps the edge from touching it) -----------------
+
+    pub fn search_knowledge(
         &self,
-        actor: &Actor,
-        tool: &str,
-        vault: &str,
-        proposal_id: Option<&str>,
-        result: &Result<T, GatewayError>,
-    ) {
-        let (outcome, code) = match result {
-            Ok(_) => (Outcome::Ok, None),
-            Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
-        };
-        self.write_audit(
-            Entry {
-                event: "cli".into(),
-                actor: actor.audit_actor(),
-                vault: Some(vault.to_owned()),
-                tool: Some(tool.to_owned()),
-                target: None,
-                proposal_id: proposal_id.map(str::to_owned),
-                challenge_id: None,
-                outcome,
-                code,
-                args_hash: None,
-            },
-            Durability::Sync,
-        );
+        v: &VaultHandle,
+        query: &str,
+        tags: &[String],
+        limit: Option<u32>,
+    ) -> Result<vault::KnowledgeHits, GatewayError> {
+        Ok(v.reader.search_knowledge(query, tags, limit)?)
+    }
+
+    pub fn search_content(
+        &self,
+        v: &VaultHandle,
+        query: String,
+        limit: Option<u32>,
+        tags: Vec<String>,
+        path_prefix: Option<String>,
+    ) -> Result<vault::ContentHits, GatewayError> {
+        Ok(v.reader.search_content(&vault::ContentQuery {
+            query,
+            limit,
+            tags,
+            path_prefix,
+        })?)
+    }
+
+    /// A standards note's text (the `vaultgate://standards/` resource); anything else is
+    /// `NOT_FOUND`, like a note that does not exist.
+    pub fn read_standard(&self, v: &VaultHandle, path: &str) -> Result<String, GatewayError> {
+        let vp = policy::VaultPath::parse(path)?;
+        if v.reader.layout().classify(&vp) != policy::NoteClass::Standard {
+            return Err(GatewayError::not_found());
+        }
+        Ok(v.reader.read_note(path)?.content)
+    }
+
+    pub fn read_note(&self, v: &VaultHandle, path: &str) -> Result<vault::ReadNote, GatewayError> {
+        Ok(v.reader.read_note(path)?)
+    }
+
+    pub fn list_notes(
+        &self,
+        v: &VaultHandle,
+        dir: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<vault::ListNotes, GatewayError> {
+        Ok(v.reader.list_notes(dir, limit)?)
+    }
+
+    pub fn list_standards(&self, v: &VaultHandle) -> Result<vault::ListStandards, GatewayError> {
+        Ok(v.reader.list_standards()?)
+    }
+
+    pub fn list_tags(&self, v: &VaultHandle) -> Result<vault::ListTags, GatewayError> {
+        Ok(v.reader.list_tags()?)
+    }
+
+    pub fn related(&self, v: &VaultHandle, path: &str) -> Result<vault::Related, GatewayError> {
+        Ok(v.reader.related(path)?)
+    }
+
+    pub fn recent(
+        &self,
+        v: &VaultHandle,
+        limit: Option<u32>,
+        since: Option<&str>,
+    ) -> Result<vault::RecentNotes, GatewayError> {
+        Ok(v.reader.recent(limit, since)?)
     }
 
     pub fn vault_list(&self, cred: &Credential) -> VaultListOut {
@@ -786,19 +620,15 @@ impl Core {
     }
 }
 
-fn outcome_for(e: &GatewayError) -> Outcome {
+pub(crate) fn outcome_for(e: &GatewayError) -> Outcome {
     match e.code() {
         ErrorCode::INTERNAL => Outcome::Error,
         _ => Outcome::Denied,
     }
 }
 
-fn result_vault(args: &Value) -> Option<String> {
-    args.get("vault").and_then(Value::as_str).map(str::to_owned)
-}
-
 /// Parses tool arguments strictly: unknown fields and wrong types are `INVALID_ARGUMENT`.
-fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, GatewayError> {
+pub fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, GatewayError> {
     T::deserialize(args).map_err(|e| GatewayError::InvalidArgument(format!("bad arguments: {e}")))
 }
 

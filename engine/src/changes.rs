@@ -21,26 +21,79 @@ pub struct VaultChanged {
     pub revision: u64,
 }
 
-/// A digest of every note's path, size and modification time (notes and standards folders).
+/// One note as the fingerprint sees it: path, size, modification time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FpEntry {
+    path: String,
+    size: u64,
+    mtime_nanos: u128,
+}
+
+impl FpEntry {
+    fn of(e: &DirEntry) -> FpEntry {
+        FpEntry {
+            path: e.path.as_str().to_owned(),
+            size: e.size,
+            mtime_nanos: e
+                .modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        }
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(self.path.as_bytes());
+        h.update([0]);
+        h.update(self.size.to_le_bytes());
+        h.update(self.mtime_nanos.to_le_bytes());
+        h.finalize().into()
+    }
+}
+
+/// A digest of every note's path, size and modification time (notes and standards folders):
+/// the XOR of one SHA-256 per note, so a write can swap the entries of the notes it touched
+/// without walking the vault (SPEC §6 "Cost follows the change").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    pub fn parse(hex_text: &str) -> Option<Fingerprint> {
+        let bytes = hex::decode(hex_text).ok()?;
+        Some(Fingerprint(bytes.try_into().ok()?))
+    }
+
+    /// Adds an entry, or removes it if present (XOR).
+    pub fn toggle(&mut self, e: &FpEntry) {
+        for (a, b) in self.0.iter_mut().zip(e.digest()) {
+            *a ^= b;
+        }
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+/// The fingerprint entry of one note as it is now (`None`: absent or not a note).
+pub fn fp_entry(v: &VaultHandle, p: &VaultPath) -> Option<FpEntry> {
+    let e = v.reader.fs().metadata(p).ok()?;
+    (e.kind == vault::fs::EntryKind::File).then(|| FpEntry::of(&e))
+}
+
+/// The fingerprint of the vault as it is now (one walk).
 pub fn fingerprint(v: &VaultHandle) -> String {
     fingerprint_of(&v.reader.catalog_files())
 }
 
 /// The fingerprint of a `catalog_files` walk.
 pub fn fingerprint_of(files: &[DirEntry]) -> String {
-    let mut h = Sha256::new();
+    let mut fp = Fingerprint::default();
     for e in files {
-        let mtime = e
-            .modified
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        h.update(e.path.as_str().as_bytes());
-        h.update([0]);
-        h.update(e.size.to_le_bytes());
-        h.update(mtime.to_le_bytes());
+        fp.toggle(&FpEntry::of(e));
     }
-    hex::encode(h.finalize())
+    fp.to_hex()
 }
 
 /// Compares the vault with its recorded fingerprint, moves the revision if it changed, brings the

@@ -9,11 +9,11 @@ use proposals::{CreatedBy, Draft, Kind, Proposal};
 use serde_json::Value;
 use vault::write::{Area, WriteMode};
 
-use crate::core::{Actor, Core, VaultHandle, rfc3339};
-use crate::error::GatewayError;
-use crate::tools::{
+use crate::api::{
     CreatedByOut, GetProposalOut, LinkRewriteItem, ListProposalsOut, ProposalItem, ProposedOut, RejectOut,
 };
+use crate::core::{Actor, Core, VaultHandle, rfc3339};
+use crate::error::GatewayError;
 
 /// The inbox files of one proposal, relative to the inbox folder (SPEC §6).
 pub struct InboxFiles {
@@ -194,7 +194,7 @@ impl Core {
         &self,
         actor: &Actor,
         v: &VaultHandle,
-        args: crate::tools::ProposePatchArgs,
+        args: crate::api::ProposePatchArgs,
     ) -> Result<ProposedOut, GatewayError> {
         require_reason(&args.reason)?;
         let target = target_path(v, &args.path)?;
@@ -535,6 +535,10 @@ pub fn not_found(p: &VaultPath) -> GatewayError {
 }
 
 pub fn exists(p: &VaultPath) -> GatewayError {
+    exists_str(p.as_str())
+}
+
+pub fn exists_str(p: &str) -> GatewayError {
     GatewayError::Proposal(
         policy::ErrorCode::PROPOSAL_TARGET_EXISTS,
         format!("{p} already exists; propose a patch instead, or pick another path"),

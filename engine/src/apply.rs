@@ -1,0 +1,291 @@
+//! `apply_proposal` (SPEC §6): the engine gathers the facts under the vault's write lock,
+//! [`proposals::plan::decide`] decides checks 3–6 and the file operations, and the one
+//! transaction of [`crate::txn`] runs them. Nothing here compares a hash.
+
+use std::sync::Arc;
+
+use policy::{ErrorCode, VaultPath};
+use proposals::ops::Zone;
+use proposals::plan::{ApplyFacts, Decision, PlannedRewrite, Refusal, TargetState};
+use proposals::{Kind, Proposal};
+use serde_json::Value;
+
+use crate::api::ApplyOut;
+use crate::call::Call;
+use crate::core::{Core, VaultHandle, rfc3339};
+use crate::error::GatewayError;
+use crate::files::Files;
+use crate::ids::{ProposalHash, ProposalId};
+use crate::proposing::{InboxFiles, already_applied, inbox_path, proposal_not_found, rejected, today};
+use crate::txn::{AuditPlan, Intent, TxnKind, internal};
+
+/// A file's bytes and their hash, as read under the lock.
+type Bytes = (Vec<u8>, String);
+
+fn refusal(code: ErrorCode, msg: impl Into<String>) -> GatewayError {
+    GatewayError::Proposal(code, msg.into())
+}
+
+/// The wire refusal of each decision.
+fn refused(d: Decision, p: &Proposal) -> GatewayError {
+    match d {
+        Decision::Path(e) => GatewayError::Path(e),
+        Decision::Refused(Refusal::HashMismatch) => refusal(
+            ErrorCode::PROPOSAL_HASH_MISMATCH,
+            "proposalHash does not match this proposal; use the one propose_* or get_proposal returned",
+        ),
+        Decision::Refused(Refusal::Tampered(what)) => refusal(
+            ErrorCode::PROPOSAL_TAMPERED,
+            format!("{what}; the proposal cannot be applied, propose again"),
+        ),
+        Decision::Refused(Refusal::TargetExists) => crate::proposing::exists_str(&p.target),
+        // SECURITY(T-PROP2): a proposal applies only to the exact bytes it was made against.
+        Decision::Refused(Refusal::StaleBase { actual: None, .. }) => refusal(
+            ErrorCode::PROPOSAL_STALE_BASE,
+            format!(
+                "{} no longer exists; read the vault again and re-propose",
+                p.from.as_deref().unwrap_or(&p.target)
+            ),
+        ),
+        Decision::Refused(Refusal::StaleBase { .. }) => refusal(
+            ErrorCode::PROPOSAL_STALE_BASE,
+            format!(
+                "{} changed since the proposal was made; read_note it again and re-propose",
+                p.from.as_deref().unwrap_or(&p.target)
+            ),
+        ),
+    }
+}
+
+impl Core {
+    /// `apply_proposal` for MCP callers and the CLI alike.
+    pub fn apply_proposal(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        id: &ProposalId,
+        given_hash: &ProposalHash,
+        idempotency_key: &str,
+    ) -> Result<ApplyOut, GatewayError> {
+        if idempotency_key.trim().is_empty() {
+            return Err(GatewayError::InvalidArgument(
+                "idempotencyKey must not be empty".into(),
+            ));
+        }
+        let principal = call.actor().principal_id();
+        let args_hash = call.args_hash();
+        // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
+        // does nothing; other arguments under a used key are refused.
+        if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
+            return replay(rec, &args_hash);
+        }
+        let fs = v.reader.fs();
+        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
+        let _lock = fs.write_lock()?;
+        // Another process may have finished the same key while we waited for the lock.
+        if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
+            return replay(rec, &args_hash);
+        }
+        self.recover(v)?;
+
+        // 1. exists for this vault and pending
+        let row = self
+            .state
+            .proposal(&v.id, id.as_str())?
+            .ok_or_else(|| proposal_not_found(id.as_str()))?;
+        match row.status {
+            inbox::ProposalStatus::Applied => return Err(already_applied(&row.id)),
+            inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
+            inbox::ProposalStatus::Pending => {}
+        }
+        // 2. the tier may apply this proposal (own or anyone's)
+        self.authorize_decision(call.actor(), &row.created_by)?;
+        let p: Proposal = serde_json::from_value(row.meta.clone()).map_err(internal)?;
+        let files = Files::of(v);
+        let inbox_files = InboxFiles::of(p.kind, &p.slug);
+
+        // The facts, read once under the lock, without following links.
+        let (content, archive) = self.inbox_facts(v, &row.meta, &inbox_files)?;
+        let note_state = |raw: &str| -> Result<(TargetState, Option<Bytes>), GatewayError> {
+            let path = VaultPath::parse(raw)?;
+            let now = files.read(Zone::Note, raw)?;
+            let state = match (&now, fs.find_collision(&path)?) {
+                (Some((_, hash)), _) => TargetState::Present { hash: hash.clone() },
+                (None, Some(other)) => TargetState::Collides {
+                    existing: other.to_string(),
+                },
+                (None, None) => TargetState::Missing,
+            };
+            Ok((state, now))
+        };
+        let source = p.from.as_deref().unwrap_or(&p.target);
+        let (current, current_bytes) = note_state(source)?;
+        let destination = match p.kind {
+            Kind::Move => Some(note_state(&p.target)?.0),
+            _ => None,
+        };
+        let mut facts = ApplyFacts {
+            archive,
+            ..ApplyFacts::default()
+        };
+        // Blobs first (rollback and undo restore from them), then the intent, then the files.
+        let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
+        if let Some((bytes, hash)) = &current_bytes {
+            blobs.push((hash.clone(), bytes.clone()));
+        }
+        if let Some(bytes) = &content {
+            blobs.push((proposals::sha256_hex(bytes), bytes.clone()));
+        }
+        match p.kind {
+            Kind::Delete if current_bytes.is_some() => {
+                facts.trash_path = Some(fs.trash_path(&VaultPath::parse(&p.target)?, &p.id)?.to_string());
+            }
+            Kind::Move
+                if current_bytes.is_some()
+                    && matches!(
+                        destination,
+                        Some(TargetState::Missing | TargetState::Collides { .. })
+                    ) =>
+            {
+                let from = VaultPath::parse(source)?;
+                let to = VaultPath::parse(&p.target)?;
+                let rewrites = v.reader.plan_move(&from, &to)?;
+                let mut moved = current_bytes.as_ref().map(|(b, _)| b.clone()).unwrap_or_default();
+                for r in &rewrites {
+                    if r.path == from {
+                        moved = r.new_text.clone().into_bytes();
+                        continue;
+                    }
+                    // SECURITY(T-PROP6): each rewrite replaces exactly the bytes it was computed
+                    // from; the before blob is those bytes, or the apply is refused now.
+                    let now = files.read(Zone::Note, r.path.as_str())?;
+                    let Some((bytes, hash)) = now.filter(|(_, h)| *h == r.base_hash) else {
+                        return Err(refusal(
+                            ErrorCode::PROPOSAL_STALE_BASE,
+                            format!("{} changed while the move was planned; apply again", r.path),
+                        ));
+                    };
+                    let after = proposals::sha256_hex(r.new_text.as_bytes());
+                    blobs.push((hash.clone(), bytes));
+                    blobs.push((after.clone(), r.new_text.clone().into_bytes()));
+                    facts.rewrites.push(PlannedRewrite {
+                        path: r.path.to_string(),
+                        before: hash,
+                        after,
+                    });
+                }
+                let moved_hash = proposals::sha256_hex(&moved);
+                blobs.push((moved_hash.clone(), moved));
+                facts.moved_hash = Some(moved_hash);
+            }
+            _ => {}
+        }
+        let plan = proposals::plan::decide(
+            self.secret().bytes(),
+            v.reader.layout(),
+            &p,
+            given_hash.as_str(),
+            content.as_deref(),
+            &current,
+            destination.as_ref(),
+            &facts,
+        )
+        .map_err(|d| refused(d, &p))?;
+        for (hash, bytes) in &blobs {
+            files.store_blob(hash, bytes)?;
+        }
+
+        let now = time::OffsetDateTime::now_utc();
+        let archived_to = facts
+            .archive
+            .last()
+            .map(|(_, to, _)| to.clone())
+            .unwrap_or_default();
+        let intent = Intent {
+            txn: TxnKind::Apply {
+                proposal_id: p.id.clone(),
+                slug: p.slug.clone(),
+                proposal_kind: p.kind,
+                target: p.target.clone(),
+                proposal_hash: p.proposal_hash.clone(),
+                history_id: crate::ids::HistoryEntryId::new().to_string(),
+                archived_to,
+            },
+            ops: plan.ops,
+            note_ops: plan.note_ops,
+            audit: AuditPlan {
+                actor: call.actor().audit_actor(),
+                actor_label: call.actor().label(),
+                event: call.event().to_owned(),
+                tool: "apply_proposal".into(),
+                args_hash,
+                idempotency: Some((principal, idempotency_key.to_owned())),
+                log_offset: self.audit.end_offset()?,
+            },
+            started_at: rfc3339(now),
+            rolling_back: false,
+        };
+        let at = self.begin_txn(v, &p.id, &intent)?;
+        self.failpoint(&intent.txn, "after_intent");
+        let committed = self.run_txn(v, &at, &intent, inbox::INTENT_STARTED, Some(call))?;
+        let mut out: ApplyOut = serde_json::from_value(committed.result).map_err(internal)?;
+        out.index = committed.index.into();
+        Ok(out)
+    }
+
+    /// SECURITY(T-PROP1): the proposal's inbox files as they are: the metadata file must equal
+    /// the stored metadata (else `PROPOSAL_TAMPERED`), every file must be there. Returns the
+    /// content bytes (new/patch) for the decision, and each file's archive move.
+    #[allow(clippy::type_complexity)]
+    fn inbox_facts(
+        &self,
+        v: &VaultHandle,
+        stored_meta: &Value,
+        inbox_files: &InboxFiles,
+    ) -> Result<(Option<Vec<u8>>, Vec<(String, String, String)>), GatewayError> {
+        let files = Files::of(v);
+        let tampered = |what: &str| {
+            refusal(
+                ErrorCode::PROPOSAL_TAMPERED,
+                format!("{what}; the proposal cannot be applied, propose again"),
+            )
+        };
+        let date = today(time::OffsetDateTime::now_utc());
+        let mut content = None;
+        let mut archive = Vec::new();
+        for (role, rel) in &inbox_files.files {
+            let path = inbox_path(v, rel)?.to_string();
+            let (bytes, hash) = files
+                .read(Zone::Inbox, &path)?
+                .ok_or_else(|| tampered(&format!("the proposal's {role} file is missing from the inbox")))?;
+            match *role {
+                "meta" => {
+                    let on_disk: Value = serde_json::from_slice(&bytes)
+                        .map_err(|_| tampered("the metadata file is not JSON"))?;
+                    if &on_disk != stored_meta {
+                        return Err(tampered(
+                            "the metadata file in the inbox differs from the recorded proposal",
+                        ));
+                    }
+                }
+                "content" => content = Some(bytes),
+                _ => {}
+            }
+            let to = inbox_path(v, &InboxFiles::archived(rel, "applied", &date))?.to_string();
+            archive.push((path, to, hash));
+        }
+        Ok((content, archive))
+    }
+}
+
+fn replay(rec: inbox::IdemRecord, args_hash: &str) -> Result<ApplyOut, GatewayError> {
+    if rec.tool != "apply_proposal" || rec.args_hash != args_hash {
+        return Err(refusal(
+            ErrorCode::IDEMPOTENCY_CONFLICT,
+            "this idempotencyKey was used with other arguments; use a new key for a new apply",
+        ));
+    }
+    let mut out: ApplyOut = serde_json::from_value(rec.result).map_err(internal)?;
+    out.replayed = true;
+    Ok(out)
+}

@@ -1,0 +1,273 @@
+//! One call and its one audit record.
+//!
+//! Every operation an edge can start runs inside a [`Call`]: [`crate::Core::call`] for MCP tools,
+//! [`crate::Core::cli_call`] for the CLI. The call learns on the way what its record names (the
+//! vault it resolved to, the proposal or challenge), and either a transaction writes the record
+//! itself — inside the transaction, before its commit (SPEC §6, §9) — or [`Call::finish`] writes it
+//! at the end. The answer leaves as [`Audited`], which only this module builds: nothing can answer
+//! without its record, and nothing can write a second one for the same call.
+
+use std::sync::Arc;
+
+use audit::{Durability, Entry, Outcome};
+use serde_json::Value;
+
+use crate::core::{Actor, Core, VaultHandle, outcome_for};
+use crate::error::GatewayError;
+
+/// An answer whose audit record has been written (or, for a failed append, an `AUDIT_UNAVAILABLE`
+/// refusal). Built only by the engine.
+#[derive(Debug)]
+pub struct Audited<T> {
+    value: T,
+    seq: Option<u64>,
+}
+
+impl<T> Audited<T> {
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The `seq` of the call's record (`None` when it could not be written).
+    pub fn seq(&self) -> Option<u64> {
+        self.seq
+    }
+}
+
+/// What a transaction puts in the record it writes for its call.
+#[derive(Debug, Clone)]
+pub(crate) struct TxnRecord {
+    /// `None`: the call's own event (`tool_call` / `cli`).
+    pub event: Option<String>,
+    pub outcome: Outcome,
+    pub code: Option<String>,
+    pub target: Option<String>,
+    pub proposal_id: Option<String>,
+    pub challenge_id: Option<String>,
+}
+
+/// One call in progress.
+pub struct Call<'a> {
+    core: &'a Core,
+    actor: Actor,
+    tool: &'static str,
+    args: &'a Value,
+    event: &'static str,
+    vault: Option<String>,
+    recorded: Option<u64>,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn new(
+        core: &'a Core,
+        actor: Actor,
+        tool: &'static str,
+        args: &'a Value,
+        event: &'static str,
+    ) -> Call<'a> {
+        Call {
+            core,
+            actor,
+            tool,
+            args,
+            event,
+            vault: None,
+            recorded: None,
+        }
+    }
+
+    pub fn actor(&self) -> &Actor {
+        &self.actor
+    }
+
+    pub fn args(&self) -> &'a Value {
+        self.args
+    }
+
+    /// The call's own audit event (`tool_call`, `cli`).
+    pub fn event(&self) -> &'static str {
+        self.event
+    }
+
+    pub fn tool(&self) -> &'static str {
+        self.tool
+    }
+
+    /// The hash of the arguments as sent (idempotency and the audit record).
+    pub fn args_hash(&self) -> String {
+        audit::args_hash(self.args)
+    }
+
+    /// Resolves the vault the call acts on (SPEC §4) and remembers it for the record.
+    pub fn vault(&mut self, requested: Option<&str>) -> Result<Arc<VaultHandle>, GatewayError> {
+        if let Some(id) = requested {
+            self.vault = Some(id.to_owned());
+        }
+        let v = match &self.actor {
+            Actor::Caller(c) => self.core.resolve_vault(&c.credential, requested)?,
+            Actor::Cli(_) => self.core.vault_for_cli(requested)?,
+        };
+        self.vault = Some(v.id.clone());
+        Ok(v)
+    }
+
+    /// Names the vault for the record without resolving it (the CLI already holds the handle).
+    pub fn set_vault(&mut self, id: &str) {
+        self.vault = Some(id.to_owned());
+    }
+
+    pub(crate) fn recorded(&self) -> bool {
+        self.recorded.is_some()
+    }
+
+    fn entry(&self, event: String, outcome: Outcome, code: Option<String>) -> Entry {
+        Entry {
+            event,
+            actor: self.actor.audit_actor(),
+            vault: self
+                .vault
+                .clone()
+                .or_else(|| self.args.get("vault").and_then(Value::as_str).map(str::to_owned)),
+            tool: Some(self.tool.to_owned()),
+            target: self
+                .args
+                .get("path")
+                .or_else(|| self.args.get("to"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            proposal_id: self.args.get("id").and_then(Value::as_str).map(str::to_owned),
+            challenge_id: self
+                .args
+                .get("challengeId")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            outcome,
+            code,
+            args_hash: Some(audit::args_hash(self.args)),
+        }
+    }
+
+    /// The record a transaction writes for this call, durable before its commit. At most once
+    /// per call: a second attempt is an internal error, never a second record.
+    pub(crate) fn record_txn(&mut self, r: TxnRecord) -> Result<u64, GatewayError> {
+        if self.recorded.is_some() {
+            return Err(GatewayError::Internal(format!(
+                "{} tried to write a second audit record",
+                self.tool
+            )));
+        }
+        let mut entry = self.entry(
+            r.event.unwrap_or_else(|| self.event.to_owned()),
+            r.outcome,
+            r.code,
+        );
+        if r.target.is_some() {
+            entry.target = r.target;
+        }
+        if r.proposal_id.is_some() {
+            entry.proposal_id = r.proposal_id;
+        }
+        if r.challenge_id.is_some() {
+            entry.challenge_id = r.challenge_id;
+        }
+        let seq = self.core.append_audit(entry, Durability::Sync)?;
+        self.recorded = Some(seq);
+        Ok(seq)
+    }
+
+    /// Ends the call: writes its record unless a transaction did, and answers.
+    pub(crate) fn finish<T>(
+        self,
+        result: Result<T, GatewayError>,
+        durability: Durability,
+    ) -> Audited<Result<T, GatewayError>>
+    where
+        T: ResultIds,
+    {
+        if let Some(seq) = self.recorded {
+            return Audited {
+                value: result,
+                seq: Some(seq),
+            };
+        }
+        let (outcome, code) = match &result {
+            Ok(_) => (Outcome::Ok, None),
+            Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
+        };
+        let mut entry = self.entry(self.event.to_owned(), outcome, code);
+        if let Ok(v) = &result {
+            if let Some(id) = v.proposal_id() {
+                entry.proposal_id = Some(id);
+            }
+            if entry.challenge_id.is_none() {
+                entry.challenge_id = v.challenge_id();
+            }
+        }
+        match self.core.append_audit(entry, durability) {
+            Ok(seq) => Audited {
+                value: result,
+                seq: Some(seq),
+            },
+            // SECURITY(T-AUD1): the log fails closed: no record, no answer.
+            Err(e) => {
+                tracing::error!(tool = self.tool, error = %e, "audit append failed; the call is refused");
+                Audited {
+                    value: Err(GatewayError::AuditUnavailable),
+                    seq: None,
+                }
+            }
+        }
+    }
+}
+
+/// Ids an answer contributes to its record (a new proposal's id, an issued challenge's id).
+pub trait ResultIds {
+    fn proposal_id(&self) -> Option<String> {
+        None
+    }
+    fn challenge_id(&self) -> Option<String> {
+        None
+    }
+}
+
+impl ResultIds for Value {
+    fn proposal_id(&self) -> Option<String> {
+        // `propose_*` answers with the new proposal's id; other answers carry no `id` field.
+        self.get("id")
+            .and_then(Value::as_str)
+            .filter(|_| self.get("proposalHash").is_some())
+            .map(str::to_owned)
+    }
+
+    fn challenge_id(&self) -> Option<String> {
+        self.pointer("/challenge/challengeId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+}
+
+macro_rules! no_ids {
+    ($($t:ty),*) => { $(impl ResultIds for $t {})* };
+}
+no_ids!(
+    (),
+    bool,
+    String,
+    u64,
+    crate::api::ApplyOut,
+    crate::api::RejectOut,
+    crate::history::HistoryStatusOut
+);
+
+impl<T: ResultIds> ResultIds for Option<T> {
+    fn proposal_id(&self) -> Option<String> {
+        self.as_ref().and_then(ResultIds::proposal_id)
+    }
+    fn challenge_id(&self) -> Option<String> {
+        self.as_ref().and_then(ResultIds::challenge_id)
+    }
+}

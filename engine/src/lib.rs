@@ -1,0 +1,45 @@
+//! The service of vaultgate: every operation exactly once, for every edge (MCP over stdio and
+//! HTTP, the CLI, the review page). Authentication, capability checks, vault resolution, reads,
+//! proposals, the one journaled write transaction (apply, undo/redo, executed challenges), crash
+//! recovery, change detection and the audit record of every call.
+//!
+//! It must never speak a wire protocol (no rmcp, axum or clap), read the environment, or write a
+//! vault file other than through `vault::write` inside the transaction of `txn`. Every answer
+//! leaves as an [`Audited`] value: nothing outside this crate builds an audit entry.
+#![forbid(unsafe_code)]
+
+pub mod api;
+mod apply;
+pub mod auth;
+mod call;
+pub mod changes;
+pub mod core;
+pub mod critical;
+pub mod error;
+mod failpoints;
+mod files;
+pub mod history;
+pub mod home;
+pub mod ids;
+pub mod proposing;
+mod txn;
+
+pub use crate::call::{Audited, Call, ResultIds};
+pub use crate::core::{Actor, Caller, Core, Transport, VaultHandle};
+pub use crate::error::GatewayError;
+pub use crate::failpoints::Failpoints;
+pub use inbox::{Credential, Transition};
+pub use policy::Tier;
+
+/// The audit log's read side, for `vaultgate audit` (writing stays the engine's).
+pub mod audit_log {
+    pub use audit::{Repair, repair_torn_tail, tail, verify};
+}
+
+/// The read answers of the vault, as the engine hands them out (their schemas are the tools'
+/// output schemas).
+pub mod reads {
+    pub use vault::{
+        ContentHits, KnowledgeHits, ListNotes, ListStandards, ListTags, ReadNote, RecentNotes, Related,
+    };
+}

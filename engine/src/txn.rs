@@ -1,0 +1,859 @@
+//! The one write transaction of SPEC §6, for apply, undo/redo and executed challenges alike.
+//!
+//! A write is an [`Intent`]: the [`FileOp`]s it will run (each with the exact bytes its files hold
+//! before and after), who asked, and what commits it. The intent is durable before any file is
+//! touched. [`Core::run_txn`] then runs every operation compare-and-swap, writes the call's audit
+//! line, and commits (one SQLite transaction). Anything unexpected on the way — a file edited
+//! meanwhile, the audit line not writable, the commit failing — rolls it back: every file it
+//! wrote gets its `before` bytes again and a file changed outside vaultgate is left as it is.
+//!
+//! Recovery ([`Core::recover`], at start and before every write) runs the same function on every
+//! open intent: when each file is at its `before` or `after` state the transaction is finished,
+//! otherwise it is rolled back and `apply.rolled_back` is audited. No open intent ever makes a
+//! later write fail, and a recovered transaction never writes a second success record: the audit
+//! log is searched from where it ended when the intent began.
+
+use std::sync::Arc;
+
+use audit::{Durability, Entry, Outcome};
+use inbox::Transition;
+use policy::{ErrorCode, VaultPath};
+use proposals::Kind;
+use proposals::ops::{FileOp, OpState, Zone, inverse_all};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::call::{Call, TxnRecord};
+use crate::core::{Core, VaultHandle, rfc3339};
+use crate::error::GatewayError;
+use crate::files::{Cas, Files};
+
+/// The intents-table step of a transaction that is being rolled back.
+pub(crate) const ROLLING_BACK: &str = "rolling_back";
+/// The audit event of every rolled-back transaction (SPEC §6).
+pub(crate) const ROLLED_BACK: &str = "apply.rolled_back";
+
+/// Everything needed to finish or roll back a write, recorded before any file is touched.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Intent {
+    pub txn: TxnKind,
+    pub ops: Vec<FileOp>,
+    /// The first `note_ops` of `ops` are the notes' change (a history entry keeps them); the rest
+    /// move inbox files.
+    pub note_ops: usize,
+    pub audit: AuditPlan,
+    pub started_at: String,
+    /// Set (for intents kept in a challenge row) once a rollback began.
+    #[serde(default)]
+    pub rolling_back: bool,
+}
+
+/// What the transaction's audit line says, and where to look for it after a crash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AuditPlan {
+    pub actor: audit::Actor,
+    /// `decided_by` / `created_by` label of the actor.
+    pub actor_label: String,
+    /// The call's own event (`tool_call`, `cli`).
+    pub event: String,
+    pub tool: String,
+    pub args_hash: String,
+    /// (principal, key): recorded with the commit.
+    pub idempotency: Option<(String, String)>,
+    /// The audit log's length when the intent was recorded.
+    pub log_offset: u64,
+}
+
+/// What the transaction commits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub(crate) enum TxnKind {
+    #[serde(rename_all = "camelCase")]
+    Apply {
+        proposal_id: String,
+        slug: String,
+        proposal_kind: Kind,
+        target: String,
+        proposal_hash: String,
+        history_id: String,
+        archived_to: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    History {
+        transition: Transition,
+        entry_id: String,
+        label: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Critical {
+        tool: String,
+        challenge_id: String,
+        history_id: String,
+        /// Where the removed files wait, until the commit, to be purged (or put back).
+        hold: String,
+    },
+}
+
+impl TxnKind {
+    /// The failpoint prefix of this kind of write.
+    fn prefix(&self) -> &'static str {
+        match self {
+            TxnKind::Apply { .. } => "",
+            TxnKind::History { .. } => "history_",
+            TxnKind::Critical { .. } => "critical_",
+        }
+    }
+
+    fn recovered_event(&self) -> &'static str {
+        match self {
+            TxnKind::Apply { .. } => "apply.recovered",
+            TxnKind::History { .. } => "history.recovered",
+            TxnKind::Critical { .. } => "critical.recovered",
+        }
+    }
+
+    /// What the audit line names besides the tool.
+    fn record_ids(&self) -> (Option<String>, Option<String>, Option<String>) {
+        match self {
+            TxnKind::Apply {
+                proposal_id, target, ..
+            } => (Some(target.clone()), Some(proposal_id.clone()), None),
+            TxnKind::History { entry_id, .. } => (Some(entry_id.clone()), None, None),
+            TxnKind::Critical { challenge_id, .. } => (None, None, Some(challenge_id.clone())),
+        }
+    }
+
+    /// The refusal a call gets when its own transaction is rolled back because a file changed.
+    fn stale(&self, path: &str) -> GatewayError {
+        match self {
+            TxnKind::Apply { .. } => GatewayError::Proposal(
+                ErrorCode::PROPOSAL_STALE_BASE,
+                format!(
+                    "{path} changed while the apply ran; everything it wrote was put back and the proposal is pending. Read the note again and re-propose"
+                ),
+            ),
+            TxnKind::History {
+                transition, entry_id, ..
+            } => GatewayError::Proposal(
+                ErrorCode::HISTORY_STALE,
+                format!(
+                    "cannot {} {entry_id}: {path} changed outside vaultgate while it ran; everything it wrote was put back",
+                    transition.as_str()
+                ),
+            ),
+            TxnKind::Critical { .. } => GatewayError::Proposal(
+                ErrorCode::CHALLENGE_STALE,
+                format!(
+                    "{path} changed while the deletion ran; nothing was deleted. Call again without challenge fields for a new challenge"
+                ),
+            ),
+        }
+    }
+}
+
+/// Where an intent is kept: the intents table, or (for a critical call) the challenge row it
+/// consumed, so that consuming and recording are one statement.
+#[derive(Debug, Clone)]
+pub(crate) enum IntentAt {
+    Row(i64),
+    Challenge(String),
+}
+
+/// What a committed transaction reports to its caller.
+#[derive(Debug, Clone)]
+pub(crate) struct Committed {
+    /// `updated` or `failed` (SPEC §6 "Partial success is honest").
+    pub index: &'static str,
+    /// The answer stored with the commit (apply, undo/redo, critical).
+    pub result: Value,
+}
+
+/// Why a transaction is being rolled back.
+enum Cause {
+    /// A file held bytes nobody planned.
+    Edited(String),
+    /// Anything else (audit line, commit, I/O): answered as is.
+    Failed(GatewayError),
+    /// Recovery found a rollback already under way.
+    Resumed,
+}
+
+impl Core {
+    /// Test-only crash and pause injection (`Failpoints`, given by the edge).
+    pub(crate) fn failpoint(&self, kind: &TxnKind, step: &str) {
+        self.failpoints.hit(&format!("{}{step}", kind.prefix()));
+    }
+
+    /// The current hash of every file `op` touches.
+    pub(crate) fn op_state_of(&self, files: &Files<'_>, op: &FileOp) -> Result<OpState, GatewayError> {
+        let mut hashes = Vec::new();
+        for (zone, path) in op.paths() {
+            hashes.push(files.hash(zone, path)?);
+        }
+        let mut it = hashes.into_iter();
+        Ok(op.state(|_, _| it.next().flatten()))
+    }
+
+    /// Records a new intent; the transaction starts with [`Core::run_txn`].
+    pub(crate) fn begin_txn(
+        &self,
+        v: &VaultHandle,
+        key: &str,
+        intent: &Intent,
+    ) -> Result<IntentAt, GatewayError> {
+        let json = serde_json::to_value(intent).map_err(internal)?;
+        let id = self.state.begin_intent(&v.id, key, &json, &intent.started_at)?;
+        Ok(IntentAt::Row(id))
+    }
+
+    /// Runs (or, after a crash, finishes or rolls back) one transaction. `call` is the live call
+    /// that started it; recovery passes `None` and audits on its own.
+    pub(crate) fn run_txn(
+        &self,
+        v: &Arc<VaultHandle>,
+        at: &IntentAt,
+        intent: &Intent,
+        step: &str,
+        mut call: Option<&mut Call<'_>>,
+    ) -> Result<Committed, GatewayError> {
+        let files = Files::of(v);
+        let kind = &intent.txn;
+        if step == ROLLING_BACK || intent.rolling_back {
+            return Err(self.roll_back(v, at, intent, call, Cause::Resumed));
+        }
+        if call.is_none() {
+            // SPEC §6: finish only when every file is at one of its two known states.
+            for op in &intent.ops {
+                if self.op_state_of(&files, op)? == OpState::Other {
+                    let path = op
+                        .paths()
+                        .first()
+                        .map(|(_, p)| (*p).to_owned())
+                        .unwrap_or_default();
+                    return Err(self.roll_back(v, at, intent, call, Cause::Edited(path)));
+                }
+            }
+        }
+        // A live call knows the touched notes' entries before it writes; recovery does not (some
+        // ops may have run before the crash) and walks once instead: a rare path.
+        let fp_before = call.is_some().then(|| self.fingerprint_entries(v, intent));
+        for (i, op) in intent.ops.iter().enumerate() {
+            let outcome = match self.op_state_of(&files, op) {
+                Ok(OpState::After) => Ok(None),
+                Ok(OpState::Before) => files.exec(op).map(|c| match c {
+                    Cas::Done => None,
+                    Cas::Conflict(p) => Some(p),
+                }),
+                Ok(OpState::Other) => Ok(Some(
+                    op.paths()
+                        .first()
+                        .map(|(_, p)| (*p).to_owned())
+                        .unwrap_or_default(),
+                )),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(None) => {}
+                Ok(Some(path)) => return Err(self.roll_back(v, at, intent, call, Cause::Edited(path))),
+                Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
+            }
+            if i == 0 {
+                self.failpoint(kind, "after_first_op");
+            }
+        }
+        self.failpoint(kind, "after_write");
+
+        // The audit line belongs to the transaction: written before the commit, or rolled back.
+        let (target, proposal_id, challenge_id) = kind.record_ids();
+        let seq = match call.as_deref_mut() {
+            Some(c) => c.record_txn(TxnRecord {
+                event: None,
+                outcome: Outcome::Ok,
+                code: None,
+                target,
+                proposal_id,
+                challenge_id,
+            }),
+            None => self.recovered_record(v, intent),
+        };
+        let seq = match seq {
+            Ok(s) => s,
+            Err(e) => {
+                let cause = match e {
+                    GatewayError::Audit(_) | GatewayError::AuditUnavailable => {
+                        Cause::Failed(GatewayError::AuditUnavailable)
+                    }
+                    other => Cause::Failed(other),
+                };
+                return Err(self.roll_back(v, at, intent, call, cause));
+            }
+        };
+        self.failpoint(kind, "after_audit");
+
+        let fingerprint = self.fingerprint_after(v, intent, fp_before);
+        let committed = match self.commit_txn(v, at, intent, seq, fingerprint.as_deref()) {
+            Ok(c) => c,
+            Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
+        };
+        self.failpoint(kind, "after_commit");
+        let index = self.after_commit(v, intent);
+        Ok(Committed { index, ..committed })
+    }
+
+    /// The audit record of a transaction recovery finishes: the one the interrupted call already
+    /// wrote, if it got that far, else one `<kind>.recovered` record.
+    fn recovered_record(&self, v: &VaultHandle, intent: &Intent) -> Result<u64, GatewayError> {
+        let a = &intent.audit;
+        let (target, proposal_id, challenge_id) = intent.txn.record_ids();
+        let found = self.audit.find_since(a.log_offset, |r| {
+            r.tool.as_deref() == Some(a.tool.as_str())
+                && r.args_hash.as_deref() == Some(a.args_hash.as_str())
+                && r.outcome == Outcome::Ok
+                && r.vault.as_deref() == Some(v.id.as_str())
+                && (proposal_id.is_none() || r.proposal_id == proposal_id)
+                && (challenge_id.is_none() || r.challenge_id == challenge_id)
+        })?;
+        if let Some(r) = found {
+            return Ok(r.seq);
+        }
+        self.append_audit(
+            Entry {
+                event: intent.txn.recovered_event().into(),
+                actor: a.actor.clone(),
+                vault: Some(v.id.clone()),
+                tool: Some(a.tool.clone()),
+                target,
+                proposal_id,
+                challenge_id,
+                outcome: Outcome::Ok,
+                code: None,
+                args_hash: Some(a.args_hash.clone()),
+            },
+            Durability::Sync,
+        )
+    }
+
+    /// Puts back every file the transaction wrote (a file changed outside vaultgate is left as
+    /// it is), closes the intent, audits `apply.rolled_back` and returns the call's refusal.
+    fn roll_back(
+        &self,
+        v: &Arc<VaultHandle>,
+        at: &IntentAt,
+        intent: &Intent,
+        call: Option<&mut Call<'_>>,
+        cause: Cause,
+    ) -> GatewayError {
+        let kind = &intent.txn;
+        let answer = match &cause {
+            Cause::Edited(path) => kind.stale(path),
+            Cause::Failed(e) => clone_error(e),
+            Cause::Resumed => kind.stale("a file"),
+        };
+        if let Err(e) = self.undo_files(v, at, intent) {
+            // The intent stays open: the next start or write tries again.
+            tracing::error!(vault = %v.id, error = %e, "rolling back a transaction failed; it stays open");
+            return answer;
+        }
+        self.failpoint(kind, "after_rollback");
+        let closed = match (at, kind) {
+            (IntentAt::Row(id), _) => self.state.finish_intent(*id).map(|_| ()),
+            (IntentAt::Challenge(id), _) => self
+                .state
+                .finish_challenge(id, &serde_json::json!({"rolledBack": true}), false, None)
+                .map(|_| ()),
+        };
+        if let Err(e) = closed {
+            tracing::error!(vault = %v.id, error = %e, "closing a rolled-back transaction failed");
+        }
+        let touched = self.touched_notes(intent);
+        v.reader.update_paths(&touched);
+        tracing::warn!(vault = %v.id, tool = %intent.audit.tool, "transaction rolled back");
+        let (target, proposal_id, challenge_id) = kind.record_ids();
+        let code = answer.code().as_str().to_owned();
+        let outcome = Outcome::Error;
+        let recorded = match call {
+            Some(c) if !c.recorded() => c.record_txn(TxnRecord {
+                event: Some(ROLLED_BACK.into()),
+                outcome,
+                code: Some(code),
+                target,
+                proposal_id,
+                challenge_id,
+            }),
+            _ => self.append_audit(
+                Entry {
+                    event: ROLLED_BACK.into(),
+                    actor: intent.audit.actor.clone(),
+                    vault: Some(v.id.clone()),
+                    tool: Some(intent.audit.tool.clone()),
+                    target,
+                    proposal_id,
+                    challenge_id,
+                    outcome,
+                    code: Some(code),
+                    args_hash: Some(intent.audit.args_hash.clone()),
+                },
+                Durability::Sync,
+            ),
+        };
+        if let Err(e) = recorded {
+            tracing::error!(vault = %v.id, error = %e, "recording a rollback failed");
+        }
+        answer
+    }
+
+    /// Runs the inverse of every operation that ran, newest first.
+    fn undo_files(&self, v: &VaultHandle, at: &IntentAt, intent: &Intent) -> Result<(), GatewayError> {
+        let now = rfc3339(time::OffsetDateTime::now_utc());
+        match at {
+            IntentAt::Row(id) => self.state.advance_intent(*id, ROLLING_BACK, &now)?,
+            IntentAt::Challenge(id) => {
+                let mut marked = intent.clone();
+                marked.rolling_back = true;
+                self.state
+                    .set_challenge_intent(id, &serde_json::to_value(&marked).map_err(internal)?)?;
+            }
+        }
+        let files = Files::of(v);
+        for inv in inverse_all(&intent.ops) {
+            match self.op_state_of(&files, &inv)? {
+                OpState::Before => {
+                    if let Cas::Conflict(p) = files.exec(&inv)? {
+                        tracing::warn!(path = %p, "left a file changed outside vaultgate as it is");
+                    }
+                }
+                OpState::After => {}
+                OpState::Other => {
+                    // A file moved away whose old name was taken meanwhile cannot go back; where
+                    // its bytes are kept as a blob, the copy the transaction made goes, so each
+                    // path ends at its `before` state or holds the outside edit.
+                    if let FileOp::Rename {
+                        from_zone,
+                        from,
+                        hash,
+                        ..
+                    } = &inv
+                        && files.hash(*from_zone, from)?.as_deref() == Some(hash.as_str())
+                        && files.has_blob(hash)?
+                    {
+                        if let Cas::Conflict(p) = files.exec(&FileOp::Delete {
+                            zone: *from_zone,
+                            path: from.clone(),
+                            before: hash.clone(),
+                        })? {
+                            tracing::warn!(path = %p, "left a file changed outside vaultgate as it is");
+                        }
+                        continue;
+                    }
+                    tracing::warn!(path = ?inv.paths(), "left a file changed outside vaultgate as it is");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The commit point of each kind of transaction.
+    fn commit_txn(
+        &self,
+        v: &VaultHandle,
+        at: &IntentAt,
+        intent: &Intent,
+        seq: u64,
+        fingerprint: Option<&str>,
+    ) -> Result<Committed, GatewayError> {
+        let a = &intent.audit;
+        let at_time = rfc3339(time::OffsetDateTime::now_utc());
+        let note_ops = &intent.ops[..intent.note_ops.min(intent.ops.len())];
+        let history_json = serde_json::to_value(note_ops).map_err(internal)?;
+        match (&intent.txn, at) {
+            (
+                TxnKind::Apply {
+                    proposal_id,
+                    proposal_kind,
+                    target,
+                    history_id,
+                    archived_to,
+                    ..
+                },
+                IntentAt::Row(id),
+            ) => {
+                let result = crate::api::ApplyOut {
+                    applied: true,
+                    target: target.clone(),
+                    history_entry_id: history_id.clone(),
+                    archived_to: archived_to.clone(),
+                    audit_seq: seq,
+                    index: "updated".into(),
+                    replayed: false,
+                };
+                let result = serde_json::to_value(&result).map_err(internal)?;
+                let label = format!("{} {target}", proposal_kind.as_str());
+                let idem = a.idempotency.as_ref().map(|(principal, key)| inbox::IdemKey {
+                    credential_id: principal,
+                    key,
+                    tool: "apply_proposal",
+                    args_hash: &a.args_hash,
+                });
+                let c = self
+                    .state
+                    .finish_apply(
+                        *id,
+                        proposal_id,
+                        &a.actor_label,
+                        &at_time,
+                        &result,
+                        Some(&inbox::NewHistory {
+                            id: history_id,
+                            label: &label,
+                            kind: proposal_kind.as_str(),
+                            created_by: &a.actor_label,
+                            created_at: &at_time,
+                            paths: &history_json,
+                            barrier: false,
+                        }),
+                        idem.as_ref(),
+                        fingerprint,
+                    )?
+                    .ok_or_else(|| {
+                        GatewayError::Proposal(
+                            ErrorCode::PROPOSAL_REJECTED,
+                            format!("proposal {proposal_id} was decided while its apply ran"),
+                        )
+                    })?;
+                let _ = c;
+                Ok(Committed {
+                    index: "updated",
+                    result,
+                })
+            }
+            (
+                TxnKind::History {
+                    transition, entry_id, ..
+                },
+                IntentAt::Row(id),
+            ) => {
+                let tops = self.state.history_tops_after(&v.id, entry_id, *transition)?;
+                let result = crate::history::HistoryStatusOut {
+                    stale_top: self.stale_top_after(v, tops.undo.as_deref(), *transition, entry_id)?,
+                    undo_top: tops.undo,
+                    redo_top: tops.redo,
+                    transition_in_progress: false,
+                };
+                let result = serde_json::to_value(&result).map_err(internal)?;
+                let tool = crate::history::tool_name(*transition);
+                let idem = a.idempotency.as_ref().map(|(principal, key)| inbox::IdemKey {
+                    credential_id: principal,
+                    key,
+                    tool,
+                    args_hash: &a.args_hash,
+                });
+                let c = self
+                    .state
+                    .finish_history_transition(&inbox::HistoryTransition {
+                        intent_id: *id,
+                        vault: &v.id,
+                        entry_id,
+                        transition: *transition,
+                        result: &result,
+                        at: &at_time,
+                        idempotency: idem,
+                        fingerprint,
+                    })?
+                    .ok_or_else(|| {
+                        GatewayError::Proposal(
+                            ErrorCode::HISTORY_NOT_TOP,
+                            format!("{entry_id} is no longer the top of the history"),
+                        )
+                    })?;
+                let _ = c;
+                Ok(Committed {
+                    index: "updated",
+                    result,
+                })
+            }
+            (
+                TxnKind::Critical {
+                    tool,
+                    challenge_id,
+                    history_id,
+                    ..
+                },
+                IntentAt::Challenge(_),
+            ) => {
+                let paths: Vec<String> = intent
+                    .ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        FileOp::Rename { from, .. } => Some(from.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let result = crate::critical::executed(tool, &paths);
+                let result = serde_json::to_value(&result).map_err(internal)?;
+                let changed = !paths.is_empty();
+                if changed {
+                    let label = if tool == crate::critical::DELETE_PERMANENT {
+                        format!("delete_permanent {}", paths.join(", "))
+                    } else {
+                        format!("empty_trash ({} files)", paths.len())
+                    };
+                    // SPEC §7, §8: permanent deletion is a history barrier; undo stops here.
+                    let removed: Vec<Value> = intent
+                        .ops
+                        .iter()
+                        .filter_map(|op| match op {
+                            FileOp::Rename {
+                                from_zone,
+                                from,
+                                hash,
+                                ..
+                            } => Some(serde_json::json!({"op": "delete", "zone": from_zone, "path": from, "before": hash})),
+                            _ => None,
+                        })
+                        .collect();
+                    match self.state.add_history(
+                        &v.id,
+                        &inbox::NewHistory {
+                            id: history_id,
+                            label: &label,
+                            kind: tool,
+                            created_by: &a.actor_label,
+                            created_at: &at_time,
+                            paths: &Value::Array(removed),
+                            barrier: true,
+                        },
+                    ) {
+                        Ok(_) | Err(inbox::StateError::DuplicateHistoryEntry(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                let revision = self
+                    .state
+                    .finish_challenge(challenge_id, &result, changed, fingerprint)?
+                    .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
+                let _ = revision;
+                Ok(Committed {
+                    index: "updated",
+                    result,
+                })
+            }
+            _ => Err(internal("an intent kept in the wrong place")),
+        }
+    }
+
+    /// After the commit: what does not protect the notes. Answers the index status.
+    fn after_commit(&self, v: &VaultHandle, intent: &Intent) -> &'static str {
+        match &intent.txn {
+            TxnKind::Apply { .. } => {
+                if let Err(e) = self.append_applied_line(v, &intent.txn, &intent.audit.actor_label) {
+                    // Repaired by the next recovery (the state knows what was applied).
+                    tracing::error!(vault = %v.id, error = %e, "appending to _applied.jsonl failed");
+                }
+            }
+            TxnKind::Critical { .. } => {
+                let files = Files::of(v);
+                for op in &intent.ops {
+                    if let FileOp::Rename { to_zone, to, .. } = op
+                        && let Err(e) = files.remove(*to_zone, to)
+                    {
+                        tracing::error!(vault = %v.id, error = %e, "purging a deleted file failed");
+                    }
+                }
+            }
+            TxnKind::History { .. } => {}
+        }
+        let touched = self.touched_notes(intent);
+        let index = if self.failpoints.fails("index_update") {
+            "failed"
+        } else if v.reader.update_paths_checked(&touched) {
+            "updated"
+        } else {
+            "failed"
+        };
+        let revision = self.state.revision(&v.id).unwrap_or(0);
+        self.announce(crate::changes::VaultChanged {
+            vault: v.id.clone(),
+            revision,
+        });
+        index
+    }
+
+    /// The note paths the transaction touches (for the index).
+    fn touched_notes(&self, intent: &Intent) -> Vec<VaultPath> {
+        let mut out: Vec<VaultPath> = intent
+            .ops
+            .iter()
+            .flat_map(|op| op.paths())
+            .filter(|(z, _)| *z == Zone::Note)
+            .filter_map(|(_, p)| VaultPath::parse(p).ok())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The disk entries of the notes the transaction touches, before it runs (for the
+    /// incremental fingerprint).
+    fn fingerprint_entries(&self, v: &VaultHandle, intent: &Intent) -> Vec<crate::changes::FpEntry> {
+        self.touched_notes(intent)
+            .iter()
+            .filter_map(|p| crate::changes::fp_entry(v, p))
+            .collect()
+    }
+
+    /// The vault's fingerprint after the transaction: the recorded one with the touched notes'
+    /// entries swapped, no walk (SPEC §6 "Cost follows the change"). A recorded fingerprint
+    /// that was already behind the disk stays behind, so the watcher still counts that change.
+    fn fingerprint_after(
+        &self,
+        v: &VaultHandle,
+        intent: &Intent,
+        before: Option<Vec<crate::changes::FpEntry>>,
+    ) -> Option<String> {
+        let Some(before) = before else {
+            return Some(crate::changes::fingerprint(v));
+        };
+        let recorded = self.state.fingerprint(&v.id).ok().flatten()?;
+        let mut fp = crate::changes::Fingerprint::parse(&recorded)?;
+        for e in &before {
+            fp.toggle(e);
+        }
+        for e in self.fingerprint_entries(v, intent) {
+            fp.toggle(&e);
+        }
+        Some(fp.to_hex())
+    }
+
+    /// Appends the apply's line to `<inbox>/_applied.jsonl` unless it is already the last one.
+    pub(crate) fn append_applied_line(
+        &self,
+        v: &VaultHandle,
+        txn: &TxnKind,
+        actor: &str,
+    ) -> Result<(), GatewayError> {
+        let TxnKind::Apply {
+            proposal_id,
+            slug,
+            proposal_kind,
+            target,
+            proposal_hash,
+            ..
+        } = txn
+        else {
+            return Ok(());
+        };
+        let path = crate::proposing::inbox_path(v, "_applied.jsonl")?;
+        let fs = v.reader.fs();
+        let last: Option<proposals::AppliedLine> = match fs
+            .read_last_line(vault::write::Area::Inbox, &path)?
+        {
+            Some(line) => Some(serde_json::from_str(&line).map_err(|e| internal(format!("{path}: {e}")))?),
+            None => None,
+        };
+        if last.as_ref().is_some_and(|l| l.id == *proposal_id) {
+            return Ok(());
+        }
+        let line = proposals::chain_applied(
+            last.as_ref(),
+            proposal_id.clone(),
+            slug.clone(),
+            *proposal_kind,
+            target.clone(),
+            proposal_hash.clone(),
+            actor.to_owned(),
+            rfc3339(time::OffsetDateTime::now_utc()),
+        );
+        let text = serde_json::to_string(&line).map_err(internal)?;
+        fs.append_line(vault::write::Area::Inbox, &path, text.as_bytes())?;
+        Ok(())
+    }
+
+    /// Settles every open transaction of this vault (called under its write lock): each is
+    /// finished or rolled back; none makes this call fail. Then repairs what a crash right after
+    /// a commit can leave: the last `_applied.jsonl` line, held copies of deleted files.
+    pub fn recover(&self, v: &Arc<VaultHandle>) -> Result<(), GatewayError> {
+        for row in self.state.open_intents(&v.id)? {
+            let intent: Intent = match serde_json::from_value(row.plan.clone()) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::error!(intent = row.id, error = %e, "an intent this version cannot read is left in place");
+                    continue;
+                }
+            };
+            tracing::warn!(vault = %v.id, tool = %intent.audit.tool, "settling an interrupted transaction");
+            if let Err(e) = self.run_txn(v, &IntentAt::Row(row.id), &intent, &row.step, None) {
+                tracing::warn!(vault = %v.id, code = %e.code(), "an interrupted transaction was rolled back");
+            }
+        }
+        for c in self.state.open_challenge_intents(&v.id)? {
+            let Some(json) = c.intent.clone() else { continue };
+            let intent: Intent = match serde_json::from_value(json) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::error!(challenge = %c.id, error = %e, "a critical intent this version cannot read is left in place");
+                    continue;
+                }
+            };
+            tracing::warn!(vault = %v.id, challenge = %c.id, "settling an interrupted critical call");
+            if let Err(e) = self.run_txn(v, &IntentAt::Challenge(c.id.clone()), &intent, "", None) {
+                tracing::warn!(vault = %v.id, code = %e.code(), "an interrupted critical call was rolled back");
+            }
+        }
+        self.repair_applied_chain(v)?;
+        crate::critical::sweep_holds(self, v)?;
+        Ok(())
+    }
+
+    /// A crash between an apply's commit and its `_applied.jsonl` line leaves the line missing:
+    /// the state knows the last applied proposal, and the chain gets its line.
+    fn repair_applied_chain(&self, v: &VaultHandle) -> Result<(), GatewayError> {
+        let Some(row) = self.state.last_applied(&v.id)? else {
+            return Ok(());
+        };
+        let Ok(p) = serde_json::from_value::<proposals::Proposal>(row.meta.clone()) else {
+            return Ok(());
+        };
+        let txn = TxnKind::Apply {
+            proposal_id: p.id.clone(),
+            slug: p.slug.clone(),
+            proposal_kind: p.kind,
+            target: p.target.clone(),
+            proposal_hash: p.proposal_hash.clone(),
+            history_id: String::new(),
+            archived_to: String::new(),
+        };
+        self.append_applied_line(v, &txn, row.decided_by.as_deref().unwrap_or(""))
+    }
+
+    /// At start: settles interrupted transactions in every vault, each under its lock.
+    pub fn recover_all(&self) {
+        for v in self.all_vaults() {
+            let result = v
+                .reader
+                .fs()
+                .write_lock()
+                .map_err(GatewayError::from)
+                .and_then(|_lock| self.recover(&v));
+            if let Err(e) = result {
+                tracing::error!(vault = %v.id, error = %e, "settling interrupted transactions failed");
+            }
+        }
+    }
+}
+
+pub(crate) fn internal(e: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Internal(e.to_string())
+}
+
+/// The refusals a rollback can answer with, re-made (the error type holds I/O errors, which do
+/// not clone).
+fn clone_error(e: &GatewayError) -> GatewayError {
+    match e {
+        GatewayError::AuditUnavailable => GatewayError::AuditUnavailable,
+        GatewayError::Proposal(code, m) => GatewayError::Proposal(*code, m.clone()),
+        other if other.code() == ErrorCode::INTERNAL => GatewayError::Internal(other.to_string()),
+        other => GatewayError::Proposal(other.code(), other.to_string()),
+    }
+}
