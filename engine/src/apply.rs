@@ -156,7 +156,7 @@ impl Core {
                         moved = r.new_text.clone().into_bytes();
                         continue;
                     }
-                    // SECURITY(T-PROP6): each rewrite replaces exactly the bytes it was computed
+                    // SECURITY(T-PROP7): each rewrite replaces exactly the bytes it was computed
                     // from; the before blob is those bytes, or the apply is refused now.
                     let now = files.read(Zone::Note, r.path.as_str())?;
                     let Some((bytes, hash)) = now.filter(|(_, h)| *h == r.base_hash) else {

@@ -212,7 +212,7 @@ impl<'a> Call<'a> {
                 value: result,
                 seq: Some(seq),
             },
-            // SECURITY(T-AUD1): the log fails closed: no record, no answer.
+            // SECURITY(T-AUDIT4): the log fails closed: no record, no answer.
             Err(e) => {
                 tracing::error!(tool = self.tool, error = %e, "audit append failed; the call is refused");
                 Audited {

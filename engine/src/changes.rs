@@ -100,6 +100,11 @@ pub fn fingerprint_of(files: &[DirEntry]) -> String {
 /// search index up to date, and announces the change. Used for each watcher batch, with the
 /// vault-relative paths it reported.
 pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
+    // SPEC §6 "Cost follows the change": a batch holding nothing but vaultgate's own writes (and
+    // inbox or machine files) is no change on disk to count, so it costs no walk and no lock.
+    if !changed.iter().any(|p| needs_rescan(core, v, p)) {
+        return;
+    }
     // First the notes the watcher named, so an edit is searchable without waiting for the walk
     // below (which on a large vault takes a while).
     let paths: Vec<VaultPath> = changed.iter().filter_map(|p| vault_path(p)).collect();
@@ -168,7 +173,51 @@ pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
     watches
 }
 
+/// The notes vaultgate itself wrote lately, with the bytes it left: the watcher's events for
+/// them are recognised by content hash and cost nothing.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites {
+    map: std::collections::HashMap<(String, String), Option<String>>,
+}
+
+/// Remembered at most (a full map is cleared: forgetting only costs a walk).
+const OWN_WRITES_MAX: usize = 8192;
+
 impl Core {
+    /// Records that a transaction left `path` holding `hash` (`None`: absent).
+    pub(crate) fn note_own_write(&self, v: &VaultHandle, path: &str, hash: Option<&str>) {
+        let mut w = self
+            .own_writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if w.map.len() >= OWN_WRITES_MAX {
+            w.map.clear();
+        }
+        w.map
+            .insert((v.id.clone(), path.to_owned()), hash.map(str::to_owned));
+    }
+
+    /// Whether `p` holds exactly what vaultgate last wrote there.
+    fn is_own_write(&self, v: &VaultHandle, p: &VaultPath) -> bool {
+        let expected = {
+            let w = self
+                .own_writes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match w.map.get(&(v.id.clone(), p.as_str().to_owned())) {
+                Some(h) => h.clone(),
+                None => return false,
+            }
+        };
+        let now = v
+            .reader
+            .fs()
+            .read_for_write(vault::write::Area::Note, p)
+            .ok()
+            .map(|r| r.map(|(_, h)| h));
+        now == Some(expected)
+    }
+
     /// After vaultgate itself wrote notes (the revision already moved in the apply's commit):
     /// record the new fingerprint so watchers do not count the same change again, update the
     /// search index (waiting a few seconds at most, so the change is searchable at once), and
@@ -188,6 +237,34 @@ impl Core {
             vault: v.id.clone(),
             revision,
         });
+    }
+}
+
+/// Whether a path the watcher reported may be a change vaultgate did not make itself.
+fn needs_rescan(core: &Core, v: &VaultHandle, rel: &Path) -> bool {
+    let hidden = rel
+        .components()
+        .next()
+        .and_then(|c| c.as_os_str().to_str())
+        .is_none_or(|s| s.starts_with('.'));
+    if hidden {
+        return false;
+    }
+    let Some(p) = vault_path(rel) else {
+        // Not a path vaultgate can name: never a catalog note.
+        return false;
+    };
+    if v.reader.layout().classify(&p) == policy::NoteClass::Inbox {
+        return false;
+    }
+    if p.as_str().ends_with(".md") {
+        return !core.is_own_write(v, &p);
+    }
+    // A folder (created, renamed, removed) may carry notes the watcher did not name; another file
+    // is no note.
+    match v.reader.fs().metadata(&p) {
+        Ok(e) => e.kind == vault::fs::EntryKind::Folder,
+        Err(_) => true,
     }
 }
 

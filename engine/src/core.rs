@@ -103,6 +103,7 @@ pub struct Core {
     vaults: BTreeMap<String, Arc<VaultHandle>>,
     changes: tokio::sync::broadcast::Sender<VaultChanged>,
     pub(crate) failpoints: Failpoints,
+    pub(crate) own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
 }
 
 /// Every credential of the home, for `token list` (no vault is opened).
@@ -157,6 +158,7 @@ impl Core {
             vaults,
             changes,
             failpoints,
+            own_writes: Default::default(),
         })
     }
 

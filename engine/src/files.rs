@@ -106,7 +106,7 @@ impl<'a> Files<'a> {
     }
 
     /// Runs one operation that is in its `Before` state, comparing the bytes right before the
-    /// file is replaced. SECURITY(T-PROP6): a file changed since it was checked is never
+    /// file is replaced. SECURITY(T-PROP7): a file changed since it was checked is never
     /// overwritten; the step answers `Conflict` and the caller rolls the transaction back.
     pub(crate) fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError> {
         let fs = self.v.reader.fs();

@@ -186,6 +186,38 @@ impl Core {
         self.failpoints.hit(&format!("{}{step}", kind.prefix()));
     }
 
+    /// Remembers what an operation left in the notes, so the watcher knows its own writes.
+    fn remember(&self, v: &VaultHandle, op: &FileOp) {
+        match op {
+            FileOp::Put {
+                zone: Zone::Note,
+                path,
+                after,
+                ..
+            } => self.note_own_write(v, path, Some(after)),
+            FileOp::Delete {
+                zone: Zone::Note,
+                path,
+                ..
+            } => self.note_own_write(v, path, None),
+            FileOp::Rename {
+                from_zone,
+                from,
+                to_zone,
+                to,
+                hash,
+            } => {
+                if *from_zone == Zone::Note {
+                    self.note_own_write(v, from, None);
+                }
+                if *to_zone == Zone::Note {
+                    self.note_own_write(v, to, Some(hash));
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The current hash of every file `op` touches.
     pub(crate) fn op_state_of(&self, files: &Files<'_>, op: &FileOp) -> Result<OpState, GatewayError> {
         let mut hashes = Vec::new();
@@ -242,10 +274,14 @@ impl Core {
         for (i, op) in intent.ops.iter().enumerate() {
             let outcome = match self.op_state_of(&files, op) {
                 Ok(OpState::After) => Ok(None),
-                Ok(OpState::Before) => files.exec(op).map(|c| match c {
-                    Cas::Done => None,
-                    Cas::Conflict(p) => Some(p),
-                }),
+                Ok(OpState::Before) => {
+                    // Remembered first: the watcher may see the write before `exec` returns.
+                    self.remember(v, op);
+                    files.exec(op).map(|c| match c {
+                        Cas::Done => None,
+                        Cas::Conflict(p) => Some(p),
+                    })
+                }
                 Ok(OpState::Other) => Ok(Some(
                     op.paths()
                         .first()
@@ -420,6 +456,7 @@ impl Core {
         for inv in inverse_all(&intent.ops) {
             match self.op_state_of(&files, &inv)? {
                 OpState::Before => {
+                    self.remember(v, &inv);
                     if let Cas::Conflict(p) = files.exec(&inv)? {
                         tracing::warn!(path = %p, "left a file changed outside vaultgate as it is");
                     }
@@ -770,8 +807,8 @@ impl Core {
         Ok(())
     }
 
-    /// Settles every open transaction of this vault (called under its write lock): each is
-    /// finished or rolled back; none makes this call fail. Then repairs what a crash right after
+    /// SECURITY(T-PROP5): settles every open transaction of this vault (called under its write
+    /// lock): each is finished or rolled back; none makes this call fail. Then repairs what a crash right after
     /// a commit can leave: the last `_applied.jsonl` line, held copies of deleted files.
     pub fn recover(&self, v: &Arc<VaultHandle>) -> Result<(), GatewayError> {
         for row in self.state.open_intents(&v.id)? {

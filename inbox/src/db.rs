@@ -138,6 +138,10 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX challenges_by_expiry ON challenges (expires_at);
     CREATE INDEX challenges_open_intents ON challenges (vault) WHERE intent_json IS NOT NULL;",
+    // 5: the last applied proposal is found without a scan (`_applied.jsonl` repair before writes).
+    "CREATE INDEX history_by_vault_seq ON history (vault, seq);
+    CREATE INDEX proposals_by_history_entry
+        ON proposals (vault, json_extract(result_json, '$.historyEntryId')) WHERE status = 'applied';",
 ];
 
 /// The extended result code of a constraint violation, if `e` is one.

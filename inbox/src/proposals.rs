@@ -207,9 +207,10 @@ impl State {
         let conn = self.conn()?;
         let cols: Vec<String> = COLUMNS.split(',').map(|c| format!("p.{}", c.trim())).collect();
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {} FROM proposals p
-             JOIN history h ON h.vault = p.vault AND h.id = json_extract(p.result_json, '$.historyEntryId')
-             WHERE p.vault = ?1 AND p.status = 'applied'
+            "SELECT {} FROM history h
+             JOIN proposals p ON p.vault = h.vault AND p.status = 'applied'
+                 AND json_extract(p.result_json, '$.historyEntryId') = h.id
+             WHERE h.vault = ?1 AND h.barrier = 0
              ORDER BY h.seq DESC LIMIT 1",
             cols.join(", ")
         ))?;

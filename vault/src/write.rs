@@ -346,7 +346,7 @@ impl VaultFs {
                 let Ok(name) = item.file_name().into_string() else {
                     continue;
                 };
-                if name != *seg && fold_name(&name) == wanted {
+                if name != *seg && folds_equal(&name, seg, &wanted) {
                     let found = real
                         .iter()
                         .map(String::as_str)
@@ -593,8 +593,9 @@ fn place_via(
     sync_dir(dir)?;
     if placed == Placed::Linked {
         // The temp name is a second name of the new, already durable file. Failing to drop it
-        // leaves a hidden leftover in the staging folder, not a failed write.
-        if let Err(e) = tmp_dir.remove_file(&temp).and_then(|()| sync_dir(tmp_dir)) {
+        // leaves a hidden leftover in the staging folder, not a failed write; its removal needs
+        // no fsync (a crash only leaves that name for the next lock holder's sweep).
+        if let Err(e) = tmp_dir.remove_file(&temp) {
             tracing::warn!(path = %path, error = %e, "temp file left after a write");
         }
     }
@@ -702,6 +703,15 @@ fn fold_name(s: &str) -> String {
     s.nfc().collect::<String>().to_lowercase()
 }
 
+/// `fold_name(name) == wanted` (the fold of `seg`), without allocating for the common case of
+/// two ASCII names: a listing of a large folder compares every entry.
+fn folds_equal(name: &str, seg: &str, wanted: &str) -> bool {
+    if name.is_ascii() && seg.is_ascii() {
+        return name.eq_ignore_ascii_case(seg);
+    }
+    fold_name(name) == wanted
+}
+
 /// Unpredictable enough for temp names: `RandomState` is seeded from the OS per process, and a
 /// counter keeps names distinct within one. `create_new` is what guarantees exclusivity.
 fn random_u64() -> u64 {
@@ -795,5 +805,18 @@ mod tests {
         assert_eq!(fold_name("Attention.md"), fold_name("attention.md"));
         assert_eq!(fold_name("cafe\u{301}.md"), fold_name("Caf\u{e9}.md"));
         assert_ne!(fold_name("a.md"), fold_name("b.md"));
+        // The ASCII shortcut agrees with the full fold, and mixed names take the full fold.
+        for (a, b) in [
+            ("Attention.md", "attention.md"),
+            ("a.md", "b.md"),
+            ("\u{212a}.md", "k.md"),
+            ("cafe\u{301}.md", "Caf\u{e9}.md"),
+        ] {
+            assert_eq!(
+                folds_equal(a, b, &fold_name(b)),
+                fold_name(a) == fold_name(b),
+                "{a} {b}"
+            );
+        }
     }
 }

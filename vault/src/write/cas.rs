@@ -186,11 +186,10 @@ fn replace_via(
     let held = hash_entry(tmp_dir, &temp);
     if matches!(&held, Ok(Some(h)) if h == expected) {
         // The old bytes were exactly the expected ones: nothing of anyone else's is dropped.
+        // Only the target's folder must be durable: a crash before the held name's removal is
+        // on disk leaves old bytes under a held name, never a lost write.
         tmp_dir.remove_file(&temp)?;
         sync_dir(at.dir)?;
-        if !beside {
-            sync_dir(tmp_dir)?;
-        }
         return Ok(());
     }
     let ours = hex::encode(Sha256::digest(bytes));
