@@ -249,6 +249,10 @@ impl Core {
 
     /// Appends one record; the only way the engine writes to the audit log.
     pub(crate) fn append_audit(&self, entry: Entry, durability: Durability) -> Result<u64, GatewayError> {
+        // Test-only: the log refuses appends as a full disk would.
+        if self.failpoints.fails("audit_append") {
+            return Err(GatewayError::AuditUnavailable);
+        }
         let rec = self
             .audit
             .append(entry, time::OffsetDateTime::now_utc(), durability)?;

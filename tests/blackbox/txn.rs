@@ -1285,3 +1285,53 @@ async fn a_failing_index_update_answers_index_failed() {
     c.close().await;
     audit_verifies(&env, "after the index failure").await;
 }
+
+/// SPEC §6, §9: the audit line belongs to the transaction. When it cannot be written, the apply
+/// rolls back and answers `AUDIT_UNAVAILABLE`: the note is not created, the proposal stays
+/// pending, and the idempotency key is not used up, so the same call succeeds later.
+#[tokio::test]
+async fn an_apply_whose_audit_line_cannot_be_written_rolls_back() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let path = "z/audit-unwritable.md";
+    let content = "# Audit\n\nonly with its record\n";
+    let c = stdio(&env, &token, &[]).await;
+    let p = propose_new(&c, path, content).await;
+    c.close().await;
+    let before = std::fs::read(env.home.join("audit.jsonl")).unwrap();
+
+    let c = stdio(&env, &token, &[("VAULTGATE_TEST_FAILPOINT", "audit_append")]).await;
+    let args = json!({"id": p.id, "proposalHash": p.hash, "idempotencyKey": "audit-k1"});
+    match call(&c, "apply_proposal", args.clone()).await {
+        Reply::Err(e) => assert_eq!(e["code"], "AUDIT_UNAVAILABLE", "{e}"),
+        Reply::Ok(v) => panic!("the apply succeeded without its audit line: {v}"),
+    }
+    // Reads fail closed too: no record, no answer.
+    match call(&c, "read_note", json!({"path": "z/attention.md"})).await {
+        Reply::Err(e) => assert_eq!(e["code"], "AUDIT_UNAVAILABLE", "{e}"),
+        Reply::Ok(v) => panic!("a read answered without its audit line: {v}"),
+    }
+    c.close().await;
+    assert!(!env.vault.join(path).exists(), "the note was rolled back");
+    assert!(
+        listed(&env, "pending").await.contains(&p.id),
+        "the proposal is pending"
+    );
+    assert_eq!(
+        std::fs::read(env.home.join("audit.jsonl")).unwrap(),
+        before,
+        "nothing was appended to the log"
+    );
+
+    // The same key works once the log can be written: it was never stored.
+    let c = stdio(&env, &token, &[]).await;
+    let a = ok(&c, "apply_proposal", args).await;
+    assert_eq!(
+        (a["applied"].clone(), a["replayed"].clone()),
+        (json!(true), json!(false)),
+        "{a}"
+    );
+    c.close().await;
+    assert_eq!(std::fs::read_to_string(env.vault.join(path)).unwrap(), content);
+    audit_verifies(&env, "after the audit failure").await;
+}
