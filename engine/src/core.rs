@@ -90,7 +90,19 @@ impl Caller {
 pub struct VaultHandle {
     pub id: String,
     pub name: String,
-    pub reader: Vault,
+    pub(crate) reader: Vault,
+}
+
+impl VaultHandle {
+    /// The vault's layout (notes, standards and inbox folders).
+    pub fn layout(&self) -> &policy::Layout {
+        self.reader.layout()
+    }
+
+    /// Where the vault's search index lives.
+    pub fn index_file(&self) -> std::path::PathBuf {
+        self.reader.index_file()
+    }
 }
 
 /// Shared state of one gateway process.
@@ -442,6 +454,19 @@ impl Core {
             tags,
             path_prefix,
         })?)
+    }
+
+    /// `vaultgate index`: brings the vault's search index up to date (or rebuilds it), reporting
+    /// progress as (done, total).
+    pub fn refresh_index(
+        &self,
+        v: &VaultHandle,
+        rebuild: bool,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<vault::SyncReport, GatewayError> {
+        v.reader
+            .refresh_index(rebuild, progress)
+            .map_err(|e| GatewayError::Internal(format!("indexing vault '{}': {e}", v.id)))
     }
 
     /// A standards note's text (the `vaultgate://standards/` resource); anything else is

@@ -164,6 +164,8 @@ pub(crate) enum IntentAt {
 /// What a committed transaction reports to its caller.
 #[derive(Debug, Clone)]
 pub(crate) struct Committed {
+    /// The vault's revision after the commit (announced).
+    pub revision: u64,
     /// `updated` or `failed` (SPEC §6 "Partial success is honest").
     pub index: &'static str,
     /// The answer stored with the commit (apply, undo/redo, critical).
@@ -334,7 +336,7 @@ impl Core {
             Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         };
         self.failpoint(kind, "after_commit");
-        let index = self.after_commit(v, intent);
+        let index = self.after_commit(v, intent, committed.revision);
         Ok(Committed { index, ..committed })
     }
 
@@ -559,8 +561,8 @@ impl Core {
                             format!("proposal {proposal_id} was decided while its apply ran"),
                         )
                     })?;
-                let _ = c;
                 Ok(Committed {
+                    revision: c.revision,
                     index: "updated",
                     result,
                 })
@@ -604,8 +606,8 @@ impl Core {
                             format!("{entry_id} is no longer the top of the history"),
                         )
                     })?;
-                let _ = c;
                 Ok(Committed {
+                    revision: c.revision,
                     index: "updated",
                     result,
                 })
@@ -670,8 +672,8 @@ impl Core {
                     .state
                     .finish_challenge(challenge_id, &result, changed, fingerprint)?
                     .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
-                let _ = revision;
                 Ok(Committed {
+                    revision,
                     index: "updated",
                     result,
                 })
@@ -681,7 +683,7 @@ impl Core {
     }
 
     /// After the commit: what does not protect the notes. Answers the index status.
-    fn after_commit(&self, v: &VaultHandle, intent: &Intent) -> &'static str {
+    fn after_commit(&self, v: &VaultHandle, intent: &Intent, revision: u64) -> &'static str {
         match &intent.txn {
             TxnKind::Apply { .. } => {
                 if let Err(e) = self.append_applied_line(v, &intent.txn, &intent.audit.actor_label) {
@@ -709,7 +711,6 @@ impl Core {
         } else {
             "failed"
         };
-        let revision = self.state.revision(&v.id).unwrap_or(0);
         self.announce(crate::changes::VaultChanged {
             vault: v.id.clone(),
             revision,

@@ -994,13 +994,10 @@ fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), Gate
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let report = v
-        .reader
-        .refresh_index(rebuild, &mut |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        })
-        .map_err(|e| GatewayError::Internal(format!("indexing vault '{}': {e}", v.id)));
+    let report = core.refresh_index(&v, rebuild, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
     bar.finish_and_clear();
     let r = report?;
     let secs = r.elapsed.as_secs_f64();
@@ -1020,7 +1017,7 @@ fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), Gate
         } else {
             String::new()
         },
-        v.reader.index_file().display()
+        v.index_file().display()
     ));
     Ok(())
 }

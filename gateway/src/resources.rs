@@ -48,7 +48,7 @@ pub fn list(core: &Core, caller: &Caller) -> Result<Vec<Resource>, GatewayError>
                 .with_title(format!("Vault overview: {}", v.name))
                 .with_mime_type("text/markdown"),
         );
-        for s in v.reader.list_standards()?.standards {
+        for s in core.list_standards(&v)?.standards {
             out.push(
                 Resource::new(
                     format!("vaultgate://standards/{}/{}", v.id, s.path),
@@ -89,7 +89,7 @@ fn read_as(core: &Core, caller: &Caller, uri: &str) -> Result<String, GatewayErr
 
 fn vault_overview(core: &Core, v: &VaultHandle) -> Result<String, GatewayError> {
     let o = core.overview(v)?;
-    let layout = v.reader.layout();
+    let layout = v.layout();
     let list = |f: &[policy::FolderPath]| {
         if f.is_empty() {
             "(none)".to_owned()
@@ -118,7 +118,7 @@ fn vault_overview(core: &Core, v: &VaultHandle) -> Result<String, GatewayError> 
         sf = list(&layout.standards),
         inbox = layout.inbox,
     );
-    let standards = v.reader.list_standards()?.standards;
+    let standards = core.list_standards(&v)?.standards;
     if !standards.is_empty() {
         md.push_str("\n## Standards to follow\n\n");
         for s in standards {

@@ -1335,3 +1335,102 @@ async fn an_apply_whose_audit_line_cannot_be_written_rolls_back() {
     assert_eq!(std::fs::read_to_string(env.vault.join(path)).unwrap(), content);
     audit_verifies(&env, "after the audit failure").await;
 }
+
+/// SPEC §6 "Cost follows the change": the write path keeps the change fingerprint and the search
+/// index by the notes it touched, without walking the vault. After many mixed applies (new,
+/// patch, move, delete, undo, redo) both must equal what a fresh walk finds: a restart's
+/// start-up scan (a whole walk) moves no revision, and `vaultgate index` finds nothing to add,
+/// update or remove.
+#[tokio::test]
+async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
+    const ROUNDS: usize = 150;
+    let env = Env::new();
+    let (_, token) = env.token("mixed-writer", "full");
+    let c = stdio(&env, &token, &[]).await;
+    let mut live: Vec<String> = Vec::new();
+    let mut key = 0usize;
+    let mut next_key = || {
+        key += 1;
+        format!("mixed-{key}")
+    };
+    for i in 0..ROUNDS {
+        // new
+        let path = format!("z/mixed/n{i:04}.md");
+        let p = propose_new(
+            &c,
+            &path,
+            &format!("# N{i}\n\nsee [[n{:04}]]\n", i.saturating_sub(1)),
+        )
+        .await;
+        apply_mcp(&c, &p, &next_key()).await;
+        live.push(path);
+        // patch an older one
+        if i % 3 == 0 && live.len() > 2 {
+            let target = live[i % live.len()].clone();
+            let base = base_hash(&c, &target).await;
+            let p = propose(
+                &c,
+                "propose_note_patch",
+                json!({"path": target, "baseHash": base, "content": format!("# patched {i}\n"), "reason": "mix"}),
+            )
+            .await;
+            apply_mcp(&c, &p, &next_key()).await;
+        }
+        // move one (links to it are rewritten)
+        if i % 5 == 0 && live.len() > 3 {
+            let from = live.remove(1);
+            let to = format!("z/mixed/moved/m{i:04}.md");
+            let p = propose_move(&c, &from, &to).await;
+            apply_mcp(&c, &p, &next_key()).await;
+            live.push(to);
+        }
+        // delete one
+        if i % 7 == 0 && live.len() > 4 {
+            let target = live.remove(2);
+            let base = base_hash(&c, &target).await;
+            let p = propose(
+                &c,
+                "propose_delete",
+                json!({"path": target, "baseHash": base, "reason": "mix"}),
+            )
+            .await;
+            apply_mcp(&c, &p, &next_key()).await;
+        }
+        // undo the newest change, then redo it
+        if i % 11 == 0 {
+            let s = ok(&c, "history_status", json!({})).await;
+            let top = s["undoTop"].as_str().unwrap().to_owned();
+            ok(
+                &c,
+                "history_undo",
+                json!({"expectedHistoryEntryId": top, "idempotencyKey": next_key()}),
+            )
+            .await;
+            ok(
+                &c,
+                "history_redo",
+                json!({"expectedHistoryEntryId": top, "idempotencyKey": next_key()}),
+            )
+            .await;
+        }
+    }
+    let before = ok(&c, "get_vault_overview", json!({})).await;
+    c.close().await;
+
+    // A restart walks the whole vault and compares it with the recorded fingerprint.
+    let c = stdio(&env, &token, &[]).await;
+    let after = ok(&c, "get_vault_overview", json!({})).await;
+    c.close().await;
+    assert_eq!(
+        before["revision"], after["revision"],
+        "the start-up scan found a difference the writes had not recorded: {before} vs {after}"
+    );
+    assert_eq!(after["index"]["staleFiles"], 0, "{after}");
+
+    let out = cli_ok(&env, &["index"], "vaultgate index").await;
+    assert!(
+        out.contains("(0 added, 0 updated, 0 removed,"),
+        "the index differed from the files after the writes: {out}"
+    );
+    audit_verifies(&env, "after the mixed applies").await;
+}
