@@ -118,7 +118,7 @@ fn vault_overview(core: &Core, v: &VaultHandle) -> Result<String, GatewayError> 
         sf = list(&layout.standards),
         inbox = layout.inbox,
     );
-    let standards = core.list_standards(&v)?.standards;
+    let standards = core.list_standards(v)?.standards;
     if !standards.is_empty() {
         md.push_str("\n## Standards to follow\n\n");
         for s in standards {
