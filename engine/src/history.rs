@@ -20,6 +20,7 @@ use crate::call::Call;
 use crate::core::{Core, VaultHandle, rfc3339};
 use crate::error::GatewayError;
 use crate::files::Files;
+use crate::ids::HistoryEntryId;
 use crate::txn::{AuditPlan, Intent, TxnKind, internal};
 
 /// The `proposal_id` prefix of an undo/redo intent in the intents table (`history:<entry id>`).
@@ -332,9 +333,10 @@ impl Core {
         call: &mut Call<'_>,
         v: &Arc<VaultHandle>,
         t: Transition,
-        expected: &str,
+        expected: &HistoryEntryId,
         idempotency_key: &str,
     ) -> Result<HistoryStatusOut, GatewayError> {
+        let expected = expected.as_str();
         if idempotency_key.trim().is_empty() {
             return Err(GatewayError::InvalidArgument(
                 "idempotencyKey must not be empty".into(),

@@ -14,6 +14,7 @@ use crate::api::{
 };
 use crate::core::{Actor, Core, VaultHandle, rfc3339};
 use crate::error::GatewayError;
+use crate::ids::{NoteHash, ProposalId};
 
 /// The inbox files of one proposal, relative to the inbox folder (SPEC §6).
 pub struct InboxFiles {
@@ -297,9 +298,10 @@ impl Core {
         actor: &Actor,
         v: &VaultHandle,
         path: &str,
-        base_hash: &str,
+        base_hash: &NoteHash,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
+        let base_hash = base_hash.as_str();
         require_reason(reason)?;
         let target = target_path(v, path)?;
         let (_, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
@@ -346,7 +348,8 @@ impl Core {
         })
     }
 
-    pub fn get_proposal(&self, v: &VaultHandle, id: &str) -> Result<GetProposalOut, GatewayError> {
+    pub fn get_proposal(&self, v: &VaultHandle, id: &ProposalId) -> Result<GetProposalOut, GatewayError> {
+        let id = id.as_str();
         let row = self
             .state
             .proposal(&v.id, id)?
@@ -408,9 +411,10 @@ impl Core {
         &self,
         actor: &Actor,
         v: &Arc<VaultHandle>,
-        id: &str,
+        id: &ProposalId,
         reason: &str,
     ) -> Result<RejectOut, GatewayError> {
+        let id = id.as_str();
         require_reason(reason)?;
         let _lock = v.reader.fs().write_lock()?;
         // An apply a crash interrupted is finished first: it may be this very proposal.

@@ -801,7 +801,7 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
         }
         InboxCmd::Show { id, vault, json } => {
             let v = core.vault_for_cli(vault.as_deref())?;
-            let p = core.get_proposal(&v, &id)?;
+            let p = core.get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone()))?;
             if json {
                 return json_out(&p);
             }
@@ -814,7 +814,12 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
             let r = core
                 .cli_call(user, "reject_proposal", &args, |call| {
                     call.set_vault(&v.id);
-                    core.reject_proposal(call.actor(), &v, &id, &reason)
+                    core.reject_proposal(
+                        call.actor(),
+                        &v,
+                        &engine::ids::ProposalId::from_wire(id.clone()),
+                        &reason,
+                    )
                 })
                 .into_inner()?;
             out(&format!("rejected {id}; archived to {}", r.archived_to));
@@ -855,7 +860,7 @@ fn apply_cmd(
     let mut first_code = None;
     for id in ids {
         // One unreadable proposal does not stop the batch.
-        let p = match core.get_proposal(&v, &id) {
+        let p = match core.get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone())) {
             Ok(p) => p,
             Err(e) => {
                 failed += 1;
@@ -970,7 +975,13 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
     let s = core
         .cli_call(user, tool, &args, |call| {
             call.set_vault(&v.id);
-            core.history_transition(call, &v, t, &entry.id, &key)
+            core.history_transition(
+                call,
+                &v,
+                t,
+                &engine::ids::HistoryEntryId::from_wire(entry.id.clone()),
+                &key,
+            )
         })
         .into_inner()?;
     out(&format!("{} {}: done", t.as_str(), entry.id));

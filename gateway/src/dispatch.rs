@@ -8,7 +8,7 @@ use engine::api::{
     SearchNoteContentArgs, VaultArg,
 };
 use engine::history::HistoryMoveArgs;
-use engine::ids::{ProposalHash, ProposalId};
+use engine::ids::{HistoryEntryId, NoteHash, ProposalHash, ProposalId};
 use engine::{Audited, Call, Caller, Core, GatewayError, Transition};
 use serde_json::{Map, Value};
 
@@ -98,7 +98,7 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         "get_proposal" => {
             let a: ProposalIdArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.get_proposal(&v, &a.id)?)
+            to_value(core.get_proposal(&v, &ProposalId::from_wire(a.id))?)
         }
         "propose_new_note" => {
             let a: ProposeNewArgs = parse(args)?;
@@ -118,12 +118,18 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         "propose_delete" => {
             let a: ProposeDeleteArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_delete(call.actor(), &v, &a.path, &a.base_hash, &a.reason)?)
+            to_value(core.propose_delete(
+                call.actor(),
+                &v,
+                &a.path,
+                &NoteHash::from_wire(a.base_hash),
+                &a.reason,
+            )?)
         }
         "reject_proposal" => {
             let a: RejectArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.reject_proposal(call.actor(), &v, &a.id, &a.reason)?)
+            to_value(core.reject_proposal(call.actor(), &v, &ProposalId::from_wire(a.id), &a.reason)?)
         }
         "apply_proposal" => {
             let a: ApplyArgs = parse(args)?;
@@ -153,7 +159,7 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
                 call,
                 &v,
                 t,
-                &a.expected_history_entry_id,
+                &HistoryEntryId::from_wire(a.expected_history_entry_id),
                 &a.idempotency_key,
             )?)
         }
