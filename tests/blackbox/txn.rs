@@ -1160,11 +1160,16 @@ async fn linking_notes_edited_in_a_loop_while_a_move_applies_lose_no_line() {
                 while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
                     for rel in &edited {
                         let line = format!("editor sweep {sweep} wrote this line into {rel}\n");
-                        let mut f = std::fs::OpenOptions::new()
-                            .append(true)
-                            .open(vault.join(rel))
-                            .unwrap();
-                        f.write_all(line.as_bytes()).unwrap();
+                        // Saved the way editors save (a temp file renamed over the note), the
+                        // case the transaction guarantees (ARCHITECTURE.md: the window left is
+                        // an in-place write into the same inode during the check).
+                        let path = vault.join(rel);
+                        let mut text = std::fs::read(&path).unwrap();
+                        text.extend_from_slice(line.as_bytes());
+                        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                        let tmp = path.with_file_name(format!(".{name}.editor-save"));
+                        std::fs::write(&tmp, &text).unwrap();
+                        std::fs::rename(&tmp, &path).unwrap();
                         written.push((rel.clone(), line));
                     }
                     sweep += 1;
