@@ -324,15 +324,16 @@ impl Core {
         call.finish(result, Durability::Sync)
     }
 
-    /// Records a successful or refused read that is not a tool call (resources).
+    /// A read that is not a tool call (resources), answered only with its record: a record that
+    /// cannot be written turns the answer into `AUDIT_UNAVAILABLE` (SPEC §9).
     pub fn record_read<T>(
         &self,
         caller: &Caller,
         event: &str,
         target: &str,
-        result: &Result<T, GatewayError>,
-    ) {
-        let (outcome, code) = match result {
+        result: Result<T, GatewayError>,
+    ) -> Result<T, GatewayError> {
+        let (outcome, code) = match &result {
             Ok(_) => (Outcome::Ok, None),
             Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
         };
@@ -341,7 +342,7 @@ impl Core {
         } else {
             Durability::Sync
         };
-        self.write_audit(
+        let appended = self.append_audit(
             Entry {
                 event: event.into(),
                 actor: caller.actor(),
@@ -356,6 +357,14 @@ impl Core {
             },
             durability,
         );
+        match appended {
+            Ok(_) => result,
+            // SECURITY(T-AUDIT4): no record, no answer.
+            Err(e) => {
+                tracing::error!(error = %e, "audit append failed; the read is refused");
+                Err(GatewayError::AuditUnavailable)
+            }
+        }
     }
 
     // ---- vaults ------------------------------------------------------------------------------

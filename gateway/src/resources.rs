@@ -64,9 +64,7 @@ pub fn list(core: &Core, caller: &Caller) -> Result<Vec<Resource>, GatewayError>
 }
 
 pub fn read(core: &Core, caller: &Caller, uri: &str) -> Result<String, GatewayError> {
-    let result = read_as(core, caller, uri);
-    core.record_read(caller, "resource_read", uri, &result);
-    result
+    core.record_read(caller, "resource_read", uri, read_as(core, caller, uri))
 }
 
 fn read_as(core: &Core, caller: &Caller, uri: &str) -> Result<String, GatewayError> {

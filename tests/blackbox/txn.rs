@@ -1316,6 +1316,19 @@ async fn an_apply_whose_audit_line_cannot_be_written_rolls_back() {
         Reply::Err(e) => assert_eq!(e["code"], "AUDIT_UNAVAILABLE", "{e}"),
         Reply::Ok(v) => panic!("a read answered without its audit line: {v}"),
     }
+    let resource = c
+        .inner
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "vaultgate://vault/basic",
+        ))
+        .await;
+    match resource {
+        Err(e) => assert!(
+            e.to_string().contains("AUDIT_UNAVAILABLE") || format!("{e:?}").contains("AUDIT_UNAVAILABLE"),
+            "{e:?}"
+        ),
+        Ok(r) => panic!("a resource read answered without its audit line: {r:?}"),
+    }
     c.close().await;
     assert!(!env.vault.join(path).exists(), "the note was rolled back");
     assert!(

@@ -291,25 +291,8 @@ impl VaultFs {
         area: Area,
         path: &VaultPath,
     ) -> Result<Option<(Vec<u8>, String)>, WriteError> {
-        area.check(self.layout(), path)?;
-        let parent = match self.open_parent(area, path, false) {
-            Ok(parent) => parent,
-            Err(WriteError::NotFound) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
-        let name = path.file_name();
-        if self.check_destination(dir, &parent.segments, name)?.is_none() {
+        let Some(file) = self.open_existing(area, path)? else {
             return Ok(None);
-        }
-        let mut options = OpenOptions::new();
-        // SECURITY(T-PATH): no-follow, so a symlink swapped in since the check fails to open;
-        // non-blocking, so a FIFO swapped in cannot hang the apply.
-        options.read(true).follow(FollowSymlinks::No).nonblock(true);
-        let file = match dir.open_with(name, &options) {
-            Ok(file) => file,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
         };
         // SECURITY(T-PATH): type and size of the handle we read.
         let meta = file.metadata()?;
@@ -326,6 +309,36 @@ impl VaultFs {
         }
         let hash = hex::encode(Sha256::digest(&bytes));
         Ok(Some((bytes, hash)))
+    }
+
+    /// Opens the existing file at `path` for reading without following a symlink at any
+    /// component; `None` if it (or a folder on the way) is missing. The one no-follow read open
+    /// of the write side (`read_for_write`, the log readers in `append`).
+    pub(crate) fn open_existing(
+        &self,
+        area: Area,
+        path: &VaultPath,
+    ) -> Result<Option<std::fs::File>, WriteError> {
+        area.check(self.layout(), path)?;
+        let parent = match self.open_parent(area, path, false) {
+            Ok(parent) => parent,
+            Err(WriteError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
+        let name = path.file_name();
+        if self.check_destination(dir, &parent.segments, name)?.is_none() {
+            return Ok(None);
+        }
+        let mut options = OpenOptions::new();
+        // SECURITY(T-PATH): no-follow, so a symlink swapped in since the check fails to open;
+        // non-blocking, so a FIFO swapped in cannot hang the apply.
+        options.read(true).follow(FollowSymlinks::No).nonblock(true);
+        match dir.open_with(name, &options) {
+            Ok(file) => Ok(Some(file.into_std())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// An existing entry that `path` would collide with on a case-insensitive or

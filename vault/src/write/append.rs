@@ -3,7 +3,7 @@
 //! limit. Paths are contained exactly like every other write (area check, no-follow walk).
 
 use std::fs::File;
-use std::io::{BufReader, ErrorKind, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::fs::OpenOptions;
@@ -91,30 +91,6 @@ impl VaultFs {
         };
         regular_len(&file)?;
         Ok(Some(BufReader::with_capacity(64 * 1024, file)))
-    }
-
-    /// Opens the existing regular file at `path` for reading without following a symlink at any
-    /// component; `None` if it (or a folder on the way) is missing.
-    fn open_existing(&self, area: Area, path: &VaultPath) -> Result<Option<File>, WriteError> {
-        area.check(self.layout(), path)?;
-        let parent = match self.open_parent(area, path, false) {
-            Ok(parent) => parent,
-            Err(WriteError::NotFound) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
-        let name = path.file_name();
-        if self.check_destination(dir, &parent.segments, name)?.is_none() {
-            return Ok(None);
-        }
-        let mut options = OpenOptions::new();
-        // SECURITY(T-PATH): as in `read_for_write`.
-        options.read(true).follow(FollowSymlinks::No).nonblock(true);
-        match dir.open_with(name, &options) {
-            Ok(file) => Ok(Some(file.into_std())),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
-        }
     }
 }
 
