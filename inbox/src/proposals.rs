@@ -156,6 +156,14 @@ pub(crate) fn mark_applied_on(
     Ok(n == 1)
 }
 
+/// The newest applied proposal of vault `?1`. CROSS JOIN keeps history the outer loop: the
+/// newest entry first, its proposal by index, so this costs the same in a vault of any age
+/// (SPEC §6 "Cost follows the change").
+const LAST_APPLIED: &str = "FROM history h
+     CROSS JOIN proposals p ON p.history_entry_id = h.id
+     WHERE h.vault = ?1 AND h.barrier = 0 AND p.vault = ?1 AND p.status = 'applied'
+     ORDER BY h.seq DESC LIMIT 1";
+
 impl State {
     /// Records a new pending proposal. Fails with `DuplicateProposalId` or `DuplicateSlug` (slugs
     /// are unique per vault) and `InvalidMeta` when the metadata disagrees with the columns.
@@ -206,14 +214,7 @@ impl State {
     pub fn last_applied(&self, vault: &str) -> Result<Option<StoredProposal>, StateError> {
         let conn = self.conn()?;
         let cols: Vec<String> = COLUMNS.split(',').map(|c| format!("p.{}", c.trim())).collect();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {} FROM history h
-             JOIN proposals p ON p.vault = h.vault AND p.status = 'applied'
-                 AND json_extract(p.result_json, '$.historyEntryId') = h.id
-             WHERE h.vault = ?1 AND h.barrier = 0
-             ORDER BY h.seq DESC LIMIT 1",
-            cols.join(", ")
-        ))?;
+        let mut stmt = conn.prepare_cached(&format!("SELECT {} {LAST_APPLIED}", cols.join(", ")))?;
         Ok(stmt.query_row([vault], from_row).optional()?)
     }
 
@@ -446,5 +447,57 @@ mod tests {
             assert_eq!(serde_json::to_value(st).unwrap(), json!(st.as_str()));
         }
         assert!("Pending".parse::<ProposalStatus>().is_err());
+    }
+
+    /// The repair before every write asks for the newest applied proposal: the answer follows
+    /// the history, and the query plan looks it up by index instead of scanning every applied
+    /// proposal (so a write costs the same in an old vault as in a new one).
+    #[test]
+    fn last_applied_is_the_newest_history_entry_found_by_index() {
+        let (_d, s) = open();
+        assert!(s.last_applied("v").unwrap().is_none());
+        for (k, id) in ["p1", "p2", "p3"].iter().enumerate() {
+            insert(&s, "v", id, id, 10 + k as u32).unwrap();
+            let h = format!("h{k}");
+            s.add_history(
+                "v",
+                &crate::NewHistory {
+                    id: &h,
+                    label: "l",
+                    kind: "new",
+                    created_by: "cred_1",
+                    created_at: &t(20),
+                    paths: &json!([]),
+                    barrier: false,
+                },
+            )
+            .unwrap();
+        }
+        // Applied out of creation order: p3 first, then p1, then p2.
+        for (id, h) in [("p3", "h0"), ("p1", "h1"), ("p2", "h2")] {
+            assert!(
+                s.mark_applied(id, "claude", &t(30), &json!({"historyEntryId": h}))
+                    .unwrap()
+            );
+        }
+        assert_eq!(s.last_applied("v").unwrap().unwrap().id, "p2");
+        assert!(s.last_applied("w").unwrap().is_none());
+
+        let conn = s.conn().unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN SELECT p.id {LAST_APPLIED}"))
+            .unwrap()
+            .query_map(["v"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter().any(|l| l.contains("proposals_by_history_id")),
+            "the lookup does not use the index: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|l| l.contains("SCAN")),
+            "the lookup scans: {plan:?}"
+        );
     }
 }

@@ -541,9 +541,7 @@ impl Index {
             let meta = self.fs.metadata(p).ok();
             let under = format!("{}/", p.as_str());
             let was_folder = {
-                let at = catalog
-                    .entries
-                    .partition_point(|e| e.path.as_str() < under.as_str());
+                let at = catalog.partition_point(|e| e.path.as_str() < under.as_str());
                 catalog
                     .entries
                     .get(at)
@@ -784,7 +782,7 @@ impl Index {
 }
 
 /// Catalog files that differ from the index, and indexed notes that are no longer files.
-fn stale_count(walk: &[DirEntry], have: &[db::Entry], layout: &policy::Layout) -> usize {
+fn stale_count(walk: &[DirEntry], have: &imbl::Vector<db::Entry>, layout: &policy::Layout) -> usize {
     let (mut i, mut j, mut stale) = (0, 0, 0);
     while i < walk.len() || j < have.len() {
         match (walk.get(i), have.get(j)) {

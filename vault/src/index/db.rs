@@ -7,7 +7,7 @@
 //! (under `.vaultgate/index.lock`, so one process does it); a schema of another version is
 //! dropped and created again in one transaction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -137,11 +137,19 @@ pub struct Entry {
 }
 
 /// Every indexed note, sorted by path, as of one generation.
+///
+/// A write derives the next generation from this one at the cost of the change (SPEC §6 "Cost
+/// follows the change"): `entries` is a persistent vector (cloned in O(1), edited in O(log n)),
+/// and positions are kept exact by [`Shifts`] over the positions of the last full read instead
+/// of a map of every note rebuilt at each write.
 #[derive(Debug)]
 pub struct Catalog {
     pub generation: i64,
-    pub entries: Vec<Entry>,
-    by_id: HashMap<i64, usize>,
+    pub entries: imbl::Vector<Entry>,
+    /// The position of each note as of the last full read (or rebase).
+    base: Arc<HashMap<i64, usize>>,
+    /// How the notes added and removed since move those positions.
+    shifts: Arc<Shifts>,
     /// Every note with an id up to this one has ids in path order (a build inserts in path
     /// order); notes added since have larger ids. So candidates up to it stream in path order.
     pub ordered_upto: i64,
@@ -149,6 +157,54 @@ pub struct Catalog {
     /// Per-generation answers that read every tag (computed on first use).
     pub tag_counts: OnceLock<Vec<(String, String, usize)>>,
     pub distinct_tags: OnceLock<usize>,
+}
+
+/// After this many notes added or removed since the base, the base is read again from
+/// `entries` (an O(n) step, so once per this many changes).
+#[cfg(not(test))]
+const REBASE_AFTER: usize = 4096;
+#[cfg(test)]
+const REBASE_AFTER: usize = 5;
+
+/// The changes since the base, as they move base positions: a base note's position is its base
+/// position, plus the added notes before it, minus the removed base notes before it.
+#[derive(Debug, Clone, Default)]
+struct Shifts {
+    /// Each note added since the base: its path, and the base position it sits before.
+    added: HashMap<i64, (VaultPath, usize)>,
+    /// Those base positions, sorted (one per added note).
+    anchors: Vec<usize>,
+    /// Base notes removed since.
+    removed: HashSet<i64>,
+    /// Their base positions, sorted.
+    removed_at: Vec<usize>,
+}
+
+impl Shifts {
+    fn len(&self) -> usize {
+        self.anchors.len() + self.removed_at.len()
+    }
+
+    /// The note `id` (in the base, or added since) is gone.
+    fn forget(&mut self, id: i64, base: &HashMap<i64, usize>) {
+        if let Some((_, anchor)) = self.added.remove(&id) {
+            if let Ok(k) = self.anchors.binary_search(&anchor) {
+                self.anchors.remove(k);
+            }
+        } else if let Some(&at) = base.get(&id)
+            && self.removed.insert(id)
+        {
+            let k = self.removed_at.partition_point(|r| *r < at);
+            self.removed_at.insert(k, at);
+        }
+    }
+
+    /// The note `id` now sits before the base position `anchor`.
+    fn add(&mut self, id: i64, path: VaultPath, anchor: usize) {
+        let k = self.anchors.partition_point(|a| *a <= anchor);
+        self.anchors.insert(k, anchor);
+        self.added.insert(id, (path, anchor));
+    }
 }
 
 /// One note a write changed, as the catalog sees it.
@@ -162,6 +218,8 @@ impl Catalog {
     /// would read after them, without reading every note again.
     fn with_changes(&self, generation: i64, changes: &[Change]) -> Catalog {
         let mut entries = self.entries.clone();
+        let mut shifts = (*self.shifts).clone();
+        let base = &self.base;
         let mut ordered_upto = self.ordered_upto;
         for c in changes {
             match c {
@@ -173,23 +231,47 @@ impl Catalog {
                     if !in_place && e.id <= ordered_upto {
                         ordered_upto = e.id - 1;
                     }
-                    match at {
-                        Ok(i) => entries[i] = e.clone(),
-                        Err(i) => entries.insert(i, e.clone()),
-                    }
+                    let i = match at {
+                        Ok(i) if in_place => {
+                            entries.set(i, e.clone());
+                            continue;
+                        }
+                        Ok(i) => {
+                            let old = entries.remove(i);
+                            shifts.forget(old.id, base);
+                            i
+                        }
+                        Err(i) => i,
+                    };
+                    // It goes before the note now at `i`, so before that note's base position.
+                    let anchor = match entries.get(i) {
+                        Some(next) => match shifts.added.get(&next.id) {
+                            Some((_, a)) => *a,
+                            None => base.get(&next.id).copied().unwrap_or(base.len()),
+                        },
+                        None => base.len(),
+                    };
+                    shifts.add(e.id, e.path.clone(), anchor);
+                    entries.insert(i, e.clone());
                 }
                 Change::Remove(p) => {
                     if let Ok(i) = entries.binary_search_by(|x| x.path.cmp(p)) {
-                        entries.remove(i);
+                        let old = entries.remove(i);
+                        shifts.forget(old.id, base);
                     }
                 }
             }
         }
-        let by_id = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+        let (base, shifts) = if shifts.len() > REBASE_AFTER {
+            (Arc::new(positions(&entries)), Shifts::default())
+        } else {
+            (self.base.clone(), shifts)
+        };
         Catalog {
             generation,
             entries,
-            by_id,
+            base,
+            shifts: Arc::new(shifts),
             ordered_upto,
             resolver: OnceLock::new(),
             tag_counts: OnceLock::new(),
@@ -206,7 +288,30 @@ impl Catalog {
 
     /// The position in `entries` of the note with this id.
     pub fn position(&self, id: i64) -> Option<usize> {
-        self.by_id.get(&id).copied()
+        let s = &self.shifts;
+        if let Some((path, _)) = s.added.get(&id) {
+            return self.entries.binary_search_by(|e| e.path.cmp(path)).ok();
+        }
+        if s.removed.contains(&id) {
+            return None;
+        }
+        let at = *self.base.get(&id)?;
+        let before = s.anchors.partition_point(|a| *a <= at);
+        let gone = s.removed_at.partition_point(|r| *r < at);
+        Some(at + before - gone)
+    }
+
+    /// The first position whose entry does not satisfy `pred` (entries satisfying it come first).
+    pub fn partition_point(&self, mut pred: impl FnMut(&Entry) -> bool) -> usize {
+        match self.entries.binary_search_by(|e| {
+            if pred(e) {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Greater
+            }
+        }) {
+            Ok(i) | Err(i) => i,
+        }
     }
 
     pub fn count(&self, class: NoteClass) -> usize {
@@ -218,6 +323,11 @@ impl Catalog {
         self.resolver
             .get_or_init(|| Resolver::new(self.entries.iter().map(|e| &e.path)))
     }
+}
+
+/// Each entry's position, by id.
+fn positions(entries: &imbl::Vector<Entry>) -> HashMap<i64, usize> {
+    entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect()
 }
 
 fn class_code(class: NoteClass) -> i64 {
@@ -686,6 +796,7 @@ fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexErro
     }
     let mut ids: Vec<(i64, usize)> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     ids.sort_unstable();
+    let base = Arc::new(ids.iter().copied().collect());
     let mut ordered_upto = 0;
     let mut last: Option<usize> = None;
     for &(id, pos) in &ids {
@@ -697,8 +808,9 @@ fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexErro
     }
     Ok(Catalog {
         generation,
-        entries,
-        by_id: ids.into_iter().collect(),
+        entries: entries.into_iter().collect(),
+        base,
+        shifts: Arc::default(),
         ordered_upto,
         resolver: OnceLock::new(),
         tag_counts: OnceLock::new(),
@@ -710,8 +822,9 @@ impl Catalog {
     fn empty() -> Catalog {
         Catalog {
             generation: -1,
-            entries: Vec::new(),
-            by_id: HashMap::new(),
+            entries: imbl::Vector::new(),
+            base: Arc::default(),
+            shifts: Arc::default(),
             ordered_upto: 0,
             resolver: OnceLock::new(),
             tag_counts: OnceLock::new(),

@@ -153,9 +153,12 @@ fn prefix_range(cat: &Catalog, prefix: &FolderPath) -> std::ops::Range<usize> {
         FolderPath::Root => 0..cat.entries.len(),
         FolderPath::Dir(d) => {
             let d = d.as_str();
-            let lo = cat.entries.partition_point(|e| e.path.as_str() < d);
-            let len = cat.entries[lo..]
-                .iter()
+            let lo = cat.partition_point(|e| e.path.as_str() < d);
+            let len = cat
+                .entries
+                .focus()
+                .narrow(lo..)
+                .into_iter()
                 .take_while(|e| e.path.as_str().starts_with(d))
                 .count();
             lo..lo + len
