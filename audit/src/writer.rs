@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use time::OffsetDateTime;
 
@@ -45,10 +45,45 @@ struct State {
 /// exclusive `flock` on `audit.jsonl.lock`, because the HTTP server, each stdio server and the
 /// CLI are separate processes appending to the same file; without the lock two of them could
 /// read the same tail and write two records with the same `seq`.
+///
+/// `Durability::Sync` appends share their fsyncs (group commit): the `fdatasync` runs after both
+/// locks are released, and one that starts after a line was written makes that line durable, so
+/// concurrent callers wait for one sync instead of queueing one each behind the lock.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
     state: Mutex<State>,
+    syncs: Mutex<Syncs>,
+    synced: Condvar,
+}
+
+/// Which file, and how many of its bytes, a finished `fdatasync` made durable.
+#[derive(Debug, Default)]
+struct Syncs {
+    durable: Option<(FileKey, u64)>,
+    in_flight: bool,
+}
+
+/// A file's identity: a replaced log is a new file whose bytes no earlier sync covered.
+type FileKey = (u64, u64);
+
+#[cfg(unix)]
+/// The sync bookkeeping holds no invariant a panic could break half-way: carry on.
+fn lock_syncs(m: &Mutex<Syncs>) -> MutexGuard<'_, Syncs> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn file_key(m: &std::fs::Metadata) -> FileKey {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+#[cfg(not(unix))]
+fn file_key(_m: &std::fs::Metadata) -> FileKey {
+    (0, 0)
 }
 
 impl AuditLog {
@@ -64,6 +99,8 @@ impl AuditLog {
                 lock,
                 head: None,
             }),
+            syncs: Mutex::new(Syncs::default()),
+            synced: Condvar::new(),
         })
     }
 
@@ -84,46 +121,90 @@ impl AuditLog {
         now: OffsetDateTime,
         durability: Durability,
     ) -> Result<AuditRecord, AuditError> {
-        let mut state = self.lock_state();
-        let State { log, lock, head } = &mut *state;
-        let _exclusive = lock.write()?;
+        let (record, file, key, end) = {
+            let mut state = self.lock_state();
+            let State { log, lock, head } = &mut *state;
+            let _exclusive = lock.write()?;
 
-        follow_path(&self.path, log, head)?;
-        let len = log.metadata()?.len();
-        let (last_seq, prev) = match head {
-            Some(h) if h.len == len => (h.seq, h.hash.clone()),
-            // Kept cached, so appends stay refused while the file is shorter than we left it.
-            Some(h) if h.len > len => {
-                return Err(AuditError::Shrunk {
-                    expected_at_least: h.len,
-                    actual: len,
+            follow_path(&self.path, log, head)?;
+            let meta = log.metadata()?;
+            let len = meta.len();
+            let (last_seq, prev) = match head {
+                Some(h) if h.len == len => (h.seq, h.hash.clone()),
+                // Kept cached, so appends stay refused while the file is shorter than we left it.
+                Some(h) if h.len > len => {
+                    return Err(AuditError::Shrunk {
+                        expected_at_least: h.len,
+                        actual: len,
+                    });
+                }
+                _ => read_head(log, len)?,
+            };
+
+            let (record, line) = seal(entry, last_seq, &prev, now)?;
+            if line.len() as u64 > MAX_LINE_BYTES {
+                return Err(AuditError::RecordTooLarge {
+                    len: line.len() as u64,
+                    max: MAX_LINE_BYTES,
                 });
             }
-            _ => read_head(log, len)?,
-        };
-
-        let (record, line) = seal(entry, last_seq, &prev, now)?;
-        if line.len() as u64 > MAX_LINE_BYTES {
-            return Err(AuditError::RecordTooLarge {
-                len: line.len() as u64,
-                max: MAX_LINE_BYTES,
+            // Forget the cache first: if the write fails half-way, the next append must look at
+            // the file (and will find the torn line) instead of trusting a length that no longer
+            // holds.
+            *head = None;
+            // One write_all on an O_APPEND file, under the exclusive lock: the line lands whole at
+            // the end, never interleaved with another writer's.
+            (&*log).write_all(line.as_bytes())?;
+            let end = len + line.len() as u64;
+            *head = Some(Head {
+                len: end,
+                seq: record.seq,
+                hash: record.hash.clone(),
             });
+            let file = match durability {
+                Durability::Sync => Some(log.try_clone()?),
+                Durability::Flush => None,
+            };
+            (record, file, file_key(&meta), end)
+        };
+        if let Some(file) = file {
+            self.sync_through(&file, key, end)?;
         }
-        // Forget the cache first: if the write fails half-way, the next append must look at the
-        // file (and will find the torn line) instead of trusting a length that no longer holds.
-        *head = None;
-        // One write_all on an O_APPEND file, under the exclusive lock: the line lands whole at
-        // the end, never interleaved with another writer's.
-        (&*log).write_all(line.as_bytes())?;
-        if durability == Durability::Sync {
-            log.sync_data()?;
-        }
-        *head = Some(Head {
-            len: len + line.len() as u64,
-            seq: record.seq,
-            hash: record.hash.clone(),
-        });
         Ok(record)
+    }
+
+    /// Returns once the first `end` bytes of the file `key` are durable: at once when a sync that
+    /// began after they were written has finished, else after a sync of its own (or of another
+    /// caller's that began after them).
+    fn sync_through(&self, file: &File, key: FileKey, end: u64) -> Result<(), AuditError> {
+        let mut g = lock_syncs(&self.syncs);
+        loop {
+            if g.durable.is_some_and(|(k, upto)| k == key && upto >= end) {
+                return Ok(());
+            }
+            if !g.in_flight {
+                g.in_flight = true;
+                drop(g);
+                // Every byte written before the sync starts is covered by it.
+                let covered = file.metadata().map(|m| m.len());
+                let result = covered.and_then(|len| file.sync_data().map(|()| len));
+                g = lock_syncs(&self.syncs);
+                g.in_flight = false;
+                self.synced.notify_all();
+                let len = result?;
+                if g.durable.is_none_or(|(k, upto)| k != key || upto < len) {
+                    g.durable = Some((key, len));
+                }
+                if len >= end {
+                    return Ok(());
+                }
+                continue;
+            }
+            g = match self.synced.wait(g) {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+        }
     }
 
     /// The log's length in bytes at a moment when no cooperating writer is mid-line: every record

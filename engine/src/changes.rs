@@ -102,7 +102,18 @@ pub fn fingerprint_of(files: &[DirEntry]) -> String {
 pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
     // SPEC §6 "Cost follows the change": a batch holding nothing but vaultgate's own writes (and
     // inbox or machine files) is no change on disk to count, so it costs no walk and no lock.
-    if !changed.iter().any(|p| needs_rescan(core, v, p)) {
+    let mut theirs = false;
+    if !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
+        if theirs {
+            // Another vaultgate process wrote (and counted) it: our clients still need to hear.
+            match core.state.revision(&v.id) {
+                Ok(revision) => core.announce(VaultChanged {
+                    vault: v.id.clone(),
+                    revision,
+                }),
+                Err(e) => tracing::error!(vault = %v.id, error = %e, "reading the revision failed"),
+            }
+        }
         return;
     }
     // First the notes the watcher named, so an edit is searchable without waiting for the walk
@@ -197,17 +208,25 @@ impl Core {
             .insert((v.id.clone(), path.to_owned()), hash.map(str::to_owned));
     }
 
-    /// Whether `p` holds exactly what vaultgate last wrote there.
-    fn is_own_write(&self, v: &VaultHandle, p: &VaultPath) -> bool {
-        let expected = {
+    /// Whether `p` holds exactly what vaultgate last wrote there: this process (remembered
+    /// here), or another one (recorded with its commit; then `theirs` is set).
+    fn is_own_write(&self, v: &VaultHandle, p: &VaultPath, theirs: &mut bool) -> bool {
+        let mine = {
             let w = self
                 .own_writes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match w.map.get(&(v.id.clone(), p.as_str().to_owned())) {
-                Some(h) => h.clone(),
-                None => return false,
-            }
+            w.map.get(&(v.id.clone(), p.as_str().to_owned())).cloned()
+        };
+        let expected = match mine {
+            Some(h) => h,
+            None => match self.state.vault_write(&v.id, p.as_str()) {
+                Ok(Some(h)) => {
+                    *theirs = true;
+                    h
+                }
+                Ok(None) | Err(_) => return false,
+            },
         };
         let now = v
             .reader
@@ -241,7 +260,7 @@ impl Core {
 }
 
 /// Whether a path the watcher reported may be a change vaultgate did not make itself.
-fn needs_rescan(core: &Core, v: &VaultHandle, rel: &Path) -> bool {
+fn needs_rescan(core: &Core, v: &VaultHandle, rel: &Path, theirs: &mut bool) -> bool {
     let hidden = rel
         .components()
         .next()
@@ -258,7 +277,7 @@ fn needs_rescan(core: &Core, v: &VaultHandle, rel: &Path) -> bool {
         return false;
     }
     if p.as_str().ends_with(".md") {
-        return !core.is_own_write(v, &p);
+        return !core.is_own_write(v, &p, theirs);
     }
     // A folder (created, renamed, removed) may carry notes the watcher did not name; another file
     // is no note.

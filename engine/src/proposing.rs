@@ -119,20 +119,26 @@ impl Core {
         let id = uuid::Uuid::now_v7().to_string();
         let p = proposals::seal(draft, id, self.secret().bytes());
         let files = InboxFiles::of(p.kind, &p.slug);
-        // Every vault writer holds the lock (it also lets the lock holder sweep crash litter).
-        let _lock = v.reader.fs().write_lock()?;
+        // No write lock: a proposal writes only its own new inbox files (created exclusively)
+        // and its row, so it never waits for an apply (SPEC §6: the lock is held only as long
+        // as it must be). The staging guard keeps a sweep from taking its temp files.
+        let _staging = v.reader.fs().staging_guard()?;
         let meta = serde_json::to_value(&p).map_err(|e| GatewayError::Internal(e.to_string()))?;
         let meta_text =
             serde_json::to_string_pretty(&meta).map_err(|e| GatewayError::Internal(e.to_string()))?;
         let fs = v.reader.fs();
-        for (role, rel) in &files.files {
-            let bytes: &[u8] = match *role {
-                "content" => content.unwrap_or_default().as_bytes(),
-                "diff" => diff.unwrap_or_default().as_bytes(),
-                _ => meta_text.as_bytes(),
-            };
-            fs.write_atomic(Area::Inbox, &inbox_path(v, rel)?, bytes, WriteMode::Exclusive)?;
-        }
+        // The files share a folder: it is fsynced once, before the row that makes them pending.
+        fs.deferring_dir_syncs(|| {
+            for (role, rel) in &files.files {
+                let bytes: &[u8] = match *role {
+                    "content" => content.unwrap_or_default().as_bytes(),
+                    "diff" => diff.unwrap_or_default().as_bytes(),
+                    _ => meta_text.as_bytes(),
+                };
+                fs.write_atomic(Area::Inbox, &inbox_path(v, rel)?, bytes, WriteMode::Exclusive)?;
+            }
+            Ok::<_, GatewayError>(())
+        })?;
         self.state.insert_proposal(&inbox::NewProposal {
             vault: &v.id,
             id: &p.id,

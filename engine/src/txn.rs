@@ -190,33 +190,10 @@ impl Core {
 
     /// Remembers what an operation left in the notes, so the watcher knows its own writes.
     fn remember(&self, v: &VaultHandle, op: &FileOp) {
-        match op {
-            FileOp::Put {
-                zone: Zone::Note,
-                path,
-                after,
-                ..
-            } => self.note_own_write(v, path, Some(after)),
-            FileOp::Delete {
-                zone: Zone::Note,
-                path,
-                ..
-            } => self.note_own_write(v, path, None),
-            FileOp::Rename {
-                from_zone,
-                from,
-                to_zone,
-                to,
-                hash,
-            } => {
-                if *from_zone == Zone::Note {
-                    self.note_own_write(v, from, None);
-                }
-                if *to_zone == Zone::Note {
-                    self.note_own_write(v, to, Some(hash));
-                }
+        for (zone, path, hash) in op.leaves() {
+            if zone == Zone::Note {
+                self.note_own_write(v, path, hash);
             }
-            _ => {}
         }
     }
 
@@ -273,33 +250,38 @@ impl Core {
         // A live call knows the touched notes' entries before it writes; recovery does not (some
         // ops may have run before the crash) and walks once instead: a rare path.
         let fp_before = call.is_some().then(|| self.fingerprint_entries(v, intent));
-        for (i, op) in intent.ops.iter().enumerate() {
-            let outcome = match self.op_state_of(&files, op) {
-                Ok(OpState::After) => Ok(None),
-                Ok(OpState::Before) => {
-                    // Remembered first: the watcher may see the write before `exec` returns.
-                    self.remember(v, op);
-                    files.exec(op).map(|c| match c {
-                        Cas::Done => None,
-                        Cas::Conflict(p) => Some(p),
-                    })
+        // Each folder the operations touch is fsynced once, after the last of them and before
+        // the audit line (ARCHITECTURE.md "Which fsync protects what").
+        let ran = v.reader.fs().deferring_dir_syncs(|| {
+            for (i, op) in intent.ops.iter().enumerate() {
+                match self.op_state_of(&files, op)? {
+                    OpState::After => {}
+                    OpState::Before => {
+                        // Remembered first: the watcher may see the write before `exec` returns.
+                        self.remember(v, op);
+                        if let Cas::Conflict(p) = files.exec(op)? {
+                            return Ok(Some(p));
+                        }
+                    }
+                    OpState::Other => {
+                        return Ok(Some(
+                            op.paths()
+                                .first()
+                                .map(|(_, p)| (*p).to_owned())
+                                .unwrap_or_default(),
+                        ));
+                    }
                 }
-                Ok(OpState::Other) => Ok(Some(
-                    op.paths()
-                        .first()
-                        .map(|(_, p)| (*p).to_owned())
-                        .unwrap_or_default(),
-                )),
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(None) => {}
-                Ok(Some(path)) => return Err(self.roll_back(v, at, intent, call, Cause::Edited(path))),
-                Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
+                if i == 0 {
+                    self.failpoint(kind, "after_first_op");
+                }
             }
-            if i == 0 {
-                self.failpoint(kind, "after_first_op");
-            }
+            Ok::<_, GatewayError>(None)
+        });
+        match ran {
+            Ok(None) => {}
+            Ok(Some(path)) => return Err(self.roll_back(v, at, intent, call, Cause::Edited(path))),
+            Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         }
         self.failpoint(kind, "after_write");
 
@@ -503,6 +485,11 @@ impl Core {
         fingerprint: Option<&str>,
     ) -> Result<Committed, GatewayError> {
         let a = &intent.audit;
+        let writes = note_writes(intent);
+        let disk = fingerprint.map(|fingerprint| inbox::DiskAfter {
+            fingerprint,
+            writes: &writes,
+        });
         let at_time = rfc3339(time::OffsetDateTime::now_utc());
         let note_ops = &intent.ops[..intent.note_ops.min(intent.ops.len())];
         let history_json = serde_json::to_value(note_ops).map_err(internal)?;
@@ -553,7 +540,7 @@ impl Core {
                             barrier: false,
                         }),
                         idem.as_ref(),
-                        fingerprint,
+                        disk.as_ref(),
                     )?
                     .ok_or_else(|| {
                         GatewayError::Proposal(
@@ -598,7 +585,7 @@ impl Core {
                         result: &result,
                         at: &at_time,
                         idempotency: idem,
-                        fingerprint,
+                        disk,
                     })?
                     .ok_or_else(|| {
                         GatewayError::Proposal(
@@ -670,7 +657,7 @@ impl Core {
                 }
                 let revision = self
                     .state
-                    .finish_challenge(challenge_id, &result, changed, fingerprint)?
+                    .finish_challenge(challenge_id, &result, changed, disk.as_ref())?
                     .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
                 Ok(Committed {
                     revision,
@@ -879,6 +866,18 @@ impl Core {
             }
         }
     }
+}
+
+/// Each note the transaction leaves written, with the hash it leaves there (`None`: removed):
+/// what `remember` tells this process's watcher, recorded for every other process's.
+fn note_writes(intent: &Intent) -> Vec<(String, Option<String>)> {
+    intent
+        .ops
+        .iter()
+        .flat_map(FileOp::leaves)
+        .filter(|(zone, _, _)| *zone == Zone::Note)
+        .map(|(_, path, hash)| (path.to_owned(), hash.map(str::to_owned)))
+        .collect()
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> GatewayError {

@@ -151,7 +151,7 @@ impl State {
         id: &str,
         result: &Value,
         changed: bool,
-        fingerprint: Option<&str>,
+        disk: Option<&crate::DiskAfter<'_>>,
     ) -> Result<Option<u64>, StateError> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -167,12 +167,8 @@ impl State {
         let Some(vault) = vault else {
             return Ok(None);
         };
-        if let (true, Some(fp)) = (changed, fingerprint) {
-            tx.execute(
-                "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
-                 ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
-                [vault.as_str(), fp],
-            )?;
+        if let (true, Some(d)) = (changed, disk) {
+            crate::db::record_disk(&tx, &vault, d)?;
         }
         let revision: i64 = if changed {
             tx.query_row(
@@ -305,7 +301,16 @@ mod tests {
         let result = json!({"status": "executed", "deleted": ["z/a.md"]});
         s.note_disk_state("v", "before").unwrap();
         assert_eq!(
-            s.finish_challenge("c1", &result, true, Some("after")).unwrap(),
+            s.finish_challenge(
+                "c1",
+                &result,
+                true,
+                Some(&crate::DiskAfter {
+                    fingerprint: "after",
+                    writes: &[]
+                })
+            )
+            .unwrap(),
             Some(2)
         );
         assert_eq!(s.revision("v").unwrap(), 2);
@@ -326,8 +331,16 @@ mod tests {
         issue(&s, "c1", 400);
         assert!(s.consume_challenge("c1", 200, &json!({})).unwrap());
         assert_eq!(
-            s.finish_challenge("c1", &json!({"removed": 0}), false, Some("fp"))
-                .unwrap(),
+            s.finish_challenge(
+                "c1",
+                &json!({"removed": 0}),
+                false,
+                Some(&crate::DiskAfter {
+                    fingerprint: "fp",
+                    writes: &[]
+                })
+            )
+            .unwrap(),
             Some(0)
         );
         assert_eq!(s.revision("v").unwrap(), 0);

@@ -149,7 +149,41 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX proposals_by_history_id ON proposals (history_entry_id)
         WHERE history_entry_id IS NOT NULL;
     DROP INDEX proposals_by_history_entry;",
+    // 7: the notes each committed write left (hash; NULL: removed), so a watcher in another
+    // process knows vaultgate's writes as its own and does not walk the vault for them.
+    "CREATE TABLE vault_writes (
+        vault TEXT NOT NULL,
+        path TEXT NOT NULL,
+        hash TEXT,
+        PRIMARY KEY (vault, path)
+    ) WITHOUT ROWID;",
 ];
+
+/// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with
+/// the hash it left (`None`: removed). Recorded in the commit, so watchers (of any process) count
+/// the write once, as vaultgate's.
+#[derive(Debug, Clone, Copy)]
+pub struct DiskAfter<'a> {
+    pub fingerprint: &'a str,
+    pub writes: &'a [(String, Option<String>)],
+}
+
+/// Records `d` inside the caller's transaction.
+pub(crate) fn record_disk(tx: &Connection, vault: &str, d: &DiskAfter<'_>) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
+         ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
+    )?
+    .execute([vault, d.fingerprint])?;
+    let mut put = tx.prepare_cached(
+        "INSERT INTO vault_writes (vault, path, hash) VALUES (?1, ?2, ?3)
+         ON CONFLICT (vault, path) DO UPDATE SET hash = excluded.hash",
+    )?;
+    for (path, hash) in d.writes {
+        put.execute(rusqlite::params![vault, path, hash])?;
+    }
+    Ok(())
+}
 
 /// The extended result code of a constraint violation, if `e` is one.
 pub(crate) fn constraint_violation(e: &rusqlite::Error) -> Option<std::ffi::c_int> {
@@ -280,6 +314,16 @@ impl State {
             .unwrap_or(0);
         tx.commit()?;
         Ok((rev.max(0) as u64, moved && old.is_some()))
+    }
+
+    /// What the last committed vaultgate write left at `path` (`Some(None)`: it removed the note;
+    /// `None`: no vaultgate write is recorded there).
+    pub fn vault_write(&self, vault: &str, path: &str) -> Result<Option<Option<String>>, StateError> {
+        let conn = self.conn()?;
+        Ok(conn
+            .prepare_cached("SELECT hash FROM vault_writes WHERE vault = ?1 AND path = ?2")?
+            .query_row([vault, path], |r| r.get(0))
+            .optional()?)
     }
 
     /// Records the fingerprint of a change vaultgate made itself (its revision already moved).

@@ -121,8 +121,8 @@ pub struct HistoryTransition<'a> {
     /// RFC 3339 UTC.
     pub at: &'a str,
     pub idempotency: Option<IdemKey<'a>>,
-    /// The notes' fingerprint as the transition left them (not counted again as a disk change).
-    pub fingerprint: Option<&'a str>,
+    /// The notes as the transition left them (not counted again as a disk change).
+    pub disk: Option<crate::DiskAfter<'a>>,
 }
 
 /// What the commit point did.
@@ -278,12 +278,8 @@ impl State {
                 ],
             )?;
         }
-        if let Some(fp) = t.fingerprint {
-            tx.execute(
-                "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
-                 ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
-                [t.vault, fp],
-            )?;
+        if let Some(d) = &t.disk {
+            crate::db::record_disk(&tx, t.vault, d)?;
         }
         tx.execute("DELETE FROM apply_intents WHERE id = ?1", [t.intent_id])?;
         tx.commit()?;
@@ -338,7 +334,10 @@ mod tests {
                 result: &result,
                 at: "t2",
                 idempotency: None,
-                fingerprint: Some("fp"),
+                disk: Some(crate::DiskAfter {
+                    fingerprint: "fp",
+                    writes: &[],
+                }),
             })
             .unwrap();
         if out.is_none() {
@@ -439,7 +438,7 @@ mod tests {
                 tool: "history_undo",
                 args_hash: "a1",
             }),
-            fingerprint: None,
+            disk: None,
         };
         // An intent of another vault is not this transition's.
         assert!(matches!(

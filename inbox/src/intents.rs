@@ -204,7 +204,7 @@ impl State {
         result: &Value,
         history: Option<&NewHistory<'_>>,
         idempotency: Option<&IdemKey<'_>>,
-        fingerprint: Option<&str>,
+        disk: Option<&crate::DiskAfter<'_>>,
     ) -> Result<Option<ApplyCommit>, StateError> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -266,12 +266,8 @@ impl State {
         }
         // The notes as this apply left them: a watcher or the next start that sees exactly this
         // does not count the apply's change a second time, even after a crash right after commit.
-        if let Some(fp) = fingerprint {
-            tx.execute(
-                "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
-                 ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
-                [&vault, fp],
-            )?;
+        if let Some(d) = disk {
+            crate::db::record_disk(&tx, &vault, d)?;
         }
         tx.execute("DELETE FROM apply_intents WHERE id = ?1", [intent_id])?;
         tx.commit()?;

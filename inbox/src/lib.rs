@@ -15,7 +15,7 @@ mod proposals;
 
 pub use crate::challenges::{NewChallenge, StoredChallenge};
 pub use crate::credentials::{Credential, CredentialId, NewCredential};
-pub use crate::db::{State, StateError};
+pub use crate::db::{DiskAfter, State, StateError};
 pub use crate::history::{
     HistoryEntry, HistoryState, HistoryTransition, Transition, TransitionCommit, UnknownHistoryState,
 };

@@ -118,6 +118,27 @@ impl FileOp {
         }
     }
 
+    /// What the operation leaves at each path it touches: the content hash, or `None` where it
+    /// leaves nothing.
+    pub fn leaves(&self) -> Vec<(Zone, &str, Option<&str>)> {
+        match self {
+            FileOp::Put {
+                zone, path, after, ..
+            } => vec![(*zone, path.as_str(), Some(after.as_str()))],
+            FileOp::Delete { zone, path, .. } => vec![(*zone, path.as_str(), None)],
+            FileOp::Rename {
+                from_zone,
+                from,
+                to_zone,
+                to,
+                hash,
+            } => vec![
+                (*from_zone, from.as_str(), None),
+                (*to_zone, to.as_str(), Some(hash.as_str())),
+            ],
+        }
+    }
+
     /// The operation that takes this one back: applied to its `After` state it yields its
     /// `Before` state, byte for byte.
     pub fn inverse(&self) -> FileOp {

@@ -242,3 +242,104 @@ async fn a_legacy_http_session_hears_about_changes_it_subscribed_to() {
     assert_eq!(rec.logs.lock().unwrap()[0]["type"], "vault.changed");
     let _ = client.cancel().await;
 }
+
+async fn call_ok(c: &RunningService<RoleClient, Recorder>, tool: &str, args: Value) -> Value {
+    let mut p = rmcp::model::CallToolRequestParams::new(tool.to_owned());
+    p.arguments = args.as_object().cloned();
+    to_reply(c.call_tool(p).await.unwrap()).ok()
+}
+
+/// SPEC §4, §6: vaultgate recognises its own writes (no second announcement, no extra revision),
+/// while an edit made outside it in the middle of a stream of applies is still seen, counted
+/// once and announced once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_edit_during_a_stream_of_applies_is_announced_once() {
+    const APPLIES: u64 = 40;
+    let env = Env::new();
+    let (_, token) = env.token("streamer", "full");
+    let rec = Recorder::default();
+    let a = connect(&env, &token, rec.clone()).await;
+    a.subscribe(SubscribeRequestParams::new("vaultgate://vault/basic"))
+        .await
+        .unwrap();
+    a.set_level(SetLevelRequestParams::new(LoggingLevel::Info))
+        .await
+        .unwrap();
+    let before = revision(&a).await;
+
+    // The outside edit lands while the applies run, from another thread, at a time the stream
+    // does not choose.
+    let outside = env.vault.join("z/outside-edit.md");
+    let editor = {
+        let outside = outside.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            std::fs::write(&outside, "# Outside\n\nquillfeather was written by hand\n").unwrap();
+        })
+    };
+    for i in 0..APPLIES {
+        let p = call_ok(
+            &a,
+            "propose_new_note",
+            json!({"path": format!("z/stream/n{i:03}.md"), "content": format!("# N{i}\n"), "reason": "stream"}),
+        )
+        .await;
+        let applied = call_ok(
+            &a,
+            "apply_proposal",
+            json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": format!("stream-{i}")}),
+        )
+        .await;
+        assert_eq!(applied["applied"], true, "{applied}");
+    }
+    editor.join().unwrap();
+    assert!(outside.exists());
+
+    let want = before + APPLIES + 1;
+    let mut now = revision(&a).await;
+    for _ in 0..100 {
+        if now >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        now = revision(&a).await;
+    }
+    assert_eq!(now, want, "each apply counts once and the outside edit once");
+    // Nothing counts any of it a second time later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(revision(&a).await, want, "a change was counted twice");
+
+    assert!(
+        wait_for(|| rec.logs.lock().unwrap().len() as u64 > APPLIES).await,
+        "announcements: {:?}",
+        rec.logs.lock().unwrap()
+    );
+    let mut announced: Vec<u64> = rec
+        .logs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| l["revision"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        announced.len() as u64,
+        APPLIES + 1,
+        "one announcement per change, no more: {announced:?}"
+    );
+    announced.sort_unstable();
+    let expected: Vec<u64> = (before + 1..=want).collect();
+    assert_eq!(announced, expected, "every revision announced exactly once");
+    assert_eq!(
+        rec.updated.lock().unwrap().len() as u64,
+        APPLIES + 1,
+        "one resources/updated per change"
+    );
+
+    // The edit is seen by the index too.
+    let hits = call_ok(&a, "search_note_content", json!({"query": "quillfeather"})).await;
+    assert!(
+        hits.to_string().contains("z/outside-edit.md"),
+        "the outside edit is searchable: {hits}"
+    );
+    let _ = a.cancel().await;
+}

@@ -1361,7 +1361,9 @@ async fn an_apply_whose_audit_line_cannot_be_written_rolls_back() {
 /// update or remove.
 #[tokio::test]
 async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
-    const ROUNDS: usize = 150;
+    // SPEC §6 "Cost follows the change": nothing on the write path walks the vault, so what the
+    // writes keep incrementally (fingerprint, index) must equal what a full walk finds.
+    const APPLIES: usize = 1000;
     let env = Env::new();
     let (_, token) = env.token("mixed-writer", "full");
     let c = stdio(&env, &token, &[]).await;
@@ -1371,7 +1373,10 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
         key += 1;
         format!("mixed-{key}")
     };
-    for i in 0..ROUNDS {
+    let mut applies = 0usize;
+    let mut i = 0usize;
+    while applies < APPLIES {
+        i += 1;
         // new
         let path = format!("z/mixed/n{i:04}.md");
         let p = propose_new(
@@ -1381,9 +1386,10 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
         )
         .await;
         apply_mcp(&c, &p, &next_key()).await;
+        applies += 1;
         live.push(path);
         // patch an older one
-        if i % 3 == 0 && live.len() > 2 {
+        if i.is_multiple_of(3) && live.len() > 2 {
             let target = live[i % live.len()].clone();
             let base = base_hash(&c, &target).await;
             let p = propose(
@@ -1393,17 +1399,19 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
             )
             .await;
             apply_mcp(&c, &p, &next_key()).await;
+            applies += 1;
         }
         // move one (links to it are rewritten)
-        if i % 5 == 0 && live.len() > 3 {
+        if i.is_multiple_of(5) && live.len() > 3 {
             let from = live.remove(1);
             let to = format!("z/mixed/moved/m{i:04}.md");
             let p = propose_move(&c, &from, &to).await;
             apply_mcp(&c, &p, &next_key()).await;
+            applies += 1;
             live.push(to);
         }
         // delete one
-        if i % 7 == 0 && live.len() > 4 {
+        if i.is_multiple_of(7) && live.len() > 4 {
             let target = live.remove(2);
             let base = base_hash(&c, &target).await;
             let p = propose(
@@ -1413,9 +1421,10 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
             )
             .await;
             apply_mcp(&c, &p, &next_key()).await;
+            applies += 1;
         }
         // undo the newest change, then redo it
-        if i % 11 == 0 {
+        if i.is_multiple_of(11) {
             let s = ok(&c, "history_status", json!({})).await;
             let top = s["undoTop"].as_str().unwrap().to_owned();
             ok(
@@ -1449,6 +1458,37 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
     assert!(
         out.contains("(0 added, 0 updated, 0 removed,"),
         "the index differed from the files after the writes: {out}"
+    );
+
+    // What the incrementally kept index answers equals what a rebuild from the files answers.
+    let linked = live[live.len() / 2].clone();
+    let answers = |c: Client| {
+        let linked = linked.clone();
+        async move {
+            let mut out = Vec::new();
+            for q in ["patched", "see", "N1", "N99"] {
+                let v = ok(&c, "search_note_content", json!({"query": q, "limit": 100})).await;
+                out.push(v["hits"].clone());
+            }
+            let o = ok(&c, "get_vault_overview", json!({})).await;
+            out.push(json!([o["notes"], o["tags"]]));
+            out.push(ok(&c, "get_related_notes", json!({"path": linked})).await);
+            c.close().await;
+            out
+        }
+    };
+    let kept = answers(stdio(&env, &token, &[]).await).await;
+    cli_ok(&env, &["index", "--rebuild"], "vaultgate index --rebuild").await;
+    let rebuilt = answers(stdio(&env, &token, &[]).await).await;
+    assert!(
+        kept.iter()
+            .take(4)
+            .all(|r| r.as_array().is_some_and(|a| !a.is_empty())),
+        "the queries find something: {kept:?}"
+    );
+    assert_eq!(
+        kept, rebuilt,
+        "the kept index and a rebuilt one answer differently"
     );
     audit_verifies(&env, "after the mixed applies").await;
 }

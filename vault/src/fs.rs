@@ -66,6 +66,8 @@ pub struct VaultFs {
     root: PathBuf,
     dir: Dir,
     layout: Layout,
+    /// Folder listings for collision checks (`write::listing`).
+    listings: crate::write::Listings,
 }
 
 /// What a path resolved to.
@@ -93,11 +95,16 @@ impl VaultFs {
             root: root.to_path_buf(),
             dir,
             layout,
+            listings: crate::write::Listings::default(),
         })
     }
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    pub(crate) fn listings(&self) -> &crate::write::Listings {
+        &self.listings
     }
 
     pub fn root(&self) -> &Path {

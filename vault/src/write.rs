@@ -30,11 +30,17 @@ use crate::fs::{MAX_READ_BYTES, VaultFs};
 
 mod append;
 mod cas;
+mod listing;
+
+pub(crate) use listing::Listings;
 
 /// The folder of per-vault machine data (SPEC §1): index, history, trash, write lock.
 pub const MACHINE_DIR: &str = ".vaultgate";
 /// The lock file every writer of a vault (server and CLI) serializes on.
 pub const LOCK_FILE: &str = "write.lock";
+/// Under `.vaultgate/`: held shared by writers that stage files without the write lock
+/// (proposals), taken exclusively (without waiting) by the staging sweep.
+pub const STAGING_LOCK_FILE: &str = "staging.lock";
 /// Temp files start with this: hidden, so readers, walks and the watcher ignore them.
 const TEMP_PREFIX: &str = ".vaultgate-tmp-";
 /// Under `.vaultgate/`: where temp files are staged.
@@ -157,6 +163,14 @@ pub struct WriteLock {
     _file: std::fs::File,
 }
 
+/// A shared hold on `.vaultgate/staging.lock`: while it is held, the staging sweep leaves every
+/// temp file alone, so a writer that does not take the write lock (a proposal's inbox files)
+/// cannot lose its temp file to another process's sweep. Released when dropped.
+#[derive(Debug)]
+pub struct StagingGuard {
+    _file: std::fs::File,
+}
+
 /// A destination folder reached without following a symlink.
 struct Parent {
     /// `None`: the vault root (borrowed from `VaultFs`).
@@ -186,6 +200,25 @@ impl VaultFs {
         };
         self.sweep_staging()?;
         Ok(held)
+    }
+
+    /// Lets this thread stage files without the write lock (see [`StagingGuard`]); waits only
+    /// for a sweep under way.
+    pub fn staging_guard(&self) -> Result<StagingGuard, WriteError> {
+        let lock = fd_lock::RwLock::new(self.machine_lock_file(STAGING_LOCK_FILE)?);
+        loop {
+            match lock.read() {
+                Ok(guard) => {
+                    std::mem::forget(guard); // as in `write_lock`: closing the file unlocks
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(StagingGuard {
+            _file: lock.into_inner(),
+        })
     }
 
     /// Takes the vault's write lock if nobody holds it; `None` when it is held.
@@ -225,7 +258,13 @@ impl VaultFs {
             (None, _) => None,
         };
         let staging = self.staging_dir()?;
-        place_bytes(&staging, dir, name, path, bytes, permissions, mode)
+        let before = self.listings().before(dir);
+        let placed = place_bytes(&staging, dir, name, path, bytes, permissions, mode);
+        match &placed {
+            Ok(()) => self.listings().wrote(dir, before, &[(name, true)]),
+            Err(_) => self.listings().forget(dir),
+        }
+        placed
     }
 
     /// Moves the regular file `from` to `to`, never replacing anything at `to` (`Exists`), and
@@ -354,11 +393,19 @@ impl VaultFs {
         for (i, seg) in segments.iter().enumerate() {
             let here = cur.as_ref().unwrap_or(self.root_dir());
             let wanted = fold_name(seg);
-            for item in here.entries()? {
-                let item = item?;
-                let Ok(name) = item.file_name().into_string() else {
-                    continue;
-                };
+            let names = match self.listings().names_folding_to(here, &wanted)? {
+                Some(names) => names,
+                None => {
+                    let mut all = Vec::new();
+                    for item in here.entries()? {
+                        if let Ok(name) = item?.file_name().into_string() {
+                            all.push(name);
+                        }
+                    }
+                    all
+                }
+            };
+            for name in names {
                 if name != *seg && folds_equal(&name, seg, &wanted) {
                     let found = real
                         .iter()
@@ -398,10 +445,15 @@ impl VaultFs {
 
     /// Opens (creating if needed) `.vaultgate/write.lock`, refusing symlinks on the way.
     fn lock_file(&self) -> Result<std::fs::File, WriteError> {
-        let path = VaultPath::from_segments([MACHINE_DIR, LOCK_FILE])?;
+        self.machine_lock_file(LOCK_FILE)
+    }
+
+    /// Opens (creating if needed) the lock file `.vaultgate/<name>`, refusing symlinks.
+    fn machine_lock_file(&self, name: &str) -> Result<std::fs::File, WriteError> {
+        let path = VaultPath::from_segments([MACHINE_DIR, name])?;
         let parent = self.open_parent(Area::Machine, &path, true)?;
         let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
-        self.check_destination(dir, &parent.segments, LOCK_FILE)?;
+        self.check_destination(dir, &parent.segments, name)?;
         let mut options = OpenOptions::new();
         // SECURITY(T-PATH): a lock file swapped for a symlink is not followed.
         options
@@ -409,7 +461,7 @@ impl VaultFs {
             .write(true)
             .create(true)
             .follow(FollowSymlinks::No);
-        Ok(dir.open_with(LOCK_FILE, &options)?.into_std())
+        Ok(dir.open_with(name, &options)?.into_std())
     }
 
     /// `.vaultgate/tmp`: where temp files are made before they are linked or renamed into place,
@@ -421,8 +473,15 @@ impl VaultFs {
     }
 
     /// Removes temp files that a crashed writer left in the staging folder. Only under the write
-    /// lock (every vault writer holds it, so none of these files is in use).
+    /// lock, and only while no writer staging without it holds a [`StagingGuard`] (then the
+    /// sweep waits for the next lock holder: litter is harmless, a lost temp file is not).
     fn sweep_staging(&self) -> Result<usize, WriteError> {
+        let mut lock = fd_lock::RwLock::new(self.machine_lock_file(STAGING_LOCK_FILE)?);
+        let _sweeping = match lock.try_write() {
+            Ok(guard) => guard,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
         let dir = self.staging_dir()?;
         let mut removed = 0;
         for entry in dir.entries()? {
@@ -691,14 +750,88 @@ fn link_no_clobber(
     }
 }
 
-/// fsyncs a folder, so the entries created, renamed or removed in it are durable.
+/// fsyncs a folder, so the entries created, renamed or removed in it are durable. Inside
+/// [`VaultFs::deferring_dir_syncs`] the folder is only noted, and fsynced once at its end.
 #[cfg(unix)]
 fn sync_dir(dir: &Dir) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     // cap-std holds folders as `O_PATH` descriptors on Linux, which `fsync` refuses (`EBADF`):
     // open the folder itself for reading, relative to its handle, and fsync that.
     let mut options = OpenOptions::new();
     options.read(true).maybe_dir(true).follow(FollowSymlinks::No);
-    dir.open_with(".", &options)?.sync_all()
+    let folder = dir.open_with(".", &options)?.into_std();
+    let deferred = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        let Some(list) = d.as_mut() else {
+            return Ok(None);
+        };
+        let meta = folder.metadata()?;
+        let key = (meta.dev(), meta.ino());
+        if !list.iter().any(|(k, _)| *k == key) {
+            list.push((key, folder.try_clone()?));
+        }
+        Ok::<_, std::io::Error>(Some(()))
+    })?;
+    match deferred {
+        Some(()) => Ok(()),
+        None => folder.sync_all(),
+    }
+}
+
+#[cfg(unix)]
+type DeferredDirs = Vec<((u64, u64), std::fs::File)>;
+
+#[cfg(unix)]
+thread_local! {
+    /// The folders whose fsync waits for the end of the innermost `deferring_dir_syncs` on this
+    /// thread (`None`: none is running).
+    static DEFERRED: std::cell::RefCell<Option<DeferredDirs>> = const { std::cell::RefCell::new(None) };
+}
+
+impl VaultFs {
+    /// Runs `f`, fsyncing each folder its writes touched once, at the end, instead of once per
+    /// write (a transaction's note and its two inbox moves touch three folders five times).
+    /// Every file's own fsync is unchanged. The folders are synced whether `f` succeeds or not,
+    /// before this returns, so a caller that records anything durable afterwards (an audit line,
+    /// a commit) still finds every entry of `f` durable first.
+    pub fn deferring_dir_syncs<T, E: From<WriteError>>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        #[cfg(unix)]
+        {
+            let outer = DEFERRED.with(|d| {
+                let mut d = d.borrow_mut();
+                if d.is_some() {
+                    return false;
+                }
+                *d = Some(Vec::new());
+                true
+            });
+            if !outer {
+                return f();
+            }
+            let out = f();
+            let dirs = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+            let mut synced: Result<(), WriteError> = Ok(());
+            for (_, folder) in dirs {
+                if let Err(e) = folder.sync_all()
+                    && synced.is_ok()
+                {
+                    synced = Err(e.into());
+                }
+            }
+            match (out, synced) {
+                (Ok(v), Ok(())) => Ok(v),
+                (Ok(_), Err(e)) => Err(e.into()),
+                (Err(e), _) => Err(e),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            f()
+        }
+    }
 }
 
 /// Windows cannot fsync a directory handle; NTFS journals its metadata.

@@ -71,6 +71,36 @@ fn two_threads_sharing_one_handle_produce_one_chain() {
     assert_one_chain(&path, &["t1", "t2"]);
 }
 
+/// Durable appends share their fsyncs (group commit); however they interleave, every record is
+/// in the one chain when its append returns.
+#[test]
+fn eight_threads_of_durable_appends_produce_one_chain() {
+    let (_dir, path) = home();
+    let log = Arc::new(AuditLog::open(&path).unwrap());
+    let writers = ["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8"];
+    let handles: Vec<_> = writers
+        .into_iter()
+        .map(|who| {
+            let log = Arc::clone(&log);
+            thread::spawn(move || {
+                for i in 1..=PER_WRITER / 10 {
+                    log.append(entry(who, i), at(i), Durability::Sync).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let report = verify(&path).unwrap();
+    assert_eq!(report.broken, None);
+    assert_eq!(report.records, PER_WRITER / 10 * writers.len() as u64);
+    let all = tail(&path, usize::MAX).unwrap();
+    for (i, r) in all.iter().enumerate() {
+        assert_eq!(r.seq, i as u64 + 1, "no gaps, no duplicates");
+    }
+}
+
 #[test]
 fn two_handles_in_one_process_exclude_each_other_through_the_file_lock() {
     let (_dir, path) = home();

@@ -544,8 +544,20 @@ impl Db {
             let building = building != Some(0);
             let epoch = epoch(conn)?;
             let cached = lock(&self.catalog).clone();
-            let catalog = match cached {
-                Some(c) if c.generation == generation => c,
+            let caught_up = match &cached {
+                // Another process wrote since: read only what it changed (SPEC §6).
+                Some(c) if c.generation < generation => catch_up(conn, c, generation)?.map(Arc::new),
+                _ => None,
+            };
+            let catalog = match (cached, caught_up) {
+                (Some(c), _) if c.generation == generation => c,
+                (_, Some(next)) => {
+                    let mut slot = lock(&self.catalog);
+                    if slot.as_ref().is_none_or(|c| c.generation < generation) {
+                        *slot = Some(next.clone());
+                    }
+                    next
+                }
                 _ => {
                     let fresh = Arc::new(load_catalog(conn, generation)?);
                     let mut slot = lock(&self.catalog);
@@ -607,6 +619,18 @@ impl Db {
             }
             if !changes.is_empty() {
                 bump_generation(tx)?;
+                let paths: Vec<&str> = changes
+                    .iter()
+                    .map(|c| match c {
+                        Change::Put(e) => e.path.as_str(),
+                        Change::Remove(p) => p.as_str(),
+                    })
+                    .collect();
+                let paths = serde_json::to_string(&paths).map_err(|e| IndexError::Unusable(e.to_string()))?;
+                tx.prepare_cached("INSERT OR REPLACE INTO catalog_log (generation, paths) VALUES (?1, ?2)")?
+                    .execute(rusqlite::params![before + 1, paths])?;
+                tx.prepare_cached("DELETE FROM catalog_log WHERE generation <= ?1")?
+                    .execute([before + 1 - LOG_KEEP])?;
             }
             Ok((before, changes))
         })?;
@@ -641,6 +665,7 @@ impl Db {
                 "UPDATE meta SET value = 1 WHERE key = 'building';
                  UPDATE meta SET value = value + 1 WHERE key = 'epoch';
                  DELETE FROM notes; DELETE FROM bodies; DELETE FROM tags; DELETE FROM links;
+                 DELETE FROM catalog_log;
                  INSERT INTO body_grams (body_grams) VALUES ('delete-all');
                  INSERT INTO meta_grams (meta_grams) VALUES ('delete-all');",
             )?;
@@ -762,8 +787,66 @@ fn ensure_schema(conn: &Connection) -> Result<(), IndexError> {
         conn.prepare(&format!("SELECT 1 FROM {t} LIMIT 0"))
             .map_err(|e| IndexError::Unusable(format!("table {t}: {e}")))?;
     }
+    // Additive (an index written by an older build simply has no log: readers load afresh).
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS catalog_log (generation INTEGER PRIMARY KEY, paths TEXT NOT NULL);",
+    )?;
     generation(conn)?;
     Ok(())
+}
+
+/// Generations whose changed paths stay in `catalog_log`: a process whose catalog is at most
+/// this far behind catches up by reading those notes only.
+const LOG_KEEP: i64 = 1024;
+
+/// The catalog of generation `to`, from `cached` and the notes the log says changed since;
+/// `None` when the log does not cover the gap (then the caller reads every note).
+fn catch_up(conn: &Connection, cached: &Catalog, to: i64) -> Result<Option<Catalog>, IndexError> {
+    let gap = to - cached.generation;
+    if gap <= 0 || gap > LOG_KEEP || cached.generation < 0 {
+        return Ok(None);
+    }
+    let mut stmt =
+        conn.prepare_cached("SELECT paths FROM catalog_log WHERE generation > ?1 AND generation <= ?2")?;
+    let mut rows = stmt.query([cached.generation, to])?;
+    let mut paths = std::collections::BTreeSet::new();
+    let mut covered = 0i64;
+    while let Some(r) = rows.next()? {
+        covered += 1;
+        let text: String = r.get(0)?;
+        let Ok(list) = serde_json::from_str::<Vec<String>>(&text) else {
+            return Ok(None);
+        };
+        paths.extend(list);
+    }
+    if covered != gap {
+        return Ok(None);
+    }
+    let mut one =
+        conn.prepare_cached("SELECT id, class, size, mtime, readable FROM notes WHERE path = ?1")?;
+    let mut changes = Vec::with_capacity(paths.len());
+    for raw in paths {
+        let Ok(path) = VaultPath::parse(&raw) else {
+            continue;
+        };
+        let row = one
+            .query_row([raw.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()?;
+        changes.push(match row {
+            Some((id, class, size, mtime, readable)) => Change::Put(Entry {
+                id,
+                path,
+                class: class_of(class),
+                size: u64::try_from(size).unwrap_or(0),
+                mtime,
+                readable,
+            }),
+            None => Change::Remove(path),
+        });
+    }
+    Ok(Some(cached.with_changes(to, &changes)))
 }
 
 fn generation(conn: &Connection) -> Result<i64, IndexError> {
@@ -1225,6 +1308,38 @@ mod tests {
             .iter()
             .map(|e| (e.id, e.path.to_string(), e.size, e.mtime, e.readable))
             .collect()
+    }
+
+    /// A catalog another process wrote past is caught up from the log (not read whole), and
+    /// equals a fresh read; a gap the log does not cover is read whole.
+    #[test]
+    fn another_writers_changes_are_caught_up_from_the_log() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = cap_std::fs::Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let ours = Db::open(tmp.path(), &root).unwrap();
+        let theirs = Db::open(tmp.path(), &root).unwrap();
+        let put = |path: &str, size: u64| Op::Put(Box::new(record(path, size, 1, true)));
+        ours.write(&[put("n/a.md", 1), put("n/b.md", 1), put("n/c.md", 1)])
+            .unwrap();
+        let before = ours.snapshot().unwrap().catalog.clone();
+        theirs.write(&[put("n/b.md", 2), put("n/d.md", 1)]).unwrap();
+        theirs
+            .write(&[Op::Remove(VaultPath::parse("n/a.md").unwrap()), put("n/e.md", 3)])
+            .unwrap();
+        let conn = open_connection(&ours.path).unwrap();
+        let to = generation(&conn).unwrap();
+        let caught = catch_up(&conn, &before, to)
+            .unwrap()
+            .expect("the log covers the gap");
+        let fresh = load_catalog(&conn, to).unwrap();
+        assert_eq!(summary(&caught), summary(&fresh));
+        for (i, e) in caught.entries.iter().enumerate() {
+            assert_eq!(caught.position(e.id), Some(i));
+        }
+        assert_eq!(summary(&ours.snapshot().unwrap().catalog), summary(&fresh));
+        // Without the log rows the gap is not covered: a full read is needed.
+        conn.execute("DELETE FROM catalog_log", []).unwrap();
+        assert!(catch_up(&conn, &before, to).unwrap().is_none());
     }
 
     proptest! {

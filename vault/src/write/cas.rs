@@ -54,13 +54,20 @@ impl VaultFs {
         let staging = self.staging_dir()?;
         let permissions = meta.permissions();
         let at = Target { dir, name, path };
-        match replace_via(&staging, false, &at, bytes, permissions.clone(), expected) {
+        let before = self.listings().before(dir);
+        let done = match replace_via(&staging, false, &at, bytes, permissions.clone(), expected) {
             // A folder on another file system (a mount inside the vault): stage beside it.
             Err(WriteError::Io(e)) if e.raw_os_error() == Some(EXDEV) => {
                 replace_via(dir, true, &at, bytes, permissions, expected)
             }
             other => other,
+        };
+        match &done {
+            Ok(()) => self.listings().wrote(dir, before, &[]),
+            // A conflict may have kept a second file beside the note.
+            Err(_) => self.listings().forget(dir),
         }
+        done
     }
 
     /// Creates `path` holding `bytes`, refusing (`Exists`) if anything is there: the exclusive
@@ -86,10 +93,16 @@ impl VaultFs {
         }
         let staging = self.staging_dir()?;
         let at = Target { dir, name, path };
-        match remove_via(&staging, false, &at, expected) {
+        let before = self.listings().before(dir);
+        let done = match remove_via(&staging, false, &at, expected) {
             Err(WriteError::Io(e)) if e.raw_os_error() == Some(EXDEV) => remove_via(dir, true, &at, expected),
             other => other,
+        };
+        match &done {
+            Ok(()) => self.listings().wrote(dir, before, &[(name, false)]),
+            Err(_) => self.listings().forget(dir),
         }
+        done
     }
 
     /// Moves the regular file `from` to `to` only if it still hashes to `expected`: `Exists` if
@@ -134,9 +147,27 @@ impl VaultFs {
             name: to.file_name(),
             path: to,
         };
-        rename_checked(&src_at, &dst_at, expected)?;
+        let same = src.segments == dst.segments;
+        let (src_before, dst_before) = (self.listings().before(src_dir), self.listings().before(dst_dir));
+        if let Err(e) = rename_checked(&src_at, &dst_at, expected) {
+            self.listings().forget(src_dir);
+            self.listings().forget(dst_dir);
+            return Err(e);
+        }
+        if same {
+            self.listings().wrote(
+                dst_dir,
+                dst_before,
+                &[(from.file_name(), false), (to.file_name(), true)],
+            );
+        } else {
+            self.listings()
+                .wrote(src_dir, src_before, &[(from.file_name(), false)]);
+            self.listings()
+                .wrote(dst_dir, dst_before, &[(to.file_name(), true)]);
+        }
         sync_dir(dst_dir)?;
-        if src.segments != dst.segments {
+        if !same {
             sync_dir(src_dir)?;
         }
         Ok(())
@@ -628,6 +659,103 @@ mod tests {
         let held = hold(&dir, "a.md", &staging).unwrap();
         drop(fs.write_lock().unwrap());
         assert_eq!(names(&tmp.path().join(".vaultgate/tmp")), [held]);
+    }
+
+    /// A proposal stages its inbox files without the write lock; while it does, a lock holder's
+    /// sweep leaves the staging folder alone, and the next sweep after it removes the litter.
+    #[test]
+    fn the_sweep_waits_for_writers_staging_without_the_lock() {
+        let (tmp, fs) = vault();
+        let staging = tmp.path().join(".vaultgate/tmp");
+        drop(fs.write_lock().unwrap());
+        let litter = staging.join(format!("{}in-use", super::super::TEMP_PREFIX));
+        std::fs::write(&litter, b"half a proposal").unwrap();
+        let guard = fs.staging_guard().unwrap();
+        // Another handle on the same vault, as another process would have.
+        let other = VaultFs::open(tmp.path(), layout()).unwrap();
+        drop(other.write_lock().unwrap());
+        assert!(litter.exists(), "a sweep took a file that was being staged");
+        drop(guard);
+        drop(other.write_lock().unwrap());
+        assert!(!litter.exists(), "the litter stays after the stager left");
+    }
+
+    /// Collision checks answer from a kept listing, yet see every change: vaultgate's own
+    /// writes (which update the listing) and changes made outside it (which move the folder's
+    /// time, so the folder is listed again).
+    #[test]
+    fn collision_checks_follow_own_and_outside_changes() {
+        let (tmp, fs) = vault();
+        let notes = tmp.path().join("notes");
+        assert_eq!(fs.find_collision(&p("notes/Fresh.md")).unwrap(), None);
+        // Our own write: the kept listing learns the name.
+        fs.create_if_absent(Area::Note, &p("notes/fresh.md"), b"x")
+            .unwrap();
+        assert_eq!(
+            fs.find_collision(&p("notes/Fresh.md")).unwrap(),
+            Some(p("notes/fresh.md"))
+        );
+        // Our own move: the old name goes, the new one comes.
+        fs.rename_if(
+            Area::Note,
+            &p("notes/fresh.md"),
+            Area::Note,
+            &p("notes/moved.md"),
+            &sha(b"x"),
+        )
+        .unwrap();
+        assert_eq!(fs.find_collision(&p("notes/Fresh.md")).unwrap(), None);
+        assert_eq!(
+            fs.find_collision(&p("notes/MOVED.md")).unwrap(),
+            Some(p("notes/moved.md"))
+        );
+        // Outside changes, with the folder's time moved as any later change moves it.
+        std::fs::write(notes.join("outside.md"), b"o").unwrap();
+        let bump = |t: u64| {
+            let f = std::fs::File::open(&notes).unwrap();
+            f.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(t))
+                .unwrap();
+        };
+        bump(1_000);
+        assert_eq!(
+            fs.find_collision(&p("notes/Outside.md")).unwrap(),
+            Some(p("notes/outside.md"))
+        );
+        std::fs::remove_file(notes.join("moved.md")).unwrap();
+        bump(2_000);
+        assert_eq!(fs.find_collision(&p("notes/MOVED.md")).unwrap(), None);
+        // Our own removal.
+        fs.remove_if(Area::Note, &p("notes/outside.md"), &sha(b"o"))
+            .unwrap();
+        assert_eq!(fs.find_collision(&p("notes/Outside.md")).unwrap(), None);
+    }
+
+    /// Folder fsyncs deferred to the end of a batch: every write of the batch is in place, an
+    /// error from inside is returned as is, and a nested batch joins the outer one.
+    #[test]
+    fn deferred_folder_syncs_keep_every_write_and_every_error() {
+        let (tmp, fs) = vault();
+        let out: Result<(), WriteError> = fs.deferring_dir_syncs(|| {
+            fs.create_if_absent(Area::Note, &p("notes/b.md"), b"b")?;
+            fs.deferring_dir_syncs(|| fs.create_if_absent(Area::Note, &p("notes/c.md"), b"c"))?;
+            fs.rename_if(
+                Area::Note,
+                &p("notes/b.md"),
+                Area::Note,
+                &p("notes/d.md"),
+                &sha(b"b"),
+            )
+        });
+        out.unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("notes/c.md")).unwrap(), b"c");
+        assert_eq!(std::fs::read(tmp.path().join("notes/d.md")).unwrap(), b"b");
+        assert!(!tmp.path().join("notes/b.md").exists());
+        let err: Result<(), WriteError> =
+            fs.deferring_dir_syncs(|| fs.create_if_absent(Area::Note, &p("notes/c.md"), b"again"));
+        assert!(matches!(err, Err(WriteError::Exists(_))), "{err:?}");
+        // Outside a batch, writes sync as before.
+        fs.create_if_absent(Area::Note, &p("notes/e.md"), b"e").unwrap();
+        assert!(tmp.path().join("notes/e.md").exists());
     }
 
     /// `replace_if` takes the exchange path on ext4 and tmpfs: the kernel swaps the two names.
