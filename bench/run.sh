@@ -5,7 +5,8 @@
 #   bash bench/run.sh --sizes 1000,10000   # any harness option passes through (--help lists them)
 #
 # Builds vaultgate and the harness in release mode, installs the peers where they install
-# (ripgrep from apt, the filesystem MCP server from npm, basic-memory from PyPI into a venv),
+# (ripgrep from apt, the filesystem MCP server from npm, basic-memory from PyPI into a venv) and
+# strace (apt, to count the sync calls of a write),
 # records each install that fails as "did not install: <reason>", then runs the harness, which
 # writes BENCHMARKS.md and bench/out/results.json. Never fakes a peer: one that is missing is
 # reported as missing.
@@ -46,6 +47,18 @@ if ! command -v rg >/dev/null 2>&1; then
         fi
     else
         fail ripgrep "no rg on PATH and no apt-get to install it"
+    fi
+fi
+
+# ---- strace (apt): counts the sync calls of a write; not a peer ----
+if ! command -v strace >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        note "installing strace with apt-get"
+        if ! { apt-get update -q && apt-get install -y -q strace; } >"$OUT/install-strace.log" 2>&1; then
+            fail strace "apt-get install -y strace failed: $(tail_of "$OUT/install-strace.log")"
+        fi
+    else
+        fail strace "no strace on PATH and no apt-get to install it"
     fi
 fi
 

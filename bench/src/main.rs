@@ -69,6 +69,29 @@ pub struct Config {
     /// The command that reproduces this run, as printed in the report.
     #[arg(long, default_value = "bash bench/run.sh")]
     pub command: String,
+    /// What to measure: `all`, or only `writes` (per size: the index build, propose+apply with 1 and
+    /// 8 clients over stdio and HTTP, syncs per write, the fsync floor and memory; no reads,
+    /// throughput, peers, freshness or profiles).
+    #[arg(long, value_enum, default_value_t = Only::All)]
+    pub only: Only,
+}
+
+/// Which measurements a run makes (`--only`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Only {
+    /// Everything: reads, throughput, peers, writes, freshness, memory (and profiles with --profile).
+    All,
+    /// The write path only, with the floor and memory.
+    Writes,
+}
+
+impl Only {
+    pub fn name(self) -> &'static str {
+        match self {
+            Only::All => "all",
+            Only::Writes => "writes",
+        }
+    }
 }
 
 impl Config {

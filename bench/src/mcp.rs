@@ -219,3 +219,72 @@ pub async fn concurrent(
     s.first_error = first_error;
     s
 }
+
+/// `clients` clients run `work` in closed loops for `duration` (after `warmup` units each, one
+/// client after the other); a unit is whatever `work(client index, iteration)` returns, e.g. a
+/// propose then an apply. Calling `work` may prepare its arguments untimed: only awaiting the
+/// future it returns is timed. A unit counts when it answers `Ok`; an `Err` counts as an error
+/// (the first one is kept). Latencies of all clients together, throughput over the wall time.
+pub async fn concurrent_work<F, Fut>(clients: usize, warmup: usize, duration: Duration, work: F) -> Summary
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    let work = Arc::new(work);
+    let mut first_error = None;
+    for c in 0..clients {
+        for i in 0..warmup {
+            if let Err(e) = work(c, i).await {
+                first_error.get_or_insert(format!("(warm-up) {e}"));
+            }
+        }
+    }
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut set = tokio::task::JoinSet::new();
+    for c in 0..clients {
+        let work = work.clone();
+        set.spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            let mut first_error = None;
+            let mut i = warmup;
+            // At least one unit each, however slow.
+            while lat.is_empty() && errors == 0 || Instant::now() < deadline {
+                let unit = work(c, i);
+                let t = Instant::now();
+                match unit.await {
+                    Ok(()) => lat.push(t.elapsed()),
+                    Err(e) => {
+                        errors += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+                i += 1;
+            }
+            (lat, errors, first_error)
+        });
+    }
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    // A failure in the timed loop says more than one in the warm-up: it goes first.
+    let mut timed_error = None;
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok((l, e, f)) => {
+                lat.extend(l);
+                errors += e;
+                if let Some(f) = f {
+                    timed_error.get_or_insert(f);
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                timed_error.get_or_insert(format!("client task failed: {e}"));
+            }
+        }
+    }
+    let mut s = summarize(&lat, start.elapsed(), errors);
+    s.first_error = timed_error.or(first_error);
+    s
+}

@@ -36,7 +36,7 @@ pub struct Peers {
 }
 
 /// Reasons recorded by `bench/run.sh` for installs that failed: `name<TAB>reason` lines.
-fn install_failures(out: &Path) -> BTreeMap<String, String> {
+pub(crate) fn install_failures(out: &Path) -> BTreeMap<String, String> {
     std::fs::read_to_string(out.join("peer-install.tsv"))
         .unwrap_or_default()
         .lines()
@@ -58,7 +58,7 @@ fn first_line(cmd: &mut Command) -> Option<String> {
         .map(|l| l.trim().to_owned())
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::Config;
 use crate::mcp::{self, CallGen, Client};
 use crate::peers::{self, Avail, BasicMemory, Peers};
 use crate::report;
 use crate::stats::{Summary, summarize};
 use crate::synth::{self, Generator, Manifest, Query, Rng};
 use crate::vaultgate::{self, Gate, Server};
+use crate::{Config, Only};
 
 static START: OnceLock<Instant> = OnceLock::new();
 
@@ -153,6 +153,9 @@ pub struct RunResult {
     pub profile_note: String,
     /// basic-memory's initial index rate (notes/s) on the largest vault it ran on.
     pub bm_rate: Option<f64>,
+    /// What the run measured (`--only`): `all` or `writes` (empty in results from before the option).
+    #[serde(default)]
+    pub only: String,
 }
 
 fn ensure(dir: &Path) -> Result<(), String> {
@@ -222,10 +225,11 @@ pub async fn all(cfg: &Config) -> Result<(), String> {
         wall_secs: 0.0,
         profile_note: String::new(),
         bm_rate: None,
+        only: cfg.only.name().to_owned(),
     };
     for &n in &sizes {
         say(&format!("==== {n} notes ===="));
-        let profile = cfg.profile && n == largest;
+        let profile = cfg.profile && n == largest && cfg.only == Only::All;
         let r = size(cfg, &out, &bin, &peers, n, profile, &mut result).await;
         result.sizes.push(r);
         result.wall_secs = START.get_or_init(Instant::now).elapsed().as_secs_f64();
@@ -319,7 +323,8 @@ async fn size(
     r.manifest = Some(manifest.clone());
     // basic-memory rewrites the files it indexes: it gets its own copy, taken before any write.
     let bm_dir = base.join("basic-memory");
-    let bm_wanted = matches!(peers.basic_memory, Avail::Ready { .. }) && n <= cfg.bm_max_notes;
+    let bm_wanted =
+        cfg.only == Only::All && matches!(peers.basic_memory, Avail::Ready { .. }) && n <= cfg.bm_max_notes;
     if bm_wanted && let Err(e) = peers::copy_tree(&vault, &bm_dir.join("vault")) {
         r.check(format!("copying the vault for basic-memory failed: {e}"));
     }
@@ -372,66 +377,71 @@ async fn size(
         Some(stdio_connect),
     );
 
-    // ---- vaultgate reads, one client per transport ----
-    verify_search(&http, &manifest, &mut r).await;
-    for (transport, client) in [("stdio", &stdio), ("HTTP", &http)] {
-        vaultgate_reads(cfg, client, transport, &paths, &manifest, &mut r).await;
-    }
-    let hwm_single = vaultgate::memory_mib(server.pid()).map(|m| m.0);
-    // ---- throughput, 1 and 8 clients ----
-    throughput(cfg, &gate, &server, &paths, &mut r).await;
-    let hwm_throughput = vaultgate::memory_mib(server.pid()).map(|m| m.0);
+    let all = cfg.only == Only::All;
+    let mut hwm_single = None;
+    let mut hwm_throughput = None;
+    if all {
+        // ---- vaultgate reads, one client per transport ----
+        verify_search(&http, &manifest, &mut r).await;
+        for (transport, client) in [("stdio", &stdio), ("HTTP", &http)] {
+            vaultgate_reads(cfg, client, transport, &paths, &manifest, &mut r).await;
+        }
+        hwm_single = vaultgate::memory_mib(server.pid()).map(|m| m.0);
+        // ---- throughput, 1 and 8 clients ----
+        throughput(cfg, &gate, &server, &paths, &mut r).await;
+        hwm_throughput = vaultgate::memory_mib(server.pid()).map(|m| m.0);
 
-    // ---- peers on the same vault and queries ----
-    if let Avail::Ready { path, .. } = &peers.ripgrep {
-        ripgrep(cfg, path, &vault, &manifest, &mut r).await;
-    }
-    // A peer that did not install is reported once, in the peers table.
-    if let Avail::Ready { path, .. } = &peers.filesystem {
-        filesystem(cfg, path, &vault, &paths, &base, &mut r).await;
-    }
-    match &peers.basic_memory {
-        Avail::Ready { path, .. } if n <= cfg.bm_max_notes => {
-            basic_memory(cfg, path, &bm_dir, &g, &paths, &manifest, &mut r).await;
-            if let Some(secs) = r.num("bm_index_secs") {
-                run.bm_rate = Some(n as f64 / secs);
+        // ---- peers on the same vault and queries ----
+        if let Avail::Ready { path, .. } = &peers.ripgrep {
+            ripgrep(cfg, path, &vault, &manifest, &mut r).await;
+        }
+        // A peer that did not install is reported once, in the peers table.
+        if let Avail::Ready { path, .. } = &peers.filesystem {
+            filesystem(cfg, path, &vault, &paths, &base, &mut r).await;
+        }
+        match &peers.basic_memory {
+            Avail::Ready { path, .. } if n <= cfg.bm_max_notes => {
+                basic_memory(cfg, path, &bm_dir, &g, &paths, &manifest, &mut r).await;
+                if let Some(secs) = r.num("bm_index_secs") {
+                    run.bm_rate = Some(n as f64 / secs);
+                }
             }
+            Avail::Ready { .. } => {
+                let estimate = match run.bm_rate {
+                    Some(rate) => format!(
+                        "at the rate its initial index ran on the smaller vault ({rate:.1} notes/s) it would take about \
+                         {:.0} min before the first query",
+                        n as f64 / rate / 60.0
+                    ),
+                    None => "its initial index is slow (measured only on smaller vaults)".to_owned(),
+                };
+                r.peers.push((
+                    "basic-memory".to_owned(),
+                    format!(
+                        "not run at this size: {estimate}, beyond this run's time budget (`--bm-max-notes {}`)",
+                        cfg.bm_max_notes
+                    ),
+                ));
+            }
+            Avail::Missing(_) => {}
         }
-        Avail::Ready { .. } => {
-            let estimate = match run.bm_rate {
-                Some(rate) => format!(
-                    "at the rate its initial index ran on the smaller vault ({rate:.1} notes/s) it would take about \
-                     {:.0} min before the first query",
-                    n as f64 / rate / 60.0
-                ),
-                None => "its initial index is slow (measured only on smaller vaults)".to_owned(),
-            };
-            r.peers.push((
-                "basic-memory".to_owned(),
-                format!(
-                    "not run at this size: {estimate}, beyond this run's time budget (`--bm-max-notes {}`)",
-                    cfg.bm_max_notes
-                ),
-            ));
-        }
-        Avail::Missing(_) => {}
     }
 
-    // ---- writes: propose+apply against the durable floor ----
-    let floor_note = g.plain_note(n + 1_000_000);
-    for (transport, client) in [("stdio", &stdio), ("HTTP", &http)] {
-        propose_apply(cfg, client, transport, &g, &mut r).await;
-    }
-    floor(cfg, &base, &floor_note, &mut r).await;
+    // ---- writes: propose+apply (1 and 8 clients) against the durable floor, syncs per write ----
+    writes(cfg, &gate, &server, &stdio, &http, &g, &base, &mut r).await;
 
     // ---- freshness while serving ----
-    freshness(&http, &g, &vault, &mut r).await;
+    if all {
+        freshness(&http, &g, &vault, &mut r).await;
+    }
 
     // ---- memory ----
-    for (label, key, pid) in [
-        ("vaultgate serve", "rss_serve_mib", Some(server.pid())),
-        ("vaultgate stdio", "rss_stdio_mib", stdio.pid),
-    ] {
+    let mut procs = vec![("vaultgate serve", "rss_serve_mib", Some(server.pid()))];
+    // With `--only writes` the main stdio process was the writing one, already reported by `writes`.
+    if all {
+        procs.push(("vaultgate stdio", "rss_stdio_mib", stdio.pid));
+    }
+    for (label, key, pid) in procs {
         match pid.and_then(vaultgate::memory_mib) {
             Some((hwm, now)) => r.fact(
                 key,
@@ -443,8 +453,9 @@ async fn size(
         }
     }
 
-    let fmt = |m: Option<f64>| m.map_or("?".to_owned(), |m| format!("{m:.0} MiB"));
-    r.fact(
+    if all {
+        let fmt = |m: Option<f64>| m.map_or("?".to_owned(), |m| format!("{m:.0} MiB"));
+        r.fact(
         "rss_serve_phases",
         "`vaultgate serve` VmHWM after: one-client reads and searches / 1- and 8-client throughput / writes",
         format!(
@@ -455,6 +466,7 @@ async fn size(
         ),
         None,
     );
+    }
     let (foreign, wall) = watch.finish();
     r.fact(
         "foreign_cores",
@@ -659,9 +671,12 @@ impl CpuSplit {
         }
     }
 
+    /// Records the split as the fact `<prefix>_<system>_<transport>_<clients>`.
+    #[allow(clippy::too_many_arguments)] // one fact has this many parts
     fn finish(
         self,
         r: &mut SizeResult,
+        prefix: &str,
         system: &str,
         tool: &str,
         transport: &str,
@@ -679,7 +694,7 @@ impl CpuSplit {
         };
         let per = |cpu: f64| cpu * 1e6 / calls.max(1) as f64;
         r.fact(
-            &format!("cpu_{system}_{}_{clients}", transport.to_lowercase()),
+            &format!("{prefix}_{system}_{}_{clients}", transport.to_lowercase()),
             &format!(
                 "{system}: CPU per `{tool}` call, {clients} {transport} client(s): server / benchmark client"
             ),
@@ -731,6 +746,7 @@ async fn throughput(
             .await;
             cpu.finish(
                 r,
+                "cpu",
                 "vaultgate",
                 "read_note",
                 "stdio",
@@ -765,6 +781,7 @@ async fn throughput(
             let s = mcp::concurrent(peers.clone(), 20, cfg.throughput(), read.clone()).await;
             cpu.finish(
                 r,
+                "cpu",
                 "vaultgate",
                 "read_note",
                 "HTTP",
@@ -927,6 +944,7 @@ async fn filesystem(
             .await;
             cpu.finish(
                 r,
+                "cpu",
                 "filesystem",
                 "read_text_file",
                 "stdio",
@@ -1084,6 +1102,307 @@ async fn basic_memory(
     }
     c.close().await;
     r.peers.push(("basic-memory".to_owned(), "measured".to_owned()));
+}
+
+/// Clients of the concurrent write runs.
+const WRITERS: usize = 8;
+/// Untimed pairs of each concurrent writer before its timed loop.
+const WARMUP_PAIRS: usize = 2;
+/// Operations of each traced process that counts sync calls.
+const TRACED_OPS: usize = 50;
+
+/// The write path: sequential propose+apply over stdio (in a process that does nothing else, whose
+/// peak RSS is the writing server's) and HTTP, the floor, 8 concurrent writers over HTTP and
+/// stdio, and the sync calls per propose and per apply.
+#[allow(clippy::too_many_arguments)] // one call site
+async fn writes(
+    cfg: &Config,
+    gate: &Gate,
+    server: &Server,
+    stdio: &Client,
+    http: &Client,
+    g: &Generator,
+    base: &Path,
+    r: &mut SizeResult,
+) {
+    // With `--only writes` the main stdio process has only connected: it is the writer. Otherwise it
+    // served the reads, so a fresh one writes.
+    let dedicated = match cfg.only {
+        Only::All => Some(gate.stdio("writer").await),
+        Only::Writes => None,
+    };
+    let writer = match &dedicated {
+        None => Some(stdio),
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            r.check(format!("starting the writing stdio process failed: {e}"));
+            None
+        }
+    };
+    if let Some(w) = writer {
+        propose_apply(cfg, w, "stdio", g, r).await;
+        match w.pid.and_then(vaultgate::memory_mib) {
+            Some((hwm, now)) => r.fact(
+                "rss_stdio_writer_mib",
+                "`vaultgate stdio` peak RSS (VmHWM) of a process that did only the sequential propose+apply run",
+                format!("{hwm:.1} MiB (now {now:.1} MiB)"),
+                Some(hwm),
+            ),
+            None => r.check("writing vaultgate stdio: could not read /proc/<pid>/status".to_owned()),
+        }
+    }
+    if let Some(Ok(c)) = dedicated {
+        c.close().await;
+    }
+    propose_apply(cfg, http, "HTTP", g, r).await;
+    floor(cfg, base, &g.plain_note(g.n + 1_000_000), r).await;
+    concurrent_writes(cfg, gate, server, g, r).await;
+    sync_counts(gate, g, base.parent(), r).await;
+}
+
+/// `WRITERS` clients each loop propose_new_note + apply_proposal of their own new notes; a pair
+/// counts when the apply answered `applied: true`.
+async fn pairs_loop(
+    cfg: &Config,
+    peers: Vec<rmcp::service::Peer<rmcp::RoleClient>>,
+    tag: &str,
+    g: &Generator,
+    salt: usize,
+) -> Summary {
+    let peers = Arc::new(peers);
+    let gen_ = Generator::new(g.n, g.seed);
+    let tag = tag.to_owned();
+    mcp::concurrent_work(peers.len(), WARMUP_PAIRS, cfg.throughput(), move |c, i| {
+        let peer = peers[c].clone();
+        let path = format!("bench-writes/{tag}-c{c}-{i:05}.md");
+        let content = gen_.plain_note(gen_.n + salt + c * 100_000 + i);
+        let key = format!("bench-{tag}-c{c}-{i}");
+        async move {
+            let a = propose_apply_once(&peer, &path, &content, &key).await?;
+            if a["applied"] != json!(true) {
+                return Err(format!("apply_proposal did not apply: {a}"));
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Durable propose+apply with `WRITERS` concurrent clients: sessions to the one `vaultgate serve`,
+/// then one `vaultgate stdio` process per client (same home and vault, as MCP hosts do).
+async fn concurrent_writes(cfg: &Config, gate: &Gate, server: &Server, g: &Generator, r: &mut SizeResult) {
+    let detail = "propose_new_note + apply_proposal (~2 KB), closed loop";
+    let mut sessions = Vec::new();
+    for k in 0..WRITERS {
+        match Client::http(&server.url(), Some(&gate.token)).await {
+            Ok(c) => sessions.push(c),
+            Err(e) => r.check(format!("HTTP writer {k} of {WRITERS}: {e}")),
+        }
+    }
+    if sessions.len() == WRITERS {
+        let cpu = CpuSplit::start(&[server.pid()]);
+        let s = pairs_loop(
+            cfg,
+            sessions.iter().map(Client::peer).collect(),
+            "w8http",
+            g,
+            5_000_000,
+        )
+        .await;
+        cpu.finish(
+            r,
+            "cpu_writes",
+            "vaultgate",
+            "propose+apply",
+            "HTTP",
+            WRITERS,
+            s.calls + s.errors + WARMUP_PAIRS * WRITERS,
+        );
+        r.row(
+            "vaultgate",
+            "HTTP",
+            "propose+apply",
+            "new-note",
+            detail,
+            WRITERS,
+            s,
+            "durable; one session per client, one `serve`",
+        );
+    }
+    for s in sessions {
+        s.close().await;
+    }
+    let mut procs = Vec::new();
+    for k in 0..WRITERS {
+        match gate.stdio(&format!("w8-{k}")).await {
+            Ok(c) => procs.push(c),
+            Err(e) => r.check(format!("stdio writer {k} of {WRITERS}: {e}")),
+        }
+    }
+    if procs.len() == WRITERS {
+        let pids: Vec<u32> = procs.iter().filter_map(|p| p.pid).collect();
+        let cpu = CpuSplit::start(&pids);
+        let s = pairs_loop(
+            cfg,
+            procs.iter().map(Client::peer).collect(),
+            "w8stdio",
+            g,
+            6_000_000,
+        )
+        .await;
+        cpu.finish(
+            r,
+            "cpu_writes",
+            "vaultgate",
+            "propose+apply",
+            "stdio",
+            WRITERS,
+            s.calls + s.errors + WARMUP_PAIRS * WRITERS,
+        );
+        r.row(
+            "vaultgate",
+            "stdio",
+            "propose+apply",
+            "new-note",
+            detail,
+            WRITERS,
+            s,
+            "durable; one process per client, same home and vault",
+        );
+    }
+    for p in procs {
+        p.close().await;
+    }
+}
+
+/// One `vaultgate stdio` under `strace -f -c`: `ops` proposes (and applies, with `apply`), then
+/// closed; the sync calls it made from start to exit.
+async fn traced_syncs(
+    gate: &Gate,
+    strace: &Path,
+    label: &str,
+    ops: usize,
+    apply: bool,
+    g: &Generator,
+    salt: usize,
+) -> Result<u64, String> {
+    let summary = gate.logs.join(format!("strace-{label}.txt"));
+    if summary.exists() {
+        std::fs::remove_file(&summary).map_err(|e| format!("{}: {e}", summary.display()))?;
+    }
+    let c = gate.stdio_traced(label, strace, &summary).await?;
+    let peer = c.peer();
+    let mut failed = None;
+    for i in 0..ops {
+        let path = format!("bench-writes/{label}-{i:05}.md");
+        let content = g.plain_note(g.n + salt + i);
+        let done = if apply {
+            propose_apply_once(&peer, &path, &content, &format!("bench-{label}-{i}"))
+                .await
+                .and_then(|a| {
+                    if a["applied"] == json!(true) {
+                        Ok(())
+                    } else {
+                        Err(format!("apply_proposal did not apply: {a}"))
+                    }
+                })
+        } else {
+            mcp::call_peer(
+                &peer,
+                "propose_new_note",
+                json!({"path": path, "content": content, "reason": "benchmark"}),
+            )
+            .await
+            .map(drop)
+        };
+        if let Err(e) = done {
+            failed = Some(format!("call {} of {ops}: {e}", i + 1));
+            break;
+        }
+    }
+    c.close().await;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    // strace writes its summary once the traced process has exited.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(n) = std::fs::read_to_string(&summary)
+            .ok()
+            .and_then(|t| vaultgate::strace_calls(&t, vaultgate::SYNC_CALLS))
+        {
+            return Ok(n);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no strace summary in {} after the process closed",
+                summary.display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sync calls per propose and per apply, counted with strace over `TRACED_OPS` calls each, less
+/// what a traced process that makes no call syncs (start-up, initialize, shutdown).
+async fn sync_counts(gate: &Gate, g: &Generator, out: Option<&Path>, r: &mut SizeResult) {
+    let label = "sync calls per propose_new_note / apply_proposal / pair";
+    let Some(strace) = peers::which("strace") else {
+        // Why, when `bench/run.sh` tried to install it.
+        let why = out
+            .and_then(|o| peers::install_failures(o).remove("strace"))
+            .map_or(String::new(), |w| format!(" ({w})"));
+        r.fact(
+            "syncs_per_pair",
+            label,
+            format!("strace not installed: syncs not counted{why}"),
+            None,
+        );
+        return;
+    };
+    let counted = async {
+        let idle = traced_syncs(gate, &strace, "sync-idle", 0, false, g, 7_000_000).await?;
+        let propose = traced_syncs(gate, &strace, "sync-propose", TRACED_OPS, false, g, 7_100_000).await?;
+        let pair = traced_syncs(gate, &strace, "sync-pair", TRACED_OPS, true, g, 7_200_000).await?;
+        Ok::<_, String>((idle, propose, pair))
+    };
+    match counted.await {
+        Ok((idle, propose, pair)) => {
+            let n = TRACED_OPS as f64;
+            let per_propose = propose.saturating_sub(idle) as f64 / n;
+            let per_pair = pair.saturating_sub(idle) as f64 / n;
+            let per_apply = per_pair - per_propose;
+            r.fact(
+                "syncs_per_pair",
+                label,
+                format!(
+                    "{per_propose:.1} / {per_apply:.1} / {per_pair:.1} ({} calls of a `vaultgate stdio` under \
+                     `strace -f -c`, over {TRACED_OPS} of each; the {idle} it makes at start-up and shutdown \
+                     subtracted)",
+                    vaultgate::SYNC_CALLS.join(", "),
+                ),
+                Some(per_pair),
+            );
+            r.facts.push(Fact {
+                key: "syncs_per_propose".to_owned(),
+                label: "sync calls per propose_new_note".to_owned(),
+                value: format!("{per_propose:.1}"),
+                num: Some(per_propose),
+            });
+            r.facts.push(Fact {
+                key: "syncs_per_apply".to_owned(),
+                label: "sync calls per apply_proposal".to_owned(),
+                value: format!("{per_apply:.1}"),
+                num: Some(per_apply),
+            });
+        }
+        Err(e) => r.fact(
+            "syncs_per_pair",
+            label,
+            format!("strace did not count them: {e}"),
+            None,
+        ),
+    }
 }
 
 /// Proposes a new note and applies it; the pair is one durable write through the gateway.

@@ -19,6 +19,9 @@ pub struct Gate {
     pub logs: PathBuf,
 }
 
+/// The system calls that make data durable, as `strace -e trace=` names them.
+pub const SYNC_CALLS: &[&str] = &["fsync", "fdatasync", "sync_file_range", "syncfs", "msync"];
+
 /// The vault id every benchmark uses.
 pub const VAULT_ID: &str = "bench";
 
@@ -107,6 +110,27 @@ impl Gate {
     pub async fn stdio(&self, label: &str) -> Result<Client, String> {
         let mut cmd = tokio::process::Command::new(&self.bin);
         cmd.arg("stdio")
+            .arg("--home")
+            .arg(&self.home)
+            .env_remove("VAULTGATE_HOME")
+            .env("VAULTGATE_LOG", "warn")
+            .env("VAULTGATE_TOKEN", &self.token);
+        Client::stdio(cmd, &self.logs.join(format!("stdio-{label}.stderr"))).await
+    }
+
+    /// Starts `vaultgate stdio` like [`Gate::stdio`], under `strace -f -c -o <summary>` counting
+    /// the sync system calls ([`SYNC_CALLS`]); the summary is written when the process exits.
+    pub async fn stdio_traced(&self, label: &str, strace: &Path, summary: &Path) -> Result<Client, String> {
+        let mut cmd = tokio::process::Command::new(strace);
+        cmd.args(["-f", "-c", "-o"])
+            .arg(summary)
+            .arg("-e")
+            // `execve` (of vaultgate itself) is there so that the summary always has a table: strace
+            // writes nothing at all when no traced call was made.
+            .arg(format!("trace={},execve", SYNC_CALLS.join(",")))
+            .arg("--")
+            .arg(&self.bin)
+            .arg("stdio")
             .arg("--home")
             .arg(&self.home)
             .env_remove("VAULTGATE_HOME")
@@ -215,4 +239,55 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
 /// CPU seconds of several processes together.
 pub fn cpu_sum(pids: &[u32]) -> Option<f64> {
     pids.iter().map(|p| cpu_secs(*p)).sum()
+}
+
+/// The calls of `syscalls` summed from an `strace -c` summary (`% time  seconds  usecs/call  calls
+/// [errors]  syscall` lines); `None` until the file holds a whole table (its `total` line).
+pub fn strace_calls(summary: &str, syscalls: &[&str]) -> Option<u64> {
+    if !summary
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("total"))
+    {
+        return None;
+    }
+    let mut n = 0;
+    for l in summary.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(name), Some(calls)) = (f.last(), f.get(3)) else {
+            continue;
+        };
+        if syscalls.contains(name)
+            && let Ok(c) = calls.parse::<u64>()
+        {
+            n += c;
+        }
+    }
+    Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strace_summary_calls() {
+        let s = "% time     seconds  usecs/call     calls    errors syscall\n\
+                 ------ ----------- ----------- --------- --------- ----------------\n\
+                  97.10    0.051000         120       425           fsync\n\
+                   2.90    0.001500          30        50         2 fdatasync\n\
+                 ------ ----------- ----------- --------- --------- ----------------\n\
+                 100.00    0.052500         110       475         2 total\n";
+        assert_eq!(strace_calls(s, SYNC_CALLS), Some(475));
+        assert_eq!(strace_calls(s, &["fsync"]), Some(425));
+        // No sync call at all: strace prints the header and an all-zero total.
+        let none = "% time     seconds  usecs/call     calls    errors syscall\n\
+                    ------ ----------- ----------- --------- --------- ----------------\n\
+                    100.00    0.000000           0         0           total\n";
+        assert_eq!(strace_calls(none, SYNC_CALLS), Some(0));
+        assert_eq!(strace_calls("", SYNC_CALLS), None);
+        let partial = "% time     seconds  usecs/call     calls    errors syscall\n\
+                        ------ ----------- ----------- --------- --------- ----------------\n\
+                        97.10    0.051000         120       425           fsync\n";
+        assert_eq!(strace_calls(partial, SYNC_CALLS), None);
+    }
 }
