@@ -105,7 +105,11 @@ pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
     let mut theirs = false;
     if !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
         if theirs {
-            // Another vaultgate process wrote (and counted) it: our clients still need to hear.
+            // Another vaultgate process wrote (and counted) it. It may have no index of its own
+            // (the CLI): the named notes are indexed here (unchanged ones cost a lookup), and our
+            // clients still need to hear.
+            let paths: Vec<VaultPath> = changed.iter().filter_map(|p| vault_path(p)).collect();
+            v.reader.update_paths(&paths);
             match core.state.revision(&v.id) {
                 Ok(revision) => core.announce(VaultChanged {
                     vault: v.id.clone(),

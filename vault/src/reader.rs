@@ -612,6 +612,15 @@ impl<'v> Catalog<'v> {
 }
 
 impl Vault {
+    /// `Index::move_sources`, when the index answers.
+    pub(crate) fn index_move_sources(
+        &self,
+        from: &VaultPath,
+        to: &VaultPath,
+    ) -> Option<(Vec<VaultPath>, Vec<VaultPath>)> {
+        self.ix().and_then(|ix| ix.move_sources(from, to))
+    }
+
     /// The catalog's note paths (notes and standards, not the inbox), sorted: the set links
     /// resolve against (for `rewrite::plan_move`).
     pub(crate) fn catalog_paths(&self) -> Vec<VaultPath> {

@@ -35,10 +35,11 @@ pub struct LinkRewrite {
 impl Vault {
     /// The rewrites that keep every link meaning the same when `from` moves to `to`.
     ///
-    /// Every catalog note (notes and standards, never the inbox) is read; each link that resolves
-    /// to a note now, and would resolve elsewhere after the move (links to `from`, the moved
-    /// note's own relative links, and a stem link that `to` would capture), is rewritten to point
-    /// where it pointed, in its own style: a stem link stays a stem link when the stem is unique
+    /// Every catalog note (notes and standards, never the inbox) that may hold an affected link
+    /// is read (found by the index's link keys; every note when the index cannot answer); each
+    /// link that resolves to a note now, and would resolve elsewhere after the move (links to
+    /// `from`, the moved note's own relative links, and a stem link that `to` would capture), is
+    /// rewritten to point where it pointed, in its own style: a stem link stays a stem link when the stem is unique
     /// after the move (else it becomes a vault path), a path link stays a path link (`./`/`../`
     /// relative ones stay relative), `.md` is kept or left out as written, `#heading`, `|label`
     /// and `!` are untouched; Markdown links get a relative path (vault-absolute if written with a
@@ -51,7 +52,15 @@ impl Vault {
         let layout = self.layout();
         layout.check_write_target(from)?;
         layout.check_write_target(to)?;
-        let before = self.catalog_paths();
+        // From the index when it answers: the catalog and the few notes that can hold an
+        // affected link. Otherwise (index building or unaware of `from`) every note is read.
+        let (before, sources) = match self.index_move_sources(from, to) {
+            Some(found) => found,
+            None => {
+                let all = self.catalog_paths();
+                (all.clone(), all)
+            }
+        };
         if before.binary_search(from).is_err() {
             return Err(FsError::NotFound.into());
         }
@@ -69,7 +78,7 @@ impl Vault {
             after: &after,
         };
         let mut plan = Vec::new();
-        for source in &before {
+        for source in &sources {
             let file = match self.fs().read_text(source) {
                 Ok(file) => file,
                 Err(e) => {
