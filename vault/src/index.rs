@@ -687,20 +687,20 @@ impl Index {
     }
 
     /// For a move of `from` to `to` (SPEC §6: its cost follows the link index, not the vault):
-    /// every catalog path, and the notes whose links may change meaning — those with a link keyed
+    /// the resolver of every catalog path, and the notes whose links may change meaning — those with a link keyed
     /// by either name (the index's promise: every link resolving to a note carries its name key),
     /// and `from` itself. `None` when the index is not answering or does not know `from`.
     pub(crate) fn move_sources(
         &self,
         from: &VaultPath,
         to: &VaultPath,
-    ) -> Option<(Vec<VaultPath>, Vec<VaultPath>)> {
+    ) -> Option<(crate::links::Resolver, Vec<VaultPath>)> {
         self.read(|snap| {
             let cat = &snap.catalog;
             if cat.find(from).is_none() {
                 return Ok(None);
             }
-            let all: Vec<VaultPath> = cat.entries.iter().map(|e| e.path.clone()).collect();
+            let resolver = cat.resolver().clone();
             let mut ids = snap.linking(&record::name_key(from))?;
             ids.extend(snap.linking(&record::name_key(to))?);
             let mut sources: Vec<VaultPath> = ids
@@ -711,7 +711,7 @@ impl Index {
             sources.push(from.clone());
             sources.sort();
             sources.dedup();
-            Ok(Some((all, sources)))
+            Ok(Some((resolver, sources)))
         })
         .flatten()
     }

@@ -2,7 +2,6 @@
 //! `[[Target#heading]]`, `![[embed]]`) and Markdown links to `*.md` from prose lines, and resolving
 //! them against the set of catalog notes.
 
-use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use policy::VaultPath;
@@ -299,25 +298,84 @@ pub enum Resolution {
     NotANote,
 }
 
-/// Resolves links against a fixed set of note paths.
-#[derive(Debug, Default)]
+/// Resolves links against a set of note paths. Persistent maps: a clone is O(1) and adding or
+/// removing a path O(log n), so the index keeps one per catalog generation at the cost of the
+/// change, and a planned move derives the resolver "after" from the one "before" (SPEC §6).
+#[derive(Debug, Default, Clone)]
 pub struct Resolver {
-    exact: HashSet<String>,
+    exact: imbl::HashSet<String>,
     /// Folded file name (`note.md`) → (folded path, path).
-    by_name: HashMap<String, Vec<(String, VaultPath)>>,
+    by_name: imbl::HashMap<String, Vec<(String, VaultPath)>>,
 }
 
 impl Resolver {
     pub fn new<'a>(paths: impl IntoIterator<Item = &'a VaultPath>) -> Resolver {
         let mut r = Resolver::default();
         for p in paths {
-            r.exact.insert(p.as_str().to_owned());
-            r.by_name
-                .entry(fold(p.file_name()))
-                .or_default()
-                .push((fold(p.as_str()), p.clone()));
+            r.insert(p);
         }
         r
+    }
+
+    /// Adds a note path (no effect if present).
+    pub fn insert(&mut self, p: &VaultPath) {
+        if self.exact.insert(p.as_str().to_owned()).is_some() {
+            return;
+        }
+        self.by_name
+            .entry(fold(p.file_name()))
+            .or_default()
+            .push((fold(p.as_str()), p.clone()));
+    }
+
+    /// Removes a note path (no effect if absent).
+    pub fn remove(&mut self, p: &VaultPath) {
+        if self.exact.remove(p.as_str()).is_none() {
+            return;
+        }
+        let name = fold(p.file_name());
+        if let Some(list) = self.by_name.get_mut(&name) {
+            list.retain(|(_, q)| q != p);
+            if list.is_empty() {
+                self.by_name.remove(&name);
+            }
+        }
+    }
+
+    /// This resolver as it will be once `from` is moved to `to`.
+    pub fn moving(&self, from: &VaultPath, to: &VaultPath) -> Resolver {
+        let mut r = self.clone();
+        r.remove(from);
+        r.insert(to);
+        r
+    }
+
+    /// Whether `p` is one of the paths.
+    pub fn contains(&self, p: &VaultPath) -> bool {
+        self.exact.contains(p.as_str())
+    }
+
+    /// Every path, and every name with its paths, sorted (tests compare resolvers with this).
+    #[cfg(test)]
+    pub(crate) fn sorted(&self) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+        let mut exact: Vec<String> = self.exact.iter().cloned().collect();
+        exact.sort();
+        let mut names: Vec<(String, Vec<String>)> = self
+            .by_name
+            .iter()
+            .map(|(k, v)| {
+                let mut ps: Vec<String> = v.iter().map(|(_, p)| p.to_string()).collect();
+                ps.sort();
+                (k.clone(), ps)
+            })
+            .collect();
+        names.sort();
+        (exact, names)
+    }
+
+    /// How many paths have this file name, compared case-folded.
+    pub fn count_named(&self, file_name: &str) -> usize {
+        self.by_name.get(&fold(file_name)).map_or(0, Vec::len)
     }
 
     /// Resolves `link` written in the note at `source`.

@@ -617,7 +617,7 @@ impl Vault {
         &self,
         from: &VaultPath,
         to: &VaultPath,
-    ) -> Option<(Vec<VaultPath>, Vec<VaultPath>)> {
+    ) -> Option<(crate::links::Resolver, Vec<VaultPath>)> {
         self.ix().and_then(|ix| ix.move_sources(from, to))
     }
 

@@ -15,7 +15,6 @@ use crate::fs::FsError;
 use crate::links::{self, Link, LinkKind, Resolution, Resolver, ends_with_md, percent_decode};
 use crate::note::{Note, stem};
 use crate::reader::Vault;
-use crate::search::fold;
 use crate::types::VaultError;
 
 /// One note whose links a move rewrites.
@@ -52,30 +51,23 @@ impl Vault {
         let layout = self.layout();
         layout.check_write_target(from)?;
         layout.check_write_target(to)?;
-        // From the index when it answers: the catalog and the few notes that can hold an
-        // affected link. Otherwise (index building or unaware of `from`) every note is read.
-        let (before, sources) = match self.index_move_sources(from, to) {
+        // From the index when it answers: its resolver of the catalog and the few notes that can
+        // hold an affected link. Otherwise (index building or unaware of `from`) every note.
+        let (old, sources) = match self.index_move_sources(from, to) {
             Some(found) => found,
             None => {
                 let all = self.catalog_paths();
-                (all.clone(), all)
+                (Resolver::new(&all), all)
             }
         };
-        if before.binary_search(from).is_err() {
+        if !old.contains(from) {
             return Err(FsError::NotFound.into());
         }
-        let after: Vec<VaultPath> = before
-            .iter()
-            .filter(|p| *p != from)
-            .chain(std::iter::once(to))
-            .cloned()
-            .collect();
         let ctx = Move {
             from,
             to,
-            old: Resolver::new(&before),
-            new: Resolver::new(&after),
-            after: &after,
+            new: old.moving(from, to),
+            old,
         };
         let mut plan = Vec::new();
         for source in &sources {
@@ -118,8 +110,6 @@ struct Move<'a> {
     to: &'a VaultPath,
     old: Resolver,
     new: Resolver,
-    /// The catalog after the move.
-    after: &'a [VaultPath],
 }
 
 impl Move<'_> {
@@ -244,8 +234,7 @@ impl Move<'_> {
 
     /// Is `want`'s file name the only one of its (case-folded) kind after the move?
     fn stem_is_unique(&self, want: &VaultPath) -> bool {
-        let name = fold(want.file_name());
-        self.after.iter().filter(|p| fold(p.file_name()) == name).count() == 1
+        self.new.count_named(want.file_name()) == 1
     }
 }
 

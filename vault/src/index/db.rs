@@ -262,6 +262,18 @@ impl Catalog {
                 }
             }
         }
+        // The link resolver follows the same changes when this generation had built one.
+        let resolver = OnceLock::new();
+        if let Some(r) = self.resolver.get() {
+            let mut next = r.clone();
+            for c in changes {
+                match c {
+                    Change::Put(e) => next.insert(&e.path),
+                    Change::Remove(p) => next.remove(p),
+                }
+            }
+            let _ = resolver.set(next);
+        }
         let (base, shifts) = if shifts.len() > REBASE_AFTER {
             (Arc::new(positions(&entries)), Shifts::default())
         } else {
@@ -273,7 +285,7 @@ impl Catalog {
             base,
             shifts: Arc::new(shifts),
             ordered_upto,
-            resolver: OnceLock::new(),
+            resolver,
             tag_counts: OnceLock::new(),
             distinct_tags: OnceLock::new(),
         }
@@ -1356,8 +1368,11 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let root = cap_std::fs::Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
             let db = Db::open(tmp.path(), &root).unwrap();
-            // Warm the cache, as a reader would.
-            drop(db.snapshot().unwrap());
+            // Warm the cache, as a reader would, link resolver included.
+            {
+                let snap = db.snapshot().unwrap();
+                let _ = snap.catalog.resolver();
+            }
             for batch in batches {
                 let ops: Vec<Op> = batch
                     .iter()
@@ -1388,6 +1403,9 @@ mod tests {
                 for (i, e) in kept.entries.iter().enumerate() {
                     prop_assert_eq!(kept.position(e.id), Some(i));
                 }
+                // The resolver carried through the writes equals one built afresh.
+                let built = Resolver::new(fresh.entries.iter().map(|e| &e.path));
+                prop_assert_eq!(kept.resolver().sorted(), built.sorted());
             }
         }
     }
