@@ -127,13 +127,26 @@ pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
     let (files, revision) = {
         // Under the write lock: an apply in progress settles its own fingerprint first, so its
         // change is counted once (by the apply), never again by a watcher.
-        let _lock = match v.reader.fs().write_lock() {
+        let lock = match v.reader.fs().write_lock() {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(vault = %v.id, error = %e, "cannot take the vault lock to rescan");
                 return;
             }
         };
+        // A write another process had not committed yet when the watcher saw its files is
+        // committed now (it held this lock): if that explains every path, nothing is walked.
+        let mut theirs = false;
+        if !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
+            drop(lock);
+            if let Ok(revision) = core.state.revision(&v.id) {
+                core.announce(VaultChanged {
+                    vault: v.id.clone(),
+                    revision,
+                });
+            }
+            return;
+        }
         let files = v.reader.catalog_files();
         let revision = match core.state.note_disk_state(&v.id, &fingerprint_of(&files)) {
             Ok((revision, moved)) => {
