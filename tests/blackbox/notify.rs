@@ -69,10 +69,9 @@ async fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
 }
 
 async fn revision(c: &RunningService<RoleClient, Recorder>) -> u64 {
-    let mut p = rmcp::model::CallToolRequestParams::new("get_vault_overview");
-    p.arguments = Some(serde_json::Map::new());
-    let v = to_reply(c.call_tool(p).await.unwrap()).ok();
-    v["revision"].as_u64().unwrap()
+    call_ok(c, "get_vault_overview", json!({})).await["revision"]
+        .as_u64()
+        .unwrap()
 }
 
 #[tokio::test]

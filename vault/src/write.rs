@@ -393,19 +393,7 @@ impl VaultFs {
         for (i, seg) in segments.iter().enumerate() {
             let here = cur.as_ref().unwrap_or(self.root_dir());
             let wanted = fold_name(seg);
-            let names = match self.listings().names_folding_to(here, &wanted)? {
-                Some(names) => names,
-                None => {
-                    let mut all = Vec::new();
-                    for item in here.entries()? {
-                        if let Ok(name) = item?.file_name().into_string() {
-                            all.push(name);
-                        }
-                    }
-                    all
-                }
-            };
-            for name in names {
+            for name in self.listings().names_folding_to(here, &wanted)? {
                 if name != *seg && folds_equal(&name, seg, &wanted) {
                     let found = real
                         .iter()

@@ -631,6 +631,10 @@ impl Db {
             }
             if !changes.is_empty() {
                 bump_generation(tx)?;
+            }
+            // A large write (a sync pass) is not logged: a catalog behind it reloads, which then
+            // costs no more than the catch-up would, and the log stays small.
+            if !changes.is_empty() && changes.len() <= LOG_MAX_PATHS {
                 let paths: Vec<&str> = changes
                     .iter()
                     .map(|c| match c {
@@ -810,6 +814,8 @@ fn ensure_schema(conn: &Connection) -> Result<(), IndexError> {
 /// Generations whose changed paths stay in `catalog_log`: a process whose catalog is at most
 /// this far behind catches up by reading those notes only.
 const LOG_KEEP: i64 = 1024;
+/// At most this many paths per logged generation, and per catch-up.
+const LOG_MAX_PATHS: usize = 1024;
 
 /// The catalog of generation `to`, from `cached` and the notes the log says changed since;
 /// `None` when the log does not cover the gap (then the caller reads every note).
@@ -830,6 +836,9 @@ fn catch_up(conn: &Connection, cached: &Catalog, to: i64) -> Result<Option<Catal
             return Ok(None);
         };
         paths.extend(list);
+        if paths.len() > LOG_MAX_PATHS {
+            return Ok(None);
+        }
     }
     if covered != gap {
         return Ok(None);

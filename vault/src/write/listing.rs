@@ -66,20 +66,17 @@ impl Listings {
     }
 
     /// The real names in `dir` that fold to `folded`, listing the folder only when it changed
-    /// since it was last listed. `None` when the folder cannot be stamped (then the caller lists).
-    pub(crate) fn names_folding_to(&self, dir: &Dir, folded: &str) -> std::io::Result<Option<Vec<String>>> {
-        let Some((id, modified)) = stamp(dir) else {
-            return Ok(None);
-        };
-        {
+    /// since it was last listed (a folder that cannot be stamped is listed every time).
+    pub(crate) fn names_folding_to(&self, dir: &Dir, folded: &str) -> std::io::Result<Vec<String>> {
+        let stamped = stamp(dir);
+        if let Some((id, modified)) = stamped {
             let cache = self.lock();
             if let Some(l) = cache.folders.get(&id).filter(|l| l.modified == modified) {
-                return Ok(Some(
-                    l.names
-                        .get(folded)
-                        .map(|s| s.iter().cloned().collect())
-                        .unwrap_or_default(),
-                ));
+                return Ok(l
+                    .names
+                    .get(folded)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default());
             }
         }
         let mut names: HashMap<String, BTreeSet<String>> = HashMap::new();
@@ -93,8 +90,12 @@ impl Listings {
             .get(folded)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
-        // Stored only if the folder did not change while it was listed.
-        if stamp(dir) == Some((id, modified)) {
+        // Stored only if the folder did not change while it was listed, and never a folder that
+        // alone would pass the bound.
+        if let Some((id, modified)) = stamped
+            && names.len() <= MAX_NAMES
+            && stamp(dir) == stamped
+        {
             let mut cache = self.lock();
             if cache.names + names.len() > MAX_NAMES {
                 *cache = Cache::default();
@@ -105,7 +106,7 @@ impl Listings {
             }
             cache.names += keys;
         }
-        Ok(Some(found))
+        Ok(found)
     }
 
     /// Called before vaultgate writes in `dir`.
