@@ -30,6 +30,9 @@ pub struct Credential {
     pub tier: Tier,
     /// Vault ids this credential may see; empty means every vault.
     pub vaults: Vec<String>,
+    /// The stored scope could not be read: the credential sees no vault at all.
+    #[serde(skip)]
+    pub scope_unreadable: bool,
     #[serde(skip)]
     pub jti: String,
     pub created_at: i64,
@@ -39,7 +42,8 @@ pub struct Credential {
 
 impl Credential {
     pub fn may_see_vault(&self, vault: &str) -> bool {
-        self.vaults.is_empty() || self.vaults.iter().any(|v| v == vault)
+        // SECURITY(T-AUTH6): a damaged scope narrows to nothing, never widens to every vault.
+        !self.scope_unreadable && (self.vaults.is_empty() || self.vaults.iter().any(|v| v == vault))
     }
     pub fn is_revoked(&self) -> bool {
         self.revoked_at.is_some()
@@ -59,17 +63,35 @@ pub struct NewCredential {
     pub expires_at: Option<i64>,
 }
 
+/// The stored scope: exactly a JSON array of vault ids; anything else (truncated, another type,
+/// an empty id) is unreadable.
+fn parse_scope(stored: &str) -> Option<Vec<String>> {
+    let ids: Vec<String> = serde_json::from_str(stored).ok()?;
+    if ids.iter().any(String::is_empty) {
+        return None;
+    }
+    Some(ids)
+}
+
 const COLUMNS: &str = "id, name, tier, vaults, jti, created_at, expires_at, revoked_at";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
     let tier: String = row.get(2)?;
-    let vaults: String = row.get(3)?;
+    let stored: String = row.get(3)?;
+    let (vaults, scope_unreadable) = match parse_scope(&stored) {
+        Some(v) => (v, false),
+        None => {
+            tracing::warn!("a credential's stored vault scope is unreadable; it sees no vault");
+            (Vec::new(), true)
+        }
+    };
     Ok(Credential {
         id: CredentialId(row.get(0)?),
         name: row.get(1)?,
         // An unknown tier in the row is treated as the least privilege, never more.
         tier: tier.parse().unwrap_or(Tier::Read),
-        vaults: serde_json::from_str(&vaults).unwrap_or_default(),
+        vaults,
+        scope_unreadable,
         jti: row.get(4)?,
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
@@ -108,6 +130,7 @@ impl State {
             name: new.name,
             tier: new.tier,
             vaults: new.vaults,
+            scope_unreadable: false,
             jti: new.jti,
             created_at: new.created_at,
             expires_at: new.expires_at,
@@ -212,6 +235,7 @@ mod tests {
             name: "n".into(),
             tier: Tier::Read,
             vaults: vec!["a".into()],
+            scope_unreadable: false,
             jti: String::new(),
             created_at: 0,
             expires_at: Some(10),
@@ -219,5 +243,47 @@ mod tests {
         };
         assert!(c.may_see_vault("a") && !c.may_see_vault("b"));
         assert!(!c.is_expired(9) && c.is_expired(10));
+    }
+
+    #[test]
+    fn an_unreadable_stored_scope_sees_no_vault() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = State::open(&dir.path().join("s.sqlite")).unwrap();
+        let mut scoped = new("scoped", Tier::Read);
+        scoped.vaults = vec!["a".into()];
+        let c = s.create_credential(scoped).unwrap();
+        assert!(c.may_see_vault("a") && !c.may_see_vault("b"));
+        for stored in [
+            "[\"a\"",
+            "garbage",
+            "{\"a\": 1}",
+            "42",
+            "\"a\"",
+            "[1]",
+            "[\"\"]",
+            "null",
+        ] {
+            s.conn()
+                .unwrap()
+                .execute(
+                    "UPDATE credentials SET vaults = ?1 WHERE id = ?2",
+                    [stored, c.id.as_str()],
+                )
+                .unwrap();
+            let read = s.credential(c.id.as_str()).unwrap().unwrap();
+            assert!(!read.may_see_vault("a"), "{stored}");
+            assert!(
+                !read.may_see_vault("b"),
+                "{stored}: a damaged scope must not widen"
+            );
+        }
+        s.conn()
+            .unwrap()
+            .execute(
+                "UPDATE credentials SET vaults = '[]' WHERE id = ?1",
+                [c.id.as_str()],
+            )
+            .unwrap();
+        assert!(s.credential(c.id.as_str()).unwrap().unwrap().may_see_vault("b"));
     }
 }
