@@ -178,6 +178,7 @@ pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
 /// Scans every vault once (changes made while no server ran), starts its search index (built or
 /// brought up to date in the background; reads scan until it is ready) and keeps watching them.
 pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
+    core.maintain_if_due();
     let mut watches = Vec::new();
     for v in core.all_vaults() {
         let fp = fingerprint(&v);

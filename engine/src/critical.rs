@@ -45,7 +45,7 @@ const MAX_PATHS: usize = 1000;
 /// Trash walks stop descending below this depth (notes are at most 32 deep, plus the trash prefix).
 const MAX_TRASH_DEPTH: usize = 40;
 /// Challenges are forgotten this long after they expire (a replay then answers as unknown).
-const KEEP_EXPIRED_SECONDS: i64 = 7 * 24 * 3600;
+pub(crate) const KEEP_EXPIRED_SECONDS: i64 = 7 * 24 * 3600;
 
 // ---- inputs and outputs -------------------------------------------------------------------------
 

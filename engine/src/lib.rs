@@ -21,6 +21,7 @@ mod files;
 pub mod history;
 pub mod home;
 pub mod ids;
+mod maintain;
 pub mod proposing;
 mod txn;
 

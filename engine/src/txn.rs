@@ -319,6 +319,7 @@ impl Core {
         };
         self.failpoint(kind, "after_commit");
         let index = self.after_commit(v, intent, committed.revision);
+        self.maintain_if_due();
         Ok(Committed { index, ..committed })
     }
 
