@@ -83,13 +83,26 @@ impl McpServer {
 }
 
 /// Per-connection announcement preferences (a legacy session, or the stdio connection).
-#[derive(Default)]
 struct Conn {
     /// Resource URIs this connection subscribed to (`resources/subscribe`).
     subscriptions: Mutex<HashSet<String>>,
     /// Set by `logging/setLevel`; no log messages are sent before a client asks for them.
     log_level: Mutex<Option<LoggingLevel>>,
     forwarding: std::sync::atomic::AtomicBool,
+    /// Dropped with the connection: its forwarding task then ends (rather than living on, holding
+    /// a subscription, until the process exits).
+    alive: tokio::sync::watch::Sender<()>,
+}
+
+impl Default for Conn {
+    fn default() -> Self {
+        Conn {
+            subscriptions: Mutex::default(),
+            log_level: Mutex::default(),
+            forwarding: std::sync::atomic::AtomicBool::default(),
+            alive: tokio::sync::watch::Sender::new(()),
+        }
+    }
 }
 
 fn rank(l: LoggingLevel) -> u8 {
@@ -129,14 +142,23 @@ impl McpServer {
             return;
         }
         let core = self.core.clone();
-        let conn = self.conn.clone();
+        // Weak: the task must not keep its own connection alive.
+        let weak = Arc::downgrade(&self.conn);
+        let mut alive = self.conn.alive.subscribe();
         let mut rx = core.subscribe_changes();
         tokio::spawn(async move {
             loop {
-                let change = match rx.recv().await {
-                    Ok(c) => c,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                let change = tokio::select! {
+                    // The connection is gone (its sender dropped): stop.
+                    _ = alive.changed() => return,
+                    r = rx.recv() => match r {
+                        Ok(c) => c,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                };
+                let Some(conn) = weak.upgrade() else {
+                    return;
                 };
                 let uri = vault_uri(&change.vault);
                 let subscribed = conn
@@ -146,6 +168,7 @@ impl McpServer {
                     .unwrap_or(false);
                 let level = conn.log_level.lock().ok().and_then(|l| *l);
                 let wants_log = level.is_some_and(|l| rank(l) <= rank(LoggingLevel::Info));
+                drop(conn);
                 if !subscribed && !wants_log {
                     continue;
                 }
