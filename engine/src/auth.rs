@@ -1,6 +1,8 @@
 //! Tokens: HS256 JWTs signed with `secret.key`, algorithm, issuer and audience pinned (SPEC §1).
 //! A valid signature only names a credential; the database row decides everything else.
 
+use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
+use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +41,73 @@ pub struct Claims {
     pub exp: Option<i64>,
 }
 
+/// HMAC-SHA256 over ring, the only algorithm tokens use. jsonwebtoken is built without its own
+/// crypto backends, so the RSA, ECDSA and EdDSA stacks are not even compiled in.
+struct Hs256(ring::hmac::Key);
+
+impl signature::Signer<Vec<u8>> for Hs256 {
+    fn try_sign(&self, msg: &[u8]) -> Result<Vec<u8>, signature::Error> {
+        Ok(ring::hmac::sign(&self.0, msg).as_ref().to_vec())
+    }
+}
+
+impl JwtSigner for Hs256 {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::HS256
+    }
+}
+
+impl signature::Verifier<Vec<u8>> for Hs256 {
+    fn verify(&self, msg: &[u8], sig: &Vec<u8>) -> Result<(), signature::Error> {
+        // Constant-time comparison inside ring.
+        ring::hmac::verify(&self.0, msg, sig).map_err(|_| signature::Error::new())
+    }
+}
+
+impl JwtVerifier for Hs256 {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::HS256
+    }
+}
+
+// SECURITY(T-AUTH1): every algorithm but HS256 is refused by the provider itself.
+fn hs256_signer(alg: &Algorithm, key: &EncodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtSigner>> {
+    if *alg != Algorithm::HS256 {
+        return Err(ErrorKind::InvalidAlgorithm.into());
+    }
+    Ok(Box::new(Hs256(ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        key.as_bytes(),
+    ))))
+}
+
+fn hs256_verifier(alg: &Algorithm, key: &DecodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtVerifier>> {
+    if *alg != Algorithm::HS256 {
+        return Err(ErrorKind::InvalidAlgorithm.into());
+    }
+    Ok(Box::new(Hs256(ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        key.try_get_as_bytes()?,
+    ))))
+}
+
+static PROVIDER: CryptoProvider = CryptoProvider {
+    signer_factory: hs256_signer,
+    verifier_factory: hs256_verifier,
+    // JWK helpers are never called: keys are raw secrets from `secret.key`.
+    key_utils: KeyUtils::new_unimplemented(),
+};
+
+/// Installs the HS256 provider once per process (a second install is a no-op).
+fn provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = PROVIDER.install_default();
+    });
+}
+
 pub fn issue(secret: &SecretKey, claims: &Claims) -> Result<Token, GatewayError> {
+    provider();
     let key = EncodingKey::from_secret(secret.bytes())
         .map_err(|e| GatewayError::Internal(format!("token key: {e}")))?;
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key)
@@ -51,6 +119,7 @@ pub fn issue(secret: &SecretKey, claims: &Claims) -> Result<Token, GatewayError>
 /// row (the row is authoritative), but an `exp` in the past is refused here too.
 pub fn verify(secret: &SecretKey, audience: &str, token: &str) -> Result<Claims, GatewayError> {
     // SECURITY(T-AUTH1): only HS256; `none` and every other alg fail inside jsonwebtoken.
+    provider();
     let mut v = Validation::new(Algorithm::HS256);
     v.set_issuer(&[ISSUER]);
     v.set_audience(&[audience]);

@@ -335,13 +335,7 @@ fn audit_lines(env: &Env) -> Vec<Value> {
 }
 
 fn sign(claims: &Value, key: &[u8]) -> String {
-    let key = jsonwebtoken::EncodingKey::from_secret(key).unwrap();
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        claims,
-        &key,
-    )
-    .unwrap()
+    crate::security::sign(claims, jsonwebtoken::Algorithm::HS256, key)
 }
 
 /// 32 bytes that are not the home's secret (std's per-process random hasher keys).
