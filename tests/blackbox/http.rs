@@ -532,8 +532,12 @@ async fn forged_expired_revoked_and_wrong_audience_tokens_are_401_with_their_cod
 
     // A whole rmcp session too (its POSTs, GET stream and DELETE all carry the token).
     let c = srv.client(&good).await;
-    c.call("read_note", json!({"path": "welcome.md"})).await.ok();
+    let note = c.call("read_note", json!({"path": "welcome.md"})).await.ok();
     c.close().await;
+    // Nor note text, although rmcp logs whole requests and results at debug (SPEC: never).
+    let text = note["content"].as_str().unwrap();
+    let line = text.lines().filter(|l| l.len() > 20).last().expect("a long line in welcome.md");
+    assert!(!srv.stderr().contains(line), "note text reached the server log at trace level");
 
     // SPEC §3/§9: no token is ever logged, by the server or in the audit log.
     let stderr = srv.stderr();
