@@ -293,6 +293,12 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<Value, GatewayError>> {
+        // Bounds first (SPEC §14): an argument over a limit is refused, and recorded, before
+        // anything else runs.
+        if let Err(e) = crate::limits::check_args(spec.name, args, &self.config.limits) {
+            return Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call")
+                .finish(Err(e), Durability::Sync);
+        }
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
         let result = if caller.credential.tier.allows(spec.capability()) {
             op(&mut call).and_then(to_value)
@@ -319,6 +325,11 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<T, GatewayError>> {
+        // The CLI's arguments are bounded exactly like a tool's (SPEC §14).
+        if let Err(e) = crate::limits::check_args(tool, args, &self.config.limits) {
+            return Call::new(self, Actor::Cli(user.to_owned()), tool, args, "cli")
+                .finish(Err(e), Durability::Sync);
+        }
         let mut call = Call::new(self, Actor::Cli(user.to_owned()), tool, args, "cli");
         let result = op(&mut call);
         call.finish(result, Durability::Sync)

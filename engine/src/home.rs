@@ -59,16 +59,89 @@ impl Default for ServerConfig {
     }
 }
 
+/// `gateway.toml [limits]` (SPEC §14). Every field has its SPEC default, so an older
+/// `gateway.toml` (or one that names a few) loads; a limit may be lowered or raised per home.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub challenge_ttl_seconds: u64,
+    /// A search `query`: at most this many terms…
+    pub max_query_terms: u64,
+    /// …each at most this many bytes.
+    pub max_term_bytes: u64,
+    /// `tag[]` items.
+    pub max_tags: u64,
+    /// `pathPrefix` and every path.
+    pub max_path_bytes: u64,
+    /// `query_notes.where[]` conditions.
+    pub max_where: u64,
+    /// `query_notes.fields[]`.
+    pub max_fields: u64,
+    /// `set`, `unset`, `addTags`, `removeTags` entries…
+    pub max_entries: u64,
+    /// …each value at most this many bytes (also each `tag[]` item).
+    pub max_value_bytes: u64,
+    /// `read_attachment_text.pages` page numbers.
+    pub max_pages: u64,
+    /// `reason`, in characters.
+    pub max_reason_chars: u64,
+    /// `idempotencyKey`, in bytes (at least 1, of `[A-Za-z0-9._:-]`).
+    pub max_key_bytes: u64,
+    /// Ids (`id`, `challengeId`, `expectedHistoryEntryId`, `cursor`), hashes and `vault`.
+    pub max_id_bytes: u64,
+    /// `edits[]` items.
+    pub max_edits: u64,
+    /// `delete_permanent.paths[]` items.
+    pub max_delete_paths: u64,
+    /// A proposal's content (the read limit: a larger note could never be read back).
+    pub max_proposal_bytes: u64,
+    /// Pending proposals one credential may hold in a vault's inbox…
+    pub max_pending_per_credential: u64,
+    /// …and their bytes.
+    pub max_pending_bytes_per_credential: u64,
+    /// Bytes of pending proposals in one vault's inbox.
+    pub max_inbox_bytes: u64,
+    /// A tool result.
+    pub max_output_bytes: u64,
+    /// How long a search examines candidates before answering what it found.
+    pub search_budget_ms: u64,
+    /// Legacy HTTP sessions open at once…
+    pub max_sessions: u64,
+    /// …per credential…
+    pub max_sessions_per_credential: u64,
+    /// …and how long one may stay idle.
+    pub session_idle_seconds: u64,
 }
+
+const MIB: u64 = 1024 * 1024;
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             challenge_ttl_seconds: 300,
+            max_query_terms: 32,
+            max_term_bytes: 256,
+            max_tags: 32,
+            max_path_bytes: 1024,
+            max_where: 32,
+            max_fields: 64,
+            max_entries: 200,
+            max_value_bytes: 4 * 1024,
+            max_pages: 50,
+            max_reason_chars: 4_000,
+            max_key_bytes: 200,
+            max_id_bytes: 128,
+            max_edits: 200,
+            max_delete_paths: 1_000,
+            max_proposal_bytes: 2 * MIB,
+            max_pending_per_credential: 500,
+            max_pending_bytes_per_credential: 64 * MIB,
+            max_inbox_bytes: 256 * MIB,
+            max_output_bytes: 16 * MIB,
+            search_budget_ms: 2_000,
+            max_sessions: 1_024,
+            max_sessions_per_credential: 64,
+            session_idle_seconds: 3_600,
         }
     }
 }

@@ -21,6 +21,7 @@ mod files;
 pub mod history;
 pub mod home;
 pub mod ids;
+pub mod limits;
 mod maintain;
 pub mod proposing;
 mod txn;

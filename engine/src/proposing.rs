@@ -174,6 +174,7 @@ impl Core {
         content: &str,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
+        self.check_quota(actor, v, content.len() as u64)?;
         require_reason(reason)?;
         let target = target_path(v, path)?;
         if current(v, &target)?.is_some() {
@@ -203,6 +204,8 @@ impl Core {
         v: &VaultHandle,
         args: crate::api::ProposePatchArgs,
     ) -> Result<ProposedOut, GatewayError> {
+        let incoming = args.content.as_ref().map_or(0, |c| c.len() as u64);
+        self.check_quota(actor, v, incoming)?;
         require_reason(&args.reason)?;
         let target = target_path(v, &args.path)?;
         let (bytes, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
@@ -229,6 +232,8 @@ impl Core {
                 ));
             }
         };
+        // Edits can grow a note past what could ever be read back.
+        crate::limits::check_proposal_bytes(new.len() as u64, &self.config.limits)?;
         if new == old {
             return Err(GatewayError::InvalidArgument(
                 "the proposed text equals the current text".into(),
@@ -259,6 +264,7 @@ impl Core {
         to: &str,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
+        self.check_quota(actor, v, 0)?;
         require_reason(reason)?;
         let from = target_path(v, from)?;
         let to = target_path(v, to)?;
@@ -307,6 +313,7 @@ impl Core {
         base_hash: &NoteHash,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
+        self.check_quota(actor, v, 0)?;
         let base_hash = base_hash.as_str();
         require_reason(reason)?;
         let target = target_path(v, path)?;

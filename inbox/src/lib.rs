@@ -21,4 +21,4 @@ pub use crate::history::{
 };
 pub use crate::idempotency::{IdemPut, IdemRecord};
 pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
-pub use crate::proposals::{NewProposal, ProposalStatus, StoredProposal, UnknownStatus};
+pub use crate::proposals::{NewProposal, PendingRef, ProposalStatus, StoredProposal, UnknownStatus};

@@ -267,6 +267,35 @@ impl State {
     }
 }
 
+/// One pending proposal as the inbox quotas see it (SPEC §14): who made it and which files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRef {
+    pub created_by: String,
+    pub kind: String,
+    pub slug: String,
+}
+
+impl State {
+    /// Every pending proposal of `vault`, oldest first: the inbox quotas count them and size
+    /// their files. One range of the `(vault, status, created_at)` index: it costs what is
+    /// pending, never the vault's decided history.
+    pub fn pending_refs(&self, vault: &str) -> Result<Vec<PendingRef>, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT created_by, kind, slug FROM proposals
+             WHERE vault = ?1 AND status = 'pending' ORDER BY created_at",
+        )?;
+        let rows = stmt.query_map([vault], |r| {
+            Ok(PendingRef {
+                created_by: r.get(0)?,
+                kind: r.get(1)?,
+                slug: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -499,5 +528,25 @@ mod tests {
             !plan.iter().any(|l| l.contains("SCAN")),
             "the lookup scans: {plan:?}"
         );
+    }
+
+    #[test]
+    fn pending_refs_are_the_vaults_pending_rows_only() {
+        let (_d, s) = open();
+        insert(&s, "v", "p1", "s1", 1).unwrap();
+        insert(&s, "v", "p2", "s2", 2).unwrap();
+        insert(&s, "w", "p3", "s3", 3).unwrap();
+        assert!(s.mark_rejected("p1", "claude", &t(9), "no").unwrap());
+        let refs = s.pending_refs("v").unwrap();
+        assert_eq!(
+            refs,
+            [PendingRef {
+                created_by: "cred_1".into(),
+                kind: "new".into(),
+                slug: "s2".into()
+            }]
+        );
+        assert_eq!(s.pending_refs("w").unwrap().len(), 1);
+        assert!(s.pending_refs("x").unwrap().is_empty());
     }
 }

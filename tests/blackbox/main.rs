@@ -9,6 +9,7 @@ mod critical;
 mod history;
 mod http;
 mod index;
+mod limits;
 mod notify;
 mod proposals;
 mod security;

@@ -8,6 +8,7 @@
 //! on its own is its cache, `.vaultgate/index.sqlite` (`index`).
 #![forbid(unsafe_code)]
 
+pub mod frontmatter;
 pub mod fs;
 pub mod index;
 pub mod links;

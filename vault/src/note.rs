@@ -2,12 +2,14 @@
 //! and the "prose lines" (outside frontmatter and fenced code, inline code blanked) that links and
 //! inline tags are read from.
 //!
-//! Nothing here fails: malformed input degrades (invalid YAML is no frontmatter).
+//! Nothing here fails: malformed input degrades (invalid YAML is no frontmatter), and a block
+//! over the bounds of `frontmatter` is not parsed (SPEC §14).
 
 use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use crate::frontmatter::{self, FrontmatterError};
 use crate::links::{self, Link};
 use crate::search::fold;
 
@@ -16,8 +18,11 @@ use crate::search::fold;
 pub struct Note {
     /// Frontmatter `title`, else the first `# ` heading, else the file stem.
     pub title: String,
-    /// The frontmatter as a JSON object (`{}` when there is none or it is not a valid YAML mapping).
+    /// The frontmatter as a JSON object (`{}` when there is none, it is not a valid YAML mapping,
+    /// or it was not parsed: see `frontmatter_error`).
     pub frontmatter: Map<String, Value>,
+    /// Why the frontmatter block was not parsed (too large, or aliases expanding too far).
+    pub frontmatter_error: Option<FrontmatterError>,
     pub aliases: Vec<String>,
     pub description: Option<String>,
     /// Frontmatter tags then inline tags, without `#`, first spelling kept, distinct case-insensitively.
@@ -34,6 +39,7 @@ impl Note {
         let fm = split_frontmatter(text);
         let lines = prose_lines(text, fm.body_line);
         let fields = fm.fields;
+        let frontmatter_error = fm.error;
         let title = field_string(&fields, "title")
             .or_else(|| first_heading(&lines))
             .unwrap_or_else(|| stem.to_owned());
@@ -58,6 +64,7 @@ impl Note {
             updated: field_string(&fields, "updated"),
             links: links::extract(&lines),
             frontmatter: fields,
+            frontmatter_error,
         }
     }
 
@@ -88,16 +95,19 @@ pub fn stem(file_name: &str) -> &str {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frontmatter {
     pub fields: Map<String, Value>,
+    /// Set when the block was not parsed (`fields` is then empty).
+    pub error: Option<FrontmatterError>,
     /// 0-based index of the first body line (0 when there is no frontmatter block).
     pub body_line: usize,
 }
 
 /// Splits off a frontmatter block: a first line `---` up to the next `---` or `...` line. An
 /// unclosed block is no frontmatter; an invalid or non-mapping YAML block is an empty object whose
-/// lines still do not count as body.
+/// lines still do not count as body; a block over the bounds is an empty object with `error` set.
 pub fn split_frontmatter(text: &str) -> Frontmatter {
     let none = Frontmatter {
         fields: Map::new(),
+        error: None,
         body_line: 0,
     };
     let mut lines = text.lines();
@@ -106,70 +116,34 @@ pub fn split_frontmatter(text: &str) -> Frontmatter {
         _ => return none,
     }
     let mut yaml = String::new();
+    // Bytes of the block as `parse_block` would see it; copying stops past the limit, so a huge
+    // block costs no second copy of the note.
+    let mut block_bytes = 0usize;
     for (i, line) in lines.enumerate() {
         let t = line.trim_end();
         if t == "---" || t == "..." {
+            let parsed = if block_bytes > frontmatter::MAX_BLOCK_BYTES {
+                Err(FrontmatterError::TooLarge { bytes: block_bytes })
+            } else {
+                frontmatter::parse_block(&yaml)
+            };
+            let (fields, error) = match parsed {
+                Ok(fields) => (fields, None),
+                Err(e) => (Map::new(), Some(e)),
+            };
             return Frontmatter {
-                fields: parse_yaml(&yaml),
+                fields,
+                error,
                 body_line: i + 2,
             };
         }
-        yaml.push_str(line);
-        yaml.push('\n');
+        block_bytes = block_bytes.saturating_add(line.len() + 1);
+        if block_bytes <= frontmatter::MAX_BLOCK_BYTES {
+            yaml.push_str(line);
+            yaml.push('\n');
+        }
     }
     none
-}
-
-fn parse_yaml(yaml: &str) -> Map<String, Value> {
-    if yaml.trim().is_empty() {
-        return Map::new();
-    }
-    match yaml_serde::from_str::<yaml_serde::Value>(yaml) {
-        Ok(v) => match yaml_to_json(&v) {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        },
-        Err(e) => {
-            tracing::debug!(error = %e, "invalid YAML frontmatter ignored");
-            Map::new()
-        }
-    }
-}
-
-fn yaml_to_json(v: &yaml_serde::Value) -> Value {
-    use yaml_serde::Value as Y;
-    match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(*b),
-        Y::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Value::from(i)
-            } else if let Some(u) = n.as_u64() {
-                Value::from(u)
-            } else {
-                // NaN and infinities have no JSON number: keep their YAML spelling.
-                n.as_f64()
-                    .and_then(serde_json::Number::from_f64)
-                    .map_or_else(|| Value::String(n.to_string()), Value::Number)
-            }
-        }
-        Y::String(s) => Value::String(s.clone()),
-        Y::Sequence(items) => Value::Array(items.iter().map(yaml_to_json).collect()),
-        Y::Mapping(m) => Value::Object(m.iter().map(|(k, v)| (yaml_key(k), yaml_to_json(v))).collect()),
-        Y::Tagged(t) => yaml_to_json(&t.value),
-    }
-}
-
-/// JSON keys are strings; YAML keys may be anything.
-fn yaml_key(k: &yaml_serde::Value) -> String {
-    use yaml_serde::Value as Y;
-    match k {
-        Y::String(s) => s.clone(),
-        Y::Null => "null".to_owned(),
-        Y::Bool(b) => b.to_string(),
-        Y::Number(n) => n.to_string(),
-        other => yaml_to_json(other).to_string(),
-    }
 }
 
 /// A scalar frontmatter field as trimmed, non-empty text.
@@ -395,6 +369,33 @@ mod tests {
         let n = parse("---\n- a\n- b\n---\nx\n");
         assert!(n.frontmatter.is_empty());
         assert_eq!(n.title, "stem");
+    }
+
+    #[test]
+    fn a_frontmatter_block_over_the_bounds_is_not_parsed_but_the_note_is() {
+        // Over 64 KiB: refused by size, the body still starts after the block.
+        let big = format!(
+            "---\ntitle: T\npad: \"{}\"\n---\n# Heading #body\n",
+            "p".repeat(70_000)
+        );
+        let n = parse(&big);
+        assert!(n.frontmatter.is_empty());
+        assert!(matches!(n.frontmatter_error, Some(FrontmatterError::TooLarge { bytes }) if bytes > 70_000));
+        assert_eq!(n.title, "Heading #body");
+        assert_eq!(n.tags, ["body"]);
+        // An alias bomb: refused by expansion.
+        let mut bomb = String::from("---\ntitle: Bomb\na0: &a0 [\"lol\"]\n");
+        for i in 1..=9 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            bomb.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        bomb.push_str("---\nbody\n");
+        let n = parse(&bomb);
+        assert_eq!(n.frontmatter_error, Some(FrontmatterError::AliasExpansion));
+        assert_eq!(n.title, "stem");
+        assert_eq!(split_frontmatter(&bomb).body_line, 13);
+        // Within bounds: no error.
+        assert_eq!(parse("---\ntitle: ok\n---\n").frontmatter_error, None);
     }
 
     #[test]

@@ -158,7 +158,8 @@ impl Vault {
         Ok(ReadNote {
             path: path.to_string(),
             title: note.title,
-            frontmatter: note.frontmatter,
+            frontmatter_error: note.frontmatter_error.as_ref().map(ToString::to_string),
+            frontmatter: note.frontmatter_error.is_none().then_some(note.frontmatter),
             hash: hex::encode(Sha256::digest(&file.bytes)),
             bytes: file.bytes.len() as u64,
             content: file.text,

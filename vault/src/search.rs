@@ -24,30 +24,42 @@ pub fn fold(s: &str) -> String {
 /// `"quoted phrase"` (starting a term) is one term. An unclosed quote runs to the end.
 pub fn parse_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    let mut chars = query.chars().peekable();
-    loop {
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let Some(&first) = chars.peek() else { break };
-        let mut term = String::new();
-        if first == '"' {
-            chars.next();
-            for c in chars.by_ref() {
-                if c == '"' {
-                    break;
-                }
-                term.push(c);
-            }
-        } else {
-            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
-                term.push(c);
-            }
-        }
-        let term = fold(&term);
-        if !term.is_empty() && !terms.contains(&term) {
+    for term in terms_of(query) {
+        if !terms.contains(&term) {
             terms.push(term);
         }
     }
     terms
+}
+
+/// The tokenizer of [`parse_terms`], lazily and without removing repeats, so a caller can bound
+/// a query (SPEC §14) while reading it rather than after.
+pub fn terms_of(query: &str) -> impl Iterator<Item = String> + '_ {
+    let mut chars = query.chars().peekable();
+    std::iter::from_fn(move || {
+        loop {
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            let &first = chars.peek()?;
+            let mut term = String::new();
+            if first == '"' {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c == '"' {
+                        break;
+                    }
+                    term.push(c);
+                }
+            } else {
+                while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                    term.push(c);
+                }
+            }
+            let term = fold(&term);
+            if !term.is_empty() {
+                return Some(term);
+            }
+        }
+    })
 }
 
 /// A line folded for matching, with the way back to the original characters.

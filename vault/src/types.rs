@@ -13,8 +13,12 @@ use policy::{ErrorCode, PathError};
 pub struct ReadNote {
     pub path: String,
     pub title: String,
-    /// The parsed YAML frontmatter; `{}` when there is none.
-    pub frontmatter: Map<String, Value>,
+    /// The parsed YAML frontmatter; `{}` when there is none; absent when the block was not
+    /// parsed (SPEC §14), and then `frontmatter_error` says why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frontmatter: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frontmatter_error: Option<String>,
     /// The whole file text, frontmatter included.
     pub content: String,
     /// Lowercase hex SHA-256 of the file's exact bytes.

@@ -152,7 +152,7 @@ fn read_note_returns_the_whole_file_with_metadata() {
     );
     // No frontmatter: `{}`, title from the heading; the inbox is readable.
     let draft = v.read_note("inbox/new/draft.md").unwrap();
-    assert_eq!(draft.frontmatter, serde_json::Map::new());
+    assert_eq!(draft.frontmatter, Some(serde_json::Map::new()));
     assert_eq!(draft.title, "Draft");
     assert_eq!(to_json(&draft)["frontmatter"], json!({}));
 }

@@ -106,7 +106,7 @@ fn invalid_yaml_is_no_frontmatter_and_crlf_lines_count() {
     let (_d, v) = vault();
     let n = v.read_note("notes/crlf.md").unwrap();
     assert_eq!(n.title, "crlf");
-    assert!(n.frontmatter.is_empty());
+    assert!(n.frontmatter.as_ref().is_some_and(serde_json::Map::is_empty));
     let tags = serde_json::to_value(v.list_tags().unwrap()).unwrap();
     assert_eq!(tags, json!({"tags": [{"name": "crlf-tag", "count": 1}]}));
     let std = serde_json::to_value(v.list_standards().unwrap()).unwrap();

@@ -32,6 +32,7 @@ fn stored_note(
     Note {
         title,
         frontmatter: Map::new(),
+        frontmatter_error: None,
         aliases,
         description,
         tags,
