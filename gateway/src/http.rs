@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -14,6 +14,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use rmcp::transport::common::server_side_http::SessionId;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -55,47 +57,110 @@ struct Gate {
     max_body: usize,
     /// `Mcp-Session-Id` → the credential that opened it.
     sessions: Mutex<Sessions>,
+    /// rmcp's legacy sessions: closed here when a limit needs room.
+    manager: Arc<LocalSessionManager>,
 }
 
-/// Session id → owning credential, bounded: the oldest binding is forgotten first, and a forgotten
-/// session is refused (404) rather than left unguarded.
-#[derive(Default)]
+/// Legacy sessions and who opened them. Bounded (SPEC §14): at most `max` open, at most
+/// `per_credential` for one credential; to make room the longest idle one is closed first. A
+/// forgotten session is refused (404) rather than left unguarded.
 struct Sessions {
-    owners: HashMap<String, String>,
-    order: std::collections::VecDeque<String>,
+    bound: HashMap<String, Bound>,
+    max: usize,
+    per_credential: usize,
 }
 
-const MAX_SESSIONS: usize = 10_000;
+struct Bound {
+    credential: String,
+    last_used: Instant,
+}
 
 impl Sessions {
-    fn owner(&self, sid: &str) -> Option<String> {
-        self.owners.get(sid).cloned()
-    }
-    fn bind(&mut self, sid: String, credential: String) {
-        if self.owners.insert(sid.clone(), credential).is_none() {
-            self.order.push_back(sid);
+    fn new(max: usize, per_credential: usize) -> Sessions {
+        Sessions {
+            bound: HashMap::new(),
+            max: max.max(1),
+            per_credential: per_credential.max(1),
         }
-        while self.order.len() > MAX_SESSIONS {
-            if let Some(old) = self.order.pop_front() {
-                self.owners.remove(&old);
+    }
+
+    fn owner(&self, sid: &str) -> Option<&str> {
+        self.bound.get(sid).map(|b| b.credential.as_str())
+    }
+
+    fn touch(&mut self, sid: &str, now: Instant) {
+        if let Some(b) = self.bound.get_mut(sid) {
+            b.last_used = now;
+        }
+    }
+
+    /// Binds a new session; returns the sessions to close so the limits hold.
+    fn bind(&mut self, sid: String, credential: String, now: Instant) -> Vec<String> {
+        let mut close = Vec::new();
+        let mine = self.bound.values().filter(|b| b.credential == credential).count();
+        for _ in self.per_credential..mine.saturating_add(1) {
+            match self.longest_idle(Some(&credential)) {
+                Some(old) => close.push(self.remove(&old)),
+                None => break,
             }
         }
-    }
-    fn forget(&mut self, sid: &str) {
-        if self.owners.remove(sid).is_some() {
-            self.order.retain(|s| s != sid);
+        for _ in self.max..self.bound.len().saturating_add(1) {
+            match self.longest_idle(None) {
+                Some(old) => close.push(self.remove(&old)),
+                None => break,
+            }
         }
+        self.bound.insert(
+            sid,
+            Bound {
+                credential,
+                last_used: now,
+            },
+        );
+        close
+    }
+
+    fn longest_idle(&self, of: Option<&str>) -> Option<String> {
+        self.bound
+            .iter()
+            .filter(|(_, b)| of.is_none_or(|c| b.credential == c))
+            .min_by_key(|(_, b)| b.last_used)
+            .map(|(sid, _)| sid.clone())
+    }
+
+    fn remove(&mut self, sid: &str) -> String {
+        self.bound.remove(sid);
+        sid.to_owned()
+    }
+
+    fn forget(&mut self, sid: &str) {
+        self.bound.remove(sid);
+    }
+
+    /// Drops the bindings of sessions rmcp has closed (idle timeout, client gone).
+    fn retain_live(&mut self, live: &std::collections::HashSet<String>) {
+        self.bound.retain(|sid, _| live.contains(sid));
     }
 }
 
 pub fn router(core: Arc<Core>, port: u16) -> Router {
     let max_body = core.config.server.max_body_bytes;
+    let limits = &core.config.limits;
+    let idle = Duration::from_secs(limits.session_idle_seconds.max(1));
+    let mut manager = LocalSessionManager::default();
+    // SECURITY(T-HTTP5): an abandoned session is closed and everything it holds freed.
+    manager.session_config.keep_alive = Some(idle);
+    let manager = Arc::new(manager);
     let gate = Arc::new(Gate {
         allowed_origins: core.config.server.allowed_origins.clone(),
         core: core.clone(),
         port,
         max_body,
-        sessions: Mutex::new(Sessions::default()),
+        sessions: Mutex::new(Sessions::new(
+            usize::try_from(limits.max_sessions).unwrap_or(usize::MAX),
+            usize::try_from(limits.max_sessions_per_credential).unwrap_or(usize::MAX),
+        )),
+        manager: manager.clone(),
     });
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts([
@@ -109,11 +174,8 @@ pub fn router(core: Arc<Core>, port: u16) -> Router {
         .with_legacy_session_mode(true);
     config.sse_keep_alive = Some(Duration::from_secs(15));
     let mcp_core = core.clone();
-    let service = StreamableHttpService::new(
-        move || Ok(McpServer::http(mcp_core.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let service = StreamableHttpService::new(move || Ok(McpServer::http(mcp_core.clone())), manager, config);
+    tokio::spawn(sweep_sessions(Arc::downgrade(&gate), idle));
     Router::new()
         .route_service("/mcp", service)
         .layer(middleware::from_fn_with_state(gate.clone(), guard))
@@ -121,6 +183,35 @@ pub fn router(core: Arc<Core>, port: u16) -> Router {
             "/healthz",
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
         )
+}
+
+/// Forgets bindings of sessions rmcp has closed, and logs the live count when it changes (an
+/// operator metric at debug level; tests read it from stderr).
+async fn sweep_sessions(gate: std::sync::Weak<Gate>, idle: Duration) {
+    let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let mut last = usize::MAX;
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(gate) = gate.upgrade() else {
+            return;
+        };
+        let live: std::collections::HashSet<String> = gate
+            .manager
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        let n = live.len();
+        if let Ok(mut s) = gate.sessions.lock() {
+            s.retain_live(&live);
+        }
+        if n != last {
+            tracing::debug!(live_sessions = n, "legacy MCP sessions");
+            last = n;
+        }
+    }
 }
 
 fn refuse(status: StatusCode, e: &GatewayError) -> Response {
@@ -242,7 +333,13 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(sid) = &session {
-        let owner = gate.sessions.lock().ok().and_then(|m| m.owner(sid));
+        let owner = gate.sessions.lock().ok().and_then(|mut m| {
+            let o = m.owner(sid).map(str::to_owned);
+            if o.as_deref() == Some(cred_id.as_str()) {
+                m.touch(sid, Instant::now());
+            }
+            o
+        });
         match owner {
             // Unknown here (never opened through this gate, or forgotten): the client re-initializes.
             None => {
@@ -266,15 +363,21 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
         Ok(r) => r,
         Err(_) => return (StatusCode::GATEWAY_TIMEOUT, Body::from("request timed out")).into_response(),
     };
+    let mut close = Vec::new();
     if let Ok(mut m) = gate.sessions.lock() {
         match &session {
             None => {
                 if let Some(new_sid) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
-                    m.bind(new_sid.to_owned(), cred_id);
+                    close = m.bind(new_sid.to_owned(), cred_id, Instant::now());
                 }
             }
             Some(sid) if closing || resp.status() == StatusCode::NOT_FOUND => m.forget(sid),
             Some(_) => {}
+        }
+    }
+    for sid in close {
+        if let Err(e) = gate.manager.close_session(&SessionId::from(sid)).await {
+            tracing::warn!(error = %e, "closing a session to make room failed");
         }
     }
     resp
@@ -370,17 +473,28 @@ mod tests {
     }
 
     #[test]
-    fn session_bindings_are_bounded_and_forgettable() {
-        let mut s = Sessions::default();
-        for i in 0..MAX_SESSIONS + 5 {
-            s.bind(format!("s{i}"), "c".into());
-        }
-        assert_eq!(s.owners.len(), MAX_SESSIONS);
-        assert_eq!(s.owner("s0"), None, "the oldest binding is forgotten first");
-        assert_eq!(s.owner(&format!("s{}", MAX_SESSIONS + 4)).as_deref(), Some("c"));
-        s.forget("s10");
-        assert_eq!(s.owner("s10"), None);
-        assert_eq!(s.order.len(), s.owners.len());
+    fn session_bindings_are_bounded_per_credential_and_in_all() {
+        let t0 = Instant::now();
+        let at = |i: u64| t0 + Duration::from_millis(i);
+        let mut s = Sessions::new(5, 3);
+        assert!(s.bind("a1".into(), "a".into(), at(1)).is_empty());
+        assert!(s.bind("a2".into(), "a".into(), at(2)).is_empty());
+        assert!(s.bind("a3".into(), "a".into(), at(3)).is_empty());
+        s.touch("a1", at(4));
+        // A fourth session of `a` closes a's longest idle one (a2: a1 was used since).
+        assert_eq!(s.bind("a4".into(), "a".into(), at(5)), vec!["a2".to_owned()]);
+        assert_eq!(s.owner("a2"), None);
+        assert!(s.bind("b1".into(), "b".into(), at(6)).is_empty());
+        assert!(s.bind("b2".into(), "b".into(), at(7)).is_empty());
+        // Six in all: the longest idle of everyone (a3) makes room.
+        assert_eq!(s.bind("c1".into(), "c".into(), at(8)), vec!["a3".to_owned()]);
+        assert_eq!(s.bound.len(), 5);
+        assert_eq!(s.owner("c1"), Some("c"));
+        s.forget("b1");
+        assert_eq!(s.owner("b1"), None);
+        let live = ["a1", "c1"].iter().map(|x| x.to_string()).collect();
+        s.retain_live(&live);
+        assert_eq!(s.bound.len(), 2);
     }
 
     #[test]

@@ -536,8 +536,15 @@ async fn forged_expired_revoked_and_wrong_audience_tokens_are_401_with_their_cod
     c.close().await;
     // Nor note text, although rmcp logs whole requests and results at debug (SPEC: never).
     let text = note["content"].as_str().unwrap();
-    let line = text.lines().filter(|l| l.len() > 20).last().expect("a long line in welcome.md");
-    assert!(!srv.stderr().contains(line), "note text reached the server log at trace level");
+    let line = text
+        .lines()
+        .filter(|l| l.len() > 20)
+        .last()
+        .expect("a long line in welcome.md");
+    assert!(
+        !srv.stderr().contains(line),
+        "note text reached the server log at trace level"
+    );
 
     // SPEC §3/§9: no token is ever logged, by the server or in the audit log.
     let stderr = srv.stderr();
@@ -1309,4 +1316,153 @@ async fn printed_http_client_configs_connect_and_work() {
         c.close().await;
     }
     drop(srv);
+}
+
+// ---- 4. legacy sessions are bounded (SPEC §14) ----------------------------------------------------
+
+/// Edits `[limits]` in `gateway.toml` (before the server starts).
+fn edit_limits(env: &Env, pairs: &[(&str, i64)]) {
+    let path = env.home.join("gateway.toml");
+    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let limits = doc
+        .entry("limits")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    for (k, v) in pairs {
+        limits.insert((*k).to_owned(), toml::Value::Integer(*v));
+    }
+    std::fs::write(&path, toml::to_string(&doc).unwrap()).unwrap();
+}
+
+impl Server {
+    /// The live legacy-session count the server last logged (operator log, debug level).
+    fn live_sessions(&self) -> Option<u64> {
+        self.stderr()
+            .lines()
+            .filter_map(|l| l.split("live_sessions=").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+            .last()
+    }
+
+    /// Waits until the logged live-session count is `n`.
+    async fn wait_live(&self, n: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.live_sessions() != Some(n) {
+            assert!(
+                Instant::now() < deadline,
+                "live sessions stayed at {:?}, expected {n}",
+                self.live_sessions()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in /proc/<pid>/status")
+    }
+}
+
+/// Opens `n` legacy sessions per token with a bare `initialize`, and abandons them.
+async fn abandon_sessions(srv: &Server, tokens: &[String], n: usize) -> Vec<String> {
+    let mut sids = Vec::new();
+    for t in tokens {
+        for i in 0..n {
+            let resp = post(srv, Some(t), &[], &initialize(i as i64, "2025-06-18")).await;
+            assert_eq!(resp.status().as_u16(), 200);
+            let sid = resp.headers().get("mcp-session-id").expect("a session id");
+            sids.push(sid.to_str().unwrap().to_owned());
+        }
+    }
+    sids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_legacy_sessions_idle_out_and_free_what_they_held() {
+    let env = Env::new();
+    edit_limits(&env, &[("session_idle_seconds", 2)]);
+    // 2,016 sessions: 32 credentials with 63 each (under the 64 a credential may hold).
+    let tokens: Vec<String> = (0..32)
+        .map(|i| bearer(&env.token(&format!("c{i}"), "read").1))
+        .collect();
+    let port = free_port("127.0.0.1");
+    let srv = Server::spawn_logging(
+        &env,
+        &["--port", &port.to_string()],
+        "127.0.0.1",
+        port,
+        "gateway::http=debug",
+    );
+
+    abandon_sessions(&srv, &tokens, 63).await;
+    srv.wait_live(0, Duration::from_secs(60)).await;
+    let after_first = srv.rss_kib();
+    abandon_sessions(&srv, &tokens, 63).await;
+    srv.wait_live(0, Duration::from_secs(60)).await;
+    let after_second = srv.rss_kib();
+    assert!(
+        after_second <= after_first + after_first / 5 + 4096,
+        "a second wave of abandoned sessions grew the server from {after_first} KiB to {after_second} KiB"
+    );
+
+    // A new session still works after all that.
+    let sid = open_session(&srv, &tokens[0], "2025-06-18").await;
+    let resp = post(
+        &srv,
+        Some(&tokens[0]),
+        &[("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", "2025-06-18")],
+        &request(2, "tools/list", json!({})),
+    )
+    .await;
+    let v = reply(resp, 2).await;
+    assert!(
+        v["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_credential_holds_at_most_64_sessions_the_longest_idle_closed_first() {
+    let env = Env::new();
+    let (_, t) = env.token("greedy", "read");
+    let t = bearer(&t);
+    let port = free_port("127.0.0.1");
+    let srv = Server::spawn_logging(
+        &env,
+        &["--port", &port.to_string()],
+        "127.0.0.1",
+        port,
+        "gateway::http=debug",
+    );
+    let first = open_session(&srv, &t, "2025-06-18").await;
+    let sids = abandon_sessions(&srv, std::slice::from_ref(&t), 70).await;
+    srv.wait_live(64, Duration::from_secs(30)).await;
+    // The oldest sessions made room: using the first one now answers 404 (initialize again).
+    let resp = post(
+        &srv,
+        Some(&t),
+        &[("Mcp-Session-Id", &first), ("MCP-Protocol-Version", "2025-06-18")],
+        &request(2, "tools/list", json!({})),
+    )
+    .await;
+    assert_eq!(resp.status().as_u16(), 404);
+    // The newest one still serves.
+    let last = sids.last().unwrap();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let h = [
+        ("Mcp-Session-Id", last.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    assert!(post(&srv, Some(&t), &h, &note).await.status().is_success());
+    let v = reply(
+        post(&srv, Some(&t), &h, &request(3, "tools/list", json!({}))).await,
+        3,
+    )
+    .await;
+    assert!(v["result"]["tools"].is_array(), "{v}");
 }
