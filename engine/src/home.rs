@@ -349,7 +349,10 @@ mod tests {
         for mode in [0o644, 0o640, 0o604, 0o620] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let e = home.load_secret().unwrap_err().to_string();
-            assert!(e.contains(&format!("chmod 600 {}", path.display())), "{mode:o}: {e}");
+            assert!(
+                e.contains(&format!("chmod 600 {}", path.display())),
+                "{mode:o}: {e}"
+            );
         }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
         assert!(home.load_secret().is_ok(), "owner-only read is fine");

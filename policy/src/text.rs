@@ -55,7 +55,13 @@ mod tests {
 
     #[test]
     fn plain_text_is_borrowed_unchanged() {
-        for s in ["", "plain", "tab\tand\nnewline", "中文 é \u{a0} \u{202e}", "a\\x1b"] {
+        for s in [
+            "",
+            "plain",
+            "tab\tand\nnewline",
+            "中文 é \u{a0} \u{202e}",
+            "a\\x1b",
+        ] {
             assert!(matches!(escape_controls(s), Cow::Borrowed(b) if b == s), "{s:?}");
         }
     }
