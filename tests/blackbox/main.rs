@@ -10,6 +10,7 @@ mod history;
 mod http;
 mod index;
 mod notify;
+mod operator;
 mod proposals;
 mod security;
 mod smoke;
