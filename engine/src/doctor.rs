@@ -444,4 +444,43 @@ mod tests {
         let c = r.checks.iter().find(|c| c.status == Status::Fail).unwrap();
         assert!(c.next.starts_with("chmod 600 "), "{c:?}");
     }
+
+    #[test]
+    fn a_recent_rollback_is_a_warning_and_an_old_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        let log = audit::AuditLog::open(&home.audit_path()).unwrap();
+        let mut e = audit::Entry::new(
+            ROLLED_BACK,
+            audit::Actor::Cli { user: "me".into() },
+            audit::Outcome::Error,
+        );
+        e.vault = Some("notes".into());
+        e.tool = Some("apply_proposal".into());
+        e.target = Some("z/a.md".into());
+        let now = time::OffsetDateTime::now_utc();
+        log.append(e, now, audit::Durability::Flush).unwrap();
+
+        let r = doctor(&home, now);
+        assert!(r.ok, "a rollback alone needs nobody: {:?}", statuses(&r));
+        let rolled_back = |r: &Report| -> Vec<Check> {
+            r.checks
+                .iter()
+                .filter(|c| c.status == Status::Warn && c.what.contains("rolled back"))
+                .cloned()
+                .collect()
+        };
+        let warns = rolled_back(&r);
+        assert_eq!(warns.len(), 1, "{:?}", statuses(&r));
+        assert!(
+            warns[0].what.contains("apply_proposal of z/a.md was rolled back"),
+            "{warns:?}"
+        );
+
+        let later = doctor(&home, now + time::Duration::days(8));
+        assert!(rolled_back(&later).is_empty(), "{:?}", statuses(&later));
+    }
 }
