@@ -257,6 +257,11 @@ impl Home {
             self.save_config(&config)?;
             created = true;
         }
+        // Created empty with mode 0600 first, so SQLite (which gives its -wal and -shm files the
+        // database's mode) never makes a world-readable state file.
+        if !self.state_path().exists() {
+            write_private_new(&self.state_path(), &[])?;
+        }
         // Creating the database runs its migrations.
         inbox::State::open(&self.state_path())?;
         Ok(created)
@@ -285,14 +290,34 @@ impl Home {
         Ok(())
     }
 
+    /// Reads `secret.key`, refusing one that other users could read or replace: whoever reads it
+    /// can mint tokens of any tier.
     pub fn load_secret(&self) -> Result<SecretKey, GatewayError> {
-        let bytes = std::fs::read(self.secret_path()).map_err(|e| {
+        let path = self.secret_path();
+        let mut file = std::fs::File::open(&path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 GatewayError::NoHome(self.dir.clone())
             } else {
                 GatewayError::Io(e)
             }
         })?;
+        // SECURITY(T-SECRET2): the mode is read from the open handle, so it is the file's own.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = file.metadata()?.permissions().mode();
+            if mode & 0o077 != 0 {
+                return Err(GatewayError::Config(format!(
+                    "{} is open to other users (mode {:o}); run `chmod 600 {}` and issue new tokens if others could read it",
+                    path.display(),
+                    mode & 0o777,
+                    path.display()
+                )));
+            }
+        }
+        let mut bytes = Vec::with_capacity(33);
+        // One byte more than a key, so an oversized file is refused without reading it all.
+        std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 33), &mut bytes)?;
         let key: [u8; 32] = bytes
             .try_into()
             .map_err(|_| GatewayError::Config("secret.key must be exactly 32 bytes".into()))?;
@@ -382,5 +407,30 @@ mod tests {
         assert!(cfg.gateway_id.starts_with("vg-"));
         assert_eq!(cfg.server.port, 8765);
         assert_eq!(format!("{key1:?}"), "SecretKey([redacted])");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_open_to_others_is_refused_naming_chmod() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        let path = home.secret_path();
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = home.load_secret().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("chmod 600 {}", path.display())),
+                "{mode:o}: {e}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(home.load_secret().is_ok(), "owner-only read is fine");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&path, [7u8; 33]).unwrap();
+        assert!(home.load_secret().is_err(), "33 bytes");
     }
 }

@@ -361,6 +361,15 @@ impl Core {
         })
     }
 
+    /// Every pending proposal's id, in `list_proposals` order: what the CLI's `apply` without
+    /// `--only` works through (all of them, not one page).
+    pub fn pending_proposal_ids(&self, v: &VaultHandle) -> Result<Vec<String>, GatewayError> {
+        let rows = self
+            .state
+            .list_proposals(&v.id, Some(inbox::ProposalStatus::Pending), u32::MAX)?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
     pub fn get_proposal(&self, v: &VaultHandle, id: &ProposalId) -> Result<GetProposalOut, GatewayError> {
         let id = id.as_str();
         let row = self

@@ -92,6 +92,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the home and every vault: one line per check, `ok|warn|fail  what  next step`;
+    /// exits 1 when something needs a person. Changes nothing, and creates nothing without a home.
+    Doctor {
+        /// One JSON document {ok, checks: [{status, what, next}]}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -114,7 +121,7 @@ struct VaultAddArgs {
     /// The vault folder.
     path: PathBuf,
     /// Vault id (default: a slug of the folder name).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_vault_id)]
     id: Option<String>,
     /// Display name (default: the folder name).
     #[arg(long)]
@@ -168,7 +175,7 @@ enum TokenCmd {
     /// Issue a credential and print its token once, with a client configuration.
     Issue {
         /// A name for the client (unique), e.g. `claude-laptop`.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_name)]
         name: String,
         /// read | propose | auto | full. `full` may apply anyone's proposals and asks for confirmation.
         #[arg(long, default_value = "auto")]
@@ -176,9 +183,9 @@ enum TokenCmd {
         /// Limit the credential to these vault ids (repeatable; default: every vault).
         #[arg(long = "vault", value_name = "ID")]
         vaults: Vec<String>,
-        /// Expiry: 90s, 15m, 12h, 30d (default: never).
-        #[arg(long)]
-        expires: Option<String>,
+        /// Expiry: 90s, 15m, 12h, 30d (default: never; at most 3650d).
+        #[arg(long, value_parser = parse_duration)]
+        expires: Option<i64>,
         #[arg(long, value_enum)]
         format: Option<TokenFormat>,
         /// Confirm a `full` tier without asking.
@@ -207,9 +214,8 @@ enum InboxCmd {
     List {
         #[arg(long)]
         vault: Option<String>,
-        /// pending | applied | rejected
-        #[arg(long, default_value = "pending")]
-        status: String,
+        #[arg(long, value_enum, default_value_t = StatusArg::Pending)]
+        status: StatusArg,
         /// One JSON array of list_proposals items.
         #[arg(long)]
         json: bool,
@@ -230,6 +236,24 @@ enum InboxCmd {
         #[arg(long)]
         vault: Option<String>,
     },
+}
+
+/// A proposal status, as `inbox list --status` takes it.
+#[derive(Clone, Copy, ValueEnum)]
+enum StatusArg {
+    Pending,
+    Applied,
+    Rejected,
+}
+
+impl StatusArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            StatusArg::Pending => "pending",
+            StatusArg::Applied => "applied",
+            StatusArg::Rejected => "rejected",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -276,33 +300,69 @@ enum AuditCmd {
     },
 }
 
-/// Writes to stdout. Commands other than `stdio` own stdout; `stdio` never calls this.
-fn out(s: &str) {
+/// Writes text for a person to stdout, its control characters escaped (SPEC §4): reasons, diffs,
+/// names and paths come from agents and notes. Commands other than `stdio` own stdout; `stdio`
+/// never calls this.
+// SECURITY(T-TERM): every human line of the CLI passes here or through `err`.
+pub(crate) fn out(s: &str) {
+    raw_out(&policy::escape_controls(s));
+}
+
+/// Writes one JSON document to stdout. serde_json escapes C0 controls; DEL and C1 are escaped here
+/// as `\u00XX` too, which leaves the same JSON value and nothing a terminal acts on.
+fn out_json_text(s: &str) {
+    raw_out(&json_controls(s));
+}
+
+fn json_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    let c1 = |c: char| matches!(c, '\u{7f}'..='\u{9f}');
+    if !s.contains(c1) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut o = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if c1(c) {
+            o.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            o.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(o)
+}
+
+fn raw_out(s: &str) {
     let mut o = std::io::stdout().lock();
     let _ = o.write_all(s.as_bytes());
     let _ = o.write_all(b"\n");
     let _ = o.flush();
 }
 
-fn err(s: &str) {
+/// Writes text for a person to stderr, escaped like [`out`] (errors echo names and ids).
+pub(crate) fn err(s: &str) {
     let mut e = std::io::stderr().lock();
-    let _ = writeln!(e, "{s}");
+    let _ = writeln!(e, "{}", policy::escape_controls(s));
 }
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        // Usage errors, including every bad option value (the value parsers above), exit 2.
+        Err(e) if e.use_stderr() => {
+            // Escaped: clap echoes the offending value.
+            err(e.to_string().trim_end());
+            return ExitCode::from(2);
+        }
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return ExitCode::SUCCESS;
         }
     };
     let env: BTreeMap<String, String> = std::env::vars().collect();
     crate::logging::init(&env);
     let _ = FAILPOINTS.set(failpoints(&env));
     match run(cli, &env) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             if e.code() == policy::ErrorCode::INTERNAL {
                 tracing::error!(error = %e, "command failed");
@@ -341,10 +401,35 @@ fn cli_user(env: &BTreeMap<String, String>) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
+fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
     let home = Home::resolve(cli.home.as_deref(), env)?;
+    if let Command::Doctor { json } = cli.command {
+        return doctor_cmd(&home, json);
+    }
+    run_command(cli.command, home, env).map(|()| ExitCode::SUCCESS)
+}
+
+/// `vaultgate doctor`: the engine checks, this prints. Exit 1 when a check failed.
+fn doctor_cmd(home: &Home, json: bool) -> Result<ExitCode, GatewayError> {
+    let report = engine::doctor::doctor(home, time::OffsetDateTime::now_utc());
+    if json {
+        json_out(&report)?;
+    } else {
+        for c in &report.checks {
+            let line = format!("{:<4}  {}  {}", c.status.as_str(), c.what, c.next);
+            out(line.trim_end());
+        }
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
     let user = cli_user(env);
-    match cli.command {
+    match command {
         Command::Init => {
             let created = home.init()?;
             out(&format!(
@@ -387,10 +472,11 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<(), GatewayError> {
             apply_cmd(&home, vault.as_deref(), only.as_deref(), yes, &user)
         }
         Command::Index { vault, rebuild } => index_cmd(&home, vault.as_deref(), rebuild),
+        Command::Doctor { .. } => Err(GatewayError::Internal("doctor is handled by run".into())),
         Command::Describe { json } => {
             let d = crate::describe::describe();
             if json {
-                out(&d.to_string());
+                out_json_text(&d.to_string());
             } else {
                 out(&crate::describe::human(&d));
             }
@@ -525,7 +611,7 @@ fn vault_cmd(home: &Home, cmd: VaultCmd) -> Result<(), GatewayError> {
                         })
                     })
                     .collect();
-                out(&serde_json::Value::Array(list).to_string());
+                out_json_text(&serde_json::Value::Array(list).to_string());
             } else if config.vaults.is_empty() {
                 out("no vaults; add one with: vaultgate vault add PATH");
             } else {
@@ -567,26 +653,54 @@ fn vault_cmd(home: &Home, cmd: VaultCmd) -> Result<(), GatewayError> {
     }
 }
 
-/// Parses `90s`, `15m`, `12h`, `30d` into seconds.
-pub fn parse_duration(s: &str) -> Result<i64, GatewayError> {
-    let bad = || {
-        GatewayError::InvalidArgument(format!(
-            "--expires '{s}': use a number with s, m, h or d, like 30d"
-        ))
+/// The longest `--expires`: ten years. Longer is what "never" (no `--expires`) is for.
+const MAX_EXPIRES_SECS: i64 = 3650 * 86_400;
+
+/// Parses `90s`, `15m`, `12h`, `30d` into seconds (a clap value parser: a bad value is a usage
+/// error, exit 2).
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let bad = || format!("'{s}': use a positive number with s, m, h or d, like 30d (at most 3650d)");
+    let Some(unit) = s.chars().last() else {
+        return Err(bad());
     };
-    let (num, unit) = s.split_at(s.len().saturating_sub(1));
-    let n: i64 = num.parse().map_err(|_| bad())?;
-    let mul = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(bad()),
-    };
-    if n <= 0 {
+    let num = &s[..s.len() - unit.len_utf8()];
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    n.checked_mul(mul).ok_or_else(bad)
+    let mul = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(bad()),
+    };
+    let secs = num.parse::<i64>().ok().and_then(|n| n.checked_mul(mul));
+    match secs {
+        Some(n) if n > 0 && n <= MAX_EXPIRES_SECS => Ok(n),
+        Some(0) => Err(bad()),
+        _ => Err(format!(
+            "'{s}' is too far ahead: at most 3650d (ten years); omit --expires for a credential that never expires"
+        )),
+    }
+}
+
+/// A credential name: shown to the operator in lists and prompts, so no control characters.
+fn parse_name(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() || s.len() > 128 {
+        return Err("a name is 1 to 128 bytes, not blank".into());
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a name may not hold control characters".into());
+    }
+    Ok(s.to_owned())
+}
+
+fn parse_vault_id(s: &str) -> Result<String, String> {
+    if valid_id(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("'{s}': a vault id is 1-64 chars of a-z, 0-9, '-' or '_'"))
+    }
 }
 
 /// `full` needs `--yes` or an interactive y/N (SPEC §2, §12).
@@ -624,16 +738,20 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             if tier == Tier::Full {
                 confirm_full(yes, &format!("credential '{name}'"))?;
             }
-            let expires_in = expires.as_deref().map(parse_duration).transpose()?;
             let core = open_core(home)?;
-            let (cred, token) = core.issue_credential(user, &name, tier, vaults, expires_in)?;
+            let (cred, token) = core.issue_credential(user, &name, tier, vaults, expires)?;
             let exe = std::env::current_exe()?;
             let target = crate::clientconf::Target {
                 exe: &exe,
                 home: &home.dir,
                 port: core.config.server.port,
             };
-            out(&crate::clientconf::render(format, &target, &cred, &token));
+            let text = crate::clientconf::render(format, &target, &cred, &token);
+            if matches!(format, Some(TokenFormat::Json)) {
+                out_json_text(&text);
+            } else {
+                out(&text);
+            }
             Ok(())
         }
         TokenCmd::List { json } => {
@@ -643,7 +761,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             let creds = engine::core::list_credentials(home)?;
             if json {
                 let v: Vec<_> = creds.iter().map(crate::clientconf::credential_json).collect();
-                out(&serde_json::Value::Array(v).to_string());
+                out_json_text(&serde_json::Value::Array(v).to_string());
             } else if creds.is_empty() {
                 out("no credentials; issue one with: vaultgate token issue --name NAME");
             } else {
@@ -663,7 +781,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                     out(&format!(
                         "{}\t{}\t{}\t{status}\tvaults={scope}",
                         c.id.as_str(),
-                        c.name,
+                        one_line(&c.name),
                         c.tier
                     ));
                 }
@@ -741,10 +859,10 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
         AuditCmd::Tail { n, json } => {
             let records = engine::audit_log::tail(&path, n)?;
             if json {
-                out(&serde_json::to_string(&records).map_err(|e| GatewayError::Internal(e.to_string()))?);
+                json_out(&records)?;
             } else {
                 for r in records {
-                    out(&serde_json::to_string(&r).map_err(|e| GatewayError::Internal(e.to_string()))?);
+                    json_out(&r)?;
                 }
             }
             Ok(())
@@ -753,10 +871,20 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
 }
 
 fn json_out<T: serde::Serialize>(v: &T) -> Result<(), GatewayError> {
-    out(&serde_json::to_string(v).map_err(|e| GatewayError::Internal(e.to_string()))?);
+    out_json_text(&serde_json::to_string(v).map_err(|e| GatewayError::Internal(e.to_string()))?);
     Ok(())
 }
 
+/// A field shown on one line (a reason, a name): its newlines and tabs become visible `\n` and
+/// `\t`, so it cannot add lines or columns that look like the CLI's own.
+fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['\n', '\t']) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(s.replace('\n', "\\n").replace('\t', "\\t"))
+}
+
+/// A proposal as a reviewer reads it: who, why, and the diff (all escaped by `out`).
 fn show_proposal(p: &engine::api::GetProposalOut) {
     let it = &p.item;
     let from = it.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
@@ -767,10 +895,10 @@ fn show_proposal(p: &engine::api::GetProposalOut) {
         it.target,
         it.status,
         it.id,
-        it.created_by.name,
+        one_line(&it.created_by.name),
         it.created_by.credential_id,
         it.created_at,
-        it.reason,
+        one_line(&it.reason),
         it.proposal_hash
     ));
     if !p.diff.is_empty() {
@@ -783,7 +911,8 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
     match cmd {
         InboxCmd::List { vault, status, json } => {
             let v = core.vault_for_cli(vault.as_deref())?;
-            let list = core.list_proposals(&v, Some(&status), Some(500))?;
+            let status = status.as_str();
+            let list = core.list_proposals(&v, Some(status), Some(500))?;
             if json {
                 return json_out(&list.proposals);
             }
@@ -794,7 +923,11 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
                 let from = p.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
                 out(&format!(
                     "{}\t{}\t{from}{}\t{}\t{}",
-                    p.slug, p.kind, p.target, p.created_by.name, p.reason
+                    p.slug,
+                    p.kind,
+                    p.target,
+                    one_line(&p.created_by.name),
+                    one_line(&p.reason)
                 ));
             }
             Ok(())
@@ -843,20 +976,17 @@ fn apply_cmd(
     }
     let core = open_core(home)?;
     let v = core.vault_for_cli(vault)?;
+    // Every pending proposal as it stands now (not one page of them); ones decided meanwhile by
+    // another process are skipped below.
     let ids: Vec<String> = match only {
         Some(id) => vec![id.to_owned()],
-        None => core
-            .list_proposals(&v, Some("pending"), Some(500))?
-            .proposals
-            .into_iter()
-            .map(|p| p.id)
-            .collect(),
+        None => core.pending_proposal_ids(&v)?,
     };
     if ids.is_empty() {
         out(&format!("no pending proposals in vault '{}'", v.id));
         return Ok(());
     }
-    let mut failed = 0usize;
+    let (mut applied, mut failed) = (0usize, 0usize);
     let mut first_code = None;
     for id in ids {
         // One unreadable proposal does not stop the batch.
@@ -869,11 +999,22 @@ fn apply_cmd(
                 continue;
             }
         };
-        if !yes {
+        if only.is_none() && p.item.status != "pending" {
+            out(&format!("skipped {}: {} meanwhile", p.item.slug, p.item.status));
+            continue;
+        }
+        // The reviewer sees what is applied: the whole proposal when asked or named, its reason
+        // otherwise.
+        if !yes || only.is_some() {
             show_proposal(&p);
+        }
+        if !yes {
             err("apply this proposal? [y/N] ");
             let mut line = String::new();
-            std::io::stdin().read_line(&mut line)?;
+            if std::io::stdin().read_line(&mut line)? == 0 {
+                out("no answer (end of input); nothing more is applied");
+                break;
+            }
             if !matches!(line.trim(), "y" | "Y" | "yes") {
                 out(&format!("skipped {}", p.item.slug));
                 continue;
@@ -894,16 +1035,30 @@ fn apply_cmd(
             })
             .into_inner();
         match r {
-            Ok(a) => out(&format!(
-                "applied {} -> {} (history {}, audit seq {})",
-                p.item.slug, a.target, a.history_entry_id, a.audit_seq
-            )),
+            Ok(a) => {
+                applied += 1;
+                let reason = if yes && only.is_none() {
+                    format!("\n  reason: {}", one_line(&p.item.reason))
+                } else {
+                    String::new()
+                };
+                out(&format!(
+                    "applied {} -> {} (history {}, audit seq {}){reason}",
+                    p.item.slug, a.target, a.history_entry_id, a.audit_seq
+                ))
+            }
             Err(e) => {
                 failed += 1;
                 first_code.get_or_insert(e.code());
                 err(&format!("error[{}]: {}: {e}", e.code(), p.item.slug));
             }
         }
+    }
+    if only.is_none() {
+        out(&format!(
+            "{applied} applied, {failed} not applied in vault '{}'",
+            v.id
+        ));
     }
     if failed > 0 {
         return Err(GatewayError::Proposal(

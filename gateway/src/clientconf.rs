@@ -93,13 +93,16 @@ pub fn codex_http(t: &Target<'_>, token: &Token) -> String {
     )
 }
 
-/// The MCP Inspector, both ways.
+/// The MCP Inspector, both ways, with the token kept out of every command line: another local
+/// user can read any process's arguments (`ps`), but not its environment. The Inspector hands the
+/// variables of `MCP_ENV_VARS` to the server it launches; over HTTP the token is pasted into its UI.
+// SECURITY(T-SECRET2): no printed command puts the token in argv.
 pub fn inspector(t: &Target<'_>, token: &Token) -> String {
+    let env = json!({ "VAULTGATE_TOKEN": token.expose() }).to_string();
     format!(
-        "stdio: npx @modelcontextprotocol/inspector -e VAULTGATE_TOKEN={tok} {exe} stdio --home {home}\n\
-         HTTP:  npx @modelcontextprotocol/inspector --cli {url} --transport http --header \"Authorization: Bearer {tok}\" --method tools/list\n\
-         (UI: transport \"Streamable HTTP\", URL {url}, header Authorization = Bearer <token>)",
-        tok = token.expose(),
+        "stdio: MCP_ENV_VARS='{env}' npx @modelcontextprotocol/inspector {exe} stdio --home {home}\n\
+         HTTP:  npx @modelcontextprotocol/inspector, then in its UI: transport \"Streamable HTTP\", URL {url},\n\
+         \x20      Authentication: header Authorization, value \"Bearer <token>\" (paste the token above)",
         exe = t.exe.display(),
         home = t.home.display(),
         url = t.url()

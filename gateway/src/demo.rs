@@ -8,16 +8,11 @@ use std::sync::Arc;
 use include_dir::{Dir, include_dir};
 use policy::Tier;
 
-use crate::cli::VaultAdd;
+use crate::cli::{VaultAdd, err};
 use engine::error::GatewayError;
 use engine::home::Home;
 
 static DEMO_VAULT: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/demo/vault");
-
-fn err(s: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{s}");
-}
 
 /// Writes the embedded vault below `dest` (which must not exist yet or be empty).
 fn unpack(dir: &Dir<'_>, dest: &Path) -> Result<(), GatewayError> {

@@ -11,6 +11,7 @@ mod http;
 mod index;
 mod limits;
 mod notify;
+mod operator;
 mod proposals;
 mod security;
 mod smoke;

@@ -61,6 +61,27 @@ impl IndexError {
     }
 }
 
+/// Checks an index file for `vaultgate doctor` without changing it: opened read-only (never
+/// through a symlink), then SQLite's `quick_check`. `Ok(false)`: there is no index file yet.
+pub fn check_file(path: &std::path::Path) -> Result<bool, IndexError> {
+    use rusqlite::OpenFlags;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e.into()),
+        Ok(m) if !m.is_file() => return Err(IndexError::Unusable("not a regular file".into())),
+        Ok(_) => {}
+    }
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let conn = rusqlite::Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    if verdict != "ok" {
+        return Err(IndexError::Unusable(verdict));
+    }
+    Ok(true)
+}
+
 /// The index's state for `get_vault_overview`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexHealth {

@@ -1,0 +1,486 @@
+//! `vaultgate doctor` (SPEC §12): checks the home and every vault and says, for each finding, what
+//! a person should do next. It only reads: without a home it creates nothing, and it never opens a
+//! [`crate::Core`] (which would repair a torn audit tail or recover interrupted writes), so what it
+//! reports is the state as found.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::home::{Config, Home};
+
+/// How a check came out. `Fail` means a person is needed (`doctor` exits 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+/// One finding: what was checked (and found) and the next step (empty when there is none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub status: Status,
+    pub what: String,
+    pub next: String,
+}
+
+impl Check {
+    fn ok(what: impl Into<String>) -> Check {
+        Check {
+            status: Status::Ok,
+            what: what.into(),
+            next: String::new(),
+        }
+    }
+    fn warn(what: impl Into<String>, next: impl Into<String>) -> Check {
+        Check {
+            status: Status::Warn,
+            what: what.into(),
+            next: next.into(),
+        }
+    }
+    fn fail(what: impl Into<String>, next: impl Into<String>) -> Check {
+        Check {
+            status: Status::Fail,
+            what: what.into(),
+            next: next.into(),
+        }
+    }
+}
+
+/// Every finding, in the order checked; `ok` is false when any of them failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    fn new(checks: Vec<Check>) -> Report {
+        Report {
+            ok: !checks.iter().any(|c| c.status == Status::Fail),
+            checks,
+        }
+    }
+}
+
+/// Rolled-back transactions younger than this are reported.
+const ROLLBACK_WINDOW: time::Duration = time::Duration::days(7);
+/// At most this many rollbacks are listed one by one; the rest are counted.
+const MAX_ROLLBACK_LINES: usize = 20;
+/// The audit event of a rolled-back transaction (engine/src/txn.rs).
+const ROLLED_BACK: &str = crate::txn::ROLLED_BACK;
+
+/// Runs every check against `home` as it is now.
+pub fn doctor(home: &Home, now: time::OffsetDateTime) -> Report {
+    if !home.exists() {
+        return Report::new(vec![Check::fail("home", "run vaultgate init")]);
+    }
+    let mut checks = Vec::new();
+    let owner = current_uid(home);
+    checks.push(check_secret(home, owner));
+    checks.push(check_private(&home.dir, "home", 0o700, owner));
+    let state_path = home.state_path();
+    let state = if state_path.is_file() {
+        checks.push(check_private(&state_path, "state.sqlite", 0o600, owner));
+        match inbox::State::open(&state_path) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                checks.push(Check::fail(
+                    format!("state.sqlite cannot be opened: {e}"),
+                    "restore state.sqlite from a backup",
+                ));
+                None
+            }
+        }
+    } else {
+        checks.push(Check::fail("state.sqlite is missing", "run vaultgate init"));
+        None
+    };
+    match home.load_config() {
+        Ok(config) => check_vaults(&config, state.as_ref(), &mut checks),
+        Err(e) => checks.push(Check::fail(
+            format!("gateway.toml: {e}"),
+            format!("fix {}", home.config_path().display()),
+        )),
+    }
+    check_audit(home, state.as_ref(), now, &mut checks);
+    Report::new(checks)
+}
+
+/// The user this process runs as, on Linux from `/proc/self`; elsewhere the home's owner stands
+/// in (the home is created by its user).
+#[cfg(unix)]
+fn current_uid(home: &Home) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .or_else(|_| std::fs::metadata(&home.dir))
+        .ok()
+        .map(|m| m.uid())
+}
+
+#[cfg(not(unix))]
+fn current_uid(_home: &Home) -> Option<u32> {
+    None
+}
+
+// SECURITY(T-SECRET2): whoever can read secret.key can mint a token of any tier.
+fn check_secret(home: &Home, owner: Option<u32>) -> Check {
+    let path = home.secret_path();
+    let shown = path.display();
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(m) => m,
+        Err(e) => return Check::fail(format!("secret.key: {e}"), "run vaultgate init"),
+    };
+    if !meta.is_file() {
+        return Check::fail(
+            format!("{shown} is not a regular file"),
+            "replace it with the original key file (tokens signed by it stop working otherwise)",
+        );
+    }
+    if meta.len() != 32 {
+        return Check::fail(
+            format!("{shown} holds {} bytes, not 32", meta.len()),
+            "restore the original key from a backup (a new key invalidates every token)",
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Check::fail(
+                format!("{shown} has mode {mode:o}: other users may read it"),
+                format!("chmod 600 {shown}; then issue new tokens if anyone else could read it"),
+            );
+        }
+        if let Some(uid) = owner
+            && meta.uid() != uid
+        {
+            return Check::fail(
+                format!("{shown} is owned by uid {}, not by this user ({uid})", meta.uid()),
+                format!("chown the file to the user who runs vaultgate: chown {uid} {shown}"),
+            );
+        }
+        if mode != 0o600 {
+            return Check::warn(format!("{shown} has mode {mode:o}"), format!("chmod 600 {shown}"));
+        }
+    }
+    Check::ok("secret.key: 32 bytes, mode 600, owned by this user")
+}
+
+/// The home folder and `state.sqlite`: nobody but the owner may look inside.
+fn check_private(path: &Path, name: &str, want: u32, owner: Option<u32>) -> Check {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) => return Check::fail(format!("{name}: {e}"), "run vaultgate init"),
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = meta.permissions().mode() & 0o777;
+        let shown = path.display();
+        if mode & 0o077 != 0 {
+            return Check::fail(
+                format!("{name} {shown} has mode {mode:o}: other users may read it"),
+                format!("chmod {want:o} {shown}"),
+            );
+        }
+        if let Some(uid) = owner
+            && meta.uid() != uid
+        {
+            return Check::fail(
+                format!(
+                    "{name} {shown} is owned by uid {}, not by this user ({uid})",
+                    meta.uid()
+                ),
+                format!("chown {uid} {shown}"),
+            );
+        }
+    }
+    let _ = (meta, want, owner);
+    Check::ok(format!("{name}: not readable by other users"))
+}
+
+fn check_vaults(config: &Config, state: Option<&inbox::State>, checks: &mut Vec<Check>) {
+    if config.vaults.is_empty() {
+        checks.push(Check::warn("no vault is registered", "vaultgate vault add PATH"));
+    }
+    for v in &config.vaults {
+        let id = &v.id;
+        let shown = v.path.display();
+        match std::fs::metadata(&v.path) {
+            Ok(m) if m.is_dir() => checks.push(Check::ok(format!("vault {id}: {shown} is a folder"))),
+            Ok(_) => {
+                checks.push(Check::fail(
+                    format!("vault {id}: {shown} is not a folder"),
+                    format!("put the vault back at {shown}, or vaultgate vault remove {id}"),
+                ));
+                continue;
+            }
+            Err(e) => {
+                checks.push(Check::fail(
+                    format!("vault {id}: {shown}: {e}"),
+                    format!("put the vault back at {shown}, or vaultgate vault remove {id}"),
+                ));
+                continue;
+            }
+        }
+        let index = v
+            .path
+            .join(vault::write::MACHINE_DIR)
+            .join(vault::index::INDEX_FILE);
+        checks.push(match vault::index::check_file(&index) {
+            Ok(true) => Check::ok(format!("vault {id}: index healthy")),
+            Ok(false) => Check::ok(format!(
+                "vault {id}: no index yet (servers and `vaultgate index` build it)"
+            )),
+            Err(e) => Check::fail(
+                format!("vault {id}: index {}: {e}", index.display()),
+                format!("vaultgate index --vault {id} --rebuild"),
+            ),
+        });
+        if let Some(state) = state {
+            match state.open_intents(id) {
+                Ok(open) if !open.is_empty() => checks.push(Check::warn(
+                    format!("vault {id}: {} interrupted write(s) await recovery", open.len()),
+                    format!("vaultgate history status --vault {id} (any command that opens the vault finishes or rolls them back)"),
+                )),
+                Ok(_) => {}
+                Err(e) => checks.push(Check::fail(
+                    format!("vault {id}: interrupted writes cannot be read: {e}"),
+                    "restore state.sqlite from a backup",
+                )),
+            }
+        }
+    }
+}
+
+fn check_audit(
+    home: &Home,
+    state: Option<&inbox::State>,
+    now: time::OffsetDateTime,
+    checks: &mut Vec<Check>,
+) {
+    let path = home.audit_path();
+    let report = if path.exists() {
+        match audit::verify(&path) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                checks.push(Check::fail(
+                    format!("audit log {} cannot be read: {e}", path.display()),
+                    "check the file's permissions and the disk",
+                ));
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    match report.as_ref().and_then(|r| r.broken.as_ref()) {
+        Some(b) if b.reason.starts_with("torn last line") => checks.push(Check::fail(
+            format!("audit chain: seq {} (line {}) is torn: {}", b.seq, b.line, b.reason),
+            "vaultgate audit repair",
+        )),
+        Some(b) => checks.push(Check::fail(
+            format!("audit chain broken at seq {} (line {}): {}", b.seq, b.line, b.reason),
+            "keep audit.jsonl as evidence (copy it aside), find out who changed it, then vaultgate audit restart --yes",
+        )),
+        None => {
+            let n = report.as_ref().map_or(0, |r| r.records);
+            checks.push(Check::ok(format!("audit chain holds ({n} records)")));
+        }
+    }
+    if let Some(c) = audit_head_check(state, report.as_ref()) {
+        checks.push(c);
+    }
+    if report.is_some() {
+        rolled_back_since(&path, now - ROLLBACK_WINDOW, checks);
+    }
+}
+
+/// Whether the log is as long as the state database says it was.
+///
+/// AUDIT-HEAD: the single call site for comparing the chain's head with the state database's last
+/// `seq`. Until the state records that `seq` (another change adds it), this compares what it can: a
+/// log that is missing or empty while the state holds credentials or proposals (each of which was
+/// audited) was lost or replaced.
+fn audit_head_check(state: Option<&inbox::State>, report: Option<&audit::VerifyReport>) -> Option<Check> {
+    let state = state?;
+    let records = report.map_or(0, |r| r.records);
+    if records > 0 || report.is_some_and(|r| r.broken.is_some()) {
+        return None;
+    }
+    let audited_before = state.list_credentials().map(|c| !c.is_empty()).unwrap_or(false);
+    audited_before.then(|| {
+        Check::fail(
+            "audit.jsonl is missing or empty, but the state database has credentials that were audited",
+            "restore audit.jsonl from a backup, or vaultgate audit restart --yes to open a new chain",
+        )
+    })
+}
+
+/// A `warn` line per transaction rolled back since `since` (newest last), from the audit log.
+fn rolled_back_since(path: &Path, since: time::OffsetDateTime, checks: &mut Vec<Check>) {
+    let Ok(file) = std::fs::File::open(path) else {
+        return;
+    };
+    let mut found = Vec::new();
+    let mut total = 0usize;
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let Ok(line) = line else { break };
+        // Cheap filter first: only rollback lines are parsed.
+        if !line
+            .windows(ROLLED_BACK.len())
+            .any(|w| w == ROLLED_BACK.as_bytes())
+        {
+            continue;
+        }
+        // A `Value`, not an `AuditRecord`: a newer record shape must not hide a rollback.
+        let Ok(r) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let ts = r["ts"].as_str().and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        });
+        if r["event"] != ROLLED_BACK || ts.is_none_or(|t| t < since) {
+            continue;
+        }
+        total += 1;
+        if found.len() == MAX_ROLLBACK_LINES {
+            found.remove(0);
+        }
+        found.push(r);
+    }
+    for r in &found {
+        let field = |k: &str| r[k].as_str().map(str::to_owned);
+        let vault = field("vault").unwrap_or_else(|| "?".into());
+        let what = field("tool").unwrap_or_else(|| "a write".into());
+        let target = field("target")
+            .or_else(|| field("proposalId"))
+            .map(|t| format!(" of {t}"))
+            .unwrap_or_default();
+        checks.push(Check::warn(
+            format!(
+                "vault {vault}: {what}{target} was rolled back at {} (audit seq {})",
+                field("ts").unwrap_or_default(),
+                r["seq"]
+            ),
+            "nothing was changed; look at the note and propose again if the change is still wanted",
+        ));
+    }
+    if total > found.len() {
+        checks.push(Check::warn(
+            format!(
+                "{} more transactions were rolled back in the last 7 days",
+                total - found.len()
+            ),
+            "vaultgate audit tail -n 200 | grep rolled_back",
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn statuses(r: &Report) -> Vec<(Status, String)> {
+        r.checks.iter().map(|c| (c.status, c.what.clone())).collect()
+    }
+
+    #[test]
+    fn without_a_home_one_failure_and_nothing_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("absent"),
+        };
+        let r = doctor(&home, time::OffsetDateTime::now_utc());
+        assert!(!r.ok);
+        assert_eq!(r.checks, vec![Check::fail("home", "run vaultgate init")]);
+        assert!(!home.dir.exists());
+    }
+
+    #[test]
+    fn a_fresh_home_is_healthy() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        let r = doctor(&home, time::OffsetDateTime::now_utc());
+        assert!(r.ok, "{:?}", statuses(&r));
+        assert!(r.checks.iter().all(|c| c.status != Status::Fail));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["ok"], true);
+        assert_eq!(json["checks"][0]["status"], "ok");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_open_secret_fails_with_chmod() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        std::fs::set_permissions(home.secret_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let r = doctor(&home, time::OffsetDateTime::now_utc());
+        assert!(!r.ok);
+        let c = r.checks.iter().find(|c| c.status == Status::Fail).unwrap();
+        assert!(c.next.starts_with("chmod 600 "), "{c:?}");
+    }
+
+    #[test]
+    fn a_recent_rollback_is_a_warning_and_an_old_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        let log = audit::AuditLog::open(&home.audit_path()).unwrap();
+        let mut e = audit::Entry::new(
+            ROLLED_BACK,
+            audit::Actor::Cli { user: "me".into() },
+            audit::Outcome::Error,
+        );
+        e.vault = Some("notes".into());
+        e.tool = Some("apply_proposal".into());
+        e.target = Some("z/a.md".into());
+        let now = time::OffsetDateTime::now_utc();
+        log.append(e, now, audit::Durability::Flush).unwrap();
+
+        let r = doctor(&home, now);
+        assert!(r.ok, "a rollback alone needs nobody: {:?}", statuses(&r));
+        let rolled_back = |r: &Report| -> Vec<Check> {
+            r.checks
+                .iter()
+                .filter(|c| c.status == Status::Warn && c.what.contains("rolled back"))
+                .cloned()
+                .collect()
+        };
+        let warns = rolled_back(&r);
+        assert_eq!(warns.len(), 1, "{:?}", statuses(&r));
+        assert!(
+            warns[0].what.contains("apply_proposal of z/a.md was rolled back"),
+            "{warns:?}"
+        );
+
+        let later = doctor(&home, now + time::Duration::days(8));
+        assert!(rolled_back(&later).is_empty(), "{:?}", statuses(&later));
+    }
+}

@@ -1,0 +1,401 @@
+//! What the operator reads and runs (SPEC §4 control characters, §12 CLI and `doctor`), through
+//! the real binary: agents' reasons and diffs reach the terminal escaped; `doctor` names each
+//! problem with its next step and creates nothing without a home; bad option values are usage
+//! errors (exit 2); `apply --yes` works through every pending proposal; an open `secret.key` stops
+//! the servers; the printed Inspector command keeps the token out of argv.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::{Client, Env, bin};
+
+/// ANSI that would erase the previous line, set the window title, and start an 8-bit CSI.
+const HOSTILE: &str = "\x1b[2K\x1b[1A\x1b]0;owned\x07\u{9b}31m\r";
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// No byte a terminal would act on: C0 but newline and tab, DEL, and C1 (as UTF-8, `C2 80..9F`).
+fn assert_inert(what: &str, text: &str) {
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{what}: raw control characters {bad:?} in:\n{text}"
+    );
+}
+
+fn assert_escaped(what: &str, text: &str) {
+    assert_inert(what, text);
+    for visible in ["\\x1b[2K\\x1b[1A", "\\x1b]0;owned\\x07", "\\u{9b}31m", "\\x0d"] {
+        assert!(text.contains(visible), "{what}: `{visible}` is shown:\n{text}");
+    }
+}
+
+async fn hash_of(c: &Client, path: &str) -> String {
+    let r = c.call("read_note", json!({"path": path})).await.ok();
+    r["hash"].as_str().unwrap().to_owned()
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test]
+async fn reasons_and_diffs_reach_the_terminal_escaped() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let c = env.stdio(&token).await;
+    let old = std::fs::read_to_string(env.vault.join("z/softmax.md")).unwrap();
+    let new = format!("{old}\nhidden line{HOSTILE}\n");
+    let reason = format!("tidy up{HOSTILE}");
+    let p = c
+        .call(
+            "propose_note_patch",
+            json!({"path": "z/softmax.md", "baseHash": hash_of(&c, "z/softmax.md").await,
+                   "content": new, "reason": reason}),
+        )
+        .await
+        .ok();
+    let id = p["id"].as_str().unwrap();
+    let slug = p["slug"].as_str().unwrap();
+
+    let show = env.ok(&["inbox", "show", slug]);
+    assert_escaped("inbox show", &show);
+    assert!(
+        show.contains("+hidden line\\x1b[2K"),
+        "the diff line is there:\n{show}"
+    );
+    assert!(show.contains("reason: tidy up\\x1b[2K"), "{show}");
+
+    let list = env.ok(&["inbox", "list"]);
+    assert_escaped("inbox list", &list);
+
+    // JSON stays JSON, carrying the exact text, and still nothing a terminal acts on.
+    let json_text = env.ok(&["inbox", "show", id, "--json"]);
+    assert_inert("inbox show --json", &json_text);
+    let shown: Value = serde_json::from_str(json_text.trim()).unwrap();
+    assert_eq!(shown["reason"], reason.as_str());
+    assert!(shown["diff"].as_str().unwrap().contains(HOSTILE));
+
+    let out = env.run(&["apply", "--only", id, "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let applied = stdout(&out);
+    assert_escaped("apply --only --yes", &applied);
+    assert!(applied.contains(&format!("applied {slug}")), "{applied}");
+    assert_eq!(
+        std::fs::read_to_string(env.vault.join("z/softmax.md")).unwrap(),
+        new,
+        "the note holds the bytes proposed; only the display is escaped"
+    );
+
+    let history = env.ok(&["history", "status"]);
+    assert_inert("history status", &history);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn doctor_passes_a_healthy_home() {
+    let env = Env::new();
+    env.token("writer", "auto");
+    let out = env.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.is_empty());
+    for line in text.lines() {
+        assert!(line.starts_with("ok    ") || line.starts_with("warn  "), "{line}");
+    }
+    assert!(text.contains("secret.key"), "{text}");
+    assert!(text.contains("vault basic"), "{text}");
+    assert!(text.contains("audit chain holds"), "{text}");
+
+    let json: Value = serde_json::from_str(env.ok(&["doctor", "--json"]).trim()).unwrap();
+    assert_eq!(json["ok"], true);
+    let checks = json["checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .all(|c| c["status"] == "ok" || c["status"] == "warn")
+    );
+    assert!(
+        checks
+            .iter()
+            .all(|c| c["what"].is_string() && c["next"].is_string())
+    );
+}
+
+#[tokio::test]
+async fn doctor_names_each_problem_with_its_next_step() {
+    let env = Env::new();
+    env.token("writer", "auto");
+    env.token("reader", "read");
+    chmod(&env.home.join("secret.key"), 0o644);
+    std::fs::rename(&env.vault, env.tmp.path().join("moved-away")).unwrap();
+    // Alter the first audit record without touching its hash.
+    let audit = env.home.join("audit.jsonl");
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    let altered = first.replacen("\"outcome\":\"ok\"", "\"outcome\":\"denied\"", 1);
+    assert_ne!(altered, first, "the record to alter is there");
+    std::fs::write(&audit, format!("{altered}\n{rest}")).unwrap();
+
+    let out = env.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    let fail = |needle: &str, next: &str| {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("fail  ") && l.contains(needle) && l.contains(next)),
+            "a fail line naming {needle:?} with {next:?}:\n{text}"
+        );
+    };
+    fail(
+        "secret.key",
+        &format!("chmod 600 {}", env.home.join("secret.key").display()),
+    );
+    fail("vault basic", "vaultgate vault remove basic");
+    fail("audit chain broken at seq 1", "vaultgate audit restart --yes");
+
+    let out = env.run(&["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(json["ok"], false);
+    let fails = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .count();
+    assert_eq!(fails, 3, "{json}");
+}
+
+#[test]
+fn doctor_without_a_home_creates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("no-home-here");
+    let out = Command::new(bin())
+        .arg("doctor")
+        .env("VAULTGATE_HOME", &home)
+        .env_remove("VAULTGATE_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "fail  home  run vaultgate init\n");
+    assert!(!home.exists(), "doctor created the home");
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "nothing at all appeared"
+    );
+}
+
+#[test]
+fn bad_option_values_are_usage_errors() {
+    let env = Env::new();
+    for (args, says) in [
+        (
+            vec!["token", "issue", "--name", "x", "--expires", "99999999999d"],
+            "3650d",
+        ),
+        (
+            vec![
+                "token",
+                "issue",
+                "--name",
+                "x",
+                "--expires",
+                "9223372036854775807s",
+            ],
+            "3650d",
+        ),
+        (
+            vec!["token", "issue", "--name", "x", "--expires", "0d"],
+            "--expires",
+        ),
+        (
+            vec!["token", "issue", "--name", "x", "--expires=-5d"],
+            "--expires",
+        ),
+        (
+            vec!["token", "issue", "--name", "x", "--expires", "12y"],
+            "--expires",
+        ),
+        (vec!["token", "issue", "--name", "x", "--tier", "bogus"], "bogus"),
+        (
+            vec!["token", "issue", "--name", "x", "--format", "bogus"],
+            "bogus",
+        ),
+        (vec!["token", "issue", "--name", "a\u{1b}[2Kb"], "control"),
+        (vec!["token", "set-tier", "x", "admin"], "admin"),
+        (vec!["audit", "tail", "-n", "abc"], "abc"),
+        (vec!["inbox", "list", "--status", "bogus"], "bogus"),
+    ] {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let msg = stderr(&out);
+        assert!(msg.contains(says), "{args:?} names {says:?}: {msg}");
+        assert_inert("usage error", &msg);
+    }
+    assert!(
+        env.ok(&["token", "list"]).contains("no credentials"),
+        "no refused issue created a credential"
+    );
+    // A good value still works, and the limit itself is accepted.
+    env.ok(&[
+        "token",
+        "issue",
+        "--name",
+        "ten-years",
+        "--expires",
+        "3650d",
+        "--format",
+        "json",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_yes_applies_every_pending_proposal_not_one_page() {
+    const PER_CREDENTIAL: usize = 300;
+    let env = Env::new();
+    let (_, t1) = env.token("writer-1", "auto");
+    let (_, t2) = env.token("writer-2", "auto");
+    let started = Instant::now();
+    let propose = |token: String, who: usize| {
+        let env = &env;
+        async move {
+            let c = env.stdio(&token).await;
+            for i in 0..PER_CREDENTIAL {
+                c.call(
+                    "propose_new_note",
+                    json!({"path": format!("bulk/w{who}-{i:03}.md"), "content": format!("# {who} {i}\n"), "reason": "bulk"}),
+                )
+                .await
+                .ok();
+            }
+            c.close().await;
+        }
+    };
+    tokio::join!(propose(t1, 1), propose(t2, 2));
+    eprintln!("600 proposals in {:?}", started.elapsed());
+
+    let out = env.run(&["apply", "--yes"]);
+    eprintln!("applied in {:?}", started.elapsed());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().filter(|l| l.starts_with("applied ")).count(), 600);
+    assert!(
+        text.contains("600 applied, 0 not applied"),
+        "{}",
+        text.lines().last().unwrap_or("")
+    );
+    let notes = std::fs::read_dir(env.vault.join("bulk")).unwrap().count();
+    assert_eq!(notes, 600, "every proposal's note exists");
+    let pending: Value = serde_json::from_str(env.ok(&["inbox", "list", "--json"]).trim()).unwrap();
+    assert_eq!(pending.as_array().unwrap().len(), 0, "nothing is left pending");
+    assert!(env.ok(&["apply", "--yes"]).contains("no pending proposals"));
+}
+
+/// Waits for a process that must exit by itself soon; kills it and fails otherwise.
+fn exits_soon(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{cmd:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn servers_refuse_a_secret_other_users_can_read() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let key = env.home.join("secret.key");
+    chmod(&key, 0o644);
+    let chmod_hint = format!("chmod 600 {}", key.display());
+
+    let mut stdio = Command::new(bin());
+    stdio
+        .arg("stdio")
+        .arg("--home")
+        .arg(&env.home)
+        .env_remove("VAULTGATE_HOME")
+        .env("VAULTGATE_TOKEN", &token);
+    let out = exits_soon(stdio);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    assert!(stderr(&out).contains(&chmod_hint), "{}", stderr(&out));
+
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--port", "0", "--home"])
+        .arg(&env.home)
+        .env_remove("VAULTGATE_HOME")
+        .env_remove("VAULTGATE_TOKEN");
+    let out = exits_soon(serve);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(&chmod_hint), "{}", stderr(&out));
+
+    chmod(&key, 0o600);
+    env.ok(&["token", "list"]);
+}
+
+#[test]
+fn the_printed_inspector_command_keeps_the_token_out_of_argv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["demo", "--no-serve", "--dir"])
+        .arg(tmp.path().join("demo"))
+        .env_remove("VAULTGATE_HOME")
+        .env_remove("VAULTGATE_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stderr(&out);
+    let token = text
+        .lines()
+        .skip_while(|l| !l.starts_with("token (shown once"))
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(token.starts_with("eyJ"), "a JWT: {token}");
+    let commands: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("npx @modelcontextprotocol/inspector"))
+        .collect();
+    assert!(!commands.is_empty(), "{text}");
+    for line in commands {
+        let (before, argv) = line.split_once("npx ").unwrap();
+        assert!(
+            !argv.contains(&token),
+            "the token is in the Inspector's argv: {line}"
+        );
+        if line.contains(" stdio ") {
+            assert!(
+                before.contains("MCP_ENV_VARS=") && before.contains(&token),
+                "{line}"
+            );
+        }
+    }
+}
