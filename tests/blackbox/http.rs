@@ -538,8 +538,7 @@ async fn forged_expired_revoked_and_wrong_audience_tokens_are_401_with_their_cod
     let text = note["content"].as_str().unwrap();
     let line = text
         .lines()
-        .filter(|l| l.len() > 20)
-        .last()
+        .rfind(|l| l.len() > 20)
         .expect("a long line in welcome.md");
     assert!(
         !srv.stderr().contains(line),
@@ -1342,7 +1341,7 @@ impl Server {
             .lines()
             .filter_map(|l| l.split("live_sessions=").nth(1))
             .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-            .last()
+            .next_back()
     }
 
     /// Waits until the logged live-session count is `n`.
