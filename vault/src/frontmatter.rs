@@ -39,6 +39,7 @@ pub enum FrontmatterError {
 /// Parses one frontmatter block (the text between the `---` lines). Empty, invalid or
 /// non-mapping YAML is an empty object; a block over the bounds is an error.
 pub fn parse_block(yaml: &str) -> Result<Map<String, Value>, FrontmatterError> {
+    // SECURITY(T-YAML): note text is untrusted; its size and its alias expansion are bounded.
     if yaml.len() > MAX_BLOCK_BYTES {
         return Err(FrontmatterError::TooLarge { bytes: yaml.len() });
     }
