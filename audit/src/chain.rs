@@ -282,7 +282,13 @@ mod tests {
         let (record, line) = seal(entry, 0, GENESIS, time::OffsetDateTime::UNIX_EPOCH).unwrap();
         assert!(line.len() < 4096, "line of {} bytes", line.len());
         let expected = format!("{}…sha256:{}", "é".repeat(128), sha256_hex(long.as_bytes()));
-        for field in [&record.vault, &record.target, &record.proposal_id, &record.challenge_id, &record.tool] {
+        for field in [
+            &record.vault,
+            &record.target,
+            &record.proposal_id,
+            &record.challenge_id,
+            &record.tool,
+        ] {
             assert_eq!(field.as_deref(), Some(expected.as_str()));
         }
         // An odd cut never splits a character; a short value is kept whole.

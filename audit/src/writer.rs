@@ -508,7 +508,11 @@ mod tests {
             log.append(entry(3), now, Durability::Flush),
             Err(AuditError::Replaced(_))
         ));
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "nothing written to the new file");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "nothing written to the new file"
+        );
     }
 
     #[test]
@@ -536,7 +540,10 @@ mod tests {
         assert_eq!(dropped.offset, clean_len);
         assert_eq!(dropped.len, 17);
         assert_eq!(dropped.sha256, crate::chain::sha256_hex(b"{\"seq\":2,\"garbage"));
-        assert_eq!((rec.seq, rec.prev.as_str(), rec.count), (2, r1.hash.as_str(), Some(17)));
+        assert_eq!(
+            (rec.seq, rec.prev.as_str(), rec.count),
+            (2, r1.hash.as_str(), Some(17))
+        );
         assert!(log.repair_on_open(now, |_| unreachable!()).unwrap().is_none());
         let report = crate::verify(&path).unwrap();
         assert_eq!((report.records, report.broken), (2, None));

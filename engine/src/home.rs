@@ -63,12 +63,14 @@ impl Default for ServerConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub challenge_ttl_seconds: u64,
+    pub refusal_window_seconds: u64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             challenge_ttl_seconds: 300,
+            refusal_window_seconds: 60,
         }
     }
 }

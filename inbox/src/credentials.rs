@@ -122,7 +122,10 @@ impl State {
     }
 }
 
-pub(crate) fn create_credential_on(conn: &rusqlite::Connection, new: NewCredential) -> Result<Credential, StateError> {
+pub(crate) fn create_credential_on(
+    conn: &rusqlite::Connection,
+    new: NewCredential,
+) -> Result<Credential, StateError> {
     let id = CredentialId::generate();
     let vaults = serde_json::to_string(&new.vaults).unwrap_or_else(|_| "[]".into());
     let res = conn.execute(
@@ -139,9 +142,7 @@ pub(crate) fn create_credential_on(conn: &rusqlite::Connection, new: NewCredenti
     );
     match res {
         Ok(_) => {}
-        Err(rusqlite::Error::SqliteFailure(e, _))
-            if e.code == rusqlite::ErrorCode::ConstraintViolation =>
-        {
+        Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::ConstraintViolation => {
             return Err(StateError::DuplicateName(new.name));
         }
         Err(e) => return Err(e.into()),

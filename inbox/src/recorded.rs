@@ -107,7 +107,10 @@ impl State {
         p: &NewProposal<'_>,
         record: impl FnOnce() -> Result<AuditHead, E>,
     ) -> Result<(), Recorded<E>> {
-        self.with_record(|c| crate::proposals::insert_proposal_on(c, p), |_| record().map(Some))
+        self.with_record(
+            |c| crate::proposals::insert_proposal_on(c, p),
+            |_| record().map(Some),
+        )
     }
 
     /// [`State::create_credential`], committed only with its record (which sees the new row).
@@ -229,11 +232,18 @@ mod tests {
         assert_eq!(s.list_credentials().unwrap().len(), 1);
         assert_eq!(s.audit_head().unwrap(), Some(head(5)));
 
-        assert!(s.revoke_credential_recorded(&c.id, 9, || Err::<AuditHead, _>(())).is_err());
+        assert!(
+            s.revoke_credential_recorded(&c.id, 9, || Err::<AuditHead, _>(()))
+                .is_err()
+        );
         assert!(!s.find_credential("a").unwrap().is_revoked());
-        assert!(s.set_credential_tier_recorded(&c.id, Tier::Full, || Err::<AuditHead, _>(())).is_err());
+        assert!(
+            s.set_credential_tier_recorded(&c.id, Tier::Full, || Err::<AuditHead, _>(()))
+                .is_err()
+        );
         assert_eq!(s.find_credential("a").unwrap().tier, Tier::Read);
-        s.revoke_credential_recorded(&c.id, 9, || Ok::<_, ()>(head(6))).unwrap();
+        s.revoke_credential_recorded(&c.id, 9, || Ok::<_, ()>(head(6)))
+            .unwrap();
         assert!(s.find_credential("a").unwrap().is_revoked());
     }
 
