@@ -267,7 +267,7 @@ impl Core {
         };
         match self.refusals.note(key, crate::refusals::refusal_entry) {
             crate::refusals::Noted::Counted => Ok(()),
-            crate::refusals::Noted::Write(entry) => self.append_audit(entry, Durability::Sync).map(|_| ()),
+            crate::refusals::Noted::Write(entry) => self.append_audit(*entry, Durability::Sync).map(|_| ()),
         }
     }
 

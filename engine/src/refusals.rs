@@ -57,7 +57,7 @@ pub(crate) struct Refusals {
 /// What the caller must do about one refusal.
 pub(crate) enum Noted {
     /// Write this record now (the first of a window) and answer only once it is written.
-    Write(Entry),
+    Write(Box<Entry>),
     /// Counted; a later record carries it.
     Counted,
 }
@@ -99,7 +99,7 @@ impl Refusals {
                 let count = slot.pending + 1;
                 slot.written_at = now;
                 slot.pending = 0;
-                Noted::Write(make(&key, count))
+                Noted::Write(Box::new(make(&key, count)))
             }
             None => {
                 let entry = make(&key, 1);
@@ -110,7 +110,7 @@ impl Refusals {
                         pending: 0,
                     },
                 );
-                Noted::Write(entry)
+                Noted::Write(Box::new(entry))
             }
         }
     }
@@ -239,6 +239,7 @@ mod tests {
         for i in 0..500 {
             for remote in ["127.0.0.1", "::1"] {
                 if let Noted::Write(e) = r.note(key(remote), refusal_entry) {
+                    let e = *e;
                     log.append(e, time::OffsetDateTime::now_utc(), Durability::Flush)
                         .unwrap();
                     written += 1;
