@@ -250,7 +250,7 @@ impl Core {
         self.record_unauthenticated(transport, None, e)
     }
 
-    /// SECURITY(T-AUDIT8): refusals of requests without a valid credential are aggregated: at
+    /// SECURITY(T-AUDIT8): refusals of HTTP requests without a valid credential are aggregated: at
     /// most one record per window (`[limits] refusal_window_seconds`) per code, transport and
     /// remote, with a `count`, so a flood cannot fill the disk. The first of a window is written
     /// before the answer; the rest are counted and written when the window ends or at shutdown.
@@ -260,6 +260,19 @@ impl Core {
         remote: Option<std::net::IpAddr>,
         e: &GatewayError,
     ) -> Result<(), GatewayError> {
+        // A stdio server is the child of one local client and has no remote to flood it from:
+        // each of its refusals is recorded on its own.
+        if transport == Transport::Stdio {
+            let entry = crate::refusals::refusal_entry(
+                &crate::refusals::RefusalKey {
+                    code: e.code().as_str().to_owned(),
+                    transport: transport.as_str(),
+                    remote: "local".to_owned(),
+                },
+                1,
+            );
+            return self.append_audit(entry, Durability::Sync).map(|_| ());
+        }
         let key = crate::refusals::RefusalKey {
             code: e.code().as_str().to_owned(),
             transport: transport.as_str(),
