@@ -112,6 +112,23 @@ fn canonical_map(map: &Map<String, Value>) -> String {
     out
 }
 
+/// Longest echoed client string a record keeps whole (SPEC §9).
+pub const MAX_ECHO_BYTES: usize = 256;
+
+/// `s` itself when it has at most [`MAX_ECHO_BYTES`] bytes; otherwise its longest prefix of at
+/// most that many bytes that ends on a character boundary, then `…sha256:` and the hex SHA-256 of
+/// the whole value, so the record still identifies what was sent.
+pub fn cut_echo(s: String) -> String {
+    if s.len() <= MAX_ECHO_BYTES {
+        return s;
+    }
+    let mut end = MAX_ECHO_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…sha256:{}", &s[..end], sha256_hex(s.as_bytes()))
+}
+
 /// Builds the record that follows (`last_seq`, `prev`) and its line (canonical JSON + `\n`).
 pub(crate) fn seal(
     entry: Entry,
@@ -134,7 +151,10 @@ pub(crate) fn seal(
         outcome,
         code,
         args_hash,
+        count,
     } = entry;
+    // SECURITY(T-AUDIT6): strings a client chose are cut here, where every entry becomes a
+    // record, so no caller can forget it and no input makes a line too long to write.
     let mut record = AuditRecord {
         seq,
         ts,
@@ -142,14 +162,15 @@ pub(crate) fn seal(
         hash: String::new(),
         event,
         actor,
-        vault,
-        tool,
-        target,
-        proposal_id,
-        challenge_id,
+        vault: vault.map(cut_echo),
+        tool: tool.map(cut_echo),
+        target: target.map(cut_echo),
+        proposal_id: proposal_id.map(cut_echo),
+        challenge_id: challenge_id.map(cut_echo),
         outcome,
         code,
         args_hash,
+        count,
     };
     let mut map = record_map(&record)?;
     record.hash = sha256_hex(canonical_map(&map).as_bytes());
@@ -245,6 +266,46 @@ mod tests {
         assert_eq!(line, format!("{expected}\n"));
         assert!(matches!(
             check_hash_and_form(&record, expected.as_bytes()).unwrap(),
+            SelfCheck::Valid
+        ));
+    }
+
+    #[test]
+    fn long_echoed_strings_are_cut_with_the_hash_of_the_whole() {
+        let long = "é".repeat(1 << 19); // 1 MiB, two bytes a character
+        let mut entry = Entry::new("tool_call", Actor::Cli { user: "u".into() }, Outcome::Denied);
+        entry.vault = Some(long.clone());
+        entry.target = Some(long.clone());
+        entry.proposal_id = Some(long.clone());
+        entry.challenge_id = Some(long.clone());
+        entry.tool = Some(long.clone());
+        let (record, line) = seal(entry, 0, GENESIS, time::OffsetDateTime::UNIX_EPOCH).unwrap();
+        assert!(line.len() < 4096, "line of {} bytes", line.len());
+        let expected = format!("{}…sha256:{}", "é".repeat(128), sha256_hex(long.as_bytes()));
+        for field in [
+            &record.vault,
+            &record.target,
+            &record.proposal_id,
+            &record.challenge_id,
+            &record.tool,
+        ] {
+            assert_eq!(field.as_deref(), Some(expected.as_str()));
+        }
+        // An odd cut never splits a character; a short value is kept whole.
+        let odd = format!("a{}", "é".repeat(200));
+        assert!(cut_echo(odd.clone()).starts_with(&odd[..255]));
+        assert_eq!(cut_echo("notes/a.md".into()), "notes/a.md");
+        assert_eq!(cut_echo("x".repeat(256)), "x".repeat(256));
+    }
+
+    #[test]
+    fn count_is_part_of_the_hashed_record() {
+        let mut entry = Entry::new("auth", Actor::Cli { user: "u".into() }, Outcome::Denied);
+        entry.count = Some(7);
+        let (record, line) = seal(entry, 0, GENESIS, time::OffsetDateTime::UNIX_EPOCH).unwrap();
+        assert!(line.contains(r#""count":7"#));
+        assert!(matches!(
+            check_hash_and_form(&record, line.trim_end().as_bytes()).unwrap(),
             SelfCheck::Valid
         ));
     }

@@ -57,6 +57,19 @@ pub enum AuditError {
     #[error("audit record of {len} bytes exceeds the {max}-byte line limit")]
     RecordTooLarge { len: u64, max: u64 },
 
+    /// `audit.jsonl` is no longer the file this handle opened (deleted, renamed or replaced).
+    /// Appending would silently start a new chain, so appends are refused until an operator runs
+    /// `vaultgate audit restart --yes` (SPEC §9).
+    #[error(
+        "{0} was deleted or replaced while in use; appends are refused (restart vaultgate; \
+         if the log is gone for good, `vaultgate audit restart --yes` opens a new chain)"
+    )]
+    Replaced(PathBuf),
+
+    /// Less free space than a mutating call needs on the log's file system.
+    #[error("the audit log's file system has {available} bytes free, {needed} are needed")]
+    NoSpace { available: u64, needed: u64 },
+
     /// `repair_torn_tail` found no free name beside the log to save a fragment under.
     #[error("no free file name to save the torn fragment beside {0}")]
     NoRepairName(PathBuf),

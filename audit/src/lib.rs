@@ -20,9 +20,9 @@ mod repair;
 mod verify;
 mod writer;
 
-pub use chain::{GENESIS, args_hash, canonical_json};
+pub use chain::{GENESIS, MAX_ECHO_BYTES, args_hash, canonical_json, cut_echo};
 pub use error::AuditError;
 pub use record::{Actor, AuditRecord, Entry, Outcome};
-pub use repair::{Repair, repair_torn_tail};
+pub use repair::{Repair, repair_torn_tail, restart_chain};
 pub use verify::{Broken, VerifyReport, tail, verify};
-pub use writer::{AuditLog, Durability};
+pub use writer::{AuditLog, Dropped, Durability, RESERVE_BYTES};

@@ -104,6 +104,8 @@ pub struct Entry {
     pub outcome: Outcome,
     pub code: Option<String>,
     pub args_hash: Option<String>,
+    /// How many events one record stands for (aggregated refusals, SPEC §9); `None` is one.
+    pub count: Option<u64>,
 }
 
 impl Entry {
@@ -120,6 +122,7 @@ impl Entry {
             outcome,
             code: None,
             args_hash: None,
+            count: None,
         }
     }
 }
@@ -154,6 +157,8 @@ pub struct AuditRecord {
     pub code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
 }
 
 /// `ts` on the wire: `YYYY-MM-DDTHH:MM:SS.mmmZ`, always UTC, always three fractional digits, so

@@ -63,7 +63,7 @@ pub fn repair_torn_tail(path: &Path) -> Result<Repair, AuditError> {
 }
 
 /// `Some(seq)` if `fragment` is a valid record that follows the last complete line before it.
-fn completes_the_chain(log: &File, offset: u64, fragment: &[u8]) -> Option<u64> {
+pub(crate) fn completes_the_chain(log: &File, offset: u64, fragment: &[u8]) -> Option<u64> {
     let (last_seq, prev) = if offset == 0 {
         (0, GENESIS.to_owned())
     } else {
@@ -118,4 +118,42 @@ fn sync_parent(path: &Path) -> Result<(), AuditError> {
     #[cfg(not(unix))]
     let _ = path;
     Ok(())
+}
+
+/// Opens a new chain at `path` (SPEC §9 `vaultgate audit restart --yes`): whatever file is there
+/// now (a replacement, an empty file) is first moved aside as `audit.jsonl.replaced-<n>` and
+/// kept, then `entry` is written as seq 1 and made durable. Returns where the old file went.
+///
+/// Only for an operator who has been told the log is missing or replaced: every running
+/// process refuses to append to a replaced log, so they must be restarted afterwards.
+pub fn restart_chain(
+    path: &Path,
+    now: time::OffsetDateTime,
+    entry: crate::record::Entry,
+) -> Result<(Option<PathBuf>, AuditRecord), AuditError> {
+    let mut lock = fd_lock::RwLock::new(open_lock_for_write(path)?);
+    let _exclusive = lock.write()?;
+    let moved = if path.exists() {
+        let mut aside = None;
+        for n in 1..1000u32 {
+            let mut name = path.as_os_str().to_owned();
+            name.push(format!(".replaced-{n}"));
+            let candidate = PathBuf::from(name);
+            if !candidate.exists() {
+                aside = Some(candidate);
+                break;
+            }
+        }
+        let aside = aside.ok_or_else(|| AuditError::NoRepairName(path.to_path_buf()))?;
+        std::fs::rename(path, &aside)?;
+        Some(aside)
+    } else {
+        None
+    };
+    let log = crate::file::open_log_for_append(path)?;
+    let (record, line) = crate::chain::seal(entry, 0, GENESIS, now)?;
+    (&log).write_all(line.as_bytes())?;
+    log.sync_all()?;
+    sync_parent(path)?;
+    Ok((moved, record))
 }

@@ -154,7 +154,15 @@ impl AuditLog {
             *head = None;
             // One write_all on an O_APPEND file, under the exclusive lock: the line lands whole at
             // the end, never interleaved with another writer's.
-            (&*log).write_all(line.as_bytes())?;
+            if let Err(e) = (&*log).write_all(line.as_bytes()) {
+                // SECURITY(T-AUDIT5): a write cut short (a full disk) leaves our own fragment,
+                // which nobody was told about; we still hold the lock and know where it began,
+                // so it goes at once instead of blocking every later append.
+                if log.set_len(len).is_ok() {
+                    *head = None;
+                }
+                return Err(e.into());
+            }
             let end = len + line.len() as u64;
             *head = Some(Head {
                 len: end,
@@ -227,6 +235,85 @@ impl AuditLog {
         pred: impl FnMut(&AuditRecord) -> bool,
     ) -> Result<Option<AuditRecord>, AuditError> {
         find_since(&self.path, offset, pred)
+    }
+
+    /// Whether a record could be appended now, without writing one: the log is the file this
+    /// handle opened, its last line is a record (no torn tail), and its file system has at least
+    /// [`RESERVE_BYTES`] free. A mutating call asks first, so that a full disk refuses it before
+    /// it changes anything (SPEC §9); the append itself still decides.
+    pub fn check_appendable(&self) -> Result<(), AuditError> {
+        let mut state = self.lock_state();
+        let State { log, head, .. } = &mut *state;
+        follow_path(&self.path, log, head)?;
+        let len = log.metadata()?.len();
+        match head {
+            Some(h) if h.len == len => {}
+            Some(h) if h.len > len => {
+                return Err(AuditError::Shrunk {
+                    expected_at_least: h.len,
+                    actual: len,
+                });
+            }
+            // Read unlocked: a writer mid-line may make this look torn, and then the caller is
+            // refused as it would be a moment earlier; the cache is not filled from it.
+            _ => {
+                read_head(log, len)?;
+            }
+        }
+        let available = available_bytes(log)?;
+        if available < RESERVE_BYTES {
+            return Err(AuditError::NoSpace {
+                available,
+                needed: RESERVE_BYTES,
+            });
+        }
+        Ok(())
+    }
+
+    /// At the start of a process (SPEC §9): a torn last line (a crash or a full disk cut an
+    /// append short, so no caller was told about it) is dropped and `record(dropped)` is appended
+    /// in its place, under one exclusive lock. A fragment that is a whole record lacking only its
+    /// newline gets the newline instead. `Ok(None)`: nothing was torn.
+    pub fn repair_on_open(
+        &self,
+        now: OffsetDateTime,
+        record: impl FnOnce(&Dropped) -> Entry,
+    ) -> Result<Option<(Dropped, AuditRecord)>, AuditError> {
+        let mut state = self.lock_state();
+        let State { log, lock, head } = &mut *state;
+        let _exclusive = lock.write()?;
+        follow_path(&self.path, log, head)?;
+        let len = log.metadata()?.len();
+        if len == 0 || byte_at(log, len - 1)? == b'\n' {
+            return Ok(None);
+        }
+        *head = None;
+        let fragment = line_ending_at(log, len)?;
+        if crate::repair::completes_the_chain(log, fragment.offset, &fragment.bytes).is_some() {
+            (&*log).write_all(b"\n")?;
+            log.sync_data()?;
+            return Ok(None);
+        }
+        let dropped = Dropped {
+            offset: fragment.offset,
+            len: len - fragment.offset,
+            sha256: crate::chain::sha256_hex(&fragment.bytes),
+        };
+        log.set_len(fragment.offset)?;
+        log.sync_all()?;
+        let (last_seq, prev) = read_head(log, fragment.offset)?;
+        let (rec, line) = seal(record(&dropped), last_seq, &prev, now)?;
+        if let Err(e) = (&*log).write_all(line.as_bytes()) {
+            let _ = log.set_len(fragment.offset);
+            return Err(e.into());
+        }
+        log.sync_data()?;
+        *head = Some(Head {
+            len: fragment.offset + line.len() as u64,
+            seq: rec.seq,
+            hash: rec.hash.clone(),
+        });
+        Ok(Some((dropped, rec)))
     }
 
     fn lock_state(&self) -> MutexGuard<'_, State> {
@@ -322,10 +409,11 @@ fn read_head(log: &File, len: u64) -> Result<(u64, String), AuditError> {
     Ok((record.seq, record.hash))
 }
 
-/// If `audit.jsonl` was deleted or replaced since we opened it, reopen the path: otherwise every
-/// later record would go into an unlinked inode that nobody can read.
+/// SECURITY(T-AUDIT7): if `audit.jsonl` was deleted or replaced since we opened it, appends are
+/// refused: following the path would silently start a new chain (SPEC §9 — only
+/// `vaultgate audit restart --yes` may), and writing to the old inode would write into the void.
 #[cfg(unix)]
-fn follow_path(path: &Path, log: &mut File, head: &mut Option<Head>) -> Result<(), AuditError> {
+fn follow_path(path: &Path, log: &mut File, _head: &mut Option<Head>) -> Result<(), AuditError> {
     use std::os::unix::fs::MetadataExt;
     let ours = log.metadata()?;
     let same = match std::fs::metadata(path) {
@@ -334,8 +422,7 @@ fn follow_path(path: &Path, log: &mut File, head: &mut Option<Head>) -> Result<(
         Err(e) => return Err(e.into()),
     };
     if !same {
-        *log = open_log_for_append(path)?;
-        *head = None;
+        return Err(AuditError::Replaced(path.to_path_buf()));
     }
     Ok(())
 }
@@ -344,6 +431,31 @@ fn follow_path(path: &Path, log: &mut File, head: &mut Option<Head>) -> Result<(
 fn follow_path(_path: &Path, _log: &mut File, _head: &mut Option<Head>) -> Result<(), AuditError> {
     // std exposes no stable file identity here; a replaced log is not detected on this platform.
     Ok(())
+}
+
+/// Free bytes a mutating call needs on the log's file system before it changes anything: its
+/// line (at most a few KiB) and the state commit that follows it, with room to spare.
+pub const RESERVE_BYTES: u64 = 256 * 1024;
+
+/// What [`AuditLog::repair_on_open`] dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// Where the torn bytes began.
+    pub offset: u64,
+    pub len: u64,
+    /// Hex SHA-256 of the dropped bytes.
+    pub sha256: String,
+}
+
+#[cfg(unix)]
+fn available_bytes(file: &File) -> std::io::Result<u64> {
+    let st = rustix::fs::fstatvfs(file)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+#[cfg(not(unix))]
+fn available_bytes(_file: &File) -> std::io::Result<u64> {
+    Ok(u64::MAX)
 }
 
 #[cfg(test)]
@@ -381,16 +493,61 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn a_replaced_log_is_followed_not_written_into_the_void() {
+    fn a_replaced_or_deleted_log_is_refused_not_restarted() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let log = AuditLog::open(&path).unwrap();
         let now = OffsetDateTime::UNIX_EPOCH;
         log.append(entry(1), now, Durability::Flush).unwrap();
         std::fs::rename(&path, dir.path().join("moved.jsonl")).unwrap();
-        let r = log.append(entry(2), now, Durability::Flush).unwrap();
-        assert_eq!(r.seq, 1, "a fresh file starts a fresh chain");
-        assert_eq!(crate::tail(&path, 10).unwrap(), vec![r]);
+        let err = log.append(entry(2), now, Durability::Flush).unwrap_err();
+        assert!(matches!(err, AuditError::Replaced(_)), "{err:?}");
+        assert!(matches!(log.check_appendable(), Err(AuditError::Replaced(_))));
+        std::fs::write(&path, b"").unwrap();
+        assert!(matches!(
+            log.append(entry(3), now, Durability::Flush),
+            Err(AuditError::Replaced(_))
+        ));
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "nothing written to the new file"
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_is_dropped_on_open_and_recorded_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let r1 = log.append(entry(1), now, Durability::Flush).unwrap();
+        let clean_len = std::fs::metadata(&path).unwrap().len();
+        {
+            let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            f.write_all(b"{\"seq\":2,\"garbage").unwrap();
+        }
+        assert!(log.check_appendable().is_err(), "a torn tail is not appendable");
+        let log = AuditLog::open(&path).unwrap();
+        let (dropped, rec) = log
+            .repair_on_open(now, |d| {
+                let mut e = Entry::new("audit.repaired", Actor::Cli { user: "u".into() }, Outcome::Ok);
+                e.count = Some(d.len);
+                e
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(dropped.offset, clean_len);
+        assert_eq!(dropped.len, 17);
+        assert_eq!(dropped.sha256, crate::chain::sha256_hex(b"{\"seq\":2,\"garbage"));
+        assert_eq!(
+            (rec.seq, rec.prev.as_str(), rec.count),
+            (2, r1.hash.as_str(), Some(17))
+        );
+        assert!(log.repair_on_open(now, |_| unreachable!()).unwrap().is_none());
+        let report = crate::verify(&path).unwrap();
+        assert_eq!((report.records, report.broken), (2, None));
+        log.append(entry(3), now, Durability::Flush).unwrap();
     }
 
     #[test]
@@ -399,7 +556,10 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         let log = AuditLog::open(&path).unwrap();
         let mut e = entry(0);
-        e.target = Some("x".repeat(usize::try_from(MAX_LINE_BYTES).unwrap()));
+        // Echoed strings are cut (chain.rs); a name the gateway itself holds is not.
+        e.actor = Actor::Cli {
+            user: "x".repeat(usize::try_from(MAX_LINE_BYTES).unwrap()),
+        };
         let err = log
             .append(e, OffsetDateTime::UNIX_EPOCH, Durability::Flush)
             .unwrap_err();

@@ -148,12 +148,21 @@ impl<'a> Call<'a> {
             outcome,
             code,
             args_hash: Some(audit::args_hash(self.args)),
+            count: None,
         }
     }
 
     /// The record a transaction writes for this call, durable before its commit. At most once
     /// per call: a second attempt is an internal error, never a second record.
     pub(crate) fn record_txn(&mut self, r: TxnRecord) -> Result<u64, GatewayError> {
+        let head = self.record_head(r)?;
+        self.core.note_head(&head);
+        Ok(head.seq)
+    }
+
+    /// As [`Call::record_txn`], for a change committed in one state transaction with its record
+    /// (which stores the returned head itself).
+    pub(crate) fn record_head(&mut self, r: TxnRecord) -> Result<inbox::AuditHead, GatewayError> {
         if self.recorded.is_some() {
             return Err(GatewayError::Internal(format!(
                 "{} tried to write a second audit record",
@@ -174,9 +183,9 @@ impl<'a> Call<'a> {
         if r.challenge_id.is_some() {
             entry.challenge_id = r.challenge_id;
         }
-        let seq = self.core.append_audit(entry, Durability::Sync)?;
-        self.recorded = Some(seq);
-        Ok(seq)
+        let head = self.core.append_audit_record(entry, Durability::Sync)?;
+        self.recorded = Some(head.seq);
+        Ok(head)
     }
 
     /// Ends the call: writes its record unless a transaction did, and answers.

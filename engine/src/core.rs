@@ -111,7 +111,9 @@ pub struct Core {
     pub config: Config,
     secret: SecretKey,
     pub state: State,
-    pub audit: AuditLog,
+    pub audit: Arc<AuditLog>,
+    /// Unauthenticated refusals, aggregated (SPEC §9).
+    refusals: crate::refusals::Refusals,
     vaults: BTreeMap<String, Arc<VaultHandle>>,
     changes: tokio::sync::broadcast::Sender<VaultChanged>,
     pub(crate) failpoints: Failpoints,
@@ -144,7 +146,7 @@ impl Core {
         let config = home.load_config()?;
         let secret = home.load_secret()?;
         let state = State::open(&home.state_path())?;
-        let audit = AuditLog::open(&home.audit_path())?;
+        let audit = Arc::new(open_audit(&home, &state)?);
         let mut vaults = BTreeMap::new();
         for v in &config.vaults {
             let layout = v.layout()?;
@@ -161,12 +163,17 @@ impl Core {
             );
         }
         let (changes, _) = tokio::sync::broadcast::channel(256);
+        let refusals = crate::refusals::Refusals::new(
+            audit.clone(),
+            std::time::Duration::from_secs(config.limits.refusal_window_seconds),
+        );
         Ok(Core {
             home,
             config,
             secret,
             state,
             audit,
+            refusals,
             vaults,
             changes,
             failpoints,
@@ -195,11 +202,22 @@ impl Core {
     // ---- authentication ---------------------------------------------------------------------
 
     /// Verifies the token and reads the credential row fresh: revocation, expiry and tier changes
-    /// apply to the very next call. Refusals are audited.
+    /// apply to the very next call. Refusals are audited (aggregated, SPEC §9); one whose record
+    /// cannot be written answers `AUDIT_UNAVAILABLE`.
     pub fn authenticate(&self, token: &Token, transport: Transport) -> Result<Caller, GatewayError> {
+        self.authenticate_from(token, transport, None)
+    }
+
+    /// [`Core::authenticate`] for a request from `remote` (the peer address, HTTP).
+    pub fn authenticate_from(
+        &self,
+        token: &Token,
+        transport: Transport,
+        remote: Option<std::net::IpAddr>,
+    ) -> Result<Caller, GatewayError> {
         let result = self.authenticate_inner(token, transport);
         if let Err(e) = &result {
-            self.record_refusal("auth", None, None, transport, e);
+            self.record_unauthenticated(transport, remote, e)?;
         }
         result
     }
@@ -226,56 +244,111 @@ impl Core {
         })
     }
 
-    /// Audits an HTTP refusal decided before a credential was known (a missing token, a session owned by another credential).
-    pub fn record_auth_refusal(&self, transport: Transport, e: &GatewayError) {
-        self.record_refusal("auth", None, None, transport, e);
+    /// Audits a refusal decided before a credential was known (a missing token, a bad Origin).
+    /// `Err(AUDIT_UNAVAILABLE)` when its record had to be written and could not be: answer that.
+    pub fn record_auth_refusal(&self, transport: Transport, e: &GatewayError) -> Result<(), GatewayError> {
+        self.record_unauthenticated(transport, None, e)
     }
 
-    fn record_refusal(
+    /// SECURITY(T-AUDIT8): refusals of HTTP requests without a valid credential are aggregated: at
+    /// most one record per window (`[limits] refusal_window_seconds`) per code, transport and
+    /// remote, with a `count`, so a flood cannot fill the disk. The first of a window is written
+    /// before the answer; the rest are counted and written when the window ends or at shutdown.
+    pub fn record_unauthenticated(
         &self,
-        event: &str,
-        tool: Option<&str>,
-        args: Option<&Value>,
         transport: Transport,
+        remote: Option<std::net::IpAddr>,
         e: &GatewayError,
-    ) {
-        let entry = Entry {
-            event: event.into(),
-            actor: audit::Actor::Credential {
-                credential_id: String::new(),
-                name: String::new(),
-                tier: String::new(),
-                transport: transport.as_str().into(),
-            },
-            vault: None,
-            tool: tool.map(str::to_owned),
-            target: None,
-            proposal_id: None,
-            challenge_id: None,
-            outcome: outcome_for(e),
-            code: Some(e.code().as_str().into()),
-            args_hash: args.map(audit::args_hash),
+    ) -> Result<(), GatewayError> {
+        // A stdio server is the child of one local client and has no remote to flood it from:
+        // each of its refusals is recorded on its own.
+        if transport == Transport::Stdio {
+            let entry = crate::refusals::refusal_entry(
+                &crate::refusals::RefusalKey {
+                    code: e.code().as_str().to_owned(),
+                    transport: transport.as_str(),
+                    remote: "local".to_owned(),
+                },
+                1,
+            );
+            return self.append_audit(entry, Durability::Sync).map(|_| ());
+        }
+        let key = crate::refusals::RefusalKey {
+            code: e.code().as_str().to_owned(),
+            transport: transport.as_str(),
+            remote: remote.map_or_else(|| "local".to_owned(), |ip| ip.to_string()),
         };
-        self.write_audit(entry, Durability::Sync);
+        match self.refusals.note(key, crate::refusals::refusal_entry) {
+            crate::refusals::Noted::Counted => Ok(()),
+            crate::refusals::Noted::Write(entry) => self.append_audit(*entry, Durability::Sync).map(|_| ()),
+        }
     }
 
-    /// Appends one record; the only way the engine writes to the audit log.
+    /// Audits a refusal of an authenticated request decided outside a tool call (an HTTP
+    /// session owned by another credential, a body over the limit). `Err(AUDIT_UNAVAILABLE)`
+    /// when its record cannot be written: answer that instead.
+    pub fn record_caller_refusal(&self, caller: &Caller, e: &GatewayError) -> Result<(), GatewayError> {
+        let mut entry = Entry::new("http.refused", caller.actor(), outcome_for(e));
+        entry.code = Some(e.code().as_str().to_owned());
+        self.append_audit(entry, Durability::Sync).map(|_| ())
+    }
+
+    /// Writes every aggregated refusal still counted (a clean shutdown; also done on drop).
+    pub fn flush_refusals(&self) {
+        self.refusals.flush_all();
+    }
+
+    /// Refuses, before anything changes, a mutating call whose record could not be appended
+    /// (SPEC §9): the log is not the file this process opened, ends torn, or its disk is (almost)
+    /// full. The append itself still decides; this keeps a full disk from half-doing a call.
+    pub(crate) fn audit_preflight(&self) -> Result<(), GatewayError> {
+        // SECURITY(T-AUDIT4): fail closed before the first change, not after it.
+        if self.failpoints.fails("audit_append") {
+            return Err(GatewayError::AuditUnavailable);
+        }
+        self.audit.check_appendable().map_err(|e| {
+            tracing::error!(error = %e, "the audit log cannot take a record; the call is refused");
+            GatewayError::AuditUnavailable
+        })
+    }
+
+    /// Appends one record; the only way the engine writes to the audit log. Any failure is
+    /// `AUDIT_UNAVAILABLE` (logged with its cause): the call that needed the record is refused.
     pub(crate) fn append_audit(&self, entry: Entry, durability: Durability) -> Result<u64, GatewayError> {
+        self.append_audit_record(entry, durability).map(|h| h.seq)
+    }
+
+    /// As [`Core::append_audit`], returning the new head (seq and hash).
+    pub(crate) fn append_audit_record(
+        &self,
+        entry: Entry,
+        durability: Durability,
+    ) -> Result<inbox::AuditHead, GatewayError> {
         // Test-only: the log refuses appends as a full disk would.
         if self.failpoints.fails("audit_append") {
             return Err(GatewayError::AuditUnavailable);
         }
-        let rec = self
+        match self
             .audit
-            .append(entry, time::OffsetDateTime::now_utc(), durability)?;
-        Ok(rec.seq)
+            .append(entry, time::OffsetDateTime::now_utc(), durability)
+        {
+            Ok(rec) => Ok(inbox::AuditHead {
+                seq: rec.seq,
+                hash: rec.hash,
+            }),
+            Err(e) => {
+                tracing::error!(error = %e, "audit append failed");
+                Err(GatewayError::AuditUnavailable)
+            }
+        }
     }
 
-    /// A record that belongs to no call (authentication refusals, recoveries at start). A
-    /// failure is logged: there is no caller to refuse.
-    pub(crate) fn write_audit(&self, entry: Entry, durability: Durability) {
-        if let Err(e) = self.append_audit(entry, durability) {
-            tracing::error!(error = %e, "audit append failed");
+    /// Notes a head this process wrote in the state database, so a later replaced log is
+    /// noticed (SPEC §9). Best effort: the head only guards against a lost log, and the next
+    /// mutating commit or start notes it again.
+    pub(crate) fn note_head(&self, head: &inbox::AuditHead) {
+        if let Err(e) = self.state.note_audit_head(head) {
+            tracing::warn!(error = %e, "noting the audit head failed");
         }
     }
 
@@ -301,7 +374,11 @@ impl Core {
         }
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
         let result = if caller.credential.tier.allows(spec.capability()) {
-            op(&mut call).and_then(to_value)
+            // Reads too: a line written into the last free bytes could be cut short, so every
+            // call is refused while the log's disk is (almost) full, not only the unlucky one.
+            self.audit_preflight()
+                .and_then(|()| op(&mut call))
+                .and_then(to_value)
         } else {
             Err(GatewayError::CapabilityDenied(format!(
                 "the '{}' tier may not call {}; ask the vault owner for a higher tier",
@@ -331,7 +408,12 @@ impl Core {
                 .finish(Err(e), Durability::Sync);
         }
         let mut call = Call::new(self, Actor::Cli(user.to_owned()), tool, args, "cli");
-        let result = op(&mut call);
+        let mutating = policy::tools::find(tool).is_none_or(|s| s.is_mutating());
+        let result = if mutating {
+            self.audit_preflight().and_then(|()| op(&mut call))
+        } else {
+            op(&mut call)
+        };
         call.finish(result, Durability::Sync)
     }
 
@@ -365,6 +447,7 @@ impl Core {
                 outcome,
                 code,
                 args_hash: None,
+                count: None,
             },
             durability,
         );
@@ -579,7 +662,8 @@ impl Core {
 
     // ---- credential administration (CLI only) ---------------------------------------------------
 
-    /// Issues a credential and its token; audited as a credential change by the CLI user.
+    /// Issues a credential and its token; audited as a credential change by the CLI user. The
+    /// row is committed only together with its durable audit line (SPEC §9).
     pub fn issue_credential(
         &self,
         user: &str,
@@ -596,36 +680,51 @@ impl Core {
         if name.trim().is_empty() {
             return Err(GatewayError::InvalidArgument("--name must not be empty".into()));
         }
+        self.audit_preflight()?;
         let now = now_unix();
         let jti = uuid::Uuid::new_v4().simple().to_string();
         let expires_at = expires_in.map(|s| now + s);
-        let cred = self.state.create_credential(inbox::NewCredential {
-            name: name.to_owned(),
-            tier,
-            vaults,
-            jti: jti.clone(),
-            created_at: now,
-            expires_at,
-        })?;
-        let token = auth::issue(
-            &self.secret,
-            &auth::Claims {
-                iss: auth::ISSUER.into(),
-                aud: self.config.gateway_id.clone(),
-                sub: cred.id.as_str().to_owned(),
-                jti,
-                iat: now,
-                exp: expires_at,
-            },
-        )?;
-        self.audit_admin(user, "credential.issue", &cred, Some(tier))?;
+        // The token is signed before the row commits, so a signing failure leaves no row.
+        let mut token = None;
+        let cred = self
+            .state
+            .create_credential_recorded(
+                inbox::NewCredential {
+                    name: name.to_owned(),
+                    tier,
+                    vaults,
+                    jti: jti.clone(),
+                    created_at: now,
+                    expires_at,
+                },
+                |cred| {
+                    token = Some(auth::issue(
+                        &self.secret,
+                        &auth::Claims {
+                            iss: auth::ISSUER.into(),
+                            aud: self.config.gateway_id.clone(),
+                            sub: cred.id.as_str().to_owned(),
+                            jti: jti.clone(),
+                            iat: now,
+                            exp: expires_at,
+                        },
+                    )?);
+                    self.audit_admin(user, "credential.issue", cred, Some(tier))
+                },
+            )
+            .map_err(recorded)?;
+        let token = token.ok_or_else(|| GatewayError::Internal("token not issued".into()))?;
         Ok((cred, token))
     }
 
     pub fn revoke_credential(&self, user: &str, id_or_name: &str) -> Result<Credential, GatewayError> {
         let cred = self.state.find_credential(id_or_name)?;
-        self.state.revoke_credential(&cred.id, now_unix())?;
-        self.audit_admin(user, "credential.revoke", &cred, None)?;
+        self.audit_preflight()?;
+        self.state
+            .revoke_credential_recorded(&cred.id, now_unix(), || {
+                self.audit_admin(user, "credential.revoke", &cred, None)
+            })
+            .map_err(recorded)?;
         Ok(self.state.find_credential(cred.id.as_str())?)
     }
 
@@ -636,39 +735,95 @@ impl Core {
         tier: Tier,
     ) -> Result<Credential, GatewayError> {
         let cred = self.state.find_credential(id_or_name)?;
-        self.state.set_credential_tier(&cred.id, tier)?;
-        self.audit_admin(user, "credential.set_tier", &cred, Some(tier))?;
+        self.audit_preflight()?;
+        self.state
+            .set_credential_tier_recorded(&cred.id, tier, || {
+                self.audit_admin(user, "credential.set_tier", &cred, Some(tier))
+            })
+            .map_err(recorded)?;
         Ok(self.state.find_credential(cred.id.as_str())?)
     }
 
+    /// The durable record of a credential change, written inside the change's transaction.
     fn audit_admin(
         &self,
         user: &str,
         event: &str,
         cred: &Credential,
         tier: Option<Tier>,
-    ) -> Result<(), GatewayError> {
+    ) -> Result<inbox::AuditHead, GatewayError> {
         let args = serde_json::json!({ "credentialId": cred.id.as_str(), "name": cred.name, "tier": tier.map(|t| t.as_str()) });
-        self.audit.append(
-            Entry {
-                event: event.into(),
-                actor: audit::Actor::Cli {
-                    user: user.to_owned(),
-                },
-                vault: None,
-                tool: None,
-                target: Some(cred.id.as_str().to_owned()),
-                proposal_id: None,
-                challenge_id: None,
-                outcome: Outcome::Ok,
-                code: None,
-                args_hash: Some(audit::args_hash(&args)),
+        let mut entry = Entry::new(
+            event,
+            audit::Actor::Cli {
+                user: user.to_owned(),
             },
-            time::OffsetDateTime::now_utc(),
-            Durability::Sync,
-        )?;
-        Ok(())
+            Outcome::Ok,
+        );
+        entry.target = Some(cred.id.as_str().to_owned());
+        entry.args_hash = Some(audit::args_hash(&args));
+        self.append_audit_record(entry, Durability::Sync)
     }
+}
+
+/// A change committed only with its record: the record's failure is the answer as it is; the
+/// database's is a state error.
+pub(crate) fn recorded(e: inbox::Recorded<GatewayError>) -> GatewayError {
+    match e {
+        inbox::Recorded::State(e) => e.into(),
+        inbox::Recorded::Record(e) => e,
+    }
+}
+
+/// Opens the home's audit log for a new process (SPEC §9): refuses when the state database has
+/// seen records the log no longer holds (never a silent restart), drops a torn last line with one
+/// `audit.repaired` record, and notes the head.
+fn open_audit(home: &Home, state: &State) -> Result<AuditLog, GatewayError> {
+    let path = home.audit_path();
+    // SECURITY(T-AUDIT7): a missing or replaced log is an operator's decision, not a new chain.
+    if let Some(problem) = crate::audit_log::head_status(&path, state)?.problem() {
+        return Err(GatewayError::AuditBroken(problem));
+    }
+    let audit = AuditLog::open(&path)?;
+    // SECURITY(T-AUDIT5): a torn tail blocks every append; the next process repairs it.
+    let repaired = audit.repair_on_open(time::OffsetDateTime::now_utc(), |d| {
+        let mut e = Entry::new(
+            "audit.repaired",
+            audit::Actor::Cli {
+                user: "vaultgate".into(),
+            },
+            Outcome::Ok,
+        );
+        e.target = Some(format!("offset:{} len:{} sha256:{}", d.offset, d.len, d.sha256));
+        e.count = Some(d.len);
+        e
+    });
+    match repaired {
+        Ok(Some((d, _))) => {
+            tracing::warn!(
+                offset = d.offset,
+                len = d.len,
+                "dropped a torn last line of the audit log"
+            );
+        }
+        Ok(None) => {}
+        // Appends stay refused (fail closed); the process still starts, to answer with that.
+        Err(e) => tracing::error!(error = %e, "repairing the audit log's torn tail failed"),
+    }
+    match audit::tail(&path, 1) {
+        Ok(mut last) => {
+            if let Some(r) = last.pop()
+                && let Err(e) = state.note_audit_head(&inbox::AuditHead {
+                    seq: r.seq,
+                    hash: r.hash,
+                })
+            {
+                tracing::warn!(error = %e, "noting the audit head failed");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the audit head failed"),
+    }
+    Ok(audit)
 }
 
 pub(crate) fn outcome_for(e: &GatewayError) -> Outcome {

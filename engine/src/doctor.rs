@@ -304,7 +304,7 @@ fn check_audit(
             checks.push(Check::ok(format!("audit chain holds ({n} records)")));
         }
     }
-    if let Some(c) = audit_head_check(state, report.as_ref()) {
+    if let Some(c) = audit_head_check(&path, state, report.as_ref()) {
         checks.push(c);
     }
     if report.is_some() {
@@ -312,25 +312,29 @@ fn check_audit(
     }
 }
 
-/// Whether the log is as long as the state database says it was.
-///
-/// AUDIT-HEAD: the single call site for comparing the chain's head with the state database's last
-/// `seq`. Until the state records that `seq` (another change adds it), this compares what it can: a
-/// log that is missing or empty while the state holds credentials or proposals (each of which was
-/// audited) was lost or replaced.
-fn audit_head_check(state: Option<&inbox::State>, report: Option<&audit::VerifyReport>) -> Option<Check> {
+/// Whether the log holds every record the state database has seen (SPEC §9: a missing or
+/// replaced log is never silently restarted). The same check servers run at start.
+fn audit_head_check(
+    path: &Path,
+    state: Option<&inbox::State>,
+    report: Option<&audit::VerifyReport>,
+) -> Option<Check> {
     let state = state?;
-    let records = report.map_or(0, |r| r.records);
-    if records > 0 || report.is_some_and(|r| r.broken.is_some()) {
+    if report.is_some_and(|r| r.broken.is_some()) {
         return None;
     }
-    let audited_before = state.list_credentials().map(|c| !c.is_empty()).unwrap_or(false);
-    audited_before.then(|| {
-        Check::fail(
-            "audit.jsonl is missing or empty, but the state database has credentials that were audited",
-            "restore audit.jsonl from a backup, or vaultgate audit restart --yes to open a new chain",
-        )
-    })
+    match crate::audit_log::head_status(path, state) {
+        Ok(status) => status.problem().map(|p| {
+            Check::fail(
+                format!("audit log: {p}"),
+                "restore audit.jsonl from a backup, or vaultgate audit restart --yes",
+            )
+        }),
+        Err(e) => Some(Check::fail(
+            format!("audit head cannot be compared with state.sqlite: {e}"),
+            "check state.sqlite and audit.jsonl are readable",
+        )),
+    }
 }
 
 /// A `warn` line per transaction rolled back since `since` (newest last), from the audit log.

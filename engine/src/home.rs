@@ -111,6 +111,7 @@ pub struct LimitsConfig {
     pub max_sessions_per_credential: u64,
     /// …and how long one may stay idle.
     pub session_idle_seconds: u64,
+    pub refusal_window_seconds: u64,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -142,6 +143,7 @@ impl Default for LimitsConfig {
             max_sessions: 1_024,
             max_sessions_per_credential: 64,
             session_idle_seconds: 3_600,
+            refusal_window_seconds: 60,
         }
     }
 }

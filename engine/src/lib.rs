@@ -10,6 +10,7 @@
 
 pub mod api;
 mod apply;
+pub mod audit_log;
 pub mod auth;
 mod call;
 pub mod changes;
@@ -25,6 +26,7 @@ pub mod ids;
 pub mod limits;
 mod maintain;
 pub mod proposing;
+mod refusals;
 mod txn;
 
 pub use crate::call::{Audited, Call, ResultIds};
@@ -33,11 +35,6 @@ pub use crate::error::GatewayError;
 pub use crate::failpoints::Failpoints;
 pub use inbox::{Credential, Transition};
 pub use policy::Tier;
-
-/// The audit log's read side, for `vaultgate audit` (writing stays the engine's).
-pub mod audit_log {
-    pub use audit::{Repair, repair_torn_tail, tail, verify};
-}
 
 /// The read answers of the vault, as the engine hands them out (their schemas are the tools'
 /// output schemas).

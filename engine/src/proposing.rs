@@ -1,6 +1,6 @@
 //! The propose side of SPEC §6: `propose_*`, `list_proposals`, `get_proposal`, `reject_proposal`.
-//! Proposals are written only into the inbox (files first, then the state row); notes are never
-//! touched here.
+//! Proposals are written only into the inbox (files first, then the audit record and the state
+//! row, committed together); notes are never touched here.
 
 use std::sync::Arc;
 
@@ -12,7 +12,8 @@ use vault::write::{Area, WriteMode};
 use crate::api::{
     CreatedByOut, GetProposalOut, LinkRewriteItem, ListProposalsOut, ProposalItem, ProposedOut, RejectOut,
 };
-use crate::core::{Actor, Core, VaultHandle, rfc3339};
+use crate::call::{Call, TxnRecord};
+use crate::core::{Actor, Core, VaultHandle, recorded, rfc3339};
 use crate::error::GatewayError;
 use crate::ids::{NoteHash, ProposalId};
 
@@ -108,9 +109,12 @@ impl Core {
         }
     }
 
-    /// Seals the draft, writes its inbox files, then records the pending row.
+    /// Seals the draft, writes its inbox files, then appends the call's durable record and
+    /// commits the pending row in one state transaction. If the record or the row cannot be
+    /// written the files go again: nothing is left that looks like a proposal (SPEC §9).
     fn store_proposal(
         &self,
+        call: &mut Call<'_>,
         v: &VaultHandle,
         draft: Draft,
         content: Option<&str>,
@@ -127,29 +131,62 @@ impl Core {
         let meta_text =
             serde_json::to_string_pretty(&meta).map_err(|e| GatewayError::Internal(e.to_string()))?;
         let fs = v.reader.fs();
+        let mut written: Vec<VaultPath> = Vec::new();
         // The files share a folder: it is fsynced once, before the row that makes them pending.
-        fs.deferring_dir_syncs(|| {
+        let staged = fs.deferring_dir_syncs(|| {
             for (role, rel) in &files.files {
                 let bytes: &[u8] = match *role {
                     "content" => content.unwrap_or_default().as_bytes(),
                     "diff" => diff.unwrap_or_default().as_bytes(),
                     _ => meta_text.as_bytes(),
                 };
-                fs.write_atomic(Area::Inbox, &inbox_path(v, rel)?, bytes, WriteMode::Exclusive)?;
+                let path = inbox_path(v, rel)?;
+                fs.write_atomic(Area::Inbox, &path, bytes, WriteMode::Exclusive)?;
+                written.push(path);
             }
             Ok::<_, GatewayError>(())
-        })?;
-        self.state.insert_proposal(&inbox::NewProposal {
-            vault: &v.id,
-            id: &p.id,
-            slug: &p.slug,
-            kind: p.kind.as_str(),
-            target: &p.target,
-            created_by: &p.created_by.credential_id,
-            created_at: &p.created_at,
-            meta: &meta,
-        })?;
+        });
+        if let Err(e) = staged {
+            self.unstage(v, &written);
+            return Err(e);
+        }
+        let committed = self.state.insert_proposal_recorded(
+            &inbox::NewProposal {
+                vault: &v.id,
+                id: &p.id,
+                slug: &p.slug,
+                kind: p.kind.as_str(),
+                target: &p.target,
+                created_by: &p.created_by.credential_id,
+                created_at: &p.created_at,
+                meta: &meta,
+            },
+            // SECURITY(T-AUDIT4): the record is part of the proposal: durable before the row.
+            || {
+                call.record_head(TxnRecord {
+                    event: None,
+                    outcome: audit::Outcome::Ok,
+                    code: None,
+                    target: None,
+                    proposal_id: Some(p.id.clone()),
+                    challenge_id: None,
+                })
+            },
+        );
+        if let Err(e) = committed {
+            self.unstage(v, &written);
+            return Err(recorded(e));
+        }
         Ok(p)
+    }
+
+    /// Removes the inbox files of a proposal that was not committed.
+    fn unstage(&self, v: &VaultHandle, written: &[VaultPath]) {
+        for path in written.iter().rev() {
+            if let Err(e) = v.reader.fs().remove_file(Area::Inbox, path) {
+                tracing::error!(vault = %v.id, error = %e, "removing an uncommitted proposal file failed");
+            }
+        }
     }
 
     fn draft(&self, actor: &Actor, v: &VaultHandle, kind: Kind, target: &VaultPath, reason: &str) -> Draft {
@@ -168,13 +205,13 @@ impl Core {
 
     pub fn propose_new(
         &self,
-        actor: &Actor,
+        call: &mut Call<'_>,
         v: &VaultHandle,
         path: &str,
         content: &str,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
-        self.check_quota(actor, v, content.len() as u64)?;
+        self.check_quota(call.actor(), v, content.len() as u64)?;
         require_reason(reason)?;
         let target = target_path(v, path)?;
         if current(v, &target)?.is_some() {
@@ -183,9 +220,9 @@ impl Core {
         if let Some(other) = v.reader.fs().find_collision(&target)? {
             return Err(collides(&target, &other));
         }
-        let mut d = self.draft(actor, v, Kind::New, &target, reason);
+        let mut d = self.draft(call.actor(), v, Kind::New, &target, reason);
         d.content_hash = Some(proposals::sha256_hex(content.as_bytes()));
-        let p = self.store_proposal(v, d, Some(content), None)?;
+        let p = self.store_proposal(call, v, d, Some(content), None)?;
         Ok(ProposedOut {
             id: p.id,
             slug: p.slug,
@@ -200,12 +237,12 @@ impl Core {
 
     pub fn propose_patch(
         &self,
-        actor: &Actor,
+        call: &mut Call<'_>,
         v: &VaultHandle,
         args: crate::api::ProposePatchArgs,
     ) -> Result<ProposedOut, GatewayError> {
         let incoming = args.content.as_ref().map_or(0, |c| c.len() as u64);
-        self.check_quota(actor, v, incoming)?;
+        self.check_quota(call.actor(), v, incoming)?;
         require_reason(&args.reason)?;
         let target = target_path(v, &args.path)?;
         let (bytes, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
@@ -240,10 +277,10 @@ impl Core {
             ));
         }
         let diff = proposals::unified_diff(target.as_str(), &old, &new);
-        let mut d = self.draft(actor, v, Kind::Patch, &target, &args.reason);
+        let mut d = self.draft(call.actor(), v, Kind::Patch, &target, &args.reason);
         d.content_hash = Some(proposals::sha256_hex(new.as_bytes()));
         d.base_hash = Some(hash.clone());
-        let p = self.store_proposal(v, d, Some(&new), Some(&diff))?;
+        let p = self.store_proposal(call, v, d, Some(&new), Some(&diff))?;
         Ok(ProposedOut {
             id: p.id,
             slug: p.slug,
@@ -258,13 +295,13 @@ impl Core {
 
     pub fn propose_move(
         &self,
-        actor: &Actor,
+        call: &mut Call<'_>,
         v: &VaultHandle,
         from: &str,
         to: &str,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
-        self.check_quota(actor, v, 0)?;
+        self.check_quota(call.actor(), v, 0)?;
         require_reason(reason)?;
         let from = target_path(v, from)?;
         let to = target_path(v, to)?;
@@ -281,10 +318,10 @@ impl Core {
             return Err(collides(&to, &other));
         }
         let rewrites = v.reader.plan_move(&from, &to)?;
-        let mut d = self.draft(actor, v, Kind::Move, &to, reason);
+        let mut d = self.draft(call.actor(), v, Kind::Move, &to, reason);
         d.from = Some(from.to_string());
         d.base_hash = Some(hash.clone());
-        let p = self.store_proposal(v, d, None, None)?;
+        let p = self.store_proposal(call, v, d, None, None)?;
         Ok(ProposedOut {
             id: p.id,
             slug: p.slug,
@@ -307,13 +344,13 @@ impl Core {
 
     pub fn propose_delete(
         &self,
-        actor: &Actor,
+        call: &mut Call<'_>,
         v: &VaultHandle,
         path: &str,
         base_hash: &NoteHash,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
-        self.check_quota(actor, v, 0)?;
+        self.check_quota(call.actor(), v, 0)?;
         let base_hash = base_hash.as_str();
         require_reason(reason)?;
         let target = target_path(v, path)?;
@@ -321,9 +358,9 @@ impl Core {
         if hash != base_hash {
             return Err(stale(&target, base_hash, Some(&hash)));
         }
-        let mut d = self.draft(actor, v, Kind::Delete, &target, reason);
+        let mut d = self.draft(call.actor(), v, Kind::Delete, &target, reason);
         d.base_hash = Some(hash.clone());
-        let p = self.store_proposal(v, d, None, None)?;
+        let p = self.store_proposal(call, v, d, None, None)?;
         Ok(ProposedOut {
             id: p.id,
             slug: p.slug,
@@ -386,18 +423,8 @@ impl Core {
                 .fs()
                 .read_for_write(Area::Inbox, &inbox_path(v, rel)?)?
                 .map(|(b, _)| String::from_utf8_lossy(&b).into_owned()),
-            (Some(rel), status) => {
-                let date = row
-                    .decided_at
-                    .as_deref()
-                    .map(|d| d.get(..10).unwrap_or(d))
-                    .unwrap_or("");
-                let bucket = if status == "applied" {
-                    "applied"
-                } else {
-                    "rejected"
-                };
-                let path = inbox_path(v, &InboxFiles::archived(rel, bucket, date))?;
+            (Some(rel), _) => {
+                let path = archived_path(v, &row, rel)?;
                 v.reader
                     .fs()
                     .read_for_write(Area::Inbox, &path)?
@@ -427,11 +454,13 @@ impl Core {
         })
     }
 
-    /// Rejects a pending proposal: the row moves to `rejected` (one winner), then its files are
-    /// archived under `rejected/<date>/`.
+    /// Rejects a pending proposal: the row moves to `rejected` (one winner) in one state
+    /// transaction with the call's durable record, then its files are archived under
+    /// `rejected/<date of decided_at>/`. A crash before the files moved is finished by the next
+    /// recovery ([`Core::finish_rejections`]).
     pub fn reject_proposal(
         &self,
-        actor: &Actor,
+        call: &mut Call<'_>,
         v: &Arc<VaultHandle>,
         id: &ProposalId,
         reason: &str,
@@ -450,40 +479,89 @@ impl Core {
             inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
             inbox::ProposalStatus::Pending => {}
         }
-        self.authorize_decision(actor, &row.created_by)?;
+        self.authorize_decision(call.actor(), &row.created_by)?;
         let kind: Kind = row
             .kind
             .parse()
             .map_err(|_| GatewayError::Internal("stored kind".into()))?;
-        let now = time::OffsetDateTime::now_utc();
-        if !self
+        let decided_at = rfc3339(time::OffsetDateTime::now_utc());
+        let label = call.actor().label();
+        let moved = self
             .state
-            .mark_rejected(&row.id, &actor.label(), &rfc3339(now), reason)?
-        {
+            .mark_rejected_recorded(&row.id, &label, &decided_at, reason, || {
+                call.record_head(TxnRecord {
+                    event: None,
+                    outcome: audit::Outcome::Ok,
+                    code: None,
+                    target: Some(row.target.clone()),
+                    proposal_id: Some(row.id.clone()),
+                    challenge_id: None,
+                })
+            })
+            .map_err(recorded)?;
+        if !moved {
             return Err(GatewayError::Proposal(
                 policy::ErrorCode::PROPOSAL_ALREADY_APPLIED,
                 "the proposal was decided meanwhile".into(),
             ));
         }
-        let date = today(now);
-        let files = InboxFiles::of(kind, &row.slug);
-        let mut archived_to = String::new();
-        for (_, rel) in &files.files {
-            let from = inbox_path(v, rel)?;
-            let to = inbox_path(v, &InboxFiles::archived(rel, "rejected", &date))?;
-            archived_to = to.to_string();
-            match v.reader.fs().rename(Area::Inbox, &from, Area::Inbox, &to) {
-                Ok(()) => {}
-                // A file a person already moved or deleted is not a reason to fail the rejection.
-                Err(e) => {
-                    tracing::warn!(proposal = %row.id, error = %e, "archiving a rejected proposal file failed")
-                }
-            }
-        }
+        let archived_to = self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
         Ok(RejectOut {
             rejected: true,
             archived_to,
         })
+    }
+
+    /// Moves a rejected proposal's files to `rejected/<date of decided_at>/` and clears its
+    /// `archive_pending` mark. Returns where the metadata file went.
+    fn archive_rejected(
+        &self,
+        v: &VaultHandle,
+        id: &str,
+        kind: Kind,
+        slug: &str,
+        decided_at: &str,
+    ) -> Result<String, GatewayError> {
+        let date = decided_at.get(..10).unwrap_or(decided_at);
+        let files = InboxFiles::of(kind, slug);
+        let mut archived_to = String::new();
+        let mut complete = true;
+        for (_, rel) in &files.files {
+            let from = inbox_path(v, rel)?;
+            let to = inbox_path(v, &InboxFiles::archived(rel, "rejected", date))?;
+            archived_to = to.to_string();
+            let fs = v.reader.fs();
+            match fs.rename(Area::Inbox, &from, Area::Inbox, &to) {
+                Ok(()) => {}
+                // Already moved (by the interrupted call), or moved or deleted by a person: not a
+                // reason to fail the rejection.
+                Err(e) => {
+                    let there = fs.read_for_write(Area::Inbox, &to).ok().flatten().is_some();
+                    let gone = fs.read_for_write(Area::Inbox, &from).ok().flatten().is_none();
+                    if !(there || gone) {
+                        complete = false;
+                        tracing::warn!(proposal = %id, error = %e, "archiving a rejected proposal file failed");
+                    }
+                }
+            }
+        }
+        if complete && let Err(e) = self.state.mark_archived(id) {
+            tracing::warn!(proposal = %id, error = %e, "marking a rejected proposal archived failed");
+        }
+        Ok(archived_to)
+    }
+
+    /// Finishes rejections a crash interrupted between the commit and the archiving of the
+    /// files (called by recovery, under the vault's write lock).
+    pub(crate) fn finish_rejections(&self, v: &VaultHandle) -> Result<(), GatewayError> {
+        for row in self.state.unarchived_rejections(&v.id)? {
+            let Ok(kind) = row.kind.parse::<Kind>() else {
+                continue;
+            };
+            let decided_at = row.decided_at.clone().unwrap_or_default();
+            self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
+        }
+        Ok(())
     }
 
     /// Own proposals need `auto`, anyone's `full` (SPEC §2); the CLI user owns the home.
@@ -508,6 +586,36 @@ impl Core {
             }
         }
     }
+}
+
+/// Where a decided proposal's file `rel` was archived, from the stored row alone: an apply's
+/// recorded `archivedTo` (its folder), else the date of `decided_at` (a rejection's archive date
+/// is that date by construction).
+fn archived_path(v: &VaultHandle, row: &inbox::StoredProposal, rel: &str) -> Result<VaultPath, GatewayError> {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let recorded_dir = row
+        .result
+        .as_ref()
+        .and_then(|r| r.get("archivedTo"))
+        .and_then(Value::as_str)
+        .and_then(|to| to.rsplit_once('/'))
+        .map(|(dir, _)| dir.to_owned());
+    if row.status == inbox::ProposalStatus::Applied
+        && let Some(dir) = recorded_dir
+    {
+        return Ok(VaultPath::parse(&format!("{dir}/{name}"))?);
+    }
+    let date = row
+        .decided_at
+        .as_deref()
+        .map(|d| d.get(..10).unwrap_or(d))
+        .unwrap_or("");
+    let bucket = if row.status == inbox::ProposalStatus::Applied {
+        "applied"
+    } else {
+        "rejected"
+    };
+    inbox_path(v, &InboxFiles::archived(rel, bucket, date))
 }
 
 fn now_text(v: &VaultHandle, target: &str) -> String {

@@ -351,6 +351,7 @@ impl Core {
                 outcome: Outcome::Ok,
                 code: None,
                 args_hash: Some(a.args_hash.clone()),
+                count: None,
             },
             Durability::Sync,
         )
@@ -415,6 +416,7 @@ impl Core {
                     outcome,
                     code: Some(code),
                     args_hash: Some(intent.audit.args_hash.clone()),
+                    count: None,
                 },
                 Durability::Sync,
             ),
@@ -828,6 +830,7 @@ impl Core {
             }
         }
         self.repair_applied_chain(v)?;
+        self.finish_rejections(v)?;
         crate::critical::sweep_holds(self, v)?;
         Ok(())
     }

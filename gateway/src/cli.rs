@@ -298,6 +298,14 @@ enum AuditCmd {
         #[arg(long)]
         json: bool,
     },
+    /// When audit.jsonl is missing or was replaced (servers refuse to start): open a new chain
+    /// whose first record names the last seq and hash the state database knows. The old file,
+    /// if any, is kept as audit.jsonl.replaced-N.
+    Restart {
+        /// Confirm: the records after the last backup are gone for good.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// Writes text for a person to stdout, its control characters escaped (SPEC §4): reasons, diffs,
@@ -449,7 +457,8 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             let core = Arc::new(open_core(&home)?);
             let Some(token) = env.get("VAULTGATE_TOKEN").filter(|t| !t.is_empty()) else {
                 let e = GatewayError::Unauthorized("VAULTGATE_TOKEN is not set");
-                core.record_auth_refusal(engine::core::Transport::Stdio, &e);
+                // No record, no answer: a refusal that cannot be audited is AUDIT_UNAVAILABLE.
+                core.record_auth_refusal(engine::core::Transport::Stdio, &e)?;
                 return Err(e);
             };
             let token = Token::new(token.clone());
@@ -465,7 +474,7 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             user,
         }),
         Command::Token(cmd) => token_cmd(&home, cmd, &user),
-        Command::Audit(cmd) => audit_cmd(&home, cmd),
+        Command::Audit(cmd) => audit_cmd(&home, cmd, &user),
         Command::History(cmd) => history_cmd(&home, cmd, &user),
         Command::Inbox(cmd) => inbox_cmd(&home, cmd, &user),
         Command::Apply { vault, only, yes } => {
@@ -815,13 +824,18 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
     }
 }
 
-fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
+fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), GatewayError> {
     let path = home.audit_path();
     if !home.exists() {
         return Err(GatewayError::NoHome(home.dir.clone()));
     }
     match cmd {
         AuditCmd::Verify => {
+            // A log that lost its later records verifies as a shorter chain: the head the state
+            // database saw tells (SPEC §9).
+            if let Some(problem) = engine::audit_log::head_check(home)?.problem() {
+                return Err(GatewayError::AuditBroken(problem));
+            }
             let report = engine::audit_log::verify(&path)?;
             match report.broken {
                 None => {
@@ -854,6 +868,28 @@ fn audit_cmd(home: &Home, cmd: AuditCmd) -> Result<(), GatewayError> {
                 ),
             };
             out(&msg);
+            Ok(())
+        }
+        AuditCmd::Restart { yes: false } => {
+            // A usage error (exit 2), like a missing argument: nothing was looked at or changed.
+            clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "`vaultgate audit restart` opens a new audit chain when audit.jsonl is missing or \
+                 was replaced; the records it lost cannot be verified any more. Restore the file \
+                 from a backup if you can; otherwise run `vaultgate audit restart --yes`.\n",
+            )
+            .exit()
+        }
+        AuditCmd::Restart { yes: true } => {
+            let r = engine::audit_log::restart(home, user)?;
+            if let Some(old) = &r.moved_aside {
+                out(&format!("kept the replaced log as {}", old.display()));
+            }
+            out(&format!(
+                "opened a new audit chain in {} (its first record names the previous head: {})",
+                path.display(),
+                r.record.target.as_deref().unwrap_or("")
+            ));
             Ok(())
         }
         AuditCmd::Tail { n, json } => {
@@ -947,12 +983,7 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
             let r = core
                 .cli_call(user, "reject_proposal", &args, |call| {
                     call.set_vault(&v.id);
-                    core.reject_proposal(
-                        call.actor(),
-                        &v,
-                        &engine::ids::ProposalId::from_wire(id.clone()),
-                        &reason,
-                    )
+                    core.reject_proposal(call, &v, &engine::ids::ProposalId::from_wire(id.clone()), &reason)
                 })
                 .into_inner()?;
             out(&format!("rejected {id}; archived to {}", r.archived_to));

@@ -103,33 +103,27 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         "propose_new_note" => {
             let a: ProposeNewArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_new(call.actor(), &v, &a.path, &a.content, &a.reason)?)
+            to_value(core.propose_new(call, &v, &a.path, &a.content, &a.reason)?)
         }
         "propose_note_patch" => {
             let a: ProposePatchArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_patch(call.actor(), &v, a)?)
+            to_value(core.propose_patch(call, &v, a)?)
         }
         "propose_move" => {
             let a: ProposeMoveArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_move(call.actor(), &v, &a.from, &a.to, &a.reason)?)
+            to_value(core.propose_move(call, &v, &a.from, &a.to, &a.reason)?)
         }
         "propose_delete" => {
             let a: ProposeDeleteArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_delete(
-                call.actor(),
-                &v,
-                &a.path,
-                &NoteHash::from_wire(a.base_hash),
-                &a.reason,
-            )?)
+            to_value(core.propose_delete(call, &v, &a.path, &NoteHash::from_wire(a.base_hash), &a.reason)?)
         }
         "reject_proposal" => {
             let a: RejectArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.reject_proposal(call.actor(), &v, &ProposalId::from_wire(a.id), &a.reason)?)
+            to_value(core.reject_proposal(call, &v, &ProposalId::from_wire(a.id), &a.reason)?)
         }
         "apply_proposal" => {
             let a: ApplyArgs = parse(args)?;

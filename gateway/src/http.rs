@@ -228,10 +228,6 @@ fn refuse(status: StatusCode, e: &GatewayError) -> Response {
     resp
 }
 
-fn forbidden(msg: &str) -> Response {
-    refuse(StatusCode::FORBIDDEN, &GatewayError::Forbidden(msg.to_owned()))
-}
-
 /// `Host` must name loopback with the served port (DNS-rebinding protection).
 fn host_ok(headers: &HeaderMap, port: u16) -> bool {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
@@ -287,44 +283,106 @@ fn bearer(headers: &HeaderMap) -> Option<Token> {
     Some(Token::new(token.trim().to_owned()))
 }
 
+/// Answers a refusal made before any credential was known, after recording it (aggregated per
+/// window, code and remote: SPEC §9). A refusal whose record cannot be written answers
+/// `AUDIT_UNAVAILABLE` instead.
+async fn unauthenticated(
+    gate: &Gate,
+    remote: Option<IpAddr>,
+    status: StatusCode,
+    e: GatewayError,
+) -> Response {
+    let core = gate.core.clone();
+    let recorded = tokio::task::spawn_blocking(move || {
+        let r = core.record_unauthenticated(Transport::Http, remote, &e);
+        (r, e)
+    })
+    .await;
+    match recorded {
+        Ok((Ok(()), e)) => refuse(status, &e),
+        _ => refuse(StatusCode::SERVICE_UNAVAILABLE, &GatewayError::AuditUnavailable),
+    }
+}
+
+/// Answers a refusal of an authenticated request after recording it.
+async fn refused_caller(
+    gate: &Gate,
+    caller: engine::core::Caller,
+    status: StatusCode,
+    e: GatewayError,
+) -> Response {
+    let core = gate.core.clone();
+    let recorded = tokio::task::spawn_blocking(move || {
+        let r = core.record_caller_refusal(&caller, &e);
+        (r, e)
+    })
+    .await;
+    match recorded {
+        Ok((Ok(()), e)) => refuse(status, &e),
+        _ => refuse(StatusCode::SERVICE_UNAVAILABLE, &GatewayError::AuditUnavailable),
+    }
+}
+
 async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> Response {
+    let remote = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
     // SECURITY(T-HTTP2): DNS rebinding — a web page's Host/Origin never match loopback.
     if !host_ok(req.headers(), gate.port) {
-        return forbidden("Host must be 127.0.0.1, localhost or [::1] with the served port");
+        let e =
+            GatewayError::Forbidden("Host must be 127.0.0.1, localhost or [::1] with the served port".into());
+        return unauthenticated(&gate, remote, StatusCode::FORBIDDEN, e).await;
     }
     if !origin_ok(req.headers(), &gate.allowed_origins) {
-        return forbidden("Origin not allowed; add it to [server] allowed_origins in gateway.toml");
+        let e = GatewayError::Forbidden(
+            "Origin not allowed; add it to [server] allowed_origins in gateway.toml".into(),
+        );
+        return unauthenticated(&gate, remote, StatusCode::FORBIDDEN, e).await;
     }
-    // SECURITY(T-HTTP3): declared oversize bodies are refused before reading; rmcp enforces the same
-    // limit while streaming a body without a length.
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > gate.max_body as u64) {
-        return refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &GatewayError::InvalidArgument(format!("request body over {} bytes", gate.max_body)),
-        );
-    }
+    let too_large = || GatewayError::InvalidArgument(format!("request body over {} bytes", gate.max_body));
+    let oversize = declared.is_some_and(|n| n > gate.max_body as u64);
     // SECURITY(T-AUTH3): every request authenticates on its own; the row is read fresh each time.
     let Some(token) = bearer(req.headers()) else {
+        if oversize {
+            return unauthenticated(&gate, remote, StatusCode::PAYLOAD_TOO_LARGE, too_large()).await;
+        }
         let e = GatewayError::Unauthorized("missing or malformed Authorization: Bearer header");
-        gate.core.record_auth_refusal(Transport::Http, &e);
-        return refuse(StatusCode::UNAUTHORIZED, &e);
+        return unauthenticated(&gate, remote, StatusCode::UNAUTHORIZED, e).await;
     };
     let core = gate.core.clone();
-    let caller = match tokio::task::spawn_blocking(move || core.authenticate(&token, Transport::Http)).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return refuse(StatusCode::UNAUTHORIZED, &e),
-        Err(_) => {
-            return refuse(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &GatewayError::Internal("auth".into()),
-            );
-        }
-    };
+    let caller =
+        match tokio::task::spawn_blocking(move || core.authenticate_from(&token, Transport::Http, remote))
+            .await
+        {
+            Ok(Ok(c)) => c,
+            // A refusal's record could not be written: no record, no (other) answer.
+            Ok(Err(e @ GatewayError::AuditUnavailable)) => {
+                return refuse(StatusCode::SERVICE_UNAVAILABLE, &e);
+            }
+            Ok(Err(e)) => {
+                if oversize {
+                    return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
+                }
+                return refuse(StatusCode::UNAUTHORIZED, &e);
+            }
+            Err(_) => {
+                return refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &GatewayError::Internal("auth".into()),
+                );
+            }
+        };
+    // SECURITY(T-HTTP3): declared oversize bodies are refused before reading (rmcp enforces the
+    // same limit while streaming a body without a length); audited as this caller's refusal.
+    if oversize {
+        return refused_caller(&gate, caller, StatusCode::PAYLOAD_TOO_LARGE, too_large()).await;
+    }
     let cred_id = caller.credential.id.as_str().to_owned();
     // SECURITY(T-HTTP4): a session id carries no authority; it stays with the credential that opened it.
     let session = req
@@ -351,8 +409,7 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
             }
             Some(o) if o != cred_id => {
                 let e = GatewayError::Forbidden("this MCP session belongs to another credential".into());
-                gate.core.record_auth_refusal(Transport::Http, &e);
-                return refuse(StatusCode::FORBIDDEN, &e);
+                return refused_caller(&gate, caller, StatusCode::FORBIDDEN, e).await;
             }
             Some(_) => {}
         }
@@ -404,12 +461,14 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
         crate::serve::announce(&format!(
             "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop)"
         ));
-        let app = router(core, local.port());
-        axum::serve(listener, app)
+        let app = router(core.clone(), local.port());
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await?;
+        // Refusals still counted are written before the process ends (SPEC §9).
+        core.flush_refusals();
         Ok(())
     })
 }

@@ -102,40 +102,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
 impl State {
     pub fn create_credential(&self, new: NewCredential) -> Result<Credential, StateError> {
         let conn = self.conn()?;
-        let id = CredentialId::generate();
-        let vaults = serde_json::to_string(&new.vaults).unwrap_or_else(|_| "[]".into());
-        let res = conn.execute(
-            &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)"),
-            params![
-                id.0,
-                new.name,
-                new.tier.as_str(),
-                vaults,
-                new.jti,
-                new.created_at,
-                new.expires_at
-            ],
-        );
-        match res {
-            Ok(_) => {}
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
-                return Err(StateError::DuplicateName(new.name));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        Ok(Credential {
-            id,
-            name: new.name,
-            tier: new.tier,
-            vaults: new.vaults,
-            scope_unreadable: false,
-            jti: new.jti,
-            created_at: new.created_at,
-            expires_at: new.expires_at,
-            revoked_at: None,
-        })
+        create_credential_on(&conn, new)
     }
 
     /// The row for an id, read fresh (called on every request).
@@ -168,21 +135,75 @@ impl State {
     /// Marks the credential revoked (idempotent: the first revocation time is kept).
     pub fn revoke_credential(&self, id: &CredentialId, now: i64) -> Result<(), StateError> {
         let conn = self.conn()?;
-        conn.execute(
-            "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
-            params![id.0, now],
-        )?;
-        Ok(())
+        revoke_credential_on(&conn, id, now)
     }
 
     pub fn set_credential_tier(&self, id: &CredentialId, tier: Tier) -> Result<(), StateError> {
         let conn = self.conn()?;
-        conn.execute(
-            "UPDATE credentials SET tier = ?2 WHERE id = ?1",
-            params![id.0, tier.as_str()],
-        )?;
-        Ok(())
+        set_credential_tier_on(&conn, id, tier)
     }
+}
+
+pub(crate) fn create_credential_on(
+    conn: &rusqlite::Connection,
+    new: NewCredential,
+) -> Result<Credential, StateError> {
+    let id = CredentialId::generate();
+    let vaults = serde_json::to_string(&new.vaults).unwrap_or_else(|_| "[]".into());
+    let res = conn.execute(
+        &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)"),
+        params![
+            id.0,
+            new.name,
+            new.tier.as_str(),
+            vaults,
+            new.jti,
+            new.created_at,
+            new.expires_at
+        ],
+    );
+    match res {
+        Ok(_) => {}
+        Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::ConstraintViolation => {
+            return Err(StateError::DuplicateName(new.name));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Credential {
+        id,
+        name: new.name,
+        tier: new.tier,
+        vaults: new.vaults,
+        scope_unreadable: false,
+        jti: new.jti,
+        created_at: new.created_at,
+        expires_at: new.expires_at,
+        revoked_at: None,
+    })
+}
+
+pub(crate) fn revoke_credential_on(
+    conn: &rusqlite::Connection,
+    id: &CredentialId,
+    now: i64,
+) -> Result<(), StateError> {
+    conn.execute(
+        "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
+        params![id.0, now],
+    )?;
+    Ok(())
+}
+
+pub(crate) fn set_credential_tier_on(
+    conn: &rusqlite::Connection,
+    id: &CredentialId,
+    tier: Tier,
+) -> Result<(), StateError> {
+    conn.execute(
+        "UPDATE credentials SET tier = ?2 WHERE id = ?1",
+        params![id.0, tier.as_str()],
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -157,6 +157,17 @@ const MIGRATIONS: &[&str] = &[
         hash TEXT,
         PRIMARY KEY (vault, path)
     ) WITHOUT ROWID;",
+    // 8: the audit head (SPEC §9): the last (seq, hash) this database saw written, so a missing or
+    // replaced audit.jsonl is noticed instead of silently restarted; and rejections whose files
+    // are not archived yet (set with the status, cleared after the move), so a crash in between
+    // is finished at the next start instead of leaving the files in the inbox for good.
+    "CREATE TABLE audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    );
+    ALTER TABLE proposals ADD COLUMN archive_pending INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX proposals_archive_pending ON proposals (vault) WHERE archive_pending = 1;",
 ];
 
 /// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with

@@ -12,6 +12,7 @@ mod idempotency;
 mod intents;
 // `crate::` below: this module shares its name with the `proposals` crate.
 mod proposals;
+mod recorded;
 
 pub use crate::challenges::{NewChallenge, StoredChallenge};
 pub use crate::credentials::{Credential, CredentialId, NewCredential};
@@ -22,3 +23,4 @@ pub use crate::history::{
 pub use crate::idempotency::{IdemPut, IdemRecord};
 pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
 pub use crate::proposals::{NewProposal, PendingRef, ProposalStatus, StoredProposal, UnknownStatus};
+pub use crate::recorded::{AuditHead, Recorded};

@@ -91,10 +91,10 @@ pub struct StoredProposal {
     pub reject_reason: Option<String>,
 }
 
-const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta_json, \
+pub(crate) const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta_json, \
                        decided_at, decided_by, result_json, reject_reason";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<StoredProposal> {
+pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<StoredProposal> {
     let status: String = row.get(7)?;
     let status = status.parse::<ProposalStatus>().map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, Box::new(e))
@@ -168,35 +168,8 @@ impl State {
     /// Records a new pending proposal. Fails with `DuplicateProposalId` or `DuplicateSlug` (slugs
     /// are unique per vault) and `InvalidMeta` when the metadata disagrees with the columns.
     pub fn insert_proposal(&self, p: &NewProposal<'_>) -> Result<(), StateError> {
-        check_meta(p)?;
         let conn = self.conn()?;
-        let res = conn.execute(
-            "INSERT INTO proposals (id, vault, slug, kind, target, created_by, created_at, status, meta_json)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)",
-            params![
-                p.id,
-                p.vault,
-                p.slug,
-                p.kind,
-                p.target,
-                p.created_by,
-                p.created_at,
-                p.meta.to_string()
-            ],
-        );
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) => Err(match constraint_violation(&e) {
-                Some(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY) => {
-                    StateError::DuplicateProposalId(p.id.to_owned())
-                }
-                Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE) => StateError::DuplicateSlug {
-                    vault: p.vault.to_owned(),
-                    slug: p.slug.to_owned(),
-                },
-                _ => e.into(),
-            }),
-        }
+        insert_proposal_on(&conn, p)
     }
 
     /// The vault's proposal whose id is `id_or_slug` or, failing that, whose slug is.
@@ -258,12 +231,7 @@ impl State {
     /// `pending → rejected`. True iff this call made the transition.
     pub fn mark_rejected(&self, id: &str, by: &str, at: &str, reason: &str) -> Result<bool, StateError> {
         let conn = self.conn()?;
-        let n = conn.execute(
-            "UPDATE proposals SET status = 'rejected', decided_at = ?2, decided_by = ?3, reject_reason = ?4
-             WHERE id = ?1 AND status = 'pending'",
-            params![id, at, by, reason],
-        )?;
-        Ok(n == 1)
+        mark_rejected_on(&conn, id, by, at, reason)
     }
 }
 
@@ -294,6 +262,55 @@ impl State {
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
+}
+
+pub(crate) fn insert_proposal_on(conn: &rusqlite::Connection, p: &NewProposal<'_>) -> Result<(), StateError> {
+    check_meta(p)?;
+    let res = conn.execute(
+        "INSERT INTO proposals (id, vault, slug, kind, target, created_by, created_at, status, meta_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)",
+        params![
+            p.id,
+            p.vault,
+            p.slug,
+            p.kind,
+            p.target,
+            p.created_by,
+            p.created_at,
+            p.meta.to_string()
+        ],
+    );
+    match res {
+        Ok(_) => Ok(()),
+        Err(e) => Err(match constraint_violation(&e) {
+            Some(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY) => {
+                StateError::DuplicateProposalId(p.id.to_owned())
+            }
+            Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE) => StateError::DuplicateSlug {
+                vault: p.vault.to_owned(),
+                slug: p.slug.to_owned(),
+            },
+            _ => e.into(),
+        }),
+    }
+}
+
+/// Moves a pending proposal to `rejected`; its files are still to be archived
+/// (`archive_pending`) until [`State::mark_archived`].
+pub(crate) fn mark_rejected_on(
+    conn: &rusqlite::Connection,
+    id: &str,
+    by: &str,
+    at: &str,
+    reason: &str,
+) -> Result<bool, StateError> {
+    let n = conn.execute(
+        "UPDATE proposals SET status = 'rejected', decided_at = ?2, decided_by = ?3, reject_reason = ?4,
+                              archive_pending = 1
+         WHERE id = ?1 AND status = 'pending'",
+        params![id, at, by, reason],
+    )?;
+    Ok(n == 1)
 }
 
 #[cfg(test)]

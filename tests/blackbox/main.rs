@@ -4,6 +4,7 @@
 
 mod util;
 
+mod audit_closed;
 mod crash;
 mod critical;
 mod history;

@@ -180,6 +180,25 @@ async fn doctor_names_each_problem_with_its_next_step() {
 }
 
 #[test]
+fn doctor_names_a_lost_audit_log_with_its_next_step() {
+    let env = Env::new();
+    env.token("writer", "auto");
+    env.token("reader", "read");
+    std::fs::remove_file(env.home.join("audit.jsonl")).unwrap();
+    let out = env.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fail  ") && l.contains("missing") && l.contains("audit restart --yes")),
+        "{text}"
+    );
+    env.ok(&["audit", "restart", "--yes"]);
+    let out = env.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
 fn doctor_without_a_home_creates_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("no-home-here");

@@ -1,0 +1,129 @@
+//! The audit log's operator side, for `vaultgate audit` and `vaultgate doctor`: read it back,
+//! repair it, and check (or restart) its chain against the head the state database last saw
+//! (SPEC §9). Appending stays the engine's.
+
+use std::path::{Path, PathBuf};
+
+pub use audit::{AuditRecord, Repair, repair_torn_tail, tail, verify};
+use inbox::{AuditHead, State};
+
+use crate::error::GatewayError;
+use crate::home::Home;
+
+/// How `audit.jsonl` compares with the head recorded in `state.sqlite`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadStatus {
+    /// The log holds (at least) every record the state database has seen, or nothing was ever
+    /// recorded.
+    Ok,
+    /// `audit.jsonl` does not exist, yet records up to `known_seq` were written.
+    Missing { known_seq: u64, known_hash: String },
+    /// `audit.jsonl` ends before `known_seq` (it holds `found_seq` records), or holds another
+    /// record at that seq: it was truncated or replaced.
+    Replaced {
+        known_seq: u64,
+        known_hash: String,
+        found_seq: u64,
+    },
+}
+
+impl HeadStatus {
+    /// The problem and the next step, for a person; `None` when the head is fine.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            HeadStatus::Ok => None,
+            HeadStatus::Missing { known_seq, .. } => Some(format!(
+                "audit.jsonl is missing, but state.sqlite has seen records up to seq {known_seq}; \
+                 restore it from a backup, or run `vaultgate audit restart --yes` to open a new \
+                 chain that names the old head"
+            )),
+            HeadStatus::Replaced {
+                known_seq, found_seq, ..
+            } => Some(format!(
+                "audit.jsonl was truncated or replaced: it ends at seq {found_seq}, but \
+                 state.sqlite has seen records up to seq {known_seq}; restore it from a backup, \
+                 or run `vaultgate audit restart --yes` to open a new chain that names the old head"
+            )),
+        }
+    }
+}
+
+/// Compares the home's `audit.jsonl` with the head in its `state.sqlite`. Reads only the last
+/// line of the log.
+pub fn head_check(home: &Home) -> Result<HeadStatus, GatewayError> {
+    let state = State::open(&home.state_path())?;
+    head_status(&home.audit_path(), &state)
+}
+
+pub(crate) fn head_status(path: &Path, state: &State) -> Result<HeadStatus, GatewayError> {
+    let Some(known) = state.audit_head()?.filter(|h| h.seq > 0) else {
+        return Ok(HeadStatus::Ok);
+    };
+    if !path.exists() {
+        return Ok(HeadStatus::Missing {
+            known_seq: known.seq,
+            known_hash: known.hash,
+        });
+    }
+    let last = tail(path, 1)?.pop();
+    let found_seq = last.as_ref().map_or(0, |r| r.seq);
+    let same_head = last
+        .as_ref()
+        .is_some_and(|r| r.seq > known.seq || (r.seq == known.seq && r.hash == known.hash));
+    if same_head {
+        return Ok(HeadStatus::Ok);
+    }
+    Ok(HeadStatus::Replaced {
+        known_seq: known.seq,
+        known_hash: known.hash,
+        found_seq,
+    })
+}
+
+/// What [`restart`] did.
+#[derive(Debug, Clone)]
+pub struct Restarted {
+    /// Where the file that stood in the log's place was moved (nothing when it was missing).
+    pub moved_aside: Option<PathBuf>,
+    /// The first record of the new chain.
+    pub record: AuditRecord,
+}
+
+/// `vaultgate audit restart --yes`: opens a new chain whose first record (`audit.restarted`)
+/// names the last known `seq` (its `count`) and `hash` (its `target`), and makes it the head the
+/// state database knows. Refused when the chain is intact.
+pub fn restart(home: &Home, user: &str) -> Result<Restarted, GatewayError> {
+    let state = State::open(&home.state_path())?;
+    let path = home.audit_path();
+    let (known_seq, known_hash) = match head_status(&path, &state)? {
+        HeadStatus::Ok => {
+            return Err(GatewayError::InvalidArgument(
+                "the audit chain matches the state database; there is nothing to restart".into(),
+            ));
+        }
+        HeadStatus::Missing {
+            known_seq,
+            known_hash,
+        }
+        | HeadStatus::Replaced {
+            known_seq,
+            known_hash,
+            ..
+        } => (known_seq, known_hash),
+    };
+    let mut entry = audit::Entry::new(
+        "audit.restarted",
+        audit::Actor::Cli {
+            user: user.to_owned(),
+        },
+        audit::Outcome::Ok,
+    );
+    entry.target = Some(format!("seq:{known_seq} hash:{known_hash}"));
+    entry.count = Some(known_seq);
+    let (moved_aside, record) = audit::restart_chain(&path, time::OffsetDateTime::now_utc(), entry)?;
+    state.reset_audit_head(&AuditHead {
+        seq: record.seq,
+        hash: record.hash.clone(),
+    })?;
+    Ok(Restarted { moved_aside, record })
+}
