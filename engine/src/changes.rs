@@ -181,6 +181,7 @@ pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
     core.maintain_if_due();
     let mut watches = Vec::new();
     for v in core.all_vaults() {
+        core.sweep_orphan_proposals(&v);
         let fp = fingerprint(&v);
         if let Err(e) = core.state.note_disk_state(&v.id, &fp) {
             tracing::error!(vault = %v.id, error = %e, "start-up scan failed");

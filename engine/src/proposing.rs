@@ -180,6 +180,55 @@ impl Core {
         Ok(p)
     }
 
+    /// Removes inbox files a propose wrote before a crash kept its row from committing: files
+    /// named like a proposal's (`<date>-<stem>-<id8>` plus a proposal suffix) whose slug has no
+    /// row. Runs only while no propose is staging (their files and row are committed under the
+    /// shared staging lock), so a live proposal is never taken. Returns how many were removed.
+    pub fn sweep_orphan_proposals(&self, v: &VaultHandle) -> usize {
+        let run = v.reader.fs().when_no_one_stages(|| {
+            let mut removed = 0;
+            let inbox = &v.layout().inbox;
+            for folder in ["new", "patch", "move", "delete"] {
+                let Ok(dir) = inbox.join(folder) else { continue };
+                let Ok(entries) = v.reader.fs().list_dir(&policy::FolderPath::Dir(dir)) else {
+                    continue;
+                };
+                for e in entries {
+                    let name = e.path.file_name().to_owned();
+                    let Some(slug) = proposal_slug_of(&name) else { continue };
+                    match self.state.proposal(&v.id, slug) {
+                        Ok(None) => {}
+                        Ok(Some(_)) => continue,
+                        Err(err) => {
+                            tracing::warn!(vault = %v.id, error = %err, "orphan sweep stopped");
+                            return removed;
+                        }
+                    }
+                    match inbox_path(v, &format!("{folder}/{name}"))
+                        .and_then(|p| Ok(v.reader.fs().remove_file(Area::Inbox, &p)?))
+                    {
+                        Ok(()) => removed += 1,
+                        Err(err) => tracing::warn!(vault = %v.id, error = %err, "removing an orphaned proposal file failed"),
+                    }
+                }
+            }
+            removed
+        });
+        match run {
+            Ok(Some(n)) => {
+                if n > 0 {
+                    tracing::info!(vault = %v.id, removed = n, "removed files of proposals a crash left uncommitted");
+                }
+                n
+            }
+            Ok(None) => 0,
+            Err(e) => {
+                tracing::warn!(vault = %v.id, error = %e, "orphan sweep skipped");
+                0
+            }
+        }
+    }
+
     /// Removes the inbox files of a proposal that was not committed.
     fn unstage(&self, v: &VaultHandle, written: &[VaultPath]) {
         for path in written.iter().rev() {
@@ -707,4 +756,44 @@ pub fn rejected(id: &str) -> GatewayError {
         policy::ErrorCode::PROPOSAL_REJECTED,
         format!("proposal {id} was rejected"),
     )
+}
+
+/// The slug of a file named like a proposal's inbox file, `None` for anything else.
+fn proposal_slug_of(name: &str) -> Option<&str> {
+    let stem = [".proposal.json", ".new.md", ".diff", ".md"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))?;
+    let b = stem.as_bytes();
+    let looks_like_slug = b.len() > 18
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'-'
+        && b[b.len() - 9] == b'-'
+        && b[b.len() - 8..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    looks_like_slug.then_some(stem)
+}
+
+#[cfg(test)]
+mod slug_tests {
+    use super::proposal_slug_of;
+
+    #[test]
+    fn only_proposal_file_names_are_recognised() {
+        let slug = proposals::slug("z/attention.md", "0190-abc-3f9a1c2e", "2026-11-29T10:00:00Z");
+        for suffix in [".md", ".proposal.json", ".new.md", ".diff"] {
+            assert_eq!(proposal_slug_of(&format!("{slug}{suffix}")), Some(slug.as_str()));
+        }
+        for other in [
+            "idea.md",
+            "20261129-x.md",
+            "notes-3f9a1c2e.md",
+            "20261129-Attention-3f9a1c2e.md",
+            "20261129-a-3f9a1c2e.txt",
+        ] {
+            assert_eq!(proposal_slug_of(other), None, "{other}");
+        }
+    }
 }

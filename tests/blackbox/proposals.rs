@@ -1925,3 +1925,49 @@ async fn concurrent_cli_and_mcp_applies_of_one_proposal_commit_it_once() {
     env.ok(&["audit", "verify"]);
     a.close().await;
 }
+
+/// A propose that crashed after writing its files but before its row committed leaves files
+/// that look like a proposal; the next start removes them, and only them (SPEC §6, §9).
+#[tokio::test]
+async fn files_of_a_proposal_whose_row_never_committed_are_removed_at_the_next_start() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let c = env.stdio(&token).await;
+    let p = c
+        .call(
+            "propose_new_note",
+            json!({"path": "z/kept.md", "content": "# Kept\n", "reason": "test"}),
+        )
+        .await
+        .ok();
+    c.close().await;
+    let slug = p["slug"].as_str().unwrap().to_owned();
+    let inbox = env.vault.join("inbox");
+    let orphan = "20261201-lost-0123abcd";
+    std::fs::write(inbox.join(format!("new/{orphan}.md")), "# Lost\n").unwrap();
+    std::fs::write(inbox.join(format!("patch/{orphan}.new.md")), "# Lost\n").ok();
+    // A person's own file in the inbox is not vaultgate's to remove.
+    std::fs::write(inbox.join("new/my-idea.md"), "# Mine\n").unwrap();
+
+    let c = env.stdio(&token).await;
+    let listed = c.call("list_proposals", json!({"status": "pending"})).await.ok();
+    c.close().await;
+    assert_eq!(listed["proposals"].as_array().unwrap().len(), 1, "{listed}");
+    assert!(
+        !inbox.join(format!("new/{orphan}.md")).exists(),
+        "the orphan stayed"
+    );
+    assert!(
+        !inbox.join(format!("patch/{orphan}.new.md")).exists(),
+        "the orphan stayed"
+    );
+    assert!(
+        inbox.join(format!("new/{slug}.md")).exists(),
+        "a committed proposal lost its file"
+    );
+    assert!(inbox.join(format!("new/{slug}.proposal.json")).exists());
+    assert!(
+        inbox.join("new/my-idea.md").exists(),
+        "a file not named like a proposal was removed"
+    );
+}

@@ -221,6 +221,19 @@ impl VaultFs {
         })
     }
 
+    /// Runs `f` while nobody stages files without the write lock (the staging lock taken
+    /// exclusively, without waiting); `None` when someone does. For sweeps of what a crashed
+    /// stager left, which must never take files a live one is still committing.
+    pub fn when_no_one_stages<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>, WriteError> {
+        let mut lock = fd_lock::RwLock::new(self.machine_lock_file(STAGING_LOCK_FILE)?);
+        let _alone = match lock.try_write() {
+            Ok(guard) => guard,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Some(f()))
+    }
+
     /// Takes the vault's write lock if nobody holds it; `None` when it is held.
     pub fn try_write_lock(&self) -> Result<Option<WriteLock>, WriteError> {
         let mut lock = fd_lock::RwLock::new(self.lock_file()?);
