@@ -104,8 +104,11 @@ impl Core {
         let files = Files::of(v);
         let inbox_files = InboxFiles::of(p.kind, &p.slug);
 
+        // One instant decides the archive folder's date and the stored `decided_at` (the intent's
+        // `started_at`), so `get_proposal` finds the files even across midnight.
+        let now = time::OffsetDateTime::now_utc();
         // The facts, read once under the lock, without following links.
-        let (content, archive) = self.inbox_facts(v, &row.meta, &inbox_files)?;
+        let (content, archive) = self.inbox_facts(v, &row.meta, &inbox_files, now)?;
         let note_state = |raw: &str| -> Result<(TargetState, Option<Bytes>), GatewayError> {
             let path = VaultPath::parse(raw)?;
             let now = files.read(Zone::Note, raw)?;
@@ -195,7 +198,6 @@ impl Core {
             files.store_blob(hash, bytes)?;
         }
 
-        let now = time::OffsetDateTime::now_utc();
         let archived_to = facts
             .archive
             .last()
@@ -242,6 +244,7 @@ impl Core {
         v: &VaultHandle,
         stored_meta: &Value,
         inbox_files: &InboxFiles,
+        now: time::OffsetDateTime,
     ) -> Result<(Option<Vec<u8>>, Vec<(String, String, String)>), GatewayError> {
         let files = Files::of(v);
         let tampered = |what: &str| {
@@ -250,7 +253,7 @@ impl Core {
                 format!("{what}; the proposal cannot be applied, propose again"),
             )
         };
-        let date = today(time::OffsetDateTime::now_utc());
+        let date = today(now);
         let mut content = None;
         let mut archive = Vec::new();
         for (role, rel) in &inbox_files.files {

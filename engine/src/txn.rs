@@ -531,7 +531,8 @@ impl Core {
                         *id,
                         proposal_id,
                         &a.actor_label,
-                        &at_time,
+                        // `decided_at` is the instant the archive date was taken from.
+                        &intent.started_at,
                         &result,
                         Some(&inbox::NewHistory {
                             id: history_id,
