@@ -70,7 +70,8 @@ impl JwtVerifier for Hs256 {
     }
 }
 
-// SECURITY(T-AUTH1): every algorithm but HS256 is refused by the provider itself.
+// SECURITY(T-AUTH1, T-DEP1): every algorithm but HS256 is refused by the provider itself, and no
+// other backend is compiled in.
 fn hs256_signer(alg: &Algorithm, key: &EncodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtSigner>> {
     if *alg != Algorithm::HS256 {
         return Err(ErrorKind::InvalidAlgorithm.into());
