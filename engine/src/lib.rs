@@ -15,6 +15,7 @@ mod call;
 pub mod changes;
 pub mod core;
 pub mod critical;
+pub mod cursor;
 pub mod error;
 mod failpoints;
 mod files;

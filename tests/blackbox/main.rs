@@ -10,6 +10,7 @@ mod history;
 mod http;
 mod index;
 mod notify;
+mod paging;
 mod proposals;
 mod security;
 mod smoke;
