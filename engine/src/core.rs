@@ -499,7 +499,7 @@ impl Core {
         cursor: Option<&str>,
     ) -> Result<vault::KnowledgeHits, GatewayError> {
         let (from, revision) = self.search_from(v, page, cursor)?;
-        let (mut out, next) = v.reader.search_knowledge(query, tags, limit, &from)?;
+        let (mut out, next) = v.reader.search_knowledge_page(query, tags, limit, &from)?;
         out.next_cursor = next.map(|pos| self.seal(v, page, &Position::Search { revision, pos }));
         Ok(out)
     }
@@ -516,7 +516,7 @@ impl Core {
         cursor: Option<&str>,
     ) -> Result<vault::ContentHits, GatewayError> {
         let (from, revision) = self.search_from(v, page, cursor)?;
-        let (mut out, next) = v.reader.search_content(
+        let (mut out, next) = v.reader.search_content_page(
             &vault::ContentQuery {
                 query,
                 limit,
@@ -569,7 +569,7 @@ impl Core {
             Some(Position::Notes(p)) => Some(p),
             Some(_) => return Err(not_this_cursor()),
         };
-        let (mut out, next) = v.reader.list_notes(dir, limit, after.as_ref())?;
+        let (mut out, next) = v.reader.list_notes_page(dir, limit, after.as_ref())?;
         out.next_cursor = next.map(|p| self.seal(v, page, &Position::Notes(p)));
         Ok(out)
     }
@@ -642,7 +642,7 @@ impl Core {
             Some(Position::Recent(p)) => Some(p),
             Some(_) => return Err(not_this_cursor()),
         };
-        let (mut out, next) = v.reader.recent(limit, since, after.as_ref())?;
+        let (mut out, next) = v.reader.recent_page(limit, since, after.as_ref())?;
         out.next_cursor = next.map(|p| self.seal(v, page, &Position::Recent(p)));
         Ok(out)
     }

@@ -42,10 +42,12 @@ pub fn call_tool(
     }))
 }
 
-/// SPEC §14: a result is at most `max` bytes of JSON. Lists are cut before this (every list is
+/// SPEC §14: a result is at most `max` bytes of JSON, counting both of its copies (the
+/// `structuredContent` and the text block that repeats it, escaped once more): that is what a
+/// client must read as one message (rmcp's own line limit is 16 MiB). Lists are cut before this (every list is
 /// paged or capped), so what is left over is one item too large: refused, naming a narrower call.
 fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, GatewayError> {
-    let size = json_len(&out);
+    let size = result_len(&out);
     if size <= max {
         return Ok(out);
     }
@@ -70,10 +72,27 @@ fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, Gate
                 "the proposal was recorded (id {id}, proposalHash {hash}) but its diff is too large to show: a reviewer sees it with `vaultgate inbox show`; prefer smaller edits"
             )
         }
+        "read_note" => {
+            "the note holds many characters that JSON must escape; read it from the vault folder directly"
+                .to_owned()
+        }
         _ => "narrow the call (a smaller limit, a folder or pathPrefix, one path at a time)".to_owned(),
     };
     // SECURITY(T-DOS3): no answer is larger than max_output_bytes.
     Err(GatewayError::OutputLimitExceeded(format!("{what}; {next}")))
+}
+
+/// The bytes of a result on the wire: its JSON, and that JSON as a JSON string.
+fn result_len(v: &Value) -> usize {
+    let first = json_len(v);
+    if first.saturating_mul(2) <= 4096 {
+        // Small: the escaped copy cannot matter; skip building the text.
+        return first.saturating_mul(2);
+    }
+    match serde_json::to_string(v) {
+        Ok(text) => first + json_len(&Value::String(text)),
+        Err(_) => first.saturating_mul(2),
+    }
 }
 
 /// The length of `v` as compact JSON, without building the text.

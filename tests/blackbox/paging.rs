@@ -356,20 +356,23 @@ async fn related_lists_are_capped_at_1000_with_exact_counts() {
 #[tokio::test]
 async fn a_diff_over_the_output_limit_is_output_limit_exceeded() {
     let env = Env::new();
+    // Under the 2 MiB read limit, but each control character is six bytes of JSON (seven in the
+    // text block): the edit's diff holds the old and the new line, over 16 MiB as a result.
+    let big = format!("MARK{}\n", "\u{1}".repeat(2_000_000));
+    std::fs::write(env.vault.join("z/big.md"), &big).unwrap();
     let (_, token) = env.token("writer", "propose");
     let c = env.stdio(&token).await;
-    let base = c.call("read_note", json!({"path": "welcome.md"})).await.ok();
-    // Under the 2 MiB proposal limit, but each control character is six bytes of JSON: the new
-    // text and its diff together are over 16 MiB.
-    let content = "\u{1}".repeat(1_900_000);
-    let r = c
-        .call(
-            "propose_note_patch",
-            json!({"path": "welcome.md", "baseHash": base["hash"], "content": content, "reason": "big"}),
-        )
-        .await;
+    let base = c.call("read_note", json!({"path": "z/big.md"})).await.code();
+    assert_eq!(
+        base, "OUTPUT_LIMIT_EXCEEDED",
+        "its text twice, escaped, is over 16 MiB too"
+    );
+    let hash = sha256_hex(big.as_bytes());
+    let edit = json!({"path": "z/big.md", "baseHash": hash, "reason": "big",
+        "edits": [{"oldText": "MARK", "newText": "MORE"}]});
+    let r = c.call("propose_note_patch", edit).await;
     let crate::util::Reply::Err(e) = r else {
-        panic!("a 22 MiB answer was sent: {r:?}")
+        panic!("an answer over 16 MiB was sent")
     };
     assert_eq!(e["code"], "OUTPUT_LIMIT_EXCEEDED");
     let message = e["message"].as_str().unwrap();
@@ -395,4 +398,9 @@ async fn a_diff_over_the_output_limit_is_output_limit_exceeded() {
         .ok();
     assert!(small["diff"].as_str().unwrap().contains("+# Small"));
     c.close().await;
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
 }

@@ -797,7 +797,7 @@ async fn list_standards_lists_the_docs_notes_with_titles_and_descriptions() {
         json!({"standards": [
             {"path": "docs/style.md", "title": "Note style", "description": "How notes in this vault are written."},
             {"path": "docs/tags.md", "title": "Tagging rules", "description": "Which tags exist and when to use them."},
-        ]})
+        ], "truncated": false, "count": 2})
     );
     s.close().await;
 }

@@ -168,7 +168,7 @@ impl Vault {
 
     /// `list_notes`: one folder level, folders first, then files, each by path; the page after
     /// `after`, and where the next one starts.
-    pub fn list_notes(
+    pub fn list_notes_page(
         &self,
         dir: Option<&str>,
         limit: Option<u32>,
@@ -346,7 +346,7 @@ impl Vault {
 
     /// `list_recent_notes`: newest first (then by path), optionally modified at or after `since`;
     /// the page after `after`, and where the next one starts.
-    pub fn recent(
+    pub fn recent_page(
         &self,
         limit: Option<u32>,
         since: Option<&str>,
@@ -402,7 +402,7 @@ impl Vault {
 
     /// `search_note_content`: case-insensitive substring AND over the terms (SPEC §4, §10); one
     /// page (see `search::Ranker`), and where the next one starts.
-    pub fn search_content(
+    pub fn search_content_page(
         &self,
         q: &ContentQuery,
         page: &SearchPage,
@@ -493,7 +493,7 @@ impl Vault {
 
     /// `search_knowledge`: every term in at least one of title, aliases, description, tags; one
     /// page (see `search::Ranker`), and where the next one starts.
-    pub fn search_knowledge(
+    pub fn search_knowledge_page(
         &self,
         query: &str,
         tags: &[String],
@@ -531,6 +531,33 @@ impl Vault {
             }
         }
         Ok(knowledge_page(ranker))
+    }
+
+    /// The first page of `list_notes_page`.
+    pub fn list_notes(&self, dir: Option<&str>, limit: Option<u32>) -> Result<ListNotes, VaultError> {
+        Ok(self.list_notes_page(dir, limit, None)?.0)
+    }
+
+    /// The first page of `recent_page`.
+    pub fn recent(&self, limit: Option<u32>, since: Option<&str>) -> Result<RecentNotes, VaultError> {
+        Ok(self.recent_page(limit, since, None)?.0)
+    }
+
+    /// The first page of `search_content_page`, with no time budget.
+    pub fn search_content(&self, q: &ContentQuery) -> Result<ContentHits, VaultError> {
+        Ok(self.search_content_page(q, &SearchPage::default())?.0)
+    }
+
+    /// The first page of `search_knowledge_page`, with no time budget.
+    pub fn search_knowledge(
+        &self,
+        query: &str,
+        tags: &[String],
+        limit: Option<u32>,
+    ) -> Result<KnowledgeHits, VaultError> {
+        Ok(self
+            .search_knowledge_page(query, tags, limit, &SearchPage::default())?
+            .0)
     }
 
     /// Catalog counts for the vault overview.

@@ -231,10 +231,13 @@ impl<T> Ranker<T> {
 
     /// Whether to examine the note at `path` (notes come in path order).
     pub fn before_note(&mut self, path: &str) -> Step {
-        if let Some((k, _)) = &self.start
-            && k.order_of(path) == Some(std::cmp::Ordering::Less)
-        {
-            return Step::Skip;
+        if let Some((k, line)) = &self.start {
+            match k.order_of(path) {
+                Some(std::cmp::Ordering::Less) => return Step::Skip,
+                // A note the previous page examined to its end.
+                Some(std::cmp::Ordering::Equal) if *line == u32::MAX => return Step::Skip,
+                _ => {}
+            }
         }
         if self.last_note.is_some() && self.deadline.is_some_and(|d| Instant::now() >= d) {
             self.cut = true;
@@ -343,6 +346,100 @@ impl<T> Ranker<T> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Notes `(path, [(score, line)])` in path order, searched page by page as the readers do.
+    fn walk_pages(
+        notes: &[(String, Vec<(u32, u32)>)],
+        limit: usize,
+        budget: bool,
+    ) -> Vec<Vec<(u32, String, u32)>> {
+        let mut pages = Vec::new();
+        let mut from = SearchPos::default();
+        for _ in 0..10_000 {
+            let page = SearchPage {
+                from: from.clone(),
+                // Already passed: every page stops after its first examined note.
+                deadline: budget.then(Instant::now),
+            };
+            let mut r: Ranker<()> = Ranker::new(&page, limit, 3);
+            for (path, hits) in notes {
+                match r.before_note(path) {
+                    Step::Skip => continue,
+                    Step::Stop => break,
+                    Step::Examine => {}
+                }
+                for (score, line) in hits {
+                    r.offer(*score, path, *line, || ());
+                }
+                if r.after_note() {
+                    break;
+                }
+            }
+            let (hits, truncated, next) = r.finish();
+            assert_eq!(truncated, next.is_some());
+            pages.push(hits.into_iter().map(|h| (h.score, h.path, h.line)).collect());
+            match next {
+                Some(n) => from = n,
+                None => return pages,
+            }
+        }
+        panic!("the pages never ended");
+    }
+
+    fn rank(v: &mut [(u32, String, u32)]) {
+        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| (&a.1, a.2).cmp(&(&b.1, b.2))));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pages_answer_every_hit_once_with_and_without_a_budget(
+            raw in proptest::collection::vec(proptest::collection::vec((1u32..=3, 1u32..30), 0..6), 0..25),
+            limit in 1usize..7,
+        ) {
+            let notes: Vec<(String, Vec<(u32, u32)>)> = raw
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut hits)| {
+                    hits.sort_by_key(|h| h.1);
+                    hits.dedup_by_key(|h| h.1);
+                    (format!("n{i:03}.md"), hits)
+                })
+                .collect();
+            let mut all: Vec<(u32, String, u32)> = notes
+                .iter()
+                .flat_map(|(p, hits)| hits.iter().map(move |(s, l)| (*s, p.clone(), *l)))
+                .collect();
+            rank(&mut all);
+            // Without a budget, the pages are the global ranking cut in `limit`s.
+            let pages = walk_pages(&notes, limit, false);
+            let flat: Vec<_> = pages.iter().flatten().cloned().collect();
+            proptest::prop_assert_eq!(&flat, &all);
+            proptest::prop_assert!(pages.iter().all(|p| p.len() <= limit));
+            // With the budget always spent, every hit still comes exactly once, each page ranked.
+            let pages = walk_pages(&notes, limit, true);
+            for p in &pages {
+                let mut ranked = p.clone();
+                rank(&mut ranked);
+                proptest::prop_assert_eq!(&ranked, p);
+                proptest::prop_assert!(p.len() <= limit);
+            }
+            let mut flat: Vec<_> = pages.into_iter().flatten().collect();
+            rank(&mut flat);
+            proptest::prop_assert_eq!(flat, all);
+        }
+    }
+
+    #[test]
+    fn a_cut_key_may_repeat_but_never_skips() {
+        let long = format!("{}/b.md", "a".repeat(100));
+        let k = Key::exact(&long).cut(16);
+        assert_eq!(k.order_of(&long), Some(std::cmp::Ordering::Equal));
+        assert!(!k.is_before(&long));
+        assert!(!k.is_before("a.md"));
+        assert!(k.is_before("b.md"));
+        // Same head, another path: unknown, so treated as after.
+        assert!(k.is_before(&format!("{}/a.md", "a".repeat(100))));
+    }
 
     #[test]
     fn terms_split_on_unicode_whitespace_and_keep_phrases() {
