@@ -152,7 +152,7 @@ fn open_with(secret: &[u8; 32], binding: &Binding<'_>, cursor: &str) -> Result<P
         return Err(bad());
     }
     let (payload, tag) = bytes.split_at(bytes.len() - MAC_BYTES);
-    // SECURITY(T-CURSOR1): sealed cursors; compared in constant time.
+    // SECURITY(T-PAGE1): sealed cursors; compared in constant time.
     let want = mac(secret, binding, payload);
     if !constant_eq(&want, tag) {
         return Err(bad());

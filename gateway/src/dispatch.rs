@@ -78,7 +78,7 @@ fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, Gate
         }
         _ => "narrow the call (a smaller limit, a folder or pathPrefix, one path at a time)".to_owned(),
     };
-    // SECURITY(T-DOS3): no answer is larger than max_output_bytes.
+    // SECURITY(T-PAGE3): no answer is larger than max_output_bytes.
     Err(GatewayError::OutputLimitExceeded(format!("{what}; {next}")))
 }
 

@@ -188,7 +188,7 @@ impl Vault {
             // Every entry of the folder shares its path up to the name: the name is the key.
             entries.retain(|e| {
                 let file = e.kind != EntryKind::Folder;
-                file > pos.file || (file == pos.file && pos.name.is_before(e.path.file_name()))
+                (file && !pos.file) || (file == pos.file && pos.name.is_before(e.path.file_name()))
             });
         }
         let truncated = entries.len() > limit;

@@ -190,7 +190,7 @@ pub enum Step {
 /// (path, line) order; the ranker keeps, per score, only the first `limit` (nothing later in
 /// path order can displace them).
 ///
-/// SECURITY(T-DOS2): once the page's deadline passes, the ranker stops the examination (after
+/// SECURITY(T-PAGE2): once the page's deadline passes, the ranker stops the examination (after
 /// at least one note, so every page makes progress) and the page answers, ranked, the hits up to
 /// the `limit`-th hit in path order; the next page starts examining right after it, still
 /// skipping what ranked before `after`. Every hit is answered exactly once across the pages.
