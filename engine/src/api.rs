@@ -30,6 +30,8 @@ pub struct SearchKnowledgeArgs {
     pub tag: Option<Vec<String>>,
     /// Maximum hits (default 20, at most 200).
     pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same search.
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -45,6 +47,8 @@ pub struct SearchNoteContentArgs {
     pub tag: Option<Vec<String>>,
     /// Only notes under this folder (e.g. `z` or `projects/2026`).
     pub path_prefix: Option<String>,
+    /// The `nextCursor` of the previous page of this same search.
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -63,6 +67,18 @@ pub struct ListNotesArgs {
     pub dir: Option<String>,
     /// Maximum entries (default 200, at most 500).
     pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same listing.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTagsArgs {
+    pub vault: Option<String>,
+    /// Maximum tags (default and at most 1000).
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same listing.
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -73,13 +89,18 @@ pub struct RecentArgs {
     pub limit: Option<u32>,
     /// Only notes modified at or after this RFC 3339 time.
     pub since: Option<String>,
+    /// The `nextCursor` of the previous page of this same listing.
+    pub cursor: Option<String>,
 }
 
 // ---- outputs the gateway itself composes ---------------------------------------------------------
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct VaultListOut {
+    /// At most 1,000.
     pub vaults: Vec<VaultItem>,
+    /// More vaults are visible than listed.
+    pub truncated: bool,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -184,6 +205,8 @@ pub struct ListProposalsArgs {
     pub status: Option<String>,
     /// Maximum items (default 50, at most 500).
     pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same listing.
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -261,8 +284,13 @@ pub struct ProposalItem {
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ListProposalsOut {
     pub proposals: Vec<ProposalItem>,
+    pub truncated: bool,
+    /// Present exactly when `truncated`: pass it as `cursor` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

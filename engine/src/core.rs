@@ -15,6 +15,7 @@ use crate::api::{HistoryTops, IndexStatus, OverviewOut, VaultItem, VaultListOut}
 use crate::auth::{self, Token};
 use crate::call::{Audited, Call, ResultIds};
 use crate::changes::VaultChanged;
+use crate::cursor::{self, Binding, Position, ReadLimits};
 use crate::error::GatewayError;
 use crate::failpoints::Failpoints;
 use crate::home::{Config, Home, SecretKey};
@@ -533,30 +534,100 @@ impl Core {
 
     // ---- reads (the vault answers; the engine keeps the edge from touching it) -----------------
 
+    /// The read limits (SPEC §14), from `gateway.toml [limits]`. The output cap keeps 64 KiB
+    /// for the JSON-RPC envelope, so a result at the cap still fits a client's 16 MiB message limit.
+    pub fn read_limits(&self) -> ReadLimits {
+        const ENVELOPE: u64 = 64 * 1024;
+        let l = &self.config.limits;
+        ReadLimits {
+            max_output_bytes: usize::try_from(l.max_output_bytes.saturating_sub(ENVELOPE))
+                .unwrap_or(usize::MAX),
+            search_budget: std::time::Duration::from_millis(l.search_budget_ms.max(1)),
+        }
+    }
+
+    /// The position a call's `cursor` names (`None`: the first page). A search cursor made
+    /// before the vault last moved is refused.
+    fn open_cursor(
+        &self,
+        v: &VaultHandle,
+        page: &PageCall<'_>,
+        cursor: Option<&str>,
+    ) -> Result<Option<Position>, GatewayError> {
+        let Some(c) = cursor else { return Ok(None) };
+        let pos = cursor::open(&self.secret, &page.binding(&v.id), c)?;
+        if matches!(pos, Position::Search { .. }) {
+            cursor::check_revision(&pos, self.state.revision(&v.id)?)?;
+        }
+        Ok(Some(pos))
+    }
+
+    fn seal(&self, v: &VaultHandle, page: &PageCall<'_>, pos: &Position) -> String {
+        cursor::seal(&self.secret, &page.binding(&v.id), pos)
+    }
+
+    /// The search state a cursor carries, and the revision the next cursor is made at.
+    fn search_from(
+        &self,
+        v: &VaultHandle,
+        page: &PageCall<'_>,
+        cursor: Option<&str>,
+    ) -> Result<(vault::SearchPage, u64), GatewayError> {
+        // Read before searching: a change during the search makes the next cursor stale, never
+        // a stale cursor look fresh.
+        let revision = self.state.revision(&v.id)?;
+        let from = match self.open_cursor(v, page, cursor)? {
+            None => vault::SearchPos::default(),
+            Some(Position::Search { pos, .. }) => pos,
+            Some(_) => return Err(not_this_cursor()),
+        };
+        Ok((
+            vault::SearchPage {
+                from,
+                deadline: Some(self.read_limits().search_deadline()),
+            },
+            revision,
+        ))
+    }
+
     pub fn search_knowledge(
         &self,
         v: &VaultHandle,
+        page: &PageCall<'_>,
         query: &str,
         tags: &[String],
         limit: Option<u32>,
+        cursor: Option<&str>,
     ) -> Result<vault::KnowledgeHits, GatewayError> {
-        Ok(v.reader.search_knowledge(query, tags, limit)?)
+        let (from, revision) = self.search_from(v, page, cursor)?;
+        let (mut out, next) = v.reader.search_knowledge_page(query, tags, limit, &from)?;
+        out.next_cursor = next.map(|pos| self.seal(v, page, &Position::Search { revision, pos }));
+        Ok(out)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn search_content(
         &self,
         v: &VaultHandle,
+        page: &PageCall<'_>,
         query: String,
         limit: Option<u32>,
         tags: Vec<String>,
         path_prefix: Option<String>,
+        cursor: Option<&str>,
     ) -> Result<vault::ContentHits, GatewayError> {
-        Ok(v.reader.search_content(&vault::ContentQuery {
-            query,
-            limit,
-            tags,
-            path_prefix,
-        })?)
+        let (from, revision) = self.search_from(v, page, cursor)?;
+        let (mut out, next) = v.reader.search_content_page(
+            &vault::ContentQuery {
+                query,
+                limit,
+                tags,
+                path_prefix,
+            },
+            &from,
+        )?;
+        out.next_cursor = next.map(|pos| self.seal(v, page, &Position::Search { revision, pos }));
+        Ok(out)
     }
 
     /// `vaultgate index`: brings the vault's search index up to date (or rebuilds it), reporting
@@ -589,18 +660,70 @@ impl Core {
     pub fn list_notes(
         &self,
         v: &VaultHandle,
+        page: &PageCall<'_>,
         dir: Option<&str>,
         limit: Option<u32>,
+        cursor: Option<&str>,
     ) -> Result<vault::ListNotes, GatewayError> {
-        Ok(v.reader.list_notes(dir, limit)?)
+        let after = match self.open_cursor(v, page, cursor)? {
+            None => None,
+            Some(Position::Notes(p)) => Some(p),
+            Some(_) => return Err(not_this_cursor()),
+        };
+        let (mut out, next) = v.reader.list_notes_page(dir, limit, after.as_ref())?;
+        out.next_cursor = next.map(|p| self.seal(v, page, &Position::Notes(p)));
+        Ok(out)
     }
 
     pub fn list_standards(&self, v: &VaultHandle) -> Result<vault::ListStandards, GatewayError> {
         Ok(v.reader.list_standards()?)
     }
 
-    pub fn list_tags(&self, v: &VaultHandle) -> Result<vault::ListTags, GatewayError> {
-        Ok(v.reader.list_tags()?)
+    /// `list_tags`, a page (default and at most 1,000 tags) after the cursor's (count, name).
+    pub fn list_tags(
+        &self,
+        v: &VaultHandle,
+        page: &PageCall<'_>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<vault::ListTags, GatewayError> {
+        let limit = match limit {
+            None => vault::MAX_LIST_ITEMS,
+            Some(n) if (1..=vault::MAX_LIST_ITEMS).contains(&(n as usize)) => n as usize,
+            Some(n) => {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "limit must be between 1 and {}, got {n}",
+                    vault::MAX_LIST_ITEMS
+                )));
+            }
+        };
+        let after = match self.open_cursor(v, page, cursor)? {
+            None => None,
+            Some(Position::Tags { count, name }) => Some((count, name)),
+            Some(_) => return Err(not_this_cursor()),
+        };
+        let mut out = v.reader.list_tags()?;
+        // The order is count descending, then folded name: the same key the cursor carries.
+        if let Some((count, name)) = &after {
+            out.tags.retain(|t| {
+                let c = t.count as u64;
+                c < *count || (c == *count && name.is_before(&vault::search::fold(&t.name)))
+            });
+        }
+        out.truncated = out.tags.len() > limit;
+        out.tags.truncate(limit);
+        out.next_cursor = match out.tags.last() {
+            Some(t) if out.truncated => Some(self.seal(
+                v,
+                page,
+                &Position::Tags {
+                    count: t.count as u64,
+                    name: vault::Key::exact(&vault::search::fold(&t.name)),
+                },
+            )),
+            _ => None,
+        };
+        Ok(out)
     }
 
     pub fn related(&self, v: &VaultHandle, path: &str) -> Result<vault::Related, GatewayError> {
@@ -610,15 +733,90 @@ impl Core {
     pub fn recent(
         &self,
         v: &VaultHandle,
+        page: &PageCall<'_>,
         limit: Option<u32>,
         since: Option<&str>,
+        cursor: Option<&str>,
     ) -> Result<vault::RecentNotes, GatewayError> {
-        Ok(v.reader.recent(limit, since)?)
+        let after = match self.open_cursor(v, page, cursor)? {
+            None => None,
+            Some(Position::Recent(p)) => Some(p),
+            Some(_) => return Err(not_this_cursor()),
+        };
+        let (mut out, next) = v.reader.recent_page(limit, since, after.as_ref())?;
+        out.next_cursor = next.map(|p| self.seal(v, page, &Position::Recent(p)));
+        Ok(out)
+    }
+
+    /// `list_proposals`: newest first, a page after the cursor's (createdAt, row). `page` is
+    /// `None` for the CLI, which takes no cursor.
+    pub fn list_proposals_page(
+        &self,
+        v: &VaultHandle,
+        page: Option<&PageCall<'_>>,
+        status: Option<&str>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<crate::api::ListProposalsOut, GatewayError> {
+        let status = status.unwrap_or("pending");
+        let bad_status = || GatewayError::InvalidArgument("status is pending, applied or rejected".into());
+        if !matches!(status, "pending" | "applied" | "rejected") {
+            return Err(bad_status());
+        }
+        let limit = limit.unwrap_or(50);
+        if !(1..=500).contains(&limit) {
+            return Err(GatewayError::InvalidArgument("limit is 1 to 500".into()));
+        }
+        let status: inbox::ProposalStatus = status.parse().map_err(|_| bad_status())?;
+        let after = match (page, cursor) {
+            (Some(p), c) => match self.open_cursor(v, p, c)? {
+                None => None,
+                Some(Position::Proposals { created_at, row }) => Some((created_at, row)),
+                Some(_) => return Err(not_this_cursor()),
+            },
+            (None, Some(_)) => return Err(not_this_cursor()),
+            (None, None) => None,
+        };
+        // A created_at the cursor had to cut cannot be compared in SQL: such a cursor was never
+        // sealed for a real timestamp (RFC 3339 is short).
+        let after_at = match &after {
+            Some((k, row)) if k.hash.is_none() => Some((String::from_utf8_lossy(&k.head).into_owned(), *row)),
+            Some(_) => return Err(not_this_cursor()),
+            None => None,
+        };
+        let mut rows = self.state.list_proposals_page(
+            &v.id,
+            Some(status),
+            limit + 1,
+            after_at.as_ref().map(|(a, r)| (a.as_str(), *r)),
+        )?;
+        let truncated = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let next_cursor = match (rows.last(), page) {
+            (Some((row, last)), Some(p)) if truncated => Some(self.seal(
+                v,
+                p,
+                &Position::Proposals {
+                    created_at: vault::Key::exact(&last.created_at),
+                    row: *row,
+                },
+            )),
+            _ => None,
+        };
+        Ok(crate::api::ListProposalsOut {
+            proposals: rows
+                .iter()
+                .filter_map(|(_, r)| crate::proposing::item(r))
+                .collect(),
+            truncated,
+            next_cursor,
+        })
     }
 
     pub fn vault_list(&self, cred: &Credential) -> VaultListOut {
-        let vaults = self
+        let mut vaults: Vec<VaultItem> = self
             .visible(cred)
+            .take(vault::MAX_LIST_ITEMS + 1)
             .map(|v| VaultItem {
                 id: v.id.clone(),
                 name: v.name.clone(),
@@ -626,7 +824,9 @@ impl Core {
                 note_count: v.reader.note_count() as u64,
             })
             .collect();
-        VaultListOut { vaults }
+        let truncated = vaults.len() > vault::MAX_LIST_ITEMS;
+        vaults.truncate(vault::MAX_LIST_ITEMS);
+        VaultListOut { vaults, truncated }
     }
 
     pub fn overview(&self, v: &VaultHandle) -> Result<OverviewOut, GatewayError> {
@@ -824,6 +1024,32 @@ fn open_audit(home: &Home, state: &State) -> Result<AuditLog, GatewayError> {
         Err(e) => tracing::warn!(error = %e, "reading the audit head failed"),
     }
     Ok(audit)
+}
+
+/// The call a page belongs to: its tool, its arguments as sent and the credential (what a
+/// cursor is sealed to, with the vault it resolved to).
+#[derive(Debug, Clone, Copy)]
+pub struct PageCall<'a> {
+    pub tool: &'a str,
+    pub args: &'a Value,
+    pub credential: &'a str,
+}
+
+impl<'a> PageCall<'a> {
+    fn binding<'b>(&'b self, vault: &'b str) -> Binding<'b> {
+        Binding {
+            tool: self.tool,
+            vault,
+            credential: self.credential,
+            args: self.args,
+        }
+    }
+}
+
+/// A cursor sealed for another tool of the same arguments cannot happen (the tool is sealed in),
+/// but a decoded position of the wrong kind is refused like any forged cursor.
+fn not_this_cursor() -> GatewayError {
+    GatewayError::InvalidArgument("cursor is not valid for this call".into())
 }
 
 pub(crate) fn outcome_for(e: &GatewayError) -> Outcome {

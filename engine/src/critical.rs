@@ -94,8 +94,12 @@ pub enum CriticalStatus {
 pub struct ChallengeOut {
     pub challenge_id: String,
     pub plan_hash: String,
-    /// Every file the call would remove, sorted.
+    /// The files the call would remove, sorted: at most 1,000 (`count` is exact; the plan and
+    /// its hash cover every file).
     pub affected: Vec<String>,
+    /// `affected` lists only the first 1,000 of `count` files.
+    #[serde(default)]
+    pub truncated: bool,
     pub count: u64,
     /// Always "irreversible".
     pub recoverability: String,
@@ -393,10 +397,14 @@ impl Core {
             expires_at: expires,
             created_at: now,
         })?;
+        let mut affected = plan.affected;
+        let truncated = affected.len() > vault::MAX_LIST_ITEMS;
+        affected.truncate(vault::MAX_LIST_ITEMS);
         Ok(ChallengeOut {
             challenge_id: id,
             plan_hash,
-            affected: plan.affected,
+            affected,
+            truncated,
             count: plan.count,
             recoverability: RECOVERABILITY.into(),
             revision,

@@ -49,6 +49,10 @@ pub enum GatewayError {
     /// An HTTP request refused before authentication matters (Host, Origin, session owner).
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// One item of a result is larger than `max_output_bytes` (SPEC §14); the message names a
+    /// narrower call.
+    #[error("{0}")]
+    OutputLimitExceeded(String),
     /// The audit record of the call could not be written (SPEC §9): refused, nothing changed.
     #[error("the audit log cannot be written right now; nothing was changed")]
     AuditUnavailable,
@@ -86,6 +90,7 @@ impl GatewayError {
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
             GatewayError::Proposal(code, _) => *code,
             GatewayError::Challenge(code, _, _) => *code,
+            GatewayError::OutputLimitExceeded(_) => ErrorCode::OUTPUT_LIMIT_EXCEEDED,
             GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,
         }

@@ -16,6 +16,7 @@ mod call;
 pub mod changes;
 pub mod core;
 pub mod critical;
+pub mod cursor;
 pub mod doctor;
 pub mod error;
 mod failpoints;

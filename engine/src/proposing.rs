@@ -422,29 +422,14 @@ impl Core {
         })
     }
 
+    /// The CLI's `inbox list`: the first page (see `Core::list_proposals_page`).
     pub fn list_proposals(
         &self,
         v: &VaultHandle,
         status: Option<&str>,
         limit: Option<u32>,
     ) -> Result<ListProposalsOut, GatewayError> {
-        let status = status.unwrap_or("pending");
-        if !matches!(status, "pending" | "applied" | "rejected") {
-            return Err(GatewayError::InvalidArgument(
-                "status is pending, applied or rejected".into(),
-            ));
-        }
-        let limit = limit.unwrap_or(50);
-        if !(1..=500).contains(&limit) {
-            return Err(GatewayError::InvalidArgument("limit is 1 to 500".into()));
-        }
-        let status: inbox::ProposalStatus = status
-            .parse()
-            .map_err(|_| GatewayError::InvalidArgument("status is pending, applied or rejected".into()))?;
-        let rows = self.state.list_proposals(&v.id, Some(status), limit)?;
-        Ok(ListProposalsOut {
-            proposals: rows.iter().filter_map(item).collect(),
-        })
+        self.list_proposals_page(v, None, status, limit, None)
     }
 
     /// Every pending proposal's id, in `list_proposals` order: what the CLI's `apply` without

@@ -3,10 +3,11 @@
 //! resolves the vault through the call, and hands typed values to the engine.
 
 use engine::api::{
-    ApplyArgs, ListNotesArgs, ListProposalsArgs, NoArgs, PathArgs, ProposalIdArgs, ProposeDeleteArgs,
-    ProposeMoveArgs, ProposeNewArgs, ProposePatchArgs, RecentArgs, RejectArgs, SearchKnowledgeArgs,
-    SearchNoteContentArgs, VaultArg,
+    ApplyArgs, ListNotesArgs, ListProposalsArgs, ListTagsArgs, NoArgs, PathArgs, ProposalIdArgs,
+    ProposeDeleteArgs, ProposeMoveArgs, ProposeNewArgs, ProposePatchArgs, RecentArgs, RejectArgs,
+    SearchKnowledgeArgs, SearchNoteContentArgs, VaultArg,
 };
+use engine::core::PageCall;
 use engine::history::HistoryMoveArgs;
 use engine::ids::{HistoryEntryId, NoteHash, ProposalHash, ProposalId};
 use engine::{Audited, Call, Caller, Core, GatewayError, Transition};
@@ -35,11 +36,90 @@ pub fn call_tool(
         return None;
     }
     let args = Value::Object(args);
-    Some(core.call(caller, spec, &args, |call| run(core, caller, spec.name, call)))
+    Some(core.call(caller, spec, &args, |call| {
+        let out = run(core, caller, spec.name, call)?;
+        within_output_limit(spec.name, out, core.read_limits().max_output_bytes)
+    }))
+}
+
+/// SPEC §14: a result is at most `max` bytes of JSON, counting both of its copies (the
+/// `structuredContent` and the text block that repeats it, escaped once more): that is what a
+/// client must read as one message (rmcp's own line limit is 16 MiB). Lists are cut before this (every list is
+/// paged or capped), so what is left over is one item too large: refused, naming a narrower call.
+fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, GatewayError> {
+    let size = result_len(&out);
+    if size <= max {
+        return Ok(out);
+    }
+    let mib = |n: usize| n.div_ceil(1024 * 1024);
+    let what = format!(
+        "the result of {tool} is about {} MiB, over the {} MiB output limit",
+        mib(size),
+        mib(max)
+    );
+    let next = match tool {
+        "get_proposal" => {
+            "read the note with read_note and review the proposal with `vaultgate inbox show` (or reject it)"
+                .to_owned()
+        }
+        "propose_note_patch" | "propose_frontmatter_update" => {
+            let id = out.get("id").and_then(Value::as_str).unwrap_or_default();
+            let hash = out
+                .get("proposalHash")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            format!(
+                "the proposal was recorded (id {id}, proposalHash {hash}) but its diff is too large to show: a reviewer sees it with `vaultgate inbox show`; prefer smaller edits"
+            )
+        }
+        "read_note" => {
+            "the note holds many characters that JSON must escape; read it from the vault folder directly"
+                .to_owned()
+        }
+        _ => "narrow the call (a smaller limit, a folder or pathPrefix, one path at a time)".to_owned(),
+    };
+    // SECURITY(T-PAGE3): no answer is larger than max_output_bytes.
+    Err(GatewayError::OutputLimitExceeded(format!("{what}; {next}")))
+}
+
+/// The bytes of a result on the wire: its JSON, and that JSON as a JSON string.
+fn result_len(v: &Value) -> usize {
+    let first = json_len(v);
+    if first.saturating_mul(2) <= 4096 {
+        // Small: the escaped copy cannot matter; skip building the text.
+        return first.saturating_mul(2);
+    }
+    match serde_json::to_string(v) {
+        Ok(text) => first + json_len(&Value::String(text)),
+        Err(_) => first.saturating_mul(2),
+    }
+}
+
+/// The length of `v` as compact JSON, without building the text.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    // Writing to a counter cannot fail; a failure would only under-count.
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<Value, GatewayError> {
     let args = call.args();
+    let page = PageCall {
+        tool,
+        args,
+        credential: caller.credential.id.as_str(),
+    };
     match tool {
         "vault_list" => {
             let _: NoArgs = parse(args)?;
@@ -53,12 +133,27 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         "search_knowledge" => {
             let a: SearchKnowledgeArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.search_knowledge(&v, &a.query, &a.tag.unwrap_or_default(), a.limit)?)
+            to_value(core.search_knowledge(
+                &v,
+                &page,
+                &a.query,
+                &a.tag.unwrap_or_default(),
+                a.limit,
+                a.cursor.as_deref(),
+            )?)
         }
         "search_note_content" => {
             let a: SearchNoteContentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.search_content(&v, a.query, a.limit, a.tag.unwrap_or_default(), a.path_prefix)?)
+            to_value(core.search_content(
+                &v,
+                &page,
+                a.query,
+                a.limit,
+                a.tag.unwrap_or_default(),
+                a.path_prefix,
+                a.cursor.as_deref(),
+            )?)
         }
         "read_note" => {
             let a: PathArgs = parse(args)?;
@@ -68,7 +163,7 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         "list_notes" => {
             let a: ListNotesArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_notes(&v, a.dir.as_deref(), a.limit)?)
+            to_value(core.list_notes(&v, &page, a.dir.as_deref(), a.limit, a.cursor.as_deref())?)
         }
         "list_standards" => {
             let a: VaultArg = parse(args)?;
@@ -76,9 +171,9 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
             to_value(core.list_standards(&v)?)
         }
         "list_tags" => {
-            let a: VaultArg = parse(args)?;
+            let a: ListTagsArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_tags(&v)?)
+            to_value(core.list_tags(&v, &page, a.limit, a.cursor.as_deref())?)
         }
         "get_related_notes" => {
             let a: PathArgs = parse(args)?;
@@ -88,12 +183,18 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         "list_recent_notes" => {
             let a: RecentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.recent(&v, a.limit, a.since.as_deref())?)
+            to_value(core.recent(&v, &page, a.limit, a.since.as_deref(), a.cursor.as_deref())?)
         }
         "list_proposals" => {
             let a: ListProposalsArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_proposals(&v, a.status.as_deref(), a.limit)?)
+            to_value(core.list_proposals_page(
+                &v,
+                Some(&page),
+                a.status.as_deref(),
+                a.limit,
+                a.cursor.as_deref(),
+            )?)
         }
         "get_proposal" => {
             let a: ProposalIdArgs = parse(args)?;

@@ -63,12 +63,12 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         read_tool::<SearchKnowledgeArgs, r::KnowledgeHits>(
             "search_knowledge",
             "Search titles, aliases, descriptions, tags",
-            "Find notes by what they are about: every term must match a title, alias, description or tag (case-insensitive substring).",
+            "Find notes by what they are about: every term must match a title, alias, description or tag (case-insensitive substring). When truncated, pass nextCursor as cursor for the next page (valid until the vault changes).",
         ),
         read_tool::<SearchNoteContentArgs, r::ContentHits>(
             "search_note_content",
             "Search note text",
-            "Exact full-text search: a note matches when every term occurs in it (case-insensitive substring, works for CJK and short terms); returns matching lines with 1-based line numbers and snippets.",
+            "Exact full-text search: a note matches when every term occurs in it (case-insensitive substring, works for CJK and short terms); returns matching lines with 1-based line numbers and snippets. When truncated (more hits, or the search time budget ran out), pass nextCursor as cursor for the next page (valid until the vault changes).",
         ),
         read_tool::<PathArgs, r::ReadNote>(
             "read_note",
@@ -78,17 +78,17 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         read_tool::<ListNotesArgs, r::ListNotes>(
             "list_notes",
             "List a folder",
-            "One folder level: notes, sub-folders and other files, with note titles.",
+            "One folder level: notes, sub-folders and other files, with note titles; when truncated, pass nextCursor as cursor for the next page.",
         ),
         read_tool::<VaultArg, r::ListStandards>(
             "list_standards",
             "List standards",
             "The vault's standards notes (conventions to follow when proposing changes).",
         ),
-        read_tool::<VaultArg, r::ListTags>(
+        read_tool::<ListTagsArgs, r::ListTags>(
             "list_tags",
             "List tags",
-            "Every tag used in notes (frontmatter and inline #tags) with the number of notes carrying it.",
+            "Every tag used in notes (frontmatter and inline #tags) with the number of notes carrying it, most used first; when truncated, pass nextCursor as cursor for the next page.",
         ),
         read_tool::<PathArgs, r::Related>(
             "get_related_notes",
@@ -98,12 +98,12 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         read_tool::<RecentArgs, r::RecentNotes>(
             "list_recent_notes",
             "Recently modified notes",
-            "Notes ordered by modification time, newest first.",
+            "Notes ordered by modification time, newest first; when truncated, pass nextCursor as cursor for the next page.",
         ),
         read_tool::<ListProposalsArgs, ListProposalsOut>(
             "list_proposals",
             "List proposals",
-            "Proposals in the vault's inbox, newest first (pending by default).",
+            "Proposals in the vault's inbox, newest first (pending by default); when truncated, pass nextCursor as cursor for the next page.",
         ),
         read_tool::<ProposalIdArgs, GetProposalOut>(
             "get_proposal",

@@ -210,6 +210,29 @@ impl State {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// One page of the vault's proposals, newest first: the `limit` after the stable key
+    /// `(createdAt, row)` of `after` (the last item of the previous page), each with its row.
+    pub fn list_proposals_page(
+        &self,
+        vault: &str,
+        status: Option<ProposalStatus>,
+        limit: u32,
+        after: Option<(&str, i64)>,
+    ) -> Result<Vec<(i64, StoredProposal)>, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, rowid FROM proposals WHERE vault = ?1 AND (?2 IS NULL OR status = ?2)
+             AND (?3 IS NULL OR created_at < ?3 OR (created_at = ?3 AND rowid < ?4))
+             ORDER BY created_at DESC, rowid DESC LIMIT ?5"
+        ))?;
+        let (at, row) = after.map_or((None, 0), |(a, r)| (Some(a), r));
+        let rows = stmt.query_map(
+            params![vault, status.map(ProposalStatus::as_str), at, row, limit],
+            |r| Ok((r.get(13)?, from_row(r)?)),
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     pub fn count_pending(&self, vault: &str) -> Result<u64, StateError> {
         let conn = self.conn()?;
         let n: i64 = conn.query_row(
@@ -459,6 +482,33 @@ mod tests {
         let rejected = s.list_proposals("v", Some(ProposalStatus::Rejected), 10).unwrap();
         assert_eq!(rejected[0].reject_reason.as_deref(), Some("no"));
         assert_eq!(rejected[0].decided_at, Some(t(41)));
+    }
+
+    #[test]
+    fn pages_walk_every_proposal_once_newest_first() {
+        let (_d, s) = open();
+        // Equal times are ordered by row: the key is stable, not an offset.
+        for (i, at) in [10, 30, 20, 30, 30, 5].iter().enumerate() {
+            insert(&s, "v", &format!("p{i}"), &format!("s{i}"), *at).unwrap();
+        }
+        let all: Vec<String> = s
+            .list_proposals("v", None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        let mut walked = Vec::new();
+        let mut after: Option<(String, i64)> = None;
+        loop {
+            let page = s
+                .list_proposals_page("v", None, 2, after.as_ref().map(|(a, r)| (a.as_str(), *r)))
+                .unwrap();
+            let Some((row, last)) = page.last() else { break };
+            after = Some((last.created_at.clone(), *row));
+            walked.extend(page.into_iter().map(|(_, p)| p.id));
+        }
+        assert_eq!(walked, all);
+        assert_eq!(walked.len(), 6);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod index;
 mod limits;
 mod notify;
 mod operator;
+mod paging;
 mod proposals;
 mod security;
 mod smoke;

@@ -371,21 +371,22 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         .filter(|t| READ_TOOLS.contains(&t["name"].as_str().unwrap()))
         .collect();
 
-    // SPEC §4 table: inputs besides `vault`, and the main output fields.
+    // SPEC §4 table: inputs besides `vault`, and the main output fields; the list and search
+    // tools of SPEC §14 also take `cursor` (and `list_tags` a `limit`).
     let inputs: BTreeMap<&str, &[&str]> = BTreeMap::from([
         ("vault_list", &[][..]),
         ("get_vault_overview", &[][..]),
-        ("search_knowledge", &["query", "tag", "limit"][..]),
+        ("search_knowledge", &["query", "tag", "limit", "cursor"][..]),
         (
             "search_note_content",
-            &["query", "limit", "tag", "pathPrefix"][..],
+            &["query", "limit", "tag", "pathPrefix", "cursor"][..],
         ),
         ("read_note", &["path"][..]),
-        ("list_notes", &["dir", "limit"][..]),
+        ("list_notes", &["dir", "limit", "cursor"][..]),
         ("list_standards", &[][..]),
-        ("list_tags", &[][..]),
+        ("list_tags", &["limit", "cursor"][..]),
         ("get_related_notes", &["path"][..]),
-        ("list_recent_notes", &["limit", "since"][..]),
+        ("list_recent_notes", &["limit", "since", "cursor"][..]),
     ]);
     let required: BTreeMap<&str, &[&str]> = BTreeMap::from([
         ("search_knowledge", &["query"][..]),
@@ -797,7 +798,7 @@ async fn list_standards_lists_the_docs_notes_with_titles_and_descriptions() {
         json!({"standards": [
             {"path": "docs/style.md", "title": "Note style", "description": "How notes in this vault are written."},
             {"path": "docs/tags.md", "title": "Tagging rules", "description": "Which tags exist and when to use them."},
-        ]})
+        ], "truncated": false, "count": 2})
     );
     s.close().await;
 }
@@ -1430,7 +1431,7 @@ async fn vault_list_shows_the_default_vault_with_its_note_count_and_no_absolute_
     let v = s.ok("vault_list", json!({})).await;
     assert_eq!(
         v,
-        json!({"vaults": [{"id": "basic", "name": "vault", "isDefault": true, "noteCount": 9}]})
+        json!({"vaults": [{"id": "basic", "name": "vault", "isDefault": true, "noteCount": 9}], "truncated": false})
     );
     let mut strings = Vec::new();
     string_values(&v, &mut strings);

@@ -29,7 +29,10 @@ use rusqlite::ErrorCode as SqliteCode;
 
 use crate::fs::{DirEntry, EntryKind, FsError, MAX_DEPTH, MAX_READ_BYTES, VaultFs};
 use crate::note::Note;
-use crate::types::{ContentHits, Counts, KnowledgeHits, ListStandards, ListTags, RecentNotes, Related};
+use crate::types::{
+    ContentHits, Counts, KnowledgeHits, ListStandards, ListTags, RecentNotes, RecentPos, Related, SearchPage,
+    SearchPos,
+};
 use db::{Db, Op, Snapshot};
 use grams::TokenBuf;
 use record::{NoteRecord, from_nanos, nanos};
@@ -790,10 +793,11 @@ impl Index {
         limit: usize,
         prefix: &FolderPath,
         tags: &[String],
-    ) -> Option<ContentHits> {
+        page: &SearchPage,
+    ) -> Option<(ContentHits, Option<SearchPos>)> {
         let mut stale = Vec::new();
-        let out =
-            self.read(|snap| query::search_content(&self.fs, snap, terms, limit, prefix, tags, &mut stale));
+        let out = self
+            .read(|snap| query::search_content(&self.fs, snap, terms, limit, prefix, tags, page, &mut stale));
         self.hint_stale(stale);
         out
     }
@@ -803,8 +807,9 @@ impl Index {
         terms: &[String],
         tags: &[String],
         limit: usize,
-    ) -> Option<KnowledgeHits> {
-        self.read(|snap| query::search_knowledge(snap, terms, tags, limit))
+        page: &SearchPage,
+    ) -> Option<(KnowledgeHits, Option<SearchPos>)> {
+        self.read(|snap| query::search_knowledge(snap, terms, tags, limit, page))
     }
 
     pub(crate) fn list_tags(&self) -> Option<ListTags> {
@@ -819,8 +824,13 @@ impl Index {
         self.read(|snap| query::related(snap, path, this))
     }
 
-    pub(crate) fn recent(&self, limit: usize, since: Option<SystemTime>) -> Option<RecentNotes> {
-        self.read(|snap| query::recent(snap, limit, since))
+    pub(crate) fn recent(
+        &self,
+        limit: usize,
+        since: Option<SystemTime>,
+        after: Option<&RecentPos>,
+    ) -> Option<(RecentNotes, Option<RecentPos>)> {
+        self.read(|snap| query::recent(snap, limit, since, after))
     }
 
     pub(crate) fn counts(&self) -> Option<Counts> {

@@ -23,7 +23,8 @@ pub mod write;
 pub use index::{IndexError, IndexHealth, SyncReport};
 pub use reader::{Vault, rfc3339};
 pub use types::{
-    BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes,
-    ListStandards, ListTags, MatchedField, NoteEntry, NoteEntryKind, NoteRef, ReadNote, RecentNote,
-    RecentNotes, Related, StandardItem, TagCount, VaultError,
+    BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, Key, KnowledgeHit, KnowledgeHits, ListNotes,
+    ListStandards, ListTags, MAX_LIST_ITEMS, MatchedField, NoteEntry, NoteEntryKind, NoteRef, NotesPos,
+    RankPos, ReadNote, RecentNote, RecentNotes, RecentPos, Related, RelatedCounts, SearchPage, SearchPos,
+    StandardItem, TagCount, VaultError,
 };

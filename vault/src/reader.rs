@@ -7,7 +7,7 @@
 //! functions, so their answers are the same.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,11 +21,11 @@ use crate::fs::{DirEntry, EntryKind, FsError, VaultFs};
 use crate::index::{Index, IndexError, IndexHealth, SETTLE_WAIT, SyncReport, catalog_walk};
 use crate::links::{Resolution, Resolver};
 use crate::note::{Note, stem};
-use crate::search::{fold, knowledge_score, parse_terms, snippet, terms_in_line};
+use crate::search::{Ranker, Step, fold, knowledge_score, parse_terms, snippet, terms_in_line};
 use crate::types::{
     BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes,
-    ListStandards, ListTags, NoteEntry, NoteEntryKind, NoteRef, ReadNote, RecentNote, RecentNotes, Related,
-    StandardItem, TagCount, VaultError,
+    ListStandards, ListTags, MAX_LIST_ITEMS, NoteEntry, NoteEntryKind, NoteRef, NotesPos, ReadNote,
+    RecentNote, RecentNotes, RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount, VaultError,
 };
 
 /// One vault opened for reading.
@@ -167,8 +167,14 @@ impl Vault {
         })
     }
 
-    /// `list_notes`: one folder level, folders first, then files, each by path.
-    pub fn list_notes(&self, dir: Option<&str>, limit: Option<u32>) -> Result<ListNotes, VaultError> {
+    /// `list_notes`: one folder level, folders first, then files, each by path; the page after
+    /// `after`, and where the next one starts.
+    pub fn list_notes_page(
+        &self,
+        dir: Option<&str>,
+        limit: Option<u32>,
+        after: Option<&NotesPos>,
+    ) -> Result<(ListNotes, Option<NotesPos>), VaultError> {
         let limit = check_limit(limit, 200, 500)?;
         let folder = FolderPath::parse(dir.unwrap_or(""))?;
         let mut entries = self.fs.list_dir(&folder).map_err(|e| match e {
@@ -179,8 +185,22 @@ impl Vault {
         entries.sort_by(|a, b| {
             (a.kind != EntryKind::Folder, &a.path).cmp(&(b.kind != EntryKind::Folder, &b.path))
         });
+        if let Some(pos) = after {
+            // Every entry of the folder shares its path up to the name: the name is the key.
+            entries.retain(|e| {
+                let file = e.kind != EntryKind::Folder;
+                (file && !pos.file) || (file == pos.file && pos.name.is_before(e.path.file_name()))
+            });
+        }
         let truncated = entries.len() > limit;
         entries.truncate(limit);
+        let next = match entries.last() {
+            Some(e) if truncated => Some(NotesPos {
+                file: e.kind != EntryKind::Folder,
+                name: crate::types::Key::exact(e.path.file_name()),
+            }),
+            _ => None,
+        };
         let entries = entries
             .into_iter()
             .map(|e| {
@@ -198,7 +218,14 @@ impl Vault {
                 }
             })
             .collect();
-        Ok(ListNotes { entries, truncated })
+        Ok((
+            ListNotes {
+                entries,
+                truncated,
+                next_cursor: None,
+            },
+            next,
+        ))
     }
 
     /// `list_standards`: every note under the standards folders, by path.
@@ -220,7 +247,7 @@ impl Vault {
                 }
             })
             .collect();
-        Ok(ListStandards { standards })
+        Ok(cap_standards(standards))
     }
 
     /// `list_tags`: how many notes carry each tag, most used first, then by name.
@@ -246,6 +273,8 @@ impl Vault {
         tags.sort_by(|(fa, a), (fb, b)| b.count.cmp(&a.count).then_with(|| fa.cmp(fb)));
         Ok(ListTags {
             tags: tags.into_iter().map(|(_, t)| t).collect(),
+            truncated: false,
+            next_cursor: None,
         })
     }
 
@@ -307,16 +336,23 @@ impl Vault {
             }
             backlinks.push(item);
         }
-        Ok(Related {
+        Ok(Related::capped(
             outlinks,
             backlinks,
             broken_links,
             mocs,
-        })
+            MAX_LIST_ITEMS,
+        ))
     }
 
-    /// `list_recent_notes`: newest first (then by path), optionally modified at or after `since`.
-    pub fn recent(&self, limit: Option<u32>, since: Option<&str>) -> Result<RecentNotes, VaultError> {
+    /// `list_recent_notes`: newest first (then by path), optionally modified at or after `since`;
+    /// the page after `after`, and where the next one starts.
+    pub fn recent_page(
+        &self,
+        limit: Option<u32>,
+        since: Option<&str>,
+        after: Option<&RecentPos>,
+    ) -> Result<(RecentNotes, Option<RecentPos>), VaultError> {
         let limit = check_limit(limit, 20, 200)?;
         let since = since
             .map(|s| {
@@ -327,7 +363,7 @@ impl Vault {
                     })
             })
             .transpose()?;
-        if let Some(out) = self.ix().and_then(|ix| ix.recent(limit, since)) {
+        if let Some(out) = self.ix().and_then(|ix| ix.recent(limit, since, after)) {
             return Ok(out);
         }
         let cat = Catalog::scan(&self.fs);
@@ -335,22 +371,43 @@ impl Vault {
             .entries
             .iter()
             .filter(|e| since.is_none_or(|s| e.modified >= s))
+            .filter(|e| after.is_none_or(|p| recent_is_after(p, nanos_of(e.modified), e.path.as_str())))
             .collect();
         entries.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| a.path.cmp(&b.path)));
+        let truncated = entries.len() > limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some(e) if truncated => Some(RecentPos {
+                mtime: nanos_of(e.modified),
+                path: crate::types::Key::exact(e.path.as_str()),
+            }),
+            _ => None,
+        };
         let notes = entries
             .into_iter()
-            .take(limit)
             .map(|e| RecentNote {
                 path: e.path.to_string(),
                 title: cat.title(e),
                 modified: rfc3339(e.modified),
             })
             .collect();
-        Ok(RecentNotes { notes })
+        Ok((
+            RecentNotes {
+                notes,
+                truncated,
+                next_cursor: None,
+            },
+            next,
+        ))
     }
 
-    /// `search_note_content`: case-insensitive substring AND over the terms (SPEC §4, §10).
-    pub fn search_content(&self, q: &ContentQuery) -> Result<ContentHits, VaultError> {
+    /// `search_note_content`: case-insensitive substring AND over the terms (SPEC §4, §10); one
+    /// page (see `search::Ranker`), and where the next one starts.
+    pub fn search_content_page(
+        &self,
+        q: &ContentQuery,
+        page: &SearchPage,
+    ) -> Result<(ContentHits, Option<SearchPos>), VaultError> {
         let terms = query_terms(&q.query)?;
         let limit = check_limit(q.limit, 60, 200)?;
         let prefix = match q.path_prefix.as_deref() {
@@ -366,18 +423,22 @@ impl Vault {
         let tags = tag_filter(&q.tags);
         if let Some(out) = self
             .ix()
-            .and_then(|ix| ix.search_content(&terms, limit, &prefix, &tags))
+            .and_then(|ix| ix.search_content(&terms, limit, &prefix, &tags, page))
         {
             return Ok(out);
         }
         let cat = Catalog::scan(&self.fs);
 
-        // Notes come in path order and lines in line order, so per score the first `limit` hits
-        // are the only ones that can be returned: keep those (score → (entry, line, text)) and count
-        // the rest. Snippets are cut only for the hits returned.
-        let mut buckets: BTreeMap<usize, Vec<(&CatalogEntry, usize, String)>> = BTreeMap::new();
-        let mut total = 0usize;
+        // Notes come in path order and lines in line order; the ranker keeps per score the first
+        // `limit` hits. Snippets are cut only for the hits returned.
+        let top = u32::try_from(terms.len()).unwrap_or(u32::MAX);
+        let mut ranker: Ranker<(&CatalogEntry, String)> = Ranker::new(page, limit, top);
         for e in cat.entries.iter().filter(|e| prefix.contains(&e.path)) {
+            match ranker.before_note(e.path.as_str()) {
+                Step::Skip => continue,
+                Step::Stop => break,
+                Step::Examine => {}
+            }
             let Some(text) = cat.read(e) else { continue };
             let mut seen = vec![false; terms.len()];
             let mut lines = Vec::new();
@@ -400,67 +461,104 @@ impl Vault {
                 continue;
             }
             for (score, line, text) in lines {
-                total += 1;
-                let bucket = buckets.entry(score).or_default();
-                if bucket.len() < limit {
-                    bucket.push((e, line, text.to_owned()));
-                }
+                let (score, line) = (to_u32(score), to_u32(line));
+                ranker.offer(score, e.path.as_str(), line, || (e, text.to_owned()));
+            }
+            if ranker.after_note() {
+                break;
             }
         }
-        let hits = buckets
+        let (ranked, truncated, next) = ranker.finish();
+        let hits = ranked
             .into_iter()
-            .rev()
-            .flat_map(|(score, hits)| {
-                hits.into_iter()
-                    .map(move |(e, line, text)| (score, e, line, text))
-            })
-            .take(limit)
-            .map(|(score, e, line, text)| ContentHit {
-                path: e.path.to_string(),
-                line,
-                snippet: snippet(&text, &terms),
-                title: cat.title(e),
-                score,
+            .map(|h| {
+                let (e, text) = h.item;
+                ContentHit {
+                    path: h.path,
+                    line: h.line as usize,
+                    snippet: snippet(&text, &terms),
+                    title: cat.title(e),
+                    score: h.score as usize,
+                }
             })
             .collect();
-        let truncated = total > limit;
-        Ok(ContentHits { hits, truncated })
+        Ok((
+            ContentHits {
+                hits,
+                truncated,
+                next_cursor: None,
+            },
+            next,
+        ))
     }
 
-    /// `search_knowledge`: every term in at least one of title, aliases, description, tags.
+    /// `search_knowledge`: every term in at least one of title, aliases, description, tags; one
+    /// page (see `search::Ranker`), and where the next one starts.
+    pub fn search_knowledge_page(
+        &self,
+        query: &str,
+        tags: &[String],
+        limit: Option<u32>,
+        page: &SearchPage,
+    ) -> Result<(KnowledgeHits, Option<SearchPos>), VaultError> {
+        let terms = query_terms(query)?;
+        let limit = check_limit(limit, 20, 200)?;
+        let tags = tag_filter(tags);
+        if let Some(out) = self
+            .ix()
+            .and_then(|ix| ix.search_knowledge(&terms, &tags, limit, page))
+        {
+            return Ok(out);
+        }
+        let cat = Catalog::scan(&self.fs);
+        let mut ranker: Ranker<(Vec<crate::types::MatchedField>, String)> =
+            Ranker::new(page, limit, knowledge_top(&terms));
+        for e in &cat.entries {
+            match ranker.before_note(e.path.as_str()) {
+                Step::Skip => continue,
+                Step::Stop => break,
+                Step::Examine => {}
+            }
+            let Some(note) = cat.note(e) else { continue };
+            if !tags.iter().all(|t| note.has_tag(t)) {
+                continue;
+            }
+            let Some((matched, score)) = knowledge_score(note, &terms) else {
+                continue;
+            };
+            ranker.offer(score, e.path.as_str(), 0, || (matched, note.title.clone()));
+            if ranker.after_note() {
+                break;
+            }
+        }
+        Ok(knowledge_page(ranker))
+    }
+
+    /// The first page of `list_notes_page`.
+    pub fn list_notes(&self, dir: Option<&str>, limit: Option<u32>) -> Result<ListNotes, VaultError> {
+        Ok(self.list_notes_page(dir, limit, None)?.0)
+    }
+
+    /// The first page of `recent_page`.
+    pub fn recent(&self, limit: Option<u32>, since: Option<&str>) -> Result<RecentNotes, VaultError> {
+        Ok(self.recent_page(limit, since, None)?.0)
+    }
+
+    /// The first page of `search_content_page`, with no time budget.
+    pub fn search_content(&self, q: &ContentQuery) -> Result<ContentHits, VaultError> {
+        Ok(self.search_content_page(q, &SearchPage::default())?.0)
+    }
+
+    /// The first page of `search_knowledge_page`, with no time budget.
     pub fn search_knowledge(
         &self,
         query: &str,
         tags: &[String],
         limit: Option<u32>,
     ) -> Result<KnowledgeHits, VaultError> {
-        let terms = query_terms(query)?;
-        let limit = check_limit(limit, 20, 200)?;
-        let tags = tag_filter(tags);
-        if let Some(out) = self.ix().and_then(|ix| ix.search_knowledge(&terms, &tags, limit)) {
-            return Ok(out);
-        }
-        let cat = Catalog::scan(&self.fs);
-        let mut hits: Vec<KnowledgeHit> = cat
-            .entries
-            .iter()
-            .filter_map(|e| {
-                let note = cat.note(e)?;
-                if !tags.iter().all(|t| note.has_tag(t)) {
-                    return None;
-                }
-                let (matched, score) = knowledge_score(note, &terms)?;
-                Some(KnowledgeHit {
-                    path: e.path.to_string(),
-                    title: note.title.clone(),
-                    matched,
-                    score,
-                })
-            })
-            .collect();
-        hits.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
-        hits.truncate(limit);
-        Ok(KnowledgeHits { hits })
+        Ok(self
+            .search_knowledge_page(query, tags, limit, &SearchPage::default())?
+            .0)
     }
 
     /// Catalog counts for the vault overview.
@@ -508,6 +606,63 @@ pub fn rfc3339(t: SystemTime) -> String {
         .ok()
         .and_then(|t| t.format(&Rfc3339).ok())
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// The best score a `search_knowledge` hit can have: every term in a title.
+pub(crate) fn knowledge_top(terms: &[String]) -> u32 {
+    to_u32(terms.len()).saturating_mul(4)
+}
+
+/// A ranker's page of `search_knowledge`.
+pub(crate) fn knowledge_page(
+    ranker: Ranker<(Vec<crate::types::MatchedField>, String)>,
+) -> (KnowledgeHits, Option<SearchPos>) {
+    let (ranked, truncated, next) = ranker.finish();
+    let hits = ranked
+        .into_iter()
+        .map(|h| KnowledgeHit {
+            path: h.path,
+            title: h.item.1,
+            matched: h.item.0,
+            score: h.score,
+        })
+        .collect();
+    (
+        KnowledgeHits {
+            hits,
+            truncated,
+            next_cursor: None,
+        },
+        next,
+    )
+}
+
+pub(crate) fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Nanoseconds since 1970, as the index keeps modification times.
+pub(crate) fn nanos_of(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
+/// A note modified at `mtime` sorts after `pos` (newest first, then by path).
+pub(crate) fn recent_is_after(pos: &RecentPos, mtime: i64, path: &str) -> bool {
+    mtime < pos.mtime || (mtime == pos.mtime && pos.path.is_before(path))
+}
+
+/// `list_standards` with at most `MAX_LIST_ITEMS` items (SPEC §14).
+pub(crate) fn cap_standards(mut standards: Vec<StandardItem>) -> ListStandards {
+    let count = standards.len();
+    standards.truncate(MAX_LIST_ITEMS);
+    ListStandards {
+        standards,
+        truncated: count > MAX_LIST_ITEMS,
+        count,
+    }
 }
 
 fn check_limit(limit: Option<u32>, default: usize, max: usize) -> Result<usize, VaultError> {

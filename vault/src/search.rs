@@ -4,8 +4,11 @@
 //! Matching is case-insensitive *substring* matching (not tokens), so it works for CJK text and for
 //! one- or two-character terms.
 
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
 use crate::note::Note;
-use crate::types::MatchedField;
+use crate::types::{Key, MatchedField, RankPos, SearchPage, SearchPos};
 
 /// A snippet is at most this many characters (Unicode scalar values, not bytes).
 pub const SNIPPET_CHARS: usize = 200;
@@ -24,8 +27,10 @@ pub fn fold(s: &str) -> String {
 /// `"quoted phrase"` (starting a term) is one term. An unclosed quote runs to the end.
 pub fn parse_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
+    // Linear, not quadratic, in the number of terms.
+    let mut seen: HashSet<String> = HashSet::new();
     for term in terms_of(query) {
-        if !terms.contains(&term) {
+        if seen.insert(term.clone()) {
             terms.push(term);
         }
     }
@@ -173,10 +178,280 @@ pub fn knowledge_score(note: &Note, terms: &[String]) -> Option<(Vec<MatchedFiel
     Some((matched, score))
 }
 
+// ---- ranked pages under a time budget ----------------------------------------------------------
+
+/// One ranked hit of a page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranked<T> {
+    pub score: u32,
+    pub path: String,
+    pub line: u32,
+    pub item: T,
+}
+
+/// What the caller does with the next note (see `Ranker::before_note`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Examine,
+    Skip,
+    Stop,
+}
+
+/// One page of a ranked search (score descending, then path, then line), shared by both
+/// searches on both paths (scan and index). The caller offers the hit lines of each note in
+/// (path, line) order; the ranker keeps, per score, only the first `limit` (nothing later in
+/// path order can displace them).
+///
+/// SECURITY(T-PAGE2): once the page's deadline passes, the ranker stops the examination (after
+/// at least one note, so every page makes progress) and the page answers, ranked, the hits up to
+/// the `limit`-th hit in path order; the next page starts examining right after it, still
+/// skipping what ranked before `after`. Every hit is answered exactly once across the pages.
+pub struct Ranker<T> {
+    limit: usize,
+    start: Option<(Key, u32)>,
+    after: Option<RankPos>,
+    /// The best score a hit after `after` can have.
+    top: u32,
+    deadline: Option<Instant>,
+    buckets: BTreeMap<u32, Vec<Ranked<T>>>,
+    /// Hits offered (after `start` and `after`).
+    total: usize,
+    /// The `limit`-th of those, in path order.
+    limit_th: Option<(String, u32)>,
+    last_note: Option<String>,
+    cut: bool,
+}
+
+impl<T> Ranker<T> {
+    /// `top`: the highest score any hit can have.
+    pub fn new(page: &SearchPage, limit: usize, top: u32) -> Ranker<T> {
+        let after = page.from.after.clone();
+        let top = after.as_ref().map_or(top, |a| a.score.min(top));
+        Ranker {
+            limit: limit.max(1),
+            start: page.from.start.clone(),
+            after,
+            top,
+            deadline: page.deadline,
+            buckets: BTreeMap::new(),
+            total: 0,
+            limit_th: None,
+            last_note: None,
+            cut: false,
+        }
+    }
+
+    /// Whether to examine the note at `path` (notes come in path order).
+    pub fn before_note(&mut self, path: &str) -> Step {
+        if let Some((k, line)) = &self.start {
+            match k.order_of(path) {
+                Some(std::cmp::Ordering::Less) => return Step::Skip,
+                // A note the previous page examined to its end.
+                Some(std::cmp::Ordering::Equal) if *line == u32::MAX => return Step::Skip,
+                _ => {}
+            }
+        }
+        if self.last_note.is_some() && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.cut = true;
+            return Step::Stop;
+        }
+        // From here on the note counts as examined, whatever the caller finds in it.
+        self.last_note = Some(path.to_owned());
+        Step::Examine
+    }
+
+    /// A hit line of the note being examined; `item` is built only when the hit is kept.
+    pub fn offer(&mut self, score: u32, path: &str, line: u32, item: impl FnOnce() -> T) {
+        if let Some((k, l)) = &self.start
+            && k.order_of(path) == Some(std::cmp::Ordering::Equal)
+            && line <= *l
+        {
+            return;
+        }
+        if let Some(a) = &self.after {
+            let after = score < a.score
+                || (score == a.score
+                    && match a.path.order_of(path) {
+                        Some(std::cmp::Ordering::Less) => false,
+                        Some(std::cmp::Ordering::Equal) => line > a.line,
+                        _ => true,
+                    });
+            if !after {
+                return;
+            }
+        }
+        self.total += 1;
+        if self.total == self.limit {
+            self.limit_th = Some((path.to_owned(), line));
+        }
+        let bucket = self.buckets.entry(score).or_default();
+        if bucket.len() < self.limit {
+            bucket.push(Ranked {
+                score,
+                path: path.to_owned(),
+                line,
+                item: item(),
+            });
+        }
+    }
+
+    /// A note with hits is done; true when the answer can no longer change (stop reading).
+    pub fn after_note(&self) -> bool {
+        self.total > self.limit && self.buckets.get(&self.top).is_some_and(|b| b.len() >= self.limit)
+    }
+
+    /// The page: its hits, whether more may exist, and where the next page starts.
+    pub fn finish(self) -> (Vec<Ranked<T>>, bool, Option<SearchPos>) {
+        if self.cut {
+            // Only the hits up to the `limit`-th in path order: every hit after `after` in
+            // that stretch is answered now, and the next page examines what follows it.
+            let bound = self.limit_th.clone();
+            let mut hits: Vec<Ranked<T>> = self
+                .buckets
+                .into_values()
+                .flatten()
+                .filter(|h| {
+                    bound
+                        .as_ref()
+                        .is_none_or(|(p, l)| (h.path.as_str(), h.line) <= (p.as_str(), *l))
+                })
+                .collect();
+            hits.sort_by(|a, b| {
+                b.score
+                    .cmp(&a.score)
+                    .then_with(|| (&a.path, a.line).cmp(&(&b.path, b.line)))
+            });
+            let start = match bound {
+                Some((p, l)) => (Key::exact(&p), l),
+                None => (
+                    Key::exact(self.last_note.as_deref().unwrap_or_default()),
+                    u32::MAX,
+                ),
+            };
+            let next = SearchPos {
+                start: Some(start),
+                after: self.after,
+            };
+            return (hits, true, Some(next));
+        }
+        let truncated = self.total > self.limit;
+        let hits: Vec<Ranked<T>> = self
+            .buckets
+            .into_values()
+            .rev()
+            .flatten()
+            .take(self.limit)
+            .collect();
+        let next = truncated.then(|| SearchPos {
+            start: self.start,
+            after: hits.last().map(|h| RankPos {
+                score: h.score,
+                path: Key::exact(&h.path),
+                line: h.line,
+            }),
+        });
+        (hits, truncated, next)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Notes `(path, [(score, line)])` in path order, searched page by page as the readers do.
+    fn walk_pages(
+        notes: &[(String, Vec<(u32, u32)>)],
+        limit: usize,
+        budget: bool,
+    ) -> Vec<Vec<(u32, String, u32)>> {
+        let mut pages = Vec::new();
+        let mut from = SearchPos::default();
+        for _ in 0..10_000 {
+            let page = SearchPage {
+                from: from.clone(),
+                // Already passed: every page stops after its first examined note.
+                deadline: budget.then(Instant::now),
+            };
+            let mut r: Ranker<()> = Ranker::new(&page, limit, 3);
+            for (path, hits) in notes {
+                match r.before_note(path) {
+                    Step::Skip => continue,
+                    Step::Stop => break,
+                    Step::Examine => {}
+                }
+                for (score, line) in hits {
+                    r.offer(*score, path, *line, || ());
+                }
+                if r.after_note() {
+                    break;
+                }
+            }
+            let (hits, truncated, next) = r.finish();
+            assert_eq!(truncated, next.is_some());
+            pages.push(hits.into_iter().map(|h| (h.score, h.path, h.line)).collect());
+            match next {
+                Some(n) => from = n,
+                None => return pages,
+            }
+        }
+        panic!("the pages never ended");
+    }
+
+    fn rank(v: &mut [(u32, String, u32)]) {
+        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| (&a.1, a.2).cmp(&(&b.1, b.2))));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pages_answer_every_hit_once_with_and_without_a_budget(
+            raw in proptest::collection::vec(proptest::collection::vec((1u32..=3, 1u32..30), 0..6), 0..25),
+            limit in 1usize..7,
+        ) {
+            let notes: Vec<(String, Vec<(u32, u32)>)> = raw
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut hits)| {
+                    hits.sort_by_key(|h| h.1);
+                    hits.dedup_by_key(|h| h.1);
+                    (format!("n{i:03}.md"), hits)
+                })
+                .collect();
+            let mut all: Vec<(u32, String, u32)> = notes
+                .iter()
+                .flat_map(|(p, hits)| hits.iter().map(move |(s, l)| (*s, p.clone(), *l)))
+                .collect();
+            rank(&mut all);
+            // Without a budget, the pages are the global ranking cut in `limit`s.
+            let pages = walk_pages(&notes, limit, false);
+            let flat: Vec<_> = pages.iter().flatten().cloned().collect();
+            proptest::prop_assert_eq!(&flat, &all);
+            proptest::prop_assert!(pages.iter().all(|p| p.len() <= limit));
+            // With the budget always spent, every hit still comes exactly once, each page ranked.
+            let pages = walk_pages(&notes, limit, true);
+            for p in &pages {
+                let mut ranked = p.clone();
+                rank(&mut ranked);
+                proptest::prop_assert_eq!(&ranked, p);
+                proptest::prop_assert!(p.len() <= limit);
+            }
+            let mut flat: Vec<_> = pages.into_iter().flatten().collect();
+            rank(&mut flat);
+            proptest::prop_assert_eq!(flat, all);
+        }
+    }
+
+    #[test]
+    fn a_cut_key_may_repeat_but_never_skips() {
+        let long = format!("{}/b.md", "a".repeat(100));
+        let k = Key::exact(&long).cut(16);
+        assert_eq!(k.order_of(&long), Some(std::cmp::Ordering::Equal));
+        assert!(!k.is_before(&long));
+        assert!(!k.is_before("a.md"));
+        assert!(k.is_before("b.md"));
+        // Same head, another path: unknown, so treated as after.
+        assert!(k.is_before(&format!("{}/a.md", "a".repeat(100))));
+    }
 
     #[test]
     fn terms_split_on_unicode_whitespace_and_keep_phrases() {

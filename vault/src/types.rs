@@ -34,6 +34,9 @@ pub struct ReadNote {
 pub struct ListNotes {
     pub entries: Vec<NoteEntry>,
     pub truncated: bool,
+    /// Present exactly when `truncated`: pass it as `cursor` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -58,7 +61,12 @@ pub enum NoteEntryKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListStandards {
+    /// At most `MAX_LIST_ITEMS`, by path.
     pub standards: Vec<StandardItem>,
+    /// More standards existed than listed.
+    pub truncated: bool,
+    /// How many standards notes there are.
+    pub count: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -75,6 +83,10 @@ pub struct StandardItem {
 #[serde(rename_all = "camelCase")]
 pub struct ListTags {
     pub tags: Vec<TagCount>,
+    pub truncated: bool,
+    /// Present exactly when `truncated`: pass it as `cursor` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -94,6 +106,59 @@ pub struct Related {
     pub backlinks: Vec<NoteRef>,
     pub broken_links: Vec<BrokenLink>,
     pub mocs: Vec<NoteRef>,
+    /// Some list was cut at `MAX_LIST_ITEMS` items; `counts` has the exact sizes.
+    pub truncated: bool,
+    pub counts: RelatedCounts,
+}
+
+/// The exact size of each list of `get_related_notes`, however many items it carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedCounts {
+    pub outlinks: usize,
+    pub backlinks: usize,
+    pub broken_links: usize,
+    pub mocs: usize,
+}
+
+impl Related {
+    /// Related lists, each cut to `max` items (SPEC §14), counts kept exact.
+    pub fn capped(
+        outlinks: Vec<NoteRef>,
+        backlinks: Vec<NoteRef>,
+        broken_links: Vec<BrokenLink>,
+        mocs: Vec<NoteRef>,
+        max: usize,
+    ) -> Related {
+        let counts = RelatedCounts {
+            outlinks: outlinks.len(),
+            backlinks: backlinks.len(),
+            broken_links: broken_links.len(),
+            mocs: mocs.len(),
+        };
+        let truncated = [
+            counts.outlinks,
+            counts.backlinks,
+            counts.broken_links,
+            counts.mocs,
+        ]
+        .iter()
+        .any(|n| *n > max);
+        let cut = |mut v: Vec<NoteRef>| {
+            v.truncate(max);
+            v
+        };
+        let mut broken_links = broken_links;
+        broken_links.truncate(max);
+        Related {
+            outlinks: cut(outlinks),
+            backlinks: cut(backlinks),
+            broken_links,
+            mocs: cut(mocs),
+            truncated,
+            counts,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -117,6 +182,10 @@ pub struct BrokenLink {
 #[serde(rename_all = "camelCase")]
 pub struct RecentNotes {
     pub notes: Vec<RecentNote>,
+    pub truncated: bool,
+    /// Present exactly when `truncated`: pass it as `cursor` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -139,13 +208,121 @@ pub struct ContentQuery {
     pub path_prefix: Option<String>,
 }
 
+/// Every other list in a result carries at most this many items (SPEC §14).
+pub const MAX_LIST_ITEMS: usize = 1000;
+
+/// One page of a search: where it starts, and until when it may examine candidates.
+#[derive(Debug, Clone, Default)]
+pub struct SearchPage {
+    pub from: SearchPos,
+    /// Once passed, the search answers what it found so far (`truncated`, with a position).
+    pub deadline: Option<std::time::Instant>,
+}
+
+/// A sort key as a cursor carries it: the whole key, or, for a long one, its first bytes and a
+/// hash of the whole, so that cursors stay short (SPEC §14: at most 128 bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    pub head: Vec<u8>,
+    /// `None`: `head` is the whole key.
+    pub hash: Option<[u8; 8]>,
+}
+
+impl Key {
+    pub fn exact(s: &str) -> Key {
+        Key {
+            head: s.as_bytes().to_vec(),
+            hash: None,
+        }
+    }
+
+    /// The key with at most `n` bytes of head (a cut key stays as it is).
+    pub fn cut(&self, n: usize) -> Key {
+        if self.hash.is_some() || self.head.len() <= n {
+            return self.clone();
+        }
+        Key {
+            head: self.head[..n].to_vec(),
+            hash: Some(key_hash(&self.head)),
+        }
+    }
+
+    /// How `s` sorts against the key; `None` when a cut key cannot tell (`s` has the same head
+    /// but is another string). Callers treat `None` as "after": an item may repeat, never be
+    /// skipped.
+    pub fn order_of(&self, s: &str) -> Option<std::cmp::Ordering> {
+        use std::cmp::Ordering::*;
+        let b = s.as_bytes();
+        let Some(h) = self.hash else {
+            return Some(b.cmp(&self.head));
+        };
+        let m = b.len().min(self.head.len());
+        match b[..m].cmp(&self.head[..m]) {
+            Equal if b.len() < self.head.len() => Some(Less),
+            Equal if key_hash(b) == h => Some(Equal),
+            Equal => None,
+            o => Some(o),
+        }
+    }
+
+    /// `s` sorts after the key (or may: see `order_of`).
+    pub fn is_before(&self, s: &str) -> bool {
+        !matches!(
+            self.order_of(s),
+            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+        )
+    }
+}
+
+fn key_hash(b: &[u8]) -> [u8; 8] {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(b);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&d[..8]);
+    out
+}
+
+/// Where a ranked search continues: hits are ranked by score (descending), then path, then line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankPos {
+    pub score: u32,
+    pub path: Key,
+    pub line: u32,
+}
+
+/// The state of a ranked search between pages. `start`: only hit lines after this (path, line)
+/// are examined (a page cut by the budget moves it on); `after`: only hits ranked after this
+/// one are answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchPos {
+    pub start: Option<(Key, u32)>,
+    pub after: Option<RankPos>,
+}
+
+/// Where `list_notes` continues: folders first, then files, each by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotesPos {
+    pub file: bool,
+    pub name: Key,
+}
+
+/// Where `list_recent_notes` continues: newest first (nanoseconds), then by path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentPos {
+    pub mtime: i64,
+    pub path: Key,
+}
+
 /// `search_note_content`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContentHits {
     pub hits: Vec<ContentHit>,
-    /// More hits existed than `limit`.
+    /// More hits existed than `limit`, or the search budget ran out first.
     pub truncated: bool,
+    /// Present exactly when `truncated`: pass it as `cursor` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -166,6 +343,11 @@ pub struct ContentHit {
 #[serde(rename_all = "camelCase")]
 pub struct KnowledgeHits {
     pub hits: Vec<KnowledgeHit>,
+    /// More hits existed than `limit`, or the search budget ran out first.
+    pub truncated: bool,
+    /// Present exactly when `truncated`: pass it as `cursor` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]

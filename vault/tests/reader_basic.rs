@@ -235,7 +235,7 @@ fn list_standards_with_titles_and_descriptions() {
         json!({"standards": [
             {"path": "docs/naming.md", "title": "Naming", "description": ""},
             {"path": "docs/style.md", "title": "Style Guide", "description": "How we write"},
-        ]})
+        ], "truncated": false, "count": 2})
     );
 }
 
@@ -250,7 +250,7 @@ fn list_tags_counts_notes_case_insensitively_without_inbox_or_code() {
             {"name": "MOC", "count": 1},
             {"name": "paper", "count": 1},
             {"name": "读书", "count": 1},
-        ]})
+        ], "truncated": false})
     );
 }
 
@@ -287,12 +287,15 @@ fn related_notes_outlinks_backlinks_broken_links_and_mocs() {
                 {"path": "MOC Machine Learning.md", "title": "ML map"},
                 {"path": "maps/index.md", "title": "Index"},
             ],
+            "truncated": false,
+            "counts": {"outlinks": 2, "backlinks": 3, "brokenLinks": 2, "mocs": 2},
         })
     );
     // Links in code are not links; nothing links to it.
     assert_eq!(
         to_json(&v.related("code.md").unwrap()),
-        json!({"outlinks": [], "backlinks": [], "brokenLinks": [], "mocs": []})
+        json!({"outlinks": [], "backlinks": [], "brokenLinks": [], "mocs": [], "truncated": false,
+            "counts": {"outlinks": 0, "backlinks": 0, "brokenLinks": 0, "mocs": 0}})
     );
     assert_eq!(code(v.related("z/none.md")), ErrorCode::NOT_FOUND);
     assert_eq!(code(v.related("a\\b.md")), ErrorCode::PATH_INVALID);
@@ -307,7 +310,7 @@ fn recent_notes_newest_first_with_since() {
             {"path": "z/attention.md", "title": "Attention Is All You Need", "modified": T0},
             {"path": "z/transformers.md", "title": "Transformers", "modified": "2026-11-29T19:31:47Z"},
             {"path": "z/rnn.md", "title": "RNN", "modified": "2026-11-29T18:31:47Z"},
-        ]})
+        ], "truncated": true})
     );
     let since: Vec<String> = v
         .recent(None, Some("2026-11-29T17:31:47Z"))
@@ -489,14 +492,14 @@ fn search_knowledge_matches_metadata_with_weights() {
         to_json(&v.search_knowledge("attention", &[], None).unwrap()),
         json!({"hits": [
             {"path": "z/attention.md", "title": "Attention Is All You Need", "matched": ["title", "description"], "score": 4},
-        ]})
+        ], "truncated": false})
     );
     assert_eq!(
         to_json(&v.search_knowledge("TRANSFORMER", &[], None).unwrap()),
         json!({"hits": [
             {"path": "z/transformers.md", "title": "Transformers", "matched": ["title"], "score": 4},
             {"path": "z/attention.md", "title": "Attention Is All You Need", "matched": ["alias"], "score": 3},
-        ]})
+        ], "truncated": false})
     );
     let ml: Vec<(String, u32)> = v
         .search_knowledge("ml", &[], None)

@@ -1,7 +1,7 @@
 //! The read tools answered from an index snapshot, with the semantics of the per-call scan in
 //! `reader.rs` (SPEC §4): the index narrows, the same `search`, `note` and `links` functions decide.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;
 
 use policy::{FolderPath, NoteClass, VaultPath};
@@ -14,11 +14,11 @@ use crate::index::grams::match_query;
 use crate::index::record::{from_nanos, name_key, nanos};
 use crate::links::{Link, Resolution};
 use crate::note::{Note, stem};
-use crate::reader::rfc3339;
-use crate::search::{knowledge_score, snippet};
+use crate::reader::{cap_standards, knowledge_page, knowledge_top, recent_is_after, rfc3339, to_u32};
+use crate::search::{Ranked, Ranker, Step, knowledge_score, snippet};
 use crate::types::{
-    BrokenLink, ContentHit, ContentHits, Counts, KnowledgeHit, KnowledgeHits, ListStandards, ListTags,
-    NoteRef, RecentNote, RecentNotes, Related, StandardItem, TagCount,
+    BrokenLink, ContentHit, ContentHits, Counts, Key, ListStandards, ListTags, MAX_LIST_ITEMS, NoteRef,
+    RecentNote, RecentNotes, RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount,
 };
 
 /// A `Note` with the fields the index keeps (frontmatter and dates are not needed by any caller).
@@ -186,12 +186,8 @@ struct Texts {
     verify_all: bool,
 }
 
-/// One hit line before its snippet is cut.
-struct Line {
-    pos: usize,
-    line: usize,
-    text: String,
-}
+/// One hit line before its snippet is cut: the note's catalog position and the line's text.
+type Line = (usize, String);
 
 /// `search_note_content` (see `Vault::search_content`): candidates in path order, the exact
 /// substring AND on each note's text (the same per-line test as `search::terms_in_line`),
@@ -201,6 +197,7 @@ struct Line {
 /// every note that an answer returns is then checked against the file's size and time, and if it
 /// changed, the search runs again on its current text (read through `VaultFs`), so no returned
 /// hit is ever stale.
+#[allow(clippy::too_many_arguments)]
 pub fn search_content(
     fs: &VaultFs,
     snap: &Snapshot<'_>,
@@ -208,8 +205,9 @@ pub fn search_content(
     limit: usize,
     prefix: &FolderPath,
     tags: &[String],
+    page: &SearchPage,
     stale: &mut Vec<VaultPath>,
-) -> Result<ContentHits, IndexError> {
+) -> Result<(ContentHits, Option<SearchPos>), IndexError> {
     let query = match_query(terms.iter().map(String::as_str));
     let mut texts = Texts {
         fresh: HashMap::new(),
@@ -218,36 +216,33 @@ pub fn search_content(
     let mut verified: HashSet<usize> = HashSet::new();
     for attempt in 0..4 {
         texts.verify_all = attempt == 3;
-        let (buckets, titles, total) = exact_pass(
+        let (ranker, titles) = exact_pass(
             fs,
             snap,
             terms,
             limit,
             prefix,
             tags,
+            page,
             query.as_deref(),
             &mut texts,
             stale,
         )?;
-        let hits: Vec<(usize, Line)> = buckets
-            .into_iter()
-            .rev()
-            .flat_map(|(score, hits)| hits.into_iter().map(move |h| (score, h)))
-            .take(limit)
-            .collect();
+        let (hits, truncated, next): (Vec<Ranked<Line>>, bool, Option<SearchPos>) = ranker.finish();
         let mut moved = false;
         if !texts.verify_all {
-            for (_, h) in &hits {
-                if texts.fresh.contains_key(&h.pos) || !verified.insert(h.pos) {
+            for h in &hits {
+                let pos = h.item.0;
+                if texts.fresh.contains_key(&pos) || !verified.insert(pos) {
                     continue;
                 }
-                let e = &snap.catalog.entries[h.pos];
+                let e = &snap.catalog.entries[pos];
                 if !unchanged(fs, e) {
                     moved = true;
                     stale.push(e.path.clone());
                     texts
                         .fresh
-                        .insert(h.pos, fs.read_text(&e.path).ok().map(|f| f.text));
+                        .insert(pos, fs.read_text(&e.path).ok().map(|f| f.text));
                 }
             }
         }
@@ -256,27 +251,29 @@ pub fn search_content(
         }
         let hits = hits
             .into_iter()
-            .map(|(score, h)| ContentHit {
-                path: snap.catalog.entries[h.pos].path.to_string(),
-                line: h.line,
-                snippet: snippet(&h.text, terms),
-                title: titles.get(&h.pos).cloned().unwrap_or_default(),
-                score,
+            .map(|h| ContentHit {
+                snippet: snippet(&h.item.1, terms),
+                title: titles.get(&h.item.0).cloned().unwrap_or_default(),
+                path: h.path,
+                line: h.line as usize,
+                score: h.score as usize,
             })
             .collect();
-        return Ok(ContentHits {
-            hits,
-            truncated: total > limit,
-        });
+        return Ok((
+            ContentHits {
+                hits,
+                truncated,
+                next_cursor: None,
+            },
+            next,
+        ));
     }
     // Unreachable: the last attempt checks every note as it goes and never asks for another.
     Err(IndexError::Io(std::io::Error::other("search did not settle")))
 }
 
-type Buckets = BTreeMap<usize, Vec<Line>>;
-
-/// One pass of the exact step: per score, the first `limit` hit lines in (path, line) order, the
-/// titles of their notes, and how many hits there were in all.
+/// One pass of the exact step: the ranker holding, per score, the first `limit` hit lines in
+/// (path, line) order, and the titles of their notes.
 #[allow(clippy::too_many_arguments)]
 fn exact_pass(
     fs: &VaultFs,
@@ -285,16 +282,15 @@ fn exact_pass(
     limit: usize,
     prefix: &FolderPath,
     tags: &[String],
+    page: &SearchPage,
     query: Option<&str>,
     texts: &mut Texts,
     stale: &mut Vec<VaultPath>,
-) -> Result<(Buckets, HashMap<usize, String>, usize), IndexError> {
+) -> Result<(Ranker<Line>, HashMap<usize, String>), IndexError> {
     let cat = &snap.catalog;
     let range = prefix_range(cat, prefix);
-    let top = terms.len();
-    let mut buckets: Buckets = BTreeMap::new();
+    let mut ranker: Ranker<Line> = Ranker::new(page, limit, to_u32(terms.len()));
     let mut titles: HashMap<usize, String> = HashMap::new();
-    let mut total = 0usize;
     let mut matcher = Matcher::new(terms);
 
     let mut stmt;
@@ -338,6 +334,11 @@ fn exact_pass(
         if !prefix.contains(&e.path) {
             continue;
         }
+        match ranker.before_note(e.path.as_str()) {
+            Step::Skip => continue,
+            Step::Stop => break,
+            Step::Examine => {}
+        }
         if !texts.fresh.contains_key(&i) && texts.verify_all && !unchanged(fs, e) {
             stale.push(e.path.clone());
             texts.fresh.insert(i, fs.read_text(&e.path).ok().map(|f| f.text));
@@ -374,32 +375,27 @@ fn exact_pass(
         }
         titles.insert(i, title);
         for (score, line, text) in lines {
-            total += 1;
-            let bucket = buckets.entry(score).or_default();
-            if bucket.len() < limit {
-                bucket.push(Line {
-                    pos: i,
-                    line,
-                    text: text.to_owned(),
-                });
-            }
+            ranker.offer(to_u32(score), e.path.as_str(), to_u32(line), || {
+                (i, text.to_owned())
+            });
         }
         // Later notes come after in path order: once the top score holds `limit` hits and more
         // exist, nothing can change the answer.
-        if total > limit && buckets.get(&top).is_some_and(|b| b.len() >= limit) {
+        if ranker.after_note() {
             break;
         }
     }
-    Ok((buckets, titles, total))
+    Ok((ranker, titles))
 }
 
-/// `search_knowledge` (see `Vault::search_knowledge`) over the indexed metadata.
+/// `search_knowledge` (see `Vault::search_knowledge`) over the indexed metadata, one page.
 pub fn search_knowledge(
     snap: &Snapshot<'_>,
     terms: &[String],
     tags: &[String],
     limit: usize,
-) -> Result<KnowledgeHits, IndexError> {
+    page: &SearchPage,
+) -> Result<(crate::types::KnowledgeHits, Option<SearchPos>), IndexError> {
     let cat = &snap.catalog;
     // A tag term matches without its `#`; every field hit contains that shorter string too.
     let narrowing = terms.iter().map(|t| {
@@ -407,27 +403,34 @@ pub fn search_knowledge(
         if bare.is_empty() { t.as_str() } else { bare }
     });
     let query = match_query(narrowing);
-    let mut hits: Vec<KnowledgeHit> = snap
+    // The ranker takes notes in path order.
+    let mut candidates: Vec<(usize, _, Vec<String>)> = snap
         .metadata_matching(query.as_deref())?
         .into_iter()
-        .filter_map(|(id, m, note_tags)| {
-            let e = &cat.entries[cat.position(id)?];
-            let note = stored_note(m.title, m.aliases, m.description, note_tags, Vec::new());
-            if !e.readable || !tags.iter().all(|t| note.has_tag(t)) {
-                return None;
-            }
-            let (matched, score) = knowledge_score(&note, terms)?;
-            Some(KnowledgeHit {
-                path: e.path.to_string(),
-                title: note.title,
-                matched,
-                score,
-            })
-        })
+        .filter_map(|(id, m, note_tags)| Some((cat.position(id)?, m, note_tags)))
         .collect();
-    hits.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
-    hits.truncate(limit);
-    Ok(KnowledgeHits { hits })
+    candidates.sort_unstable_by_key(|(pos, _, _)| *pos);
+    let mut ranker = Ranker::new(page, limit, knowledge_top(terms));
+    for (pos, m, note_tags) in candidates {
+        let e = &cat.entries[pos];
+        match ranker.before_note(e.path.as_str()) {
+            Step::Skip => continue,
+            Step::Stop => break,
+            Step::Examine => {}
+        }
+        let note = stored_note(m.title, m.aliases, m.description, note_tags, Vec::new());
+        if !e.readable || !tags.iter().all(|t| note.has_tag(t)) {
+            continue;
+        }
+        let Some((matched, score)) = knowledge_score(&note, terms) else {
+            continue;
+        };
+        ranker.offer(score, e.path.as_str(), 0, || (matched, note.title));
+        if ranker.after_note() {
+            break;
+        }
+    }
+    Ok(knowledge_page(ranker))
 }
 
 /// `list_tags`: most used first, then by folded name; each tag as first spelled by path order.
@@ -439,6 +442,8 @@ pub fn list_tags(snap: &Snapshot<'_>) -> Result<ListTags, IndexError> {
             .into_iter()
             .map(|(_, name, count)| TagCount { name, count })
             .collect(),
+        truncated: false,
+        next_cursor: None,
     })
 }
 
@@ -462,7 +467,7 @@ pub fn list_standards(snap: &Snapshot<'_>) -> Result<ListStandards, IndexError> 
             description,
         });
     }
-    Ok(ListStandards { standards })
+    Ok(cap_standards(standards))
 }
 
 /// `get_related_notes` of `path`, whose current parse is `this`.
@@ -532,12 +537,13 @@ pub fn related(snap: &Snapshot<'_>, path: &VaultPath, this: &Note) -> Result<Rel
         }
         backlinks.push(item);
     }
-    Ok(Related {
+    Ok(Related::capped(
         outlinks,
         backlinks,
         broken_links,
         mocs,
-    })
+        MAX_LIST_ITEMS,
+    ))
 }
 
 /// `list_recent_notes`: newest first, then by path.
@@ -545,19 +551,29 @@ pub fn recent(
     snap: &Snapshot<'_>,
     limit: usize,
     since: Option<SystemTime>,
-) -> Result<RecentNotes, IndexError> {
+    after: Option<&RecentPos>,
+) -> Result<(RecentNotes, Option<RecentPos>), IndexError> {
     let cat = &snap.catalog;
     let since = since.map(nanos);
     let mut picked: Vec<&Entry> = cat
         .entries
         .iter()
         .filter(|e| since.is_none_or(|s| e.mtime >= s))
+        .filter(|e| after.is_none_or(|p| recent_is_after(p, e.mtime, e.path.as_str())))
         .collect();
     // Stable: equal times stay in path order.
     picked.sort_by_key(|e| std::cmp::Reverse(e.mtime));
+    let truncated = picked.len() > limit;
+    picked.truncate(limit);
+    let next = match picked.last() {
+        Some(e) if truncated => Some(RecentPos {
+            mtime: e.mtime,
+            path: Key::exact(e.path.as_str()),
+        }),
+        _ => None,
+    };
     let notes = picked
         .into_iter()
-        .take(limit)
         .map(|e| {
             Ok(RecentNote {
                 path: e.path.to_string(),
@@ -566,7 +582,14 @@ pub fn recent(
             })
         })
         .collect::<Result<Vec<_>, IndexError>>()?;
-    Ok(RecentNotes { notes })
+    Ok((
+        RecentNotes {
+            notes,
+            truncated,
+            next_cursor: None,
+        },
+        next,
+    ))
 }
 
 /// Catalog counts for the overview.
