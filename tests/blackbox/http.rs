@@ -1412,6 +1412,9 @@ async fn abandoned_legacy_sessions_idle_out_and_free_what_they_held() {
     abandon_sessions(&srv, &tokens, 63).await;
     srv.wait_live(0, Duration::from_secs(60)).await;
     let after_second = srv.rss_kib();
+    eprintln!(
+        "RSS after 2,016 abandoned sessions idled out: {after_first} KiB; after a second wave: {after_second} KiB"
+    );
     assert!(
         after_second <= after_first + after_first / 5 + 4096,
         "a second wave of abandoned sessions grew the server from {after_first} KiB to {after_second} KiB"

@@ -355,6 +355,7 @@ async fn alias_bombs_read_without_frontmatter_and_are_indexed_in_bounded_memory(
     assert!(g["content"].as_str().unwrap().contains("zebraquokka"));
 
     let peak = peak_rss(pid);
+    eprintln!("alias bombs read and indexed: server peak {} KiB", peak / 1024);
     assert!(
         peak < 256 * MIB as u64,
         "the server peaked at {} MiB",

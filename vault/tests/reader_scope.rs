@@ -94,6 +94,8 @@ fn links_into_unreadable_folders_are_broken_and_standards_backlink() {
             "backlinks": [],
             "brokenLinks": [{"target": "c", "line": 2}],
             "mocs": [],
+            "counts": {"outlinks": 1, "backlinks": 0, "brokenLinks": 1, "mocs": 0},
+            "truncated": false,
         })
     );
     let b = v.related("notes/sub/b.md").unwrap();
@@ -108,10 +110,13 @@ fn invalid_yaml_is_no_frontmatter_and_crlf_lines_count() {
     assert_eq!(n.title, "crlf");
     assert!(n.frontmatter.as_ref().is_some_and(serde_json::Map::is_empty));
     let tags = serde_json::to_value(v.list_tags().unwrap()).unwrap();
-    assert_eq!(tags, json!({"tags": [{"name": "crlf-tag", "count": 1}]}));
+    assert_eq!(
+        tags,
+        json!({"tags": [{"name": "crlf-tag", "count": 1}], "truncated": false})
+    );
     let std = serde_json::to_value(v.list_standards().unwrap()).unwrap();
     assert_eq!(
         std,
-        json!({"standards": [{"path": "docs/s.md", "title": "S", "description": "A rule"}]})
+        json!({"standards": [{"path": "docs/s.md", "title": "S", "description": "A rule"}], "truncated": false, "count": 1})
     );
 }
