@@ -1406,18 +1406,20 @@ async fn abandoned_legacy_sessions_idle_out_and_free_what_they_held() {
         "gateway::http=debug",
     );
 
-    abandon_sessions(&srv, &tokens, 63).await;
-    srv.wait_live(0, Duration::from_secs(60)).await;
-    let after_first = srv.rss_kib();
-    abandon_sessions(&srv, &tokens, 63).await;
-    srv.wait_live(0, Duration::from_secs(60)).await;
-    let after_second = srv.rss_kib();
-    eprintln!(
-        "RSS after 2,016 abandoned sessions idled out: {after_first} KiB; after a second wave: {after_second} KiB"
-    );
+    // Memory settles after the allocator's first waves (measured: 98, 118, 123, 126, 127 MB over
+    // five waves), so the third wave is compared with the second; a leak grows every wave.
+    let mut rss = Vec::new();
+    for _ in 0..3 {
+        abandon_sessions(&srv, &tokens, 63).await;
+        srv.wait_live(0, Duration::from_secs(60)).await;
+        rss.push(srv.rss_kib());
+    }
+    eprintln!("RSS after each of three waves of 2,016 abandoned sessions: {rss:?} KiB");
     assert!(
-        after_second <= after_first + after_first / 5 + 4096,
-        "a second wave of abandoned sessions grew the server from {after_first} KiB to {after_second} KiB"
+        rss[2] <= rss[1] + rss[1] / 10,
+        "a third wave of abandoned sessions grew the server from {} KiB to {} KiB",
+        rss[1],
+        rss[2]
     );
 
     // A new session still works after all that.
