@@ -20,9 +20,15 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
 pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
     runtime()?.block_on(async move {
         let _watches = engine::changes::start(&core);
+        // SECURITY(T-HTTP3): a stdio message is bounded like an HTTP body; a longer line is
+        // dropped as it streams in (memory stays bounded), and the connection goes on.
+        let max_line = core.config.server.max_body_bytes;
+        let (read, write) = rmcp::transport::io::stdio_pipes();
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(read, write)
+            .with_max_line_length(max_line);
         let server = McpServer::stdio(core, token);
         let running = server
-            .serve(rmcp::transport::io::stdio_pipes())
+            .serve(transport)
             .await
             .map_err(|e| GatewayError::Internal(format!("MCP initialization failed: {e}")))?;
         running

@@ -452,3 +452,65 @@ fn refusals_by_cli(env: &Env) -> usize {
         .filter(|r| r["event"] == "cli" && r["tool"] == "reject_proposal" && r["code"] == "INVALID_ARGUMENT")
         .count()
 }
+
+/// SPEC §14: a stdio message is bounded like an HTTP body (`[server] max_body_bytes`): a longer
+/// line is dropped as it streams in, and the connection goes on answering.
+#[test]
+fn an_oversized_stdio_message_is_dropped_and_the_connection_goes_on() {
+    use std::io::{BufRead, BufReader, Write};
+    let env = Env::new();
+    let (_, token) = env.token("reader", "read");
+    let path = env.home.join("gateway.toml");
+    let mut config: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    config
+        .entry("server")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap()
+        .insert("max_body_bytes".into(), toml::Value::Integer(1 << 20));
+    std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
+
+    let mut child = std::process::Command::new(bin())
+        .args(["stdio", "--home"])
+        .arg(&env.home)
+        .env_remove("VAULTGATE_HOME")
+        .env("VAULTGATE_TOKEN", &token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |v: Value| {
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw-stdio-test", "version": "1"}}}),
+    );
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["id"], json!(1), "{first}");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // Two MiB in one message: over the 1 MiB limit.
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "search_note_content", "arguments": {"query": "x".repeat(2 << 20)}}}),
+    );
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}}));
+    let mut answered = Vec::new();
+    for line in lines.by_ref() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        answered.push(v["id"].clone());
+        if v["id"] == json!(3) {
+            assert!(v["result"]["tools"].is_array(), "{v}");
+            break;
+        }
+        assert!(v.get("result").is_none(), "the oversized call was served: {v}");
+    }
+    assert_eq!(answered.last(), Some(&json!(3)), "{answered:?}");
+    drop(stdin);
+    let _ = child.wait();
+}
