@@ -324,17 +324,25 @@ impl Core {
                 v.id, l.max_pending_per_credential
             )));
         }
-        let sizes = inbox_sizes(v);
+        let (sizes, unlisted) = inbox_sizes(v);
         let (mut mine_bytes, mut all_bytes) = (0u64, 0u64);
         for p in &pending {
             let Ok(kind) = p.kind.parse::<proposals::Kind>() else {
                 continue;
             };
+            // A file in a folder that could not be listed counts as large as a proposal may be:
+            // an unreadable inbox narrows the quota, never lifts it.
             let bytes = InboxFiles::of(kind, &p.slug)
                 .files
                 .iter()
-                .filter_map(|(_, rel)| sizes.get(rel.as_str()))
-                .fold(0u64, |a, b| a.saturating_add(*b));
+                .filter_map(|(_, rel)| match sizes.get(rel.as_str()) {
+                    Some(n) => Some(*n),
+                    None => unlisted
+                        .iter()
+                        .any(|f| rel.starts_with(&format!("{f}/")))
+                        .then_some(l.max_proposal_bytes),
+                })
+                .fold(0u64, u64::saturating_add);
             all_bytes = all_bytes.saturating_add(bytes);
             if p.created_by == me {
                 mine_bytes = mine_bytes.saturating_add(bytes);
@@ -358,16 +366,20 @@ impl Core {
 
 /// Sizes of the files in the inbox folders that hold proposal text (`new/`, `patch/`), by path
 /// under the inbox (`new/<slug>.md`). One listing per folder, not one look-up per proposal. A
-/// folder that cannot be listed (missing; an inbox left out of `readable`) counts as empty.
-fn inbox_sizes(v: &VaultHandle) -> HashMap<String, u64> {
+/// missing folder holds nothing; one that exists but cannot be listed (an inbox left out of
+/// `readable`) is returned among the unlisted.
+fn inbox_sizes(v: &VaultHandle) -> (HashMap<String, u64>, Vec<&'static str>) {
     let mut sizes = HashMap::new();
+    let mut unlisted = Vec::new();
     let inbox = &v.layout().inbox;
     for folder in ["new", "patch"] {
         let Ok(dir) = inbox.join(folder) else { continue };
         let entries = match v.reader.fs().list_dir(&FolderPath::Dir(dir)) {
             Ok(entries) => entries,
+            Err(vault::fs::FsError::NotFound) => continue,
             Err(e) => {
                 tracing::debug!(vault = %v.id, folder, error = %e, "inbox folder not sized for quotas");
+                unlisted.push(folder);
                 continue;
             }
         };
@@ -375,7 +387,7 @@ fn inbox_sizes(v: &VaultHandle) -> HashMap<String, u64> {
             sizes.insert(format!("{folder}/{}", e.path.file_name()), e.size);
         }
     }
-    sizes
+    (sizes, unlisted)
 }
 
 #[cfg(test)]

@@ -514,3 +514,30 @@ fn an_oversized_stdio_message_is_dropped_and_the_connection_goes_on() {
     drop(stdin);
     let _ = child.wait();
 }
+
+/// An inbox the read policy hides cannot be sized; its pending proposals then count as large as a
+/// proposal may be, so the byte quota narrows instead of lifting.
+#[tokio::test]
+async fn an_unlistable_inbox_narrows_the_byte_quota_instead_of_lifting_it() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "propose");
+    set_limits(&env, &[("max_pending_bytes_per_credential", 3 << 20)]);
+    let path = env.home.join("gateway.toml");
+    let mut config: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    let vaults = config["vaults"].as_array_mut().unwrap();
+    vaults[0].as_table_mut().unwrap().insert(
+        "readable".into(),
+        toml::Value::Array(vec![toml::Value::String("z".into())]),
+    );
+    std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
+    let c = env.stdio(&token).await;
+    c.call("propose_new_note", new_note("z/one.md", "# One\n"))
+        .await
+        .ok();
+    let code = c
+        .call("propose_new_note", new_note("z/two.md", "# Two\n"))
+        .await
+        .code();
+    assert_eq!(code, "QUOTA_EXCEEDED");
+    c.close().await;
+}
