@@ -307,17 +307,22 @@ async fn unauthorized(resp: reqwest::Response) -> String {
 
 // ---- the home's configuration ------------------------------------------------------------------------
 
-/// Edits `[server]` in `gateway.toml` (before the server starts).
-fn edit_server_config(env: &Env, edit: impl FnOnce(&mut toml::Table)) {
+/// Edits one table of `gateway.toml` (before the server starts).
+fn edit_config(env: &Env, table: &str, edit: impl FnOnce(&mut toml::Table)) {
     let path = env.home.join("gateway.toml");
     let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let server = doc
-        .entry("server")
+    let t = doc
+        .entry(table)
         .or_insert_with(|| toml::Value::Table(toml::Table::new()))
         .as_table_mut()
         .unwrap();
-    edit(server);
+    edit(t);
     std::fs::write(&path, toml::to_string(&doc).unwrap()).unwrap();
+}
+
+/// Edits `[server]` in `gateway.toml`.
+fn edit_server_config(env: &Env, edit: impl FnOnce(&mut toml::Table)) {
+    edit_config(env, "server", edit);
 }
 
 fn gateway_id(env: &Env) -> String {
@@ -1327,19 +1332,13 @@ async fn printed_http_client_configs_connect_and_work() {
 
 // ---- 4. legacy sessions are bounded (SPEC §14) ----------------------------------------------------
 
-/// Edits `[limits]` in `gateway.toml` (before the server starts).
+/// Sets numbers in `[limits]` of `gateway.toml`.
 fn edit_limits(env: &Env, pairs: &[(&str, i64)]) {
-    let path = env.home.join("gateway.toml");
-    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let limits = doc
-        .entry("limits")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-        .as_table_mut()
-        .unwrap();
-    for (k, v) in pairs {
-        limits.insert((*k).to_owned(), toml::Value::Integer(*v));
-    }
-    std::fs::write(&path, toml::to_string(&doc).unwrap()).unwrap();
+    edit_config(env, "limits", |t| {
+        for (k, v) in pairs {
+            t.insert((*k).to_owned(), toml::Value::Integer(*v));
+        }
+    });
 }
 
 impl Server {
