@@ -89,10 +89,20 @@ fn result_len(v: &Value) -> usize {
         // Small: the escaped copy cannot matter; skip building the text.
         return first.saturating_mul(2);
     }
-    match serde_json::to_string(v) {
-        Ok(text) => first + json_len(&Value::String(text)),
-        Err(_) => first.saturating_mul(2),
-    }
+    // The text block is this JSON as a JSON string: its length follows from one scan of the
+    // bytes (serde_json escapes `"`, `\\` and C0 controls), without building the second copy.
+    let escaped: usize = match serde_json::to_vec(v) {
+        Ok(text) => text
+            .iter()
+            .map(|b| match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+                0..=0x1f => 6,
+                _ => 1,
+            })
+            .sum(),
+        Err(_) => return first.saturating_mul(2),
+    };
+    first + escaped + 2
 }
 
 /// The length of `v` as compact JSON, without building the text.
@@ -271,5 +281,33 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
         other => Err(GatewayError::Internal(format!(
             "tool '{other}' is in the catalog but not dispatched"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod output_len_tests {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::{Value, json};
+
+    /// The length counted equals both copies as a client receives them.
+    #[test]
+    fn result_len_is_both_copies_on_the_wire() {
+        let tricky = format!(
+            "\"quoted\" \\ back\n\t\r\u{8}\u{c}\u{1}\u{1b} é 文 {}",
+            "x".repeat(5000)
+        );
+        for v in [
+            json!({"content": tricky}),
+            json!({"a": [1, 2, 3], "b": "x".repeat(3000)}),
+            json!({"s": "small"}),
+        ] {
+            let text = serde_json::to_string(&v).unwrap();
+            let wire = text.len() + serde_json::to_string(&Value::String(text.clone())).unwrap().len();
+            if wire > 4096 {
+                assert_eq!(super::result_len(&v), wire, "{v}");
+            } else {
+                assert_eq!(super::result_len(&v), text.len() * 2);
+            }
+        }
     }
 }
