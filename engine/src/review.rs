@@ -234,7 +234,68 @@ fn read_server_record_at(path: &Path) -> Option<ServerRecord> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn core() -> (tempfile::TempDir, Core) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        (dir, Core::open(home).unwrap())
+    }
+
+    #[test]
+    fn a_login_opens_one_session_bound_to_its_cookie_and_csrf() {
+        let (_d, core) = core();
+        let code = core.mint_review_code(&Operator::cli("ann")).unwrap();
+        let login = core.review_login(&code).unwrap();
+        assert_eq!(login.operator, Operator::review("ann"));
+        assert!(core.review_login(&code).is_err(), "a code works once");
+        let s = core.review_session(&login.path, Some(&login.cookie)).unwrap();
+        assert_eq!(s.operator.label(), "review:ann");
+        core.check_csrf(&s, Some(&s.csrf)).unwrap();
+        assert!(core.check_csrf(&s, None).is_err());
+        assert!(core.check_csrf(&s, Some(&"0".repeat(64))).is_err());
+        // Another session's token does not pass, nor its cookie on this path.
+        let other = core
+            .review_login(&core.mint_review_code(&Operator::cli("ann")).unwrap())
+            .unwrap();
+        let o = core.review_session(&other.path, Some(&other.cookie)).unwrap();
+        assert!(core.check_csrf(&s, Some(&o.csrf)).is_err());
+        assert!(core.review_session(&login.path, Some(&other.cookie)).is_err());
+        assert!(core.review_session(&login.path, None).is_err());
+        core.review_logout(&s).unwrap();
+        assert!(core.review_session(&login.path, Some(&login.cookie)).is_err());
+        assert!(core.review_session(&other.path, Some(&other.cookie)).is_ok());
+        let events: Vec<String> = crate::audit_log::tail(&core.home.audit_path(), 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event)
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "review.code",
+                "review.login",
+                "review.code",
+                "review.login",
+                "review.logout"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_late_code_opens_nothing() {
+        let (_d, mut core) = core();
+        core.config.review.login_code_ttl_seconds = 0;
+        let code = core.mint_review_code(&Operator::cli("ann")).unwrap();
+        assert!(matches!(
+            core.review_login(&code),
+            Err(GatewayError::Forbidden(_))
+        ));
+    }
 
     #[test]
     fn secrets_are_fixed_length_hex() {

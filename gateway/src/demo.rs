@@ -114,6 +114,16 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
         cred.id.as_str(),
         crate::clientconf::render(None, &target, &cred, &token)
     ));
+    // A login link for the review page of the server about to start (it works once, briefly).
+    if listener.is_some() && core.config.review.enabled {
+        let code = core.mint_review_code(&engine::core::Operator::cli(&user))?;
+        err(&format!(
+            "review page: http://127.0.0.1:{port}/review/login?code={code}\n  (works once within {} s; \
+             for another: vaultgate --home {} review)\n",
+            core.config.review.login_code_ttl_seconds,
+            home.dir.display()
+        ));
+    }
     let core = Arc::new(core);
     match listener {
         None if no_serve => Ok(()),

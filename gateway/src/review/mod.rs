@@ -782,3 +782,55 @@ impl Ctx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_found_among_others_and_only_by_its_name() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1; vg_review_x=2"));
+        assert_eq!(cookie(&h), None);
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("b=3;  vg_review=abc ; c=4"),
+        );
+        assert_eq!(cookie(&h).as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn refusals_and_conflicts_map_to_their_statuses() {
+        let cases = [
+            (GatewayError::Forbidden("x".into()), StatusCode::FORBIDDEN),
+            (GatewayError::Unauthorized("x"), StatusCode::UNAUTHORIZED),
+            (GatewayError::AuditUnavailable, StatusCode::SERVICE_UNAVAILABLE),
+            (GatewayError::InvalidArgument("x".into()), StatusCode::BAD_REQUEST),
+            (GatewayError::VaultNotFound("x".into()), StatusCode::NOT_FOUND),
+            (
+                GatewayError::Proposal(ErrorCode::PROPOSAL_STALE_BASE, "x".into()),
+                StatusCode::CONFLICT,
+            ),
+            (
+                GatewayError::Proposal(ErrorCode::PROPOSAL_NOT_FOUND, "x".into()),
+                StatusCode::NOT_FOUND,
+            ),
+        ];
+        for (e, status) in cases {
+            assert_eq!(status_for(&e), status, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn every_answer_carries_the_page_headers() {
+        let r = secure(StatusCode::OK.into_response());
+        let h = r.headers();
+        assert_eq!(
+            h[header::CONTENT_SECURITY_POLICY],
+            "default-src 'self'; frame-ancestors 'none'"
+        );
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(h[header::CACHE_CONTROL], "no-store");
+        assert_eq!(h[header::REFERRER_POLICY], "same-origin");
+    }
+}

@@ -10,7 +10,7 @@ use engine::history::{HistoryEntryView, HistoryStatusOut};
 
 /// Untrusted text as a reviewer may see it: control characters (other than newline and tab)
 /// escaped; maud escapes the HTML.
-// SECURITY(T-PAGE4): agent and note text is inert on the page.
+// SECURITY(T-REVIEW4): agent and note text is inert on the page.
 pub fn t(s: &str) -> String {
     policy::text::escape_controls(s).into_owned()
 }
@@ -541,3 +541,19 @@ pub fn tunnel(f: &Frame<'_>) -> Markup {
 /// Embedded assets (SPEC §15: served from the binary).
 pub const STYLE: &str = include_str!("assets/style.css");
 pub const SCRIPT: &str = include_str!("assets/app.js");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_is_escaped_as_html_and_its_controls_shown() {
+        let m = html! { pre { (t("<script>x</script> \"><img onerror=a> \u{1b}[2K \u{9b}")) } };
+        let s = m.into_string();
+        assert!(!s.contains("<script>") && !s.contains("<img"), "{s}");
+        assert!(
+            s.contains("&lt;script&gt;") && s.contains("\\x1b[2K") && s.contains("\\u{9b}"),
+            "{s}"
+        );
+    }
+}
