@@ -471,6 +471,7 @@ pub struct AuditFilter<'a> {
 pub fn audit(
     f: &Frame<'_>,
     chain: (bool, &str),
+    offer_verify: bool,
     filter: &AuditFilter<'_>,
     rows: &[AuditRow],
     scanned: usize,
@@ -478,6 +479,12 @@ pub fn audit(
     let body = html! {
         h1 { "Audit log" }
         p #chain-status class=(if chain.0 { "result" } else { "warning" }) data-outcome=(if chain.0 { "ok" } else { "error" }) { (chain.1) }
+        @if offer_verify {
+            form #verify-form method="get" action={ (f.base) "/audit" } {
+                input type="hidden" name="verify" value="1";
+                button #verify-button type="submit" { "Verify the whole chain" }
+            }
+        }
         form #audit-filter method="get" action={ (f.base) "/audit" } {
             label { "Credential " input name="credential" value=(filter.credential) placeholder="id or name"; } " "
             label { "Vault " input name="vault" value=(filter.vault) size="10"; } " "
