@@ -28,6 +28,14 @@ pub struct Frame<'a> {
 }
 
 impl Frame<'_> {
+    /// The name of this page's vault (its id when unnamed).
+    pub fn vault_name(&self) -> &str {
+        self.vaults
+            .iter()
+            .find(|(id, _)| id == self.vault)
+            .map_or(self.vault, |(_, name)| name.as_str())
+    }
+
     pub fn v(&self) -> String {
         format!("{}/v/{}", self.base, self.vault)
     }
@@ -162,7 +170,7 @@ pub fn inbox_rows(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTi
 
 pub fn inbox(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTime) -> Markup {
     let body = html! {
-        h1 { "Inbox of " (f.vault) }
+        h1 { "Inbox of " (t(f.vault_name())) }
         table #inbox {
             thead { tr { th { "Kind" } th { "Target" } th { "Author" } th { "Age" } th { "Reason" } } }
             tbody #inbox-rows data-src={ (f.v()) "/inbox/rows" } { (inbox_rows(f, items, now)) }
@@ -170,6 +178,32 @@ pub fn inbox(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTime) -
         p #inbox-empty .muted hidden[!items.is_empty()] { "No pending proposals. New ones appear here as agents make them." }
     };
     page(f, "Inbox", body)
+}
+
+fn kind_label(kind: &str) -> &'static str {
+    match kind {
+        "new" => "New note",
+        "patch" => "Patch",
+        "move" => "Move",
+        "delete" => "Delete",
+        _ => "Proposal",
+    }
+}
+
+/// An RFC 3339 time to the second, for reading (`2026-12-02 07:53:06 UTC`).
+fn short_time(ts: &str) -> String {
+    match time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        Err(_) => ts.to_owned(),
+    }
 }
 
 fn ln(n: Option<u64>) -> String {
@@ -200,16 +234,17 @@ fn unified(hunks: &[Hunk]) -> Markup {
 
 fn split(hunks: &[Hunk]) -> Markup {
     let cell = |side: &str, l: Option<&DiffLine>| {
-        let changed = l.is_some_and(|l| l.kind != LineKind::Context);
-        let class = match (side, changed) {
-            ("old", true) => "old del",
-            ("new", true) => "new add",
-            (s, _) => s,
+        let tint = match (side, l.map(|l| l.kind)) {
+            (_, None) => "empty",
+            ("old", Some(LineKind::Removed)) => "del",
+            ("new", Some(LineKind::Added)) => "add",
+            _ => "",
         };
         let num = l.and_then(|l| if side == "old" { l.old } else { l.new });
+        let ln_class = format!("ln {tint}{}", if side == "new" { " new-side" } else { "" });
         html! {
-            td.ln { (ln(num)) }
-            td class=(class) { @if let Some(l) = l { (t(&l.text)) } }
+            td class=(ln_class) { (ln(num)) }
+            td class={ (side) " " (tint) } { @if let Some(l) = l { (t(&l.text)) } }
         }
     };
     html! {
@@ -238,11 +273,11 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
     let action = format!("{}/p/{}", f.v(), it.id);
     let (added, removed) = engine::diff::counts(view.hunks);
     let body = html! {
-        h1 #proposal-title { (it.kind) " " (t(&it.target)) }
+        h1 #proposal-title { (kind_label(&it.kind)) " · " (t(&it.target)) }
         dl #proposal-meta .meta {
             dt { "Status" } dd #proposal-status { (it.status) }
             dt { "Proposed by" } dd { (t(&it.created_by.name)) " " span.muted { "(" (it.created_by.credential_id) ")" } }
-            dt { "Proposed at" } dd { (it.created_at) }
+            dt { "Proposed" } dd title=(it.created_at) { (short_time(&it.created_at)) " (" (age(&it.created_at, time::OffsetDateTime::now_utc())) " ago)" }
             dt { "Changes" } dd { "+" (added) " −" (removed) " lines" }
             dt { "Proposal hash" } dd { code { (it.proposal_hash) } }
             @if let Some(b) = &p.base_hash { dt { "Base hash" } dd { code { (b) } } }
@@ -250,7 +285,7 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
             @if let Some(r) = &p.reject_reason { dt { "Rejected because" } dd #reject-reason-shown { (t(r)) } }
         }
         h2 { "Reason" }
-        pre #reason { (t(&it.reason)) }
+        pre #reason .prose { (t(&it.reason)) }
         @if it.kind == "move" {
             h2 { "Move" }
             p { "From " code #move-from { (t(it.from.as_deref().unwrap_or(""))) } " to " code #move-to { (t(&it.target)) } }
@@ -287,12 +322,12 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
                     (f.csrf_field())
                     label for="reject-reason" { "Reason for rejecting" } br;
                     textarea #reject-reason name="reason" required maxlength="4000" {} br;
-                    button #reject-button type="submit" { "Reject" }
+                    button #reject-button .reject type="submit" { "Reject" }
                 }
             }
         }
     };
-    page(f, &format!("{} {}", it.kind, t(&it.target)), body)
+    page(f, &format!("{} {}", kind_label(&it.kind), t(&it.target)), body)
 }
 
 fn entry(id: &str, e: Option<&HistoryEntryView>) -> Markup {
@@ -316,7 +351,7 @@ pub fn history(
     redo: Option<&HistoryEntryView>,
 ) -> Markup {
     let body = html! {
-        h1 { "History of " (f.vault) }
+        h1 { "History of " (t(f.vault_name())) }
         @if status.transition_in_progress { p.warning { "An undo or redo was interrupted; the next one finishes it first." } }
         h2 { "Undo would revert" }
         (entry("undo-top", undo))
