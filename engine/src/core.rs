@@ -174,6 +174,18 @@ pub struct Core {
     pub(crate) own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
 }
 
+/// A credential's name (it reaches audit records, git authors and a reviewer's screen): 1 to
+/// 128 bytes, not blank, no control characters.
+pub fn check_credential_name(s: &str) -> Result<(), String> {
+    if s.trim().is_empty() || s.len() > 128 {
+        return Err("a name is 1 to 128 bytes, not blank".into());
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a name may not hold control characters".into());
+    }
+    Ok(())
+}
+
 /// Every credential of the home, for `token list` (no vault is opened).
 pub fn list_credentials(home: &Home) -> Result<Vec<Credential>, GatewayError> {
     Ok(State::open(&home.state_path())?.list_credentials()?)
@@ -952,9 +964,7 @@ impl Core {
                 return Err(GatewayError::VaultNotFound(v.clone()));
             }
         }
-        if name.trim().is_empty() {
-            return Err(GatewayError::InvalidArgument("--name must not be empty".into()));
-        }
+        check_credential_name(name).map_err(|m| GatewayError::InvalidArgument(format!("name: {m}")))?;
         self.audit_preflight()?;
         let now = now_unix();
         let jti = uuid::Uuid::new_v4().simple().to_string();

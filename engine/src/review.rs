@@ -203,6 +203,42 @@ impl Core {
     }
 }
 
+/// A fresh random nonce for [`Core::server_proof`].
+pub fn new_nonce() -> Result<String, GatewayError> {
+    random_hex(SECRET_BYTES)
+}
+
+impl Core {
+    /// SECURITY(T-REVIEW5): proves that the server answering on a port is this home's: an HMAC
+    /// of the caller's nonce under the home's secret. `vaultgate review` checks it before it mints
+    /// a code, so a process squatting a port never receives a login code for the real server.
+    pub fn server_proof(&self, nonce: &str) -> Result<String, GatewayError> {
+        if !well_formed(nonce, SECRET_BYTES * 2) {
+            return Err(GatewayError::InvalidArgument(
+                "nonce: 64 lowercase hex digits".into(),
+            ));
+        }
+        let tag = ring::hmac::sign(&self.csrf_key(), &proof_message(&self.config.gateway_id, nonce));
+        Ok(hex::encode(tag.as_ref()))
+    }
+
+    /// Whether `proof` is this home's answer to `nonce`.
+    pub fn is_server_proof(&self, nonce: &str, proof: &str) -> bool {
+        hex::decode(proof.trim()).is_ok_and(|tag| {
+            ring::hmac::verify(
+                &self.csrf_key(),
+                &proof_message(&self.config.gateway_id, nonce),
+                &tag,
+            )
+            .is_ok()
+        })
+    }
+}
+
+fn proof_message(gateway_id: &str, nonce: &str) -> Vec<u8> {
+    format!("vaultgate review server\0{gateway_id}\0{nonce}").into_bytes()
+}
+
 /// Records that this process serves the home at `host:port` (replacing an older record).
 pub fn write_server_record(home: &Home, record: &ServerRecord) -> Result<(), GatewayError> {
     let text = serde_json::to_string(record).map_err(|e| GatewayError::Internal(e.to_string()))?;
@@ -295,6 +331,19 @@ mod tests {
             core.review_login(&code),
             Err(GatewayError::Forbidden(_))
         ));
+    }
+
+    #[test]
+    fn only_this_home_proves_it_is_the_server() {
+        let (_d, core) = core();
+        let (_e, other) = core();
+        let nonce = new_nonce().unwrap();
+        let proof = core.server_proof(&nonce).unwrap();
+        assert!(core.is_server_proof(&nonce, &proof));
+        assert!(!other.is_server_proof(&nonce, &proof));
+        assert!(!core.is_server_proof(&new_nonce().unwrap(), &proof));
+        assert!(!core.is_server_proof(&nonce, "not hex"));
+        assert!(core.server_proof("short").is_err());
     }
 
     #[test]

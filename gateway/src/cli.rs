@@ -706,12 +706,7 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
 
 /// A credential name: shown to the operator in lists and prompts, so no control characters.
 fn parse_name(s: &str) -> Result<String, String> {
-    if s.trim().is_empty() || s.len() > 128 {
-        return Err("a name is 1 to 128 bytes, not blank".into());
-    }
-    if s.chars().any(char::is_control) {
-        return Err("a name may not hold control characters".into());
-    }
+    engine::core::check_credential_name(s)?;
     Ok(s.to_owned())
 }
 
@@ -1163,15 +1158,27 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
         (None, None) => return Err(no_server()),
     };
     let addr = crate::http::loopback_addr(&host, port)?;
-    if std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).is_err() {
-        return Err(no_server());
-    }
     let core = open_core(home)?;
     if !core.config.review.enabled {
         return Err(GatewayError::InvalidArgument(
             "the review page is off: set [review] enabled = true in gateway.toml and restart the server"
                 .into(),
         ));
+    }
+    // SECURITY(T-REVIEW5): a code goes only to a server that proves it holds this home's secret;
+    // whatever else listens on the port (another home's server, a squatter) gets nothing.
+    let nonce = engine::review::new_nonce()?;
+    match identify(addr, &nonce) {
+        Some(proof) if core.is_server_proof(&nonce, &proof) => {}
+        Some(_) => {
+            return Err(GatewayError::InvalidArgument(format!(
+                "the server on {addr} is not this home's ({}); start this home's with \
+                 `vaultgate --home {} serve`, or pass the --port it listens on",
+                home.dir.display(),
+                home.dir.display()
+            )));
+        }
+        None => return Err(no_server()),
     }
     let code = core.mint_review_code(&Operator::cli(user))?;
     let url = format!("http://{addr}/review/login?code={code}");
@@ -1184,6 +1191,31 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
         open_in_browser(&url);
     }
     Ok(())
+}
+
+/// Asks the server on `addr` for its proof of `nonce` (`GET /review/identify`); `None` when
+/// nothing answers like a vaultgate server within a few seconds.
+fn identify(addr: std::net::SocketAddr, nonce: &str) -> Option<String> {
+    use std::io::Read;
+    let timeout = std::time::Duration::from_secs(3);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout)).ok()?;
+    write!(
+        s,
+        "GET /review/identify?nonce={nonce} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = Vec::new();
+    // A proof is 64 hex digits; a few KiB is more than any honest answer.
+    s.take(16 * 1024).read_to_end(&mut answer).ok()?;
+    let text = String::from_utf8(answer).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let ok = head
+        .lines()
+        .next()
+        .is_some_and(|l| l.split(' ').nth(1) == Some("200"));
+    ok.then(|| body.trim().to_owned())
 }
 
 /// Whether a process with this id still runs (Linux: /proc; elsewhere assumed, the port check

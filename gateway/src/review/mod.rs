@@ -167,6 +167,15 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
                 Err(e) => unauthenticated(&page, from, e).await,
             }
         }
+        // Proves to `vaultgate review` that this server is its home's (T-REVIEW5).
+        (Method::GET, ["identify"]) => {
+            let nonce = first(&query, "nonce").unwrap_or_default().to_owned();
+            let core = page.core.clone();
+            match blocking(move || core.server_proof(&nonce)).await {
+                Ok(proof) => proof.into_response(),
+                Err(e) => (status_for(&e), e.client_message()).into_response(),
+            }
+        }
         (Method::GET, ["static", "style.css"]) => asset("text/css; charset=utf-8", pages::STYLE),
         (Method::GET, ["static", "app.js"]) => asset("text/javascript; charset=utf-8", pages::SCRIPT),
         (Method::GET, ["logged-out"]) => html(
@@ -587,12 +596,6 @@ impl Ctx<'_> {
             .unwrap_or_default()
             .trim()
             .to_owned();
-        if name.len() > 128 {
-            return self.decided(
-                Err(GatewayError::InvalidArgument("name: at most 128 bytes".into())),
-                &back,
-            );
-        }
         if tier == Tier::Full && !self.confirmed() {
             let mut fields: Vec<(&str, &str)> =
                 vec![("name", &name), ("tier", "full"), ("expires", &expires)];
