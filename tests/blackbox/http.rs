@@ -101,7 +101,7 @@ pub(crate) struct Server {
     child: Child,
     /// What the `Host` header and URLs use: `127.0.0.1`, `[::1]`.
     host: String,
-    port: u16,
+    pub(crate) port: u16,
     stderr: PathBuf,
 }
 
@@ -156,7 +156,7 @@ impl Server {
         }
     }
 
-    fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://{}:{}", self.host, self.port)
     }
 
@@ -164,7 +164,7 @@ impl Server {
         format!("{}/mcp", self.base())
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
@@ -209,12 +209,17 @@ fn http() -> reqwest::Client {
     reqwest::Client::builder().timeout(WAIT).build().unwrap()
 }
 
-fn bearer(token: &str) -> String {
+pub(crate) fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
 /// POSTs one JSON-RPC message as an MCP client would; `auth` is the whole `Authorization` value.
-async fn post(srv: &Server, auth: Option<&str>, headers: &[(&str, &str)], body: &Value) -> reqwest::Response {
+pub(crate) async fn post(
+    srv: &Server,
+    auth: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> reqwest::Response {
     let mut req = http()
         .post(srv.url())
         .header("Accept", "application/json, text/event-stream")
@@ -229,7 +234,7 @@ async fn post(srv: &Server, auth: Option<&str>, headers: &[(&str, &str)], body: 
     req.send().await.expect("POST /mcp failed at the transport level")
 }
 
-fn initialize(id: i64, version: &str) -> Value {
+pub(crate) fn initialize(id: i64, version: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
         "protocolVersion": version,
         "capabilities": {},
@@ -308,7 +313,7 @@ async fn unauthorized(resp: reqwest::Response) -> String {
 // ---- the home's configuration ------------------------------------------------------------------------
 
 /// Edits one table of `gateway.toml` (before the server starts).
-fn edit_config(env: &Env, table: &str, edit: impl FnOnce(&mut toml::Table)) {
+pub(crate) fn edit_config(env: &Env, table: &str, edit: impl FnOnce(&mut toml::Table)) {
     let path = env.home.join("gateway.toml");
     let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let t = doc
@@ -331,7 +336,7 @@ fn gateway_id(env: &Env) -> String {
     doc["gateway_id"].as_str().unwrap().to_owned()
 }
 
-fn audit_lines(env: &Env) -> Vec<Value> {
+pub(crate) fn audit_lines(env: &Env) -> Vec<Value> {
     std::fs::read_to_string(env.home.join("audit.jsonl"))
         .unwrap()
         .lines()

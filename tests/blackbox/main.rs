@@ -15,6 +15,7 @@ mod notify;
 mod operator;
 mod paging;
 mod proposals;
+mod review_http;
 mod security;
 mod smoke;
 mod stdio;
