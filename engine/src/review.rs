@@ -335,15 +335,15 @@ mod tests {
 
     #[test]
     fn only_this_home_proves_it_is_the_server() {
-        let (_d, core) = core();
+        let (_d, mine) = core();
         let (_e, other) = core();
         let nonce = new_nonce().unwrap();
-        let proof = core.server_proof(&nonce).unwrap();
-        assert!(core.is_server_proof(&nonce, &proof));
+        let proof = mine.server_proof(&nonce).unwrap();
+        assert!(mine.is_server_proof(&nonce, &proof));
         assert!(!other.is_server_proof(&nonce, &proof));
-        assert!(!core.is_server_proof(&new_nonce().unwrap(), &proof));
-        assert!(!core.is_server_proof(&nonce, "not hex"));
-        assert!(core.server_proof("short").is_err());
+        assert!(!mine.is_server_proof(&new_nonce().unwrap(), &proof));
+        assert!(!mine.is_server_proof(&nonce, "not hex"));
+        assert!(mine.server_proof("short").is_err());
     }
 
     #[test]
