@@ -1310,24 +1310,24 @@ async fn review_refuses_without_a_live_server_of_its_home() {
     let link = login_link(&env, &srv);
     use_link(&srv, &link, &[]).await;
 
-    // Another home's live server is not this home's: `review` refuses, or at least its link
-    // opens nothing there (the code lives in the home that minted it).
+    // SECURITY(T-REVIEW5): another home's live server is not this home's, and a process that
+    // merely listens on a port is no server at all: neither is handed a code.
     let other = Env::new();
-    let out = other.run(&["review", "--port", &port]);
-    if out.status.success() {
-        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-        let link = printed
-            .split_whitespace()
-            .find(|t| t.contains("/review/login?code="))
-            .unwrap_or_else(|| panic!("exit 0 without a link: {printed}"));
-        assert_no_login(
-            &get(&srv, &login_path(&srv, link), &[]).await,
-            403,
-            "another home's code",
-        );
-    } else {
-        assert_review_refused(&other, &["--port", &port], "a server of another home");
-    }
+    assert_review_refused(&other, &["--port", &port], "a server of another home");
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let squatted = squatter.local_addr().unwrap().port().to_string();
+    let answers = std::thread::spawn(move || {
+        // Answers like a web server, with a made-up proof.
+        use std::io::{Read, Write};
+        if let Ok((mut c, _)) = squatter.accept() {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n");
+            let _ = c.write_all("ab".repeat(32).as_bytes());
+        }
+    });
+    assert_review_refused(&env, &["--port", &squatted], "a process squatting a port");
+    answers.join().unwrap();
 
     // Killed (no clean shutdown: server.json stays behind).
     drop(srv);
