@@ -812,14 +812,16 @@ mod tests {
 
     #[test]
     fn the_session_cookie_is_found_among_others_and_only_by_its_name() {
-        let mut h = HeaderMap::new();
-        h.append(header::COOKIE, HeaderValue::from_static("a=1; vg_review_x=2"));
-        assert_eq!(cookie(&h), None);
-        h.append(
+        let first = (header::COOKIE, HeaderValue::from_static("a=1; vg_review_x=2"));
+        let one: HeaderMap = [first.clone()].into_iter().collect();
+        assert_eq!(cookie(&one), None);
+        // Two Cookie headers: the session's is in the second.
+        let second = (
             header::COOKIE,
             HeaderValue::from_static("b=3;  vg_review=abc ; c=4"),
         );
-        assert_eq!(cookie(&h).as_deref(), Some("abc"));
+        let two: HeaderMap = [first, second].into_iter().collect();
+        assert_eq!(cookie(&two).as_deref(), Some("abc"));
     }
 
     #[test]
