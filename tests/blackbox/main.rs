@@ -5,6 +5,7 @@
 mod util;
 
 mod audit_closed;
+mod browser;
 mod crash;
 mod critical;
 mod history;
