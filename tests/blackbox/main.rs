@@ -16,6 +16,7 @@ mod notify;
 mod operator;
 mod paging;
 mod proposals;
+mod review_browser;
 mod security;
 mod smoke;
 mod stdio;
