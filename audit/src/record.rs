@@ -15,7 +15,8 @@ pub enum Outcome {
 /// Who made the call.
 ///
 /// On the wire a credential is the object `{credentialId, name, tier, transport}` and the local
-/// CLI user is the string `"cli:<user>"` (SPEC §9).
+/// CLI user is the string `"cli:<user>"`, the same user on the review page `"review:<user>"`
+/// (SPEC §9, §15).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "ActorRepr", into = "ActorRepr")]
 pub enum Actor {
@@ -28,9 +29,14 @@ pub enum Actor {
     Cli {
         user: String,
     },
+    /// The OS user acting on the review page (SPEC §15).
+    Review {
+        user: String,
+    },
 }
 
 const CLI_PREFIX: &str = "cli:";
+const REVIEW_PREFIX: &str = "review:";
 
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
@@ -63,6 +69,7 @@ impl From<Actor> for ActorRepr {
                 transport,
             }),
             Actor::Cli { user } => ActorRepr::Cli(format!("{CLI_PREFIX}{user}")),
+            Actor::Review { user } => ActorRepr::Cli(format!("{REVIEW_PREFIX}{user}")),
         }
     }
 }
@@ -72,12 +79,21 @@ impl TryFrom<ActorRepr> for Actor {
 
     fn try_from(repr: ActorRepr) -> Result<Self, Self::Error> {
         match repr {
-            ActorRepr::Cli(s) => match s.strip_prefix(CLI_PREFIX) {
-                Some(user) => Ok(Actor::Cli {
-                    user: user.to_owned(),
-                }),
-                None => Err(format!("actor string must start with `{CLI_PREFIX}`")),
-            },
+            ActorRepr::Cli(s) => {
+                if let Some(user) = s.strip_prefix(CLI_PREFIX) {
+                    Ok(Actor::Cli {
+                        user: user.to_owned(),
+                    })
+                } else if let Some(user) = s.strip_prefix(REVIEW_PREFIX) {
+                    Ok(Actor::Review {
+                        user: user.to_owned(),
+                    })
+                } else {
+                    Err(format!(
+                        "actor string must start with `{CLI_PREFIX}` or `{REVIEW_PREFIX}`"
+                    ))
+                }
+            }
             ActorRepr::Credential(c) => Ok(Actor::Credential {
                 credential_id: c.credential_id,
                 name: c.name,
@@ -227,6 +243,12 @@ mod tests {
         let cli = Actor::Cli { user: "alice".into() };
         assert_eq!(serde_json::to_value(&cli).unwrap(), json!("cli:alice"));
         assert_eq!(serde_json::from_value::<Actor>(json!("cli:alice")).unwrap(), cli);
+        let review = Actor::Review { user: "alice".into() };
+        assert_eq!(serde_json::to_value(&review).unwrap(), json!("review:alice"));
+        assert_eq!(
+            serde_json::from_value::<Actor>(json!("review:alice")).unwrap(),
+            review
+        );
         assert_eq!(
             serde_json::from_value::<Actor>(serde_json::to_value(credential()).unwrap()).unwrap(),
             credential()

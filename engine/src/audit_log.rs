@@ -55,6 +55,35 @@ pub fn head_check(home: &Home) -> Result<HeadStatus, GatewayError> {
     head_status(&home.audit_path(), &state)
 }
 
+/// The whole chain as `audit verify` and the review page report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainStatus {
+    Holds {
+        records: u64,
+    },
+    /// What is wrong and the next step.
+    Broken(String),
+}
+
+/// Checks the head against the state database, then every line's hash and link.
+pub fn chain_status(home: &Home) -> Result<ChainStatus, GatewayError> {
+    // A log that lost its later records verifies as a shorter chain: the head the state
+    // database saw tells (SPEC §9).
+    if let Some(problem) = head_check(home)?.problem() {
+        return Ok(ChainStatus::Broken(problem));
+    }
+    let report = verify(&home.audit_path())?;
+    Ok(match report.broken {
+        None => ChainStatus::Holds {
+            records: report.records,
+        },
+        Some(b) => ChainStatus::Broken(format!(
+            "audit chain broken at seq {} (line {}): {}",
+            b.seq, b.line, b.reason
+        )),
+    })
+}
+
 pub(crate) fn head_status(path: &Path, state: &State) -> Result<HeadStatus, GatewayError> {
     let Some(known) = state.audit_head()?.filter(|h| h.seq > 0) else {
         return Ok(HeadStatus::Ok);

@@ -109,7 +109,7 @@ impl<'a> Call<'a> {
         }
         let v = match &self.actor {
             Actor::Caller(c) => self.core.resolve_vault(&c.credential, requested)?,
-            Actor::Cli(_) => self.core.vault_for_cli(requested)?,
+            Actor::Operator(_) => self.core.vault_for_cli(requested)?,
         };
         self.vault = Some(v.id.clone());
         Ok(v)

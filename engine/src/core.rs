@@ -43,12 +43,65 @@ pub struct Caller {
     pub transport: Transport,
 }
 
-/// Who performs an operation: an authenticated MCP caller, or the OS user at the CLI (who owns
-/// the home and so acts with full authority over its vaults).
+/// Where the operator acts from: the terminal or the review page (SPEC §12, §15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    Cli,
+    Review,
+}
+
+/// The OS user who owns the home, acting with full authority over its vaults from one surface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    pub surface: Surface,
+    pub user: String,
+}
+
+impl Operator {
+    pub fn cli(user: &str) -> Operator {
+        Operator {
+            surface: Surface::Cli,
+            user: user.to_owned(),
+        }
+    }
+
+    pub fn review(user: &str) -> Operator {
+        Operator {
+            surface: Surface::Review,
+            user: user.to_owned(),
+        }
+    }
+
+    /// `cli:<user>` or `review:<user>`: the audit actor, `createdBy` and idempotency namespace.
+    pub fn label(&self) -> String {
+        match self.surface {
+            Surface::Cli => format!("cli:{}", self.user),
+            Surface::Review => format!("review:{}", self.user),
+        }
+    }
+
+    /// The audit event of this surface's operations.
+    pub fn event(&self) -> &'static str {
+        match self.surface {
+            Surface::Cli => "cli",
+            Surface::Review => "review",
+        }
+    }
+
+    pub fn audit_actor(&self) -> audit::Actor {
+        let user = self.user.clone();
+        match self.surface {
+            Surface::Cli => audit::Actor::Cli { user },
+            Surface::Review => audit::Actor::Review { user },
+        }
+    }
+}
+
+/// Who performs an operation: an authenticated MCP caller, or the operator (CLI or review page).
 #[derive(Debug, Clone)]
 pub enum Actor {
     Caller(Caller),
-    Cli(String),
+    Operator(Operator),
 }
 
 impl Actor {
@@ -56,7 +109,7 @@ impl Actor {
     pub fn principal_id(&self) -> String {
         match self {
             Actor::Caller(c) => c.credential.id.as_str().to_owned(),
-            Actor::Cli(u) => format!("cli:{u}"),
+            Actor::Operator(o) => o.label(),
         }
     }
 
@@ -64,14 +117,14 @@ impl Actor {
     pub fn label(&self) -> String {
         match self {
             Actor::Caller(c) => format!("{} ({})", c.credential.name, c.credential.id.as_str()),
-            Actor::Cli(u) => format!("cli:{u}"),
+            Actor::Operator(o) => o.label(),
         }
     }
 
     pub fn audit_actor(&self) -> audit::Actor {
         match self {
             Actor::Caller(c) => c.actor(),
-            Actor::Cli(u) => audit::Actor::Cli { user: u.clone() },
+            Actor::Operator(o) => o.audit_actor(),
         }
     }
 }
@@ -236,8 +289,18 @@ impl Core {
         if credential.is_revoked() {
             return Err(GatewayError::CredentialRevoked);
         }
-        if credential.is_expired(now_unix()) {
+        let now = now_unix();
+        if credential.is_expired(now) {
             return Err(GatewayError::CredentialExpired);
+        }
+        // Last use to the minute (the Credentials page): the row was read anyway, so at most
+        // one write a minute per credential, never one per request.
+        if credential
+            .last_used_at
+            .is_none_or(|t| now.saturating_sub(t) >= 60)
+            && let Err(e) = self.state.touch_credential(&credential.id, now)
+        {
+            tracing::warn!(error = %e, "noting a credential's last use failed");
         }
         Ok(Caller {
             credential,
@@ -403,12 +466,24 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<T, GatewayError>> {
-        // The CLI's arguments are bounded exactly like a tool's (SPEC §14).
+        self.operator_call(&Operator::cli(user), tool, args, op)
+    }
+
+    /// Runs one operator operation (CLI or review page), recorded exactly like a tool call with
+    /// the surface's event (`cli`, `review`).
+    pub fn operator_call<T: ResultIds>(
+        &self,
+        operator: &Operator,
+        tool: &'static str,
+        args: &Value,
+        op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
+    ) -> Audited<Result<T, GatewayError>> {
+        let actor = || Actor::Operator(operator.clone());
+        // The operator's arguments are bounded exactly like a tool's (SPEC §14).
         if let Err(e) = crate::limits::check_args(tool, args, &self.config.limits) {
-            return Call::new(self, Actor::Cli(user.to_owned()), tool, args, "cli")
-                .finish(Err(e), Durability::Sync);
+            return Call::new(self, actor(), tool, args, operator.event()).finish(Err(e), Durability::Sync);
         }
-        let mut call = Call::new(self, Actor::Cli(user.to_owned()), tool, args, "cli");
+        let mut call = Call::new(self, actor(), tool, args, operator.event());
         let mutating = policy::tools::find(tool).is_none_or(|s| s.is_mutating());
         let result = if mutating {
             self.audit_preflight().and_then(|()| op(&mut call))
@@ -860,13 +935,13 @@ impl Core {
         self.visible(cred).cloned().collect()
     }
 
-    // ---- credential administration (CLI only) ---------------------------------------------------
+    // ---- credential administration (operators only) ---------------------------------------------------
 
     /// Issues a credential and its token; audited as a credential change by the CLI user. The
     /// row is committed only together with its durable audit line (SPEC §9).
     pub fn issue_credential(
         &self,
-        user: &str,
+        operator: &Operator,
         name: &str,
         tier: Tier,
         vaults: Vec<String>,
@@ -909,7 +984,7 @@ impl Core {
                             exp: expires_at,
                         },
                     )?);
-                    self.audit_admin(user, "credential.issue", cred, Some(tier))
+                    self.audit_admin(operator, "credential.issue", cred, Some(tier))
                 },
             )
             .map_err(recorded)?;
@@ -917,12 +992,16 @@ impl Core {
         Ok((cred, token))
     }
 
-    pub fn revoke_credential(&self, user: &str, id_or_name: &str) -> Result<Credential, GatewayError> {
+    pub fn revoke_credential(
+        &self,
+        operator: &Operator,
+        id_or_name: &str,
+    ) -> Result<Credential, GatewayError> {
         let cred = self.state.find_credential(id_or_name)?;
         self.audit_preflight()?;
         self.state
             .revoke_credential_recorded(&cred.id, now_unix(), || {
-                self.audit_admin(user, "credential.revoke", &cred, None)
+                self.audit_admin(operator, "credential.revoke", &cred, None)
             })
             .map_err(recorded)?;
         Ok(self.state.find_credential(cred.id.as_str())?)
@@ -930,7 +1009,7 @@ impl Core {
 
     pub fn set_credential_tier(
         &self,
-        user: &str,
+        operator: &Operator,
         id_or_name: &str,
         tier: Tier,
     ) -> Result<Credential, GatewayError> {
@@ -938,28 +1017,32 @@ impl Core {
         self.audit_preflight()?;
         self.state
             .set_credential_tier_recorded(&cred.id, tier, || {
-                self.audit_admin(user, "credential.set_tier", &cred, Some(tier))
+                self.audit_admin(operator, "credential.set_tier", &cred, Some(tier))
             })
             .map_err(recorded)?;
         Ok(self.state.find_credential(cred.id.as_str())?)
     }
 
+    /// Every credential, read fresh (the Credentials page).
+    pub fn credentials(&self) -> Result<Vec<Credential>, GatewayError> {
+        Ok(self.state.list_credentials()?)
+    }
+
+    /// A credential by id or name.
+    pub fn find_credential(&self, id_or_name: &str) -> Result<Credential, GatewayError> {
+        Ok(self.state.find_credential(id_or_name)?)
+    }
+
     /// The durable record of a credential change, written inside the change's transaction.
     fn audit_admin(
         &self,
-        user: &str,
+        operator: &Operator,
         event: &str,
         cred: &Credential,
         tier: Option<Tier>,
     ) -> Result<inbox::AuditHead, GatewayError> {
         let args = serde_json::json!({ "credentialId": cred.id.as_str(), "name": cred.name, "tier": tier.map(|t| t.as_str()) });
-        let mut entry = Entry::new(
-            event,
-            audit::Actor::Cli {
-                user: user.to_owned(),
-            },
-            Outcome::Ok,
-        );
+        let mut entry = Entry::new(event, operator.audit_actor(), Outcome::Ok);
         entry.target = Some(cred.id.as_str().to_owned());
         entry.args_hash = Some(audit::args_hash(&args));
         self.append_audit_record(entry, Durability::Sync)

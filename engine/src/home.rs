@@ -38,7 +38,31 @@ pub struct Config {
     #[serde(default)]
     pub limits: LimitsConfig,
     #[serde(default)]
+    pub review: ReviewConfig,
+    #[serde(default)]
     pub vaults: Vec<VaultConfig>,
+}
+
+/// `gateway.toml [review]` (SPEC §15).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReviewConfig {
+    /// `serve` also serves `/review/`.
+    pub enabled: bool,
+    /// How long a code printed by `vaultgate review` can be used (once).
+    pub login_code_ttl_seconds: u64,
+    /// How long a review session lasts (its cookie's Max-Age).
+    pub session_seconds: u64,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        ReviewConfig {
+            enabled: true,
+            login_code_ttl_seconds: 120,
+            session_seconds: 12 * 3600,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -228,6 +252,10 @@ impl Home {
     pub fn state_path(&self) -> PathBuf {
         self.dir.join("state.sqlite")
     }
+    /// Where `serve` records its pid, host and port, so `vaultgate review` finds it (SPEC §15).
+    pub fn server_record_path(&self) -> PathBuf {
+        self.dir.join("server.json")
+    }
     pub fn audit_path(&self) -> PathBuf {
         self.dir.join("audit.jsonl")
     }
@@ -254,6 +282,7 @@ impl Home {
                 default_vault: None,
                 server: ServerConfig::default(),
                 limits: LimitsConfig::default(),
+                review: ReviewConfig::default(),
                 vaults: Vec::new(),
             };
             self.save_config(&config)?;

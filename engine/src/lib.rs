@@ -26,16 +26,20 @@ pub mod home;
 pub mod ids;
 pub mod limits;
 mod maintain;
+mod operator;
 pub mod proposing;
 mod refusals;
+pub mod review;
 mod txn;
 
 pub use crate::call::{Audited, Call, ResultIds};
-pub use crate::core::{Actor, Caller, Core, Transport, VaultHandle};
+pub use crate::core::{Actor, Caller, Core, Operator, Surface, Transport, VaultHandle};
 pub use crate::error::GatewayError;
 pub use crate::failpoints::Failpoints;
 pub use inbox::{Credential, Transition};
 pub use policy::Tier;
+/// Review diffs as hunks with line numbers: the one computation the CLI and the page show.
+pub use proposals::diff;
 
 /// The read answers of the vault, as the engine hands them out (their schemas are the tools'
 /// output schemas).

@@ -1,5 +1,6 @@
 //! Housekeeping that keeps the state database bounded over months of use: idempotency keys and
-//! expired challenges are forgotten once no retry can still need them.
+//! expired challenges are forgotten once no retry can still need them, and review logins once
+//! they can open nothing.
 //!
 //! A pruned key is safe to forget: a retry that arrives later meets the checks that protect the
 //! call anyway (an applied proposal answers `PROPOSAL_ALREADY_APPLIED`, a moved history top
@@ -56,6 +57,10 @@ impl Core {
             });
         if keys > 0 || challenges > 0 {
             tracing::info!(keys, challenges, "forgot old idempotency keys and challenges");
+        }
+        // Review logins that can open nothing any more (used, expired or logged out).
+        if let Err(e) = self.state.prune_review(now) {
+            tracing::warn!(error = %e, "pruning review logins failed");
         }
         (keys, challenges)
     }

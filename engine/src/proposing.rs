@@ -102,9 +102,9 @@ impl Core {
                 credential_id: c.credential.id.as_str().to_owned(),
                 name: c.credential.name.clone(),
             },
-            Actor::Cli(user) => CreatedBy {
-                credential_id: format!("cli:{user}"),
-                name: format!("cli:{user}"),
+            Actor::Operator(o) => CreatedBy {
+                credential_id: o.label(),
+                name: o.label(),
             },
         }
     }
@@ -391,6 +391,26 @@ impl Core {
         })
     }
 
+    /// The notes a move from `from` to `to` would rewrite now, and how many links in each: what
+    /// a reviewer sees before applying it (the apply plans them again under the lock).
+    pub fn move_rewrites(
+        &self,
+        v: &VaultHandle,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<LinkRewriteItem>, GatewayError> {
+        let from = target_path(v, from)?;
+        let to = target_path(v, to)?;
+        Ok(v.reader
+            .plan_move(&from, &to)?
+            .iter()
+            .map(|r| LinkRewriteItem {
+                path: r.path.to_string(),
+                count: r.count as u64,
+            })
+            .collect())
+    }
+
     pub fn propose_delete(
         &self,
         call: &mut Call<'_>,
@@ -598,10 +618,10 @@ impl Core {
         Ok(())
     }
 
-    /// Own proposals need `auto`, anyone's `full` (SPEC §2); the CLI user owns the home.
+    /// Own proposals need `auto`, anyone's `full` (SPEC §2); the operator owns the home.
     pub fn authorize_decision(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
         match actor {
-            Actor::Cli(_) => Ok(()),
+            Actor::Operator(_) => Ok(()),
             Actor::Caller(c) => {
                 let own = c.credential.id.as_str() == created_by;
                 let cap = if own {

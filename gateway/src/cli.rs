@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use policy::Tier;
 
 use engine::auth::Token;
-use engine::core::Core;
+use engine::core::{Core, Operator};
 use engine::error::GatewayError;
 use engine::home::{Home, VaultConfig};
 
@@ -91,6 +91,16 @@ enum Command {
         /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
+    },
+    /// Print a one-time login link for the review page of this home's running `vaultgate serve`
+    /// (valid once, for [review] login_code_ttl_seconds, 120 s by default).
+    Review {
+        /// Also open the link in the default browser.
+        #[arg(long)]
+        open: bool,
+        /// The port of the running server (default: the one it recorded in the home).
+        #[arg(long)]
+        port: Option<u16>,
     },
     /// Check the home and every vault: one line per check, `ok|warn|fail  what  next step`;
     /// exits 1 when something needs a person. Changes nothing, and creates nothing without a home.
@@ -481,6 +491,7 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             apply_cmd(&home, vault.as_deref(), only.as_deref(), yes, &user)
         }
         Command::Index { vault, rebuild } => index_cmd(&home, vault.as_deref(), rebuild),
+        Command::Review { open, port } => review_cmd(&home, open, port, &user),
         Command::Doctor { .. } => Err(GatewayError::Internal("doctor is handled by run".into())),
         Command::Describe { json } => {
             let d = crate::describe::describe();
@@ -748,7 +759,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                 confirm_full(yes, &format!("credential '{name}'"))?;
             }
             let core = open_core(home)?;
-            let (cred, token) = core.issue_credential(user, &name, tier, vaults, expires)?;
+            let (cred, token) = core.issue_credential(&Operator::cli(user), &name, tier, vaults, expires)?;
             let exe = std::env::current_exe()?;
             let target = crate::clientconf::Target {
                 exe: &exe,
@@ -799,7 +810,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
         }
         TokenCmd::Revoke { id } => {
             let core = open_core(home)?;
-            let c = core.revoke_credential(user, &id)?;
+            let c = core.revoke_credential(&Operator::cli(user), &id)?;
             out(&format!(
                 "revoked {} ({}); running servers refuse it from the next call",
                 c.id.as_str(),
@@ -812,7 +823,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                 confirm_full(yes, &format!("setting '{id}' to full"))?;
             }
             let core = open_core(home)?;
-            let c = core.set_credential_tier(user, &id, tier)?;
+            let c = core.set_credential_tier(&Operator::cli(user), &id, tier)?;
             out(&format!(
                 "{} ({}) is now tier {}; applies from the next call",
                 c.id.as_str(),
@@ -830,28 +841,16 @@ fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), GatewayError>
         return Err(GatewayError::NoHome(home.dir.clone()));
     }
     match cmd {
-        AuditCmd::Verify => {
-            // A log that lost its later records verifies as a shorter chain: the head the state
-            // database saw tells (SPEC §9).
-            if let Some(problem) = engine::audit_log::head_check(home)?.problem() {
-                return Err(GatewayError::AuditBroken(problem));
+        AuditCmd::Verify => match engine::audit_log::chain_status(home)? {
+            engine::audit_log::ChainStatus::Holds { records } => {
+                out(&format!(
+                    "audit chain ok: {records} records in {}",
+                    path.display()
+                ));
+                Ok(())
             }
-            let report = engine::audit_log::verify(&path)?;
-            match report.broken {
-                None => {
-                    out(&format!(
-                        "audit chain ok: {} records in {}",
-                        report.records,
-                        path.display()
-                    ));
-                    Ok(())
-                }
-                Some(b) => Err(GatewayError::AuditBroken(format!(
-                    "audit chain broken at seq {} (line {}): {}",
-                    b.seq, b.line, b.reason
-                ))),
-            }
-        }
+            engine::audit_log::ChainStatus::Broken(problem) => Err(GatewayError::AuditBroken(problem)),
+        },
         AuditCmd::Repair => {
             let msg = match engine::audit_log::repair_torn_tail(&path)? {
                 engine::audit_log::Repair::Clean => "audit log ends cleanly; nothing to repair".to_owned(),
@@ -979,13 +978,7 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
         }
         InboxCmd::Reject { id, reason, vault } => {
             let v = core.vault_for_cli(vault.as_deref())?;
-            let args = serde_json::json!({"vault": v.id, "id": id, "reason": reason});
-            let r = core
-                .cli_call(user, "reject_proposal", &args, |call| {
-                    call.set_vault(&v.id);
-                    core.reject_proposal(call, &v, &engine::ids::ProposalId::from_wire(id.clone()), &reason)
-                })
-                .into_inner()?;
+            let r = core.operator_reject(&Operator::cli(user), &v, &id, &reason)?;
             out(&format!("rejected {id}; archived to {}", r.archived_to));
             Ok(())
         }
@@ -1051,20 +1044,7 @@ fn apply_cmd(
                 continue;
             }
         }
-        let key = format!("cli-{}", uuid::Uuid::now_v7().simple());
-        let args = serde_json::json!({"vault": v.id, "id": p.item.id, "proposalHash": p.item.proposal_hash, "idempotencyKey": key});
-        let r = core
-            .cli_call(user, "apply_proposal", &args, |call| {
-                call.set_vault(&v.id);
-                core.apply_proposal(
-                    call,
-                    &v,
-                    &engine::ids::ProposalId::from_wire(p.item.id.clone()),
-                    &engine::ids::ProposalHash::from_wire(p.item.proposal_hash.clone()),
-                    &key,
-                )
-            })
-            .into_inner();
+        let r = core.operator_apply(&Operator::cli(user), &v, &p.item.id, &p.item.proposal_hash);
         match r {
             Ok(a) => {
                 applied += 1;
@@ -1123,8 +1103,6 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
     }
     let core = open_core(home)?;
     let v = core.vault_for_cli(vault.as_deref())?;
-    let tool = engine::history::tool_name(t);
-    let vault_arg = serde_json::json!({"vault": v.id});
     // Settles an interrupted write first, so the entry shown is the one that counts.
     let top = match core.history_top(&v, t) {
         Ok(Some(entry)) => entry,
@@ -1137,12 +1115,7 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
                     format!("nothing to {} in vault '{}'", t.as_str(), v.id),
                 ),
             };
-            return core
-                .cli_call(user, tool, &vault_arg, |call| {
-                    call.set_vault(&v.id);
-                    Err::<(), _>(e)
-                })
-                .into_inner();
+            return Err(core.operator_history_refused(&Operator::cli(user), &v, t, e));
         }
     };
     let entry = top;
@@ -1156,23 +1129,89 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
             return Ok(());
         }
     }
-    let key = format!("cli-{}", uuid::Uuid::now_v7().simple());
-    let args = serde_json::json!({"vault": v.id, "expectedHistoryEntryId": entry.id, "idempotencyKey": key});
-    let s = core
-        .cli_call(user, tool, &args, |call| {
-            call.set_vault(&v.id);
-            core.history_transition(
-                call,
-                &v,
-                t,
-                &engine::ids::HistoryEntryId::from_wire(entry.id.clone()),
-                &key,
-            )
-        })
-        .into_inner()?;
+    let s = core.operator_history(&Operator::cli(user), &v, t, &entry.id)?;
     out(&format!("{} {}: done", t.as_str(), entry.id));
     out(&engine::history::describe_status(&v.id, &s));
     Ok(())
+}
+
+/// `vaultgate review`: a one-time login link for the live server of this home (SPEC §15).
+fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<(), GatewayError> {
+    if !home.exists() {
+        return Err(GatewayError::NoHome(home.dir.clone()));
+    }
+    let record = engine::review::read_server_record(home);
+    let no_server = || {
+        GatewayError::InvalidArgument(format!(
+            "no vaultgate server of the home {} is running; start one with `vaultgate serve` \
+             (or pass --port N for a server on another port)",
+            home.dir.display()
+        ))
+    };
+    let (host, port) = match (&record, port) {
+        (_, Some(p)) => (
+            record.as_ref().map_or("127.0.0.1".to_owned(), |r| r.host.clone()),
+            p,
+        ),
+        (Some(r), None) => {
+            // A record left by a server that was killed names a process that is gone.
+            if !process_alive(r.pid) {
+                return Err(no_server());
+            }
+            (r.host.clone(), r.port)
+        }
+        (None, None) => return Err(no_server()),
+    };
+    let addr = crate::http::loopback_addr(&host, port)?;
+    if std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).is_err() {
+        return Err(no_server());
+    }
+    let core = open_core(home)?;
+    if !core.config.review.enabled {
+        return Err(GatewayError::InvalidArgument(
+            "the review page is off: set [review] enabled = true in gateway.toml and restart the server"
+                .into(),
+        ));
+    }
+    let code = core.mint_review_code(&Operator::cli(user))?;
+    let url = format!("http://{addr}/review/login?code={code}");
+    out(&url);
+    err(&format!(
+        "open it within {} s; it works once (run `vaultgate review` again for another)",
+        core.config.review.login_code_ttl_seconds
+    ));
+    if open {
+        open_in_browser(&url);
+    }
+    Ok(())
+}
+
+/// Whether a process with this id still runs (Linux: /proc; elsewhere assumed, the port check
+/// decides).
+fn process_alive(pid: u32) -> bool {
+    let proc = std::path::Path::new("/proc");
+    !proc.is_dir() || proc.join(pid.to_string()).exists()
+}
+
+fn open_in_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    // The URL travels as an argument of a short-lived local process; the code in it is one-time.
+    match std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(_) => err("opened in your browser"),
+        Err(e) => err(&format!(
+            "could not run {opener} ({e}); open the link above yourself"
+        )),
+    }
 }
 
 /// `vaultgate index`: one pass in this process; servers that have the vault open pick it up.

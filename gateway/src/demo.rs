@@ -78,7 +78,13 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
     }
     let core = crate::cli::open_core(&home)?;
     let name = format!("demo-{}", uuid::Uuid::now_v7().simple());
-    let (cred, token) = core.issue_credential(&user, &name, Tier::Full, vec![], None)?;
+    let (cred, token) = core.issue_credential(
+        &engine::core::Operator::cli(&user),
+        &name,
+        Tier::Full,
+        vec![],
+        None,
+    )?;
     let exe = std::env::current_exe()?;
     // Bind before printing, so the printed URL carries the real port (`--port 0` picks one).
     let port = port.unwrap_or(core.config.server.port);

@@ -176,13 +176,19 @@ pub fn router(core: Arc<Core>, port: u16) -> Router {
     let mcp_core = core.clone();
     let service = StreamableHttpService::new(move || Ok(McpServer::http(mcp_core.clone())), manager, config);
     tokio::spawn(sweep_sessions(Arc::downgrade(&gate), idle));
-    Router::new()
+    let app = Router::new()
         .route_service("/mcp", service)
         .layer(middleware::from_fn_with_state(gate.clone(), guard))
         .route(
             "/healthz",
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
-        )
+        );
+    // SECURITY(T-REVIEW2): the review page has its own guard (session cookie), never /mcp's bearer.
+    if core.config.review.enabled {
+        app.merge(crate::review::router(core, port))
+    } else {
+        app
+    }
 }
 
 /// Forgets bindings of sessions rmcp has closed, and logs the live count when it changes (an
@@ -230,13 +236,16 @@ fn refuse(status: StatusCode, e: &GatewayError) -> Response {
 
 /// `Host` must name loopback with the served port (DNS-rebinding protection).
 fn host_ok(headers: &HeaderMap, port: u16) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    let host = host.to_ascii_lowercase();
+    loopback_host(headers, port).is_some()
+}
+
+/// The request's `Host` (lowercased) when it names loopback with the served port.
+pub(crate) fn loopback_host(headers: &HeaderMap, port: u16) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?.to_ascii_lowercase();
     ["127.0.0.1", "localhost", "[::1]"]
         .iter()
         .any(|name| host == format!("{name}:{port}"))
+        .then_some(host)
 }
 
 /// `Origin`, when present, must be a loopback origin (any port: local tools such as the MCP
@@ -450,27 +459,65 @@ pub fn serve(core: Arc<Core>, addr: SocketAddr) -> Result<(), GatewayError> {
     serve_std(core, listener)
 }
 
-/// Serves on an already bound listener until Ctrl-C.
+/// Serves on an already bound listener until Ctrl-C or SIGTERM. While it listens, the home
+/// records its pid, host and port, so `vaultgate review` finds it (SPEC §15).
 pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(), GatewayError> {
     listener.set_nonblocking(true)?;
     crate::serve::runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let local = listener.local_addr()?;
         let _watches = engine::changes::start(&core);
+        let pid = std::process::id();
+        engine::review::write_server_record(
+            &core.home,
+            &engine::review::ServerRecord {
+                pid,
+                host: local.ip().to_string(),
+                port: local.port(),
+            },
+        )?;
         tracing::info!(%local, "serving MCP over Streamable HTTP");
+        let review = if core.config.review.enabled {
+            "\nreview page: run `vaultgate review` for a one-time login link"
+        } else {
+            ""
+        };
         crate::serve::announce(&format!(
-            "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop)"
+            "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop){review}"
         ));
         let app = router(core.clone(), local.port());
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let served = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(shutdown())
+            .await;
+        engine::review::remove_server_record(&core.home, pid);
+        served?;
         // Refusals still counted are written before the process ends (SPEC §9).
         core.flush_refusals();
         Ok(())
     })
+}
+
+/// Ctrl-C, or SIGTERM (a service manager's stop).
+async fn shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The edges of vaultgate: MCP over stdio and Streamable HTTP (rmcp + axum), the CLI (clap), the
-//! demo and client configurations. Handlers are thin: parse → engine → map.
+//! The edges of vaultgate: MCP over stdio and Streamable HTTP (rmcp + axum), the review page, the
+//! CLI (clap), the demo and client configurations. Handlers are thin: parse → engine → map.
 //!
 //! It owns the wire (JSON-RPC, HTTP, terminal) and the environment, and nothing else: it never
 //! decides a check, never touches a vault or the state database, and never builds an audit entry —
@@ -15,5 +15,6 @@ pub mod http;
 mod logging;
 pub mod mcp;
 mod resources;
+mod review;
 mod serve;
 pub mod tools;

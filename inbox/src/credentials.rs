@@ -38,6 +38,8 @@ pub struct Credential {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// The last authenticated request, to the minute (SPEC §15: the Credentials page).
+    pub last_used_at: Option<i64>,
 }
 
 impl Credential {
@@ -73,7 +75,7 @@ fn parse_scope(stored: &str) -> Option<Vec<String>> {
     Some(ids)
 }
 
-const COLUMNS: &str = "id, name, tier, vaults, jti, created_at, expires_at, revoked_at";
+const COLUMNS: &str = "id, name, tier, vaults, jti, created_at, expires_at, revoked_at, last_used_at";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
     let tier: String = row.get(2)?;
@@ -96,6 +98,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
         revoked_at: row.get(7)?,
+        last_used_at: row.get(8)?,
     })
 }
 
@@ -103,6 +106,14 @@ impl State {
     pub fn create_credential(&self, new: NewCredential) -> Result<Credential, StateError> {
         let conn = self.conn()?;
         create_credential_on(&conn, new)
+    }
+
+    /// Notes a use of the credential at `at` (the caller throttles: this is a write).
+    pub fn touch_credential(&self, id: &CredentialId, at: i64) -> Result<(), StateError> {
+        let conn = self.conn()?;
+        conn.prepare_cached("UPDATE credentials SET last_used_at = ?2 WHERE id = ?1")?
+            .execute(rusqlite::params![id.as_str(), at])?;
+        Ok(())
     }
 
     /// The row for an id, read fresh (called on every request).
@@ -151,7 +162,7 @@ pub(crate) fn create_credential_on(
     let id = CredentialId::generate();
     let vaults = serde_json::to_string(&new.vaults).unwrap_or_else(|_| "[]".into());
     let res = conn.execute(
-        &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)"),
+        &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)"),
         params![
             id.0,
             new.name,
@@ -179,6 +190,7 @@ pub(crate) fn create_credential_on(
         created_at: new.created_at,
         expires_at: new.expires_at,
         revoked_at: None,
+        last_used_at: None,
     })
 }
 
@@ -261,6 +273,7 @@ mod tests {
             created_at: 0,
             expires_at: Some(10),
             revoked_at: None,
+            last_used_at: None,
         };
         assert!(c.may_see_vault("a") && !c.may_see_vault("b"));
         assert!(!c.is_expired(9) && c.is_expired(10));

@@ -168,6 +168,24 @@ const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE proposals ADD COLUMN archive_pending INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX proposals_archive_pending ON proposals (vault) WHERE archive_pending = 1;",
+    // 9: the review page (SPEC §15): one-time login codes and sessions, both stored as SHA-256 of
+    // the secret value (a copy of the database opens nothing); and each credential's last use.
+    "CREATE TABLE review_codes (
+        code_hash TEXT PRIMARY KEY,
+        user TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+    ) WITHOUT ROWID;
+    CREATE TABLE review_sessions (
+        id_hash TEXT PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        user TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        ended_at INTEGER
+    ) WITHOUT ROWID;
+    ALTER TABLE credentials ADD COLUMN last_used_at INTEGER;",
 ];
 
 /// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with

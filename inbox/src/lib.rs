@@ -13,6 +13,7 @@ mod intents;
 // `crate::` below: this module shares its name with the `proposals` crate.
 mod proposals;
 mod recorded;
+mod review;
 
 pub use crate::challenges::{NewChallenge, StoredChallenge};
 pub use crate::credentials::{Credential, CredentialId, NewCredential};
@@ -24,3 +25,4 @@ pub use crate::idempotency::{IdemPut, IdemRecord};
 pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
 pub use crate::proposals::{NewProposal, PendingRef, ProposalStatus, StoredProposal, UnknownStatus};
 pub use crate::recorded::{AuditHead, Recorded};
+pub use crate::review::{NewReviewSession, ReviewSession};

@@ -16,6 +16,135 @@ pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
         .to_string()
 }
 
+/// What one line of a hunk does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineKind {
+    Context,
+    Added,
+    Removed,
+}
+
+/// One line of a hunk with its numbers in the old and the new text (1-based), its text without
+/// the line break, and whether the file ends after it without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffLine {
+    pub kind: LineKind,
+    pub old: Option<u64>,
+    pub new: Option<u64>,
+    pub text: String,
+    pub no_newline: bool,
+}
+
+/// One `@@` hunk of a unified diff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hunk {
+    pub header: String,
+    pub lines: Vec<DiffLine>,
+}
+
+impl Hunk {
+    /// The hunk as side-by-side rows: context on both sides, each run of removed lines paired
+    /// with the run of added lines that follows it, the shorter side padded with `None`.
+    pub fn side_by_side(&self) -> Vec<(Option<&DiffLine>, Option<&DiffLine>)> {
+        let mut rows = Vec::new();
+        let mut i = 0;
+        while i < self.lines.len() {
+            if self.lines[i].kind == LineKind::Context {
+                rows.push((Some(&self.lines[i]), Some(&self.lines[i])));
+                i += 1;
+                continue;
+            }
+            let run = |from: usize, kind: LineKind| {
+                self.lines[from..].iter().take_while(|l| l.kind == kind).count()
+            };
+            let removed = run(i, LineKind::Removed);
+            let added = run(i + removed, LineKind::Added);
+            for k in 0..removed.max(added) {
+                let old = (k < removed).then(|| &self.lines[i + k]);
+                let new = (k < added).then(|| &self.lines[i + removed + k]);
+                rows.push((old, new));
+            }
+            i += removed + added;
+        }
+        rows
+    }
+}
+
+/// The hunks of a diff written by [`unified_diff`], with line numbers: what a reviewer's page
+/// renders, so it shows exactly the diff the CLI prints. Headers and anything that is not a
+/// hunk line are skipped.
+pub fn hunks(diff: &str) -> Vec<Hunk> {
+    let mut out: Vec<Hunk> = Vec::new();
+    let (mut old_no, mut new_no) = (0u64, 0u64);
+    for line in diff.lines() {
+        if let Some(rest) = line.strip_prefix("@@ -") {
+            let mut ranges = rest.split(' ');
+            let start = |r: Option<&str>| -> u64 {
+                r.and_then(|r| r.trim_start_matches('+').split(',').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            };
+            let (o, n) = (start(ranges.next()), start(ranges.next()));
+            // `-0,0` names the line before the first: the next line is 1.
+            old_no = o.max(1);
+            new_no = n.max(1);
+            out.push(Hunk {
+                header: line.to_owned(),
+                lines: Vec::new(),
+            });
+            continue;
+        }
+        let Some(hunk) = out.last_mut() else {
+            continue;
+        };
+        if line.starts_with('\\') {
+            if let Some(last) = hunk.lines.last_mut() {
+                last.no_newline = true;
+            }
+            continue;
+        }
+        let (kind, text) = match line.split_at_checked(1) {
+            Some((" ", t)) => (LineKind::Context, t),
+            Some(("+", t)) => (LineKind::Added, t),
+            Some(("-", t)) => (LineKind::Removed, t),
+            // An empty context line some tools write without its space.
+            None => (LineKind::Context, ""),
+            Some(_) => continue,
+        };
+        let (old, new) = match kind {
+            LineKind::Context => (Some(old_no), Some(new_no)),
+            LineKind::Added => (None, Some(new_no)),
+            LineKind::Removed => (Some(old_no), None),
+        };
+        if old.is_some() {
+            old_no += 1;
+        }
+        if new.is_some() {
+            new_no += 1;
+        }
+        hunk.lines.push(DiffLine {
+            kind,
+            old,
+            new,
+            text: text.to_owned(),
+            no_newline: false,
+        });
+    }
+    out
+}
+
+/// Lines added and removed (`+N −M`).
+pub fn counts(hunks: &[Hunk]) -> (u64, u64) {
+    let count = |k| {
+        hunks
+            .iter()
+            .flat_map(|h| &h.lines)
+            .filter(|l| l.kind == k)
+            .count() as u64
+    };
+    (count(LineKind::Added), count(LineKind::Removed))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -61,6 +190,38 @@ mod tests {
             d,
             "--- a/n.md\n+++ b/n.md\n@@ -1 +1,2 @@\n a\n+b\n\\ No newline at end of file\n"
         );
+    }
+
+    #[test]
+    fn hunks_number_lines_and_pair_changes_side_by_side() {
+        let old: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+        let new = old.replace("line 5\n", "line five\nline 5b\n");
+        let h = hunks(&unified_diff("n.md", &old, &new));
+        assert_eq!(h.len(), 1);
+        let nums: Vec<_> = h[0].lines.iter().map(|l| (l.kind, l.old, l.new)).collect();
+        assert_eq!(nums[2], (LineKind::Context, Some(4), Some(4)));
+        assert_eq!(nums[3], (LineKind::Removed, Some(5), None));
+        assert_eq!(nums[4], (LineKind::Added, None, Some(5)));
+        assert_eq!(nums[5], (LineKind::Added, None, Some(6)));
+        assert_eq!(nums[6], (LineKind::Context, Some(6), Some(7)));
+        let rows = h[0].side_by_side();
+        assert_eq!(rows.len(), 8);
+        assert_eq!(rows[3].0.map(|l| l.text.as_str()), Some("line 5"));
+        assert_eq!(rows[3].1.map(|l| l.text.as_str()), Some("line five"));
+        assert_eq!(
+            (rows[4].0, rows[4].1.map(|l| l.text.as_str())),
+            (None, Some("line 5b"))
+        );
+        assert_eq!(counts(&h), (2, 1));
+    }
+
+    #[test]
+    fn hunks_of_a_new_note_start_at_line_one_and_mark_a_missing_newline() {
+        let h = hunks(&unified_diff("n.md", "", "a\nb"));
+        let lines = &h[0].lines;
+        assert_eq!((lines[0].new, lines[1].new), (Some(1), Some(2)));
+        assert!(lines[1].no_newline && !lines[0].no_newline);
+        assert!(hunks("").is_empty());
     }
 
     /// A minimal `patch` for the property below: applies a unified diff as `unified_diff` writes it.
@@ -131,6 +292,21 @@ mod tests {
                 prop_assert!(d.starts_with("--- a/n.md\n+++ b/n.md\n@@ "));
             }
             prop_assert_eq!(apply_unified(&old, &d), new);
+        }
+
+        #[test]
+        fn every_hunk_line_names_its_lines_in_both_texts(old in text(), new in text()) {
+            let (o, n): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
+            for h in hunks(&unified_diff("n.md", &old, &new)) {
+                for l in &h.lines {
+                    if let Some(i) = l.old {
+                        prop_assert_eq!(o.get(i as usize - 1).copied(), Some(l.text.as_str()));
+                    }
+                    if let Some(i) = l.new {
+                        prop_assert_eq!(n.get(i as usize - 1).copied(), Some(l.text.as_str()));
+                    }
+                }
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 mod applied;
 mod canonical;
 pub mod challenge;
-mod diff;
+pub mod diff;
 mod edit;
 mod model;
 pub mod ops;

@@ -1,0 +1,784 @@
+//! The review page (SPEC §15): `/review/` on the loopback listener of `vaultgate serve`, the OS
+//! user's operator surface beside the CLI. Every decision calls the engine function the CLI calls,
+//! as `review:<user>`; this module only parses forms, checks the page's own security (Host,
+//! session path + cookie, CSRF, Origin, headers) and renders.
+//!
+//! It must never accept an agent's bearer token, never let its cookie reach another path, and
+//! never show untrusted text unescaped.
+
+mod pages;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use maud::Markup;
+
+use engine::core::{Core, Operator, now_unix, rfc3339};
+use engine::error::GatewayError;
+use engine::review::Session;
+use engine::{Transition, VaultHandle};
+use pages::Frame;
+use policy::{ErrorCode, Tier};
+
+/// The longest form body the page posts (a reason of 4,000 characters, escaped, fits easily).
+const MAX_FORM_BYTES: usize = 64 * 1024;
+/// How many of the newest audit records the Audit page filters.
+const AUDIT_SCAN: usize = 2000;
+/// How many matching records it shows.
+const AUDIT_SHOW: usize = 200;
+const COOKIE: &str = "vg_review";
+
+struct Page {
+    core: Arc<Core>,
+    port: u16,
+}
+
+/// The `/review` routes, for the listener serving `port`.
+pub fn router(core: Arc<Core>, port: u16) -> Router {
+    let page = Arc::new(Page { core, port });
+    Router::new()
+        .route("/review", any(handle))
+        .route("/review/", any(handle))
+        .route("/review/{*rest}", any(handle))
+        .with_state(page)
+}
+
+/// The response headers of every `/review` answer (SPEC §15).
+fn secure(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    for (k, v) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; frame-ancestors 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+    ] {
+        h.insert(k, HeaderValue::from_static(v));
+    }
+    resp
+}
+
+fn html(status: StatusCode, m: Markup) -> Response {
+    (status, axum::response::Html(m.into_string())).into_response()
+}
+
+fn redirect(to: &str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// One place maps an error code to the page's HTTP status.
+fn status_for(e: &GatewayError) -> StatusCode {
+    use ErrorCode as C;
+    let c = e.code();
+    if c == C::CAPABILITY_DENIED || matches!(e, GatewayError::Forbidden(_)) {
+        StatusCode::FORBIDDEN
+    } else if c == C::UNAUTHORIZED || c == C::CREDENTIAL_REVOKED || c == C::CREDENTIAL_EXPIRED {
+        StatusCode::UNAUTHORIZED
+    } else if c == C::NOT_FOUND || c == C::PROPOSAL_NOT_FOUND || c == C::VAULT_NOT_FOUND {
+        StatusCode::NOT_FOUND
+    } else if c == C::AUDIT_UNAVAILABLE {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else if c == C::INTERNAL {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else if c == C::TOO_LARGE || c == C::OUTPUT_LIMIT_EXCEEDED {
+        StatusCode::PAYLOAD_TOO_LARGE
+    } else if c == C::QUOTA_EXCEEDED {
+        StatusCode::TOO_MANY_REQUESTS
+    } else if c == C::INVALID_ARGUMENT || c == C::PATH_INVALID || c == C::VAULT_TARGET_REQUIRED {
+        StatusCode::BAD_REQUEST
+    } else {
+        // Stale, tampered, already decided, not the top: the state moved under the reviewer.
+        StatusCode::CONFLICT
+    }
+}
+
+fn refused_page(e: &GatewayError) -> Response {
+    let (title, next) = match status_for(e) {
+        StatusCode::UNAUTHORIZED => ("Not logged in", "Run `vaultgate review` for a new login link."),
+        StatusCode::FORBIDDEN => (
+            "Refused",
+            "Reload the page you came from, or run `vaultgate review` for a new login link.",
+        ),
+        _ => ("Error", ""),
+    };
+    html(
+        status_for(e),
+        pages::bare(title, &pages::t(&e.client_message()), next),
+    )
+}
+
+fn remote(req: &Request) -> Option<IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+async fn handle(State(page): State<Arc<Page>>, req: Request) -> Response {
+    secure(route(page, req).await)
+}
+
+async fn route(page: Arc<Page>, req: Request) -> Response {
+    let from = remote(&req);
+    // SECURITY(T-HTTP2): the page answers loopback names of this port only (DNS rebinding).
+    let Some(host) = crate::http::loopback_host(req.headers(), page.port) else {
+        let e =
+            GatewayError::Forbidden("Host must be 127.0.0.1, localhost or [::1] with the served port".into());
+        return unauthenticated(&page, from, e).await;
+    };
+    let path = req.uri().path().to_owned();
+    let rest = path.strip_prefix("/review").unwrap_or("").trim_start_matches('/');
+    let segs: Vec<String> = rest.split('/').map(str::to_owned).collect();
+    let query = parse_pairs(req.uri().query().unwrap_or("").as_bytes());
+    let method = req.method().clone();
+    match (
+        method.clone(),
+        segs.iter().map(String::as_str).collect::<Vec<_>>().as_slice(),
+    ) {
+        (Method::GET, ["login"]) => {
+            let code = first(&query, "code").unwrap_or_default().to_owned();
+            let core = page.core.clone();
+            match blocking(move || core.review_login(&code)).await {
+                Ok(login) => {
+                    let mut r = redirect(&format!("/review/s/{}/", login.path));
+                    let cookie = format!(
+                        "{COOKIE}={}; Path=/review/s/{}; HttpOnly; SameSite=Strict; Max-Age={}",
+                        login.cookie, login.path, login.max_age
+                    );
+                    if let Ok(v) = HeaderValue::from_str(&cookie) {
+                        r.headers_mut().insert(header::SET_COOKIE, v);
+                    }
+                    r
+                }
+                Err(e @ GatewayError::AuditUnavailable) => refused_page(&e),
+                Err(e) => unauthenticated(&page, from, e).await,
+            }
+        }
+        (Method::GET, ["static", "style.css"]) => asset("text/css; charset=utf-8", pages::STYLE),
+        (Method::GET, ["static", "app.js"]) => asset("text/javascript; charset=utf-8", pages::SCRIPT),
+        (Method::GET, ["logged-out"]) => html(
+            StatusCode::OK,
+            pages::bare(
+                "Logged out",
+                "This review session has ended.",
+                "Run `vaultgate review` to log in again.",
+            ),
+        ),
+        (_, ["s", sp, ..]) => {
+            let sp = (*sp).to_owned();
+            let rest: Vec<String> = segs[2..].iter().filter(|s| !s.is_empty()).cloned().collect();
+            let cookie = cookie(req.headers());
+            let origin = req
+                .headers()
+                .get(header::ORIGIN)
+                .map(|o| o.to_str().unwrap_or("\u{0}").to_owned());
+            let body = if method == Method::POST {
+                match axum::body::to_bytes(req.into_body(), MAX_FORM_BYTES).await {
+                    Ok(b) => Some(parse_pairs(&b)),
+                    Err(_) => {
+                        let e =
+                            GatewayError::InvalidArgument(format!("form body over {MAX_FORM_BYTES} bytes"));
+                        return refused_page(&e);
+                    }
+                }
+            } else {
+                None
+            };
+            let core = page.core.clone();
+            let port = page.port;
+            let asked = Asked {
+                method,
+                rest,
+                query,
+                form: body.unwrap_or_default(),
+                origin,
+                host,
+                port,
+            };
+            let session = {
+                let core = core.clone();
+                blocking(move || core.review_session(&sp, cookie.as_deref())).await
+            };
+            match session {
+                Ok(s) => match tokio::task::spawn_blocking(move || in_session(&core, &s, asked)).await {
+                    Ok(r) => r,
+                    Err(_) => refused_page(&GatewayError::Internal("the page handler failed".into())),
+                },
+                Err(e @ GatewayError::AuditUnavailable) => refused_page(&e),
+                Err(e) => unauthenticated(&page, from, e).await,
+            }
+        }
+        _ => html(
+            StatusCode::NOT_FOUND,
+            pages::bare(
+                "Not found",
+                "There is no such review page.",
+                "Run `vaultgate review` for a login link.",
+            ),
+        ),
+    }
+}
+
+fn asset(kind: &'static str, text: &'static str) -> Response {
+    let mut r = text.into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    r
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, GatewayError> + Send + 'static,
+) -> Result<T, GatewayError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|_| Err(GatewayError::Internal("the page handler failed".into())))
+}
+
+/// A refusal before any session was known: recorded like every unauthenticated refusal
+/// (aggregated, SPEC §9), then answered.
+async fn unauthenticated(page: &Page, from: Option<IpAddr>, e: GatewayError) -> Response {
+    let core = page.core.clone();
+    let recorded = tokio::task::spawn_blocking(move || {
+        let r = core.record_unauthenticated(engine::Transport::Http, from, &e);
+        (r, e)
+    })
+    .await;
+    match recorded {
+        Ok((Ok(()), e)) => refused_page(&e),
+        _ => refused_page(&GatewayError::AuditUnavailable),
+    }
+}
+
+fn cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_owned())
+}
+
+type Pairs = Vec<(String, String)>;
+
+fn parse_pairs(b: &[u8]) -> Pairs {
+    form_urlencoded::parse(b).into_owned().collect()
+}
+
+fn first<'a>(p: &'a Pairs, key: &str) -> Option<&'a str> {
+    p.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+fn all<'a>(p: &'a Pairs, key: &str) -> Vec<&'a str> {
+    p.iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// One request of a logged-in session, read off the wire.
+struct Asked {
+    method: Method,
+    rest: Vec<String>,
+    query: Pairs,
+    form: Pairs,
+    origin: Option<String>,
+    host: String,
+    port: u16,
+}
+
+/// A session's request, answered on a blocking thread (every engine call is synchronous).
+fn in_session(core: &Core, s: &Session, a: Asked) -> Response {
+    if a.method == Method::POST {
+        // SECURITY(T-REVIEW3): a state change needs this page's own Origin and this session's
+        // CSRF token; a cross-site form carries neither.
+        let own = format!("http://{}", a.host);
+        let checked = if a.origin.as_deref() != Some(own.as_str()) {
+            Err(GatewayError::Forbidden(
+                "this request did not come from the review page itself (Origin)".into(),
+            ))
+        } else {
+            core.check_csrf(s, first(&a.form, "csrf"))
+        };
+        if let Err(e) = checked {
+            return match core.record_review_refusal(s, &a.rest.join("/"), &e) {
+                Ok(()) => refused_page(&e),
+                Err(_) => refused_page(&GatewayError::AuditUnavailable),
+            };
+        }
+    } else if a.method != Method::GET {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let base = format!("/review/s/{}", s.path);
+    let vaults: Vec<(String, String)> = core
+        .all_vaults()
+        .iter()
+        .map(|v| (v.id.clone(), v.name.clone()))
+        .collect();
+    let default_vault = core
+        .vault_for_cli(None)
+        .map(|v| v.id.clone())
+        .ok()
+        .or_else(|| vaults.first().map(|(id, _)| id.clone()))
+        .unwrap_or_default();
+    let segs: Vec<&str> = a.rest.iter().map(String::as_str).collect();
+    let vault = match segs.as_slice() {
+        ["v", v, ..] => (*v).to_owned(),
+        _ => default_vault.clone(),
+    };
+    let here = match segs.as_slice() {
+        ["v", _, "history", ..] => "history",
+        ["v", ..] => "inbox",
+        [p, ..] => p,
+        [] => "inbox",
+    };
+    let frame = Frame {
+        base: &base,
+        csrf: &s.csrf,
+        user: &s.operator.user,
+        vaults: &vaults,
+        vault: &vault,
+        here,
+    };
+    let ctx = Ctx {
+        core,
+        s,
+        op: &s.operator,
+        f: &frame,
+        a: &a,
+    };
+    let post = a.method == Method::POST;
+    let answered = match (post, segs.as_slice()) {
+        (false, []) => Ok(redirect(&format!("{base}/v/{default_vault}/inbox"))),
+        (false, ["switch"]) => Ok(redirect(&format!(
+            "{base}/v/{}/inbox",
+            first(&a.query, "vault").unwrap_or(&default_vault)
+        ))),
+        (false, ["v", v, "inbox"]) => ctx.inbox(v, false),
+        (false, ["v", v, "inbox", "rows"]) => ctx.inbox(v, true),
+        (false, ["v", v, "p", id]) => ctx.proposal(v, id),
+        (true, ["v", v, "p", id, "apply"]) => Ok(ctx.apply(v, id)),
+        (true, ["v", v, "p", id, "reject"]) => Ok(ctx.reject(v, id)),
+        (false, ["v", v, "history"]) => ctx.history(v),
+        (true, ["v", v, "history", "undo"]) => Ok(ctx.transition(v, Transition::Undo)),
+        (true, ["v", v, "history", "redo"]) => Ok(ctx.transition(v, Transition::Redo)),
+        (false, ["credentials"]) => ctx.credentials(),
+        (true, ["credentials", "issue"]) => Ok(ctx.issue()),
+        (true, ["credentials", id, "tier"]) => Ok(ctx.set_tier(id)),
+        (true, ["credentials", id, "revoke"]) => Ok(ctx.revoke(id)),
+        (false, ["audit"]) => ctx.audit(),
+        (false, ["vaults"]) => Ok(ctx.vaults()),
+        (false, ["tunnel"]) => Ok(html(StatusCode::OK, pages::tunnel(&frame))),
+        (true, ["logout"]) => Ok(ctx.logout()),
+        _ => Err(GatewayError::not_found()),
+    };
+    answered.unwrap_or_else(|e| {
+        html(
+            status_for(&e),
+            pages::result(&frame, Err(coded(&e)), &format!("{base}/"), maud::html! {}),
+        )
+    })
+}
+
+fn coded(e: &GatewayError) -> (String, String) {
+    (e.code().as_str().to_owned(), e.client_message())
+}
+
+struct Ctx<'a> {
+    core: &'a Core,
+    s: &'a Session,
+    op: &'a Operator,
+    f: &'a Frame<'a>,
+    a: &'a Asked,
+}
+
+impl Ctx<'_> {
+    fn vault(&self, id: &str) -> Result<Arc<VaultHandle>, GatewayError> {
+        self.core.vault_for_cli(Some(id))
+    }
+
+    /// The page of a decision: ok with its message, or the error with its code and status.
+    fn decided(&self, r: Result<String, GatewayError>, back: &str) -> Response {
+        match r {
+            Ok(msg) => html(
+                StatusCode::OK,
+                pages::result(self.f, Ok(msg), back, maud::html! {}),
+            ),
+            Err(e) => html(
+                status_for(&e),
+                pages::result(self.f, Err(coded(&e)), back, maud::html! {}),
+            ),
+        }
+    }
+
+    fn inbox(&self, v: &str, rows_only: bool) -> Result<Response, GatewayError> {
+        let v = self.vault(v)?;
+        let mut items = self
+            .core
+            .list_proposals(&v, Some("pending"), Some(500))?
+            .proposals;
+        // Newest first (ids are time-ordered, so equal timestamps stay stable).
+        items.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        let now = time::OffsetDateTime::now_utc();
+        Ok(if rows_only {
+            html(StatusCode::OK, pages::inbox_rows(self.f, &items, now))
+        } else {
+            html(StatusCode::OK, pages::inbox(self.f, &items, now))
+        })
+    }
+
+    fn proposal(&self, v: &str, id: &str) -> Result<Response, GatewayError> {
+        let v = self.vault(v)?;
+        let p = self
+            .core
+            .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.to_owned()))?;
+        let hunks = engine::diff::hunks(&p.diff);
+        let rewrites = match (p.item.kind.as_str(), p.item.status.as_str(), &p.item.from) {
+            ("move", "pending", Some(from)) => Some(self.core.move_rewrites(&v, from, &p.item.target)?),
+            _ => None,
+        };
+        let deleted_text = (p.item.kind == "delete").then(|| {
+            hunks
+                .iter()
+                .flat_map(|h| &h.lines)
+                .map(|l| format!("{}\n", l.text))
+                .collect::<String>()
+        });
+        let view = pages::ProposalView {
+            p: &p,
+            hunks: &hunks,
+            rewrites: rewrites.as_deref(),
+            deleted_text,
+        };
+        Ok(html(StatusCode::OK, pages::proposal(self.f, &view)))
+    }
+
+    fn apply(&self, v: &str, id: &str) -> Response {
+        let back = format!("{}/inbox", self.f.v());
+        let r = self.vault(v).and_then(|v| {
+            let hash = first(&self.a.form, "proposalHash").unwrap_or_default();
+            self.core.operator_apply(self.op, &v, id, hash)
+        });
+        self.decided(
+            r.map(|a| {
+                format!(
+                    "applied to {} (history {}, audit seq {})",
+                    a.target, a.history_entry_id, a.audit_seq
+                )
+            }),
+            &back,
+        )
+    }
+
+    fn reject(&self, v: &str, id: &str) -> Response {
+        let back = format!("{}/inbox", self.f.v());
+        let r = self.vault(v).and_then(|v| {
+            let reason = first(&self.a.form, "reason").unwrap_or_default();
+            self.core.operator_reject(self.op, &v, id, reason)
+        });
+        self.decided(
+            r.map(|r| format!("rejected; archived to {}", r.archived_to)),
+            &back,
+        )
+    }
+
+    fn history(&self, v: &str) -> Result<Response, GatewayError> {
+        let v = self.vault(v)?;
+        let undo = self.core.history_top(&v, Transition::Undo)?;
+        let redo = self.core.history_top(&v, Transition::Redo)?;
+        let status = self.core.history_status(&v)?;
+        Ok(html(
+            StatusCode::OK,
+            pages::history(self.f, &status, undo.as_ref(), redo.as_ref()),
+        ))
+    }
+
+    fn transition(&self, v: &str, t: Transition) -> Response {
+        let back = format!("{}/history", self.f.v());
+        let r = self.vault(v).and_then(|v| match first(&self.a.form, "expected") {
+            Some(expected) if !expected.is_empty() => self.core.operator_history(self.op, &v, t, expected),
+            _ => Err(self.core.operator_history_refused(
+                self.op,
+                &v,
+                t,
+                GatewayError::InvalidArgument(
+                    "the form names no history entry; reload the History page".into(),
+                ),
+            )),
+        });
+        self.decided(r.map(|_| format!("{}: done", t.as_str())), &back)
+    }
+
+    fn credentials(&self) -> Result<Response, GatewayError> {
+        let now = now_unix();
+        let ts = |t: Option<i64>, none: &str| {
+            t.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok())
+                .map(rfc3339)
+                .unwrap_or_else(|| none.to_owned())
+        };
+        let rows: Vec<pages::CredentialRow> = self
+            .core
+            .credentials()?
+            .iter()
+            .map(|c| pages::CredentialRow {
+                id: c.id.as_str().to_owned(),
+                name: c.name.clone(),
+                tier: c.tier.as_str().to_owned(),
+                scope: if c.scope_unreadable {
+                    "(unreadable: no vault)".to_owned()
+                } else if c.vaults.is_empty() {
+                    "every vault".to_owned()
+                } else {
+                    c.vaults.join(", ")
+                },
+                last_used: ts(c.last_used_at, "never"),
+                expires: ts(c.expires_at, "never"),
+                status: if c.is_revoked() {
+                    "revoked"
+                } else if c.is_expired(now) {
+                    "expired"
+                } else {
+                    "active"
+                },
+                revoked: c.is_revoked(),
+            })
+            .collect();
+        Ok(html(StatusCode::OK, pages::credentials(self.f, &rows)))
+    }
+
+    fn confirmed(&self) -> bool {
+        first(&self.a.form, "confirm") == Some("yes")
+    }
+
+    fn tier(&self) -> Result<Tier, GatewayError> {
+        first(&self.a.form, "tier")
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| GatewayError::InvalidArgument("tier must be read, propose, auto or full".into()))
+    }
+
+    fn issue(&self) -> Response {
+        let back = format!("{}/credentials", self.f.base);
+        let name = first(&self.a.form, "name").unwrap_or_default().trim().to_owned();
+        let tier = match self.tier() {
+            Ok(t) => t,
+            Err(e) => return self.decided(Err(e), &back),
+        };
+        let vaults: Vec<String> = all(&self.a.form, "vault")
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let expires = first(&self.a.form, "expires")
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        if name.len() > 128 {
+            return self.decided(
+                Err(GatewayError::InvalidArgument("name: at most 128 bytes".into())),
+                &back,
+            );
+        }
+        if tier == Tier::Full && !self.confirmed() {
+            let mut fields: Vec<(&str, &str)> =
+                vec![("name", &name), ("tier", "full"), ("expires", &expires)];
+            fields.extend(vaults.iter().map(|v| ("vault", v.as_str())));
+            let action = format!("{}/credentials/issue", self.f.base);
+            return html(
+                StatusCode::OK,
+                pages::confirm_full(self.f, &action, &format!("the new credential '{name}'"), &fields),
+            );
+        }
+        let expires_in = if expires.is_empty() {
+            None
+        } else {
+            match crate::cli::parse_duration(&expires) {
+                Ok(s) => Some(s),
+                Err(m) => {
+                    return self.decided(Err(GatewayError::InvalidArgument(format!("expires: {m}"))), &back);
+                }
+            }
+        };
+        match self
+            .core
+            .issue_credential(self.op, &name, tier, vaults, expires_in)
+        {
+            Ok((cred, token)) => {
+                let exe = std::env::current_exe().unwrap_or_else(|_| "vaultgate".into());
+                let target = crate::clientconf::Target {
+                    exe: &exe,
+                    home: &self.core.home.dir,
+                    port: self.a.port,
+                };
+                use crate::clientconf as cc;
+                let configs = vec![
+                    (
+                        "Claude Desktop, Claude Code, Cursor (stdio)".to_owned(),
+                        cc::mcp_servers_stdio(&target, &token),
+                    ),
+                    (
+                        "Claude Code (HTTP, .mcp.json)".to_owned(),
+                        cc::claude_http(&target, &token),
+                    ),
+                    (
+                        "Cursor (HTTP, .cursor/mcp.json)".to_owned(),
+                        cc::cursor_http(&target, &token),
+                    ),
+                    (
+                        "Codex (stdio, ~/.codex/config.toml)".to_owned(),
+                        cc::codex_stdio(&target, &token),
+                    ),
+                    (
+                        "Codex (HTTP, ~/.codex/config.toml)".to_owned(),
+                        cc::codex_http(&target, &token),
+                    ),
+                    ("MCP Inspector".to_owned(), cc::inspector(&target, &token)),
+                ];
+                html(
+                    StatusCode::OK,
+                    pages::issued(self.f, &cred.name, token.expose(), &configs),
+                )
+            }
+            Err(e) => self.decided(Err(e), &back),
+        }
+    }
+
+    fn set_tier(&self, id: &str) -> Response {
+        let back = format!("{}/credentials", self.f.base);
+        let tier = match self.tier() {
+            Ok(t) => t,
+            Err(e) => return self.decided(Err(e), &back),
+        };
+        if tier == Tier::Full && !self.confirmed() {
+            let name = self
+                .core
+                .find_credential(id)
+                .map(|c| c.name)
+                .unwrap_or_else(|_| id.to_owned());
+            let action = format!("{}/credentials/{id}/tier", self.f.base);
+            return html(
+                StatusCode::OK,
+                pages::confirm_full(self.f, &action, &format!("'{name}'"), &[("tier", "full")]),
+            );
+        }
+        let r = self.core.set_credential_tier(self.op, id, tier);
+        self.decided(r.map(|c| format!("'{}' is now {}", c.name, c.tier)), &back)
+    }
+
+    fn revoke(&self, id: &str) -> Response {
+        let back = format!("{}/credentials", self.f.base);
+        let r = self.core.revoke_credential(self.op, id);
+        self.decided(
+            r.map(|c| format!("revoked '{}'; its next request is refused", c.name)),
+            &back,
+        )
+    }
+
+    fn audit(&self) -> Result<Response, GatewayError> {
+        let q = &self.a.query;
+        let filter = pages::AuditFilter {
+            credential: first(q, "credential").unwrap_or_default().trim(),
+            vault: first(q, "vault").unwrap_or_default().trim(),
+            outcome: first(q, "outcome").unwrap_or_default().trim(),
+        };
+        let chain = match engine::audit_log::chain_status(&self.core.home)? {
+            engine::audit_log::ChainStatus::Holds { records } => {
+                (true, format!("The chain holds: {records} records verified."))
+            }
+            engine::audit_log::ChainStatus::Broken(m) => (false, m),
+        };
+        let records = engine::audit_log::tail(&self.core.home.audit_path(), AUDIT_SCAN)?;
+        let scanned = records.len();
+        let rows: Vec<pages::AuditRow> = records
+            .into_iter()
+            .rev()
+            .filter_map(|r| {
+                let actor = serde_json::to_value(&r.actor).unwrap_or_default();
+                let (actor_text, actor_keys) = match &actor {
+                    serde_json::Value::String(s) => (s.clone(), vec![s.clone()]),
+                    other => {
+                        let get = |k: &str| {
+                            other
+                                .get(k)
+                                .and_then(|v| v.as_str())
+                                .unwrap_or_default()
+                                .to_owned()
+                        };
+                        (
+                            format!("{} ({}, {})", get("name"), get("credentialId"), get("tier")),
+                            vec![get("name"), get("credentialId")],
+                        )
+                    }
+                };
+                let outcome = serde_json::to_value(r.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let keep = (filter.credential.is_empty()
+                    || actor_keys.iter().any(|k| k == filter.credential))
+                    && (filter.vault.is_empty() || r.vault.as_deref() == Some(filter.vault))
+                    && (filter.outcome.is_empty() || outcome == filter.outcome);
+                keep.then(|| pages::AuditRow {
+                    seq: r.seq,
+                    ts: rfc3339(r.ts),
+                    actor: actor_text,
+                    event: r.event,
+                    vault: r.vault.unwrap_or_default(),
+                    tool: r.tool.unwrap_or_default(),
+                    target: r.target.unwrap_or_default(),
+                    outcome,
+                    code: r.code.unwrap_or_default(),
+                })
+            })
+            .take(AUDIT_SHOW)
+            .collect();
+        Ok(html(
+            StatusCode::OK,
+            pages::audit(self.f, (chain.0, &chain.1), &filter, &rows, scanned),
+        ))
+    }
+
+    fn vaults(&self) -> Response {
+        let rows: Vec<_> = self
+            .core
+            .all_vaults()
+            .iter()
+            .map(|v| {
+                (
+                    v.id.clone(),
+                    v.name.clone(),
+                    self.core.overview(v).map_err(|e| e.client_message()),
+                )
+            })
+            .collect();
+        html(StatusCode::OK, pages::vaults(self.f, &rows))
+    }
+
+    fn logout(&self) -> Response {
+        match self.core.review_logout(self.s) {
+            Ok(()) => {
+                let mut r = redirect("/review/logged-out");
+                let clear = format!(
+                    "{COOKIE}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
+                    self.f.base
+                );
+                if let Ok(v) = HeaderValue::from_str(&clear) {
+                    r.headers_mut().insert(header::SET_COOKIE, v);
+                }
+                r
+            }
+            Err(e) => refused_page(&e),
+        }
+    }
+}

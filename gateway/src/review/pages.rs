@@ -1,0 +1,543 @@
+//! The review page's HTML (SPEC §15), rendered with maud: every interpolated value is escaped as
+//! HTML by the template engine, and every text that came from an agent or a note also has its
+//! control characters escaped first ([`t`]), so it can neither run nor hide what a reviewer reads.
+
+use maud::{DOCTYPE, Markup, html};
+
+use engine::api::{GetProposalOut, LinkRewriteItem, OverviewOut, ProposalItem};
+use engine::diff::{DiffLine, Hunk, LineKind};
+use engine::history::{HistoryEntryView, HistoryStatusOut};
+
+/// Untrusted text as a reviewer may see it: control characters (other than newline and tab)
+/// escaped; maud escapes the HTML.
+// SECURITY(T-PAGE4): agent and note text is inert on the page.
+pub fn t(s: &str) -> String {
+    policy::text::escape_controls(s).into_owned()
+}
+
+/// What every page of a session knows.
+pub struct Frame<'a> {
+    /// `/review/s/<session path>`.
+    pub base: &'a str,
+    pub csrf: &'a str,
+    pub user: &'a str,
+    pub vaults: &'a [(String, String)],
+    /// The vault of this page (the switcher's selection).
+    pub vault: &'a str,
+    pub here: &'a str,
+}
+
+impl Frame<'_> {
+    pub fn v(&self) -> String {
+        format!("{}/v/{}", self.base, self.vault)
+    }
+
+    fn csrf_field(&self) -> Markup {
+        html! { input type="hidden" name="csrf" value=(self.csrf); }
+    }
+}
+
+fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · vaultgate review" }
+            link rel="stylesheet" href="/review/static/style.css";
+            script src="/review/static/app.js" defer {}
+        }
+    }
+}
+
+/// A page of a logged-in session: header with navigation, vault switcher and Logout.
+pub fn page(f: &Frame<'_>, title: &str, body: Markup) -> Markup {
+    let link = |id: &str, href: String, label: &str| {
+        html! { a id={ "nav-" (id) } class=[(f.here == id).then_some("here")] href=(href) { (label) } }
+    };
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body {
+                header {
+                    span.brand { "vaultgate review" }
+                    nav #nav {
+                        (link("inbox", format!("{}/inbox", f.v()), "Inbox"))
+                        (link("history", format!("{}/history", f.v()), "History"))
+                        (link("credentials", format!("{}/credentials", f.base), "Credentials"))
+                        (link("audit", format!("{}/audit", f.base), "Audit"))
+                        (link("vaults", format!("{}/vaults", f.base), "Vaults"))
+                        (link("tunnel", format!("{}/tunnel", f.base), "Tunnel"))
+                    }
+                    form #vault-switch-form method="get" action={ (f.base) "/switch" } {
+                        label for="vault-switch" { "Vault " }
+                        select #vault-switch name="vault" {
+                            @for (id, name) in f.vaults {
+                                option value=(id) selected[id == f.vault] { (t(name)) " (" (id) ")" }
+                            }
+                        }
+                        noscript { " " button type="submit" { "Switch" } }
+                    }
+                    form #logout method="post" action={ (f.base) "/logout" } {
+                        (f.csrf_field())
+                        span.muted { "review:" (t(f.user)) " " }
+                        button #logout-button type="submit" { "Log out" }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+/// A page outside a session (login refused, logged out, not found).
+pub fn bare(title: &str, message: &str, next: &str) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body {
+                main {
+                    h1 { (title) }
+                    p #message { (message) }
+                    p.muted { (next) }
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of a decision: `div#result` with `data-outcome` and, on error, `data-code`.
+pub fn result(f: &Frame<'_>, ok: Result<String, (String, String)>, back: &str, extra: Markup) -> Markup {
+    let body = match ok {
+        Ok(msg) => html! {
+            div #result .result data-outcome="ok" { (msg) }
+            (extra)
+            p { a #back href=(back) { "Back" } }
+        },
+        Err((code, msg)) => html! {
+            div #result .result data-outcome="error" data-code=(code) {
+                strong { (code) } ": " (t(&msg))
+            }
+            (extra)
+            p { a #back href=(back) { "Back" } }
+        },
+    };
+    page(f, "Result", body)
+}
+
+fn age(created_at: &str, now: time::OffsetDateTime) -> String {
+    let Ok(then) = time::OffsetDateTime::parse(created_at, &time::format_description::well_known::Rfc3339)
+    else {
+        return created_at.to_owned();
+    };
+    let s = (now - then).whole_seconds().max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// The inbox's rows (also answered alone for live updates).
+pub fn inbox_rows(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTime) -> Markup {
+    html! {
+        @for p in items {
+            tr.proposal data-id=(p.id) data-kind=(p.kind) {
+                td.kind { span.tag { (p.kind) } }
+                td.target {
+                    a.open href={ (f.v()) "/p/" (p.id) } {
+                        @if let Some(from) = &p.from { (t(from)) " → " }
+                        (t(&p.target))
+                    }
+                }
+                td.author { (t(&p.created_by.name)) }
+                td.age title=(p.created_at) { (age(&p.created_at, now)) }
+                td.reason { (t(&p.reason)) }
+            }
+        }
+    }
+}
+
+pub fn inbox(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTime) -> Markup {
+    let body = html! {
+        h1 { "Inbox of " (f.vault) }
+        table #inbox {
+            thead { tr { th { "Kind" } th { "Target" } th { "Author" } th { "Age" } th { "Reason" } } }
+            tbody #inbox-rows data-src={ (f.v()) "/inbox/rows" } { (inbox_rows(f, items, now)) }
+        }
+        p #inbox-empty .muted hidden[!items.is_empty()] { "No pending proposals. New ones appear here as agents make them." }
+    };
+    page(f, "Inbox", body)
+}
+
+fn ln(n: Option<u64>) -> String {
+    n.map(|n| n.to_string()).unwrap_or_default()
+}
+
+fn unified(hunks: &[Hunk]) -> Markup {
+    html! {
+        div #diff-unified .diff {
+            @for h in hunks {
+                div.hunk { (h.header) }
+                @for l in &h.lines {
+                    @let (class, sign) = match l.kind {
+                        LineKind::Added => ("line add", "+"),
+                        LineKind::Removed => ("line del", "-"),
+                        LineKind::Context => ("line ctx", " "),
+                    };
+                    div class=(class) {
+                        span.ln { (ln(l.old)) }
+                        span.ln { (ln(l.new)) }
+                        span.text { (sign) (t(&l.text)) @if l.no_newline { span.muted { " ⏎̸ no newline at end" } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn split(hunks: &[Hunk]) -> Markup {
+    let cell = |side: &str, l: Option<&DiffLine>| {
+        let changed = l.is_some_and(|l| l.kind != LineKind::Context);
+        let class = match (side, changed) {
+            ("old", true) => "old del",
+            ("new", true) => "new add",
+            (s, _) => s,
+        };
+        let num = l.and_then(|l| if side == "old" { l.old } else { l.new });
+        html! {
+            td.ln { (ln(num)) }
+            td class=(class) { @if let Some(l) = l { (t(&l.text)) } }
+        }
+    };
+    html! {
+        table #diff-split .split.diff {
+            @for h in hunks {
+                tr { td.hunk colspan="4" { (h.header) } }
+                @for (old, new) in h.side_by_side() {
+                    tr { (cell("old", old)) (cell("new", new)) }
+                }
+            }
+        }
+    }
+}
+
+pub struct ProposalView<'a> {
+    pub p: &'a GetProposalOut,
+    pub hunks: &'a [Hunk],
+    pub rewrites: Option<&'a [LinkRewriteItem]>,
+    /// The note's text for a delete (what goes).
+    pub deleted_text: Option<String>,
+}
+
+pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
+    let p = view.p;
+    let it = &p.item;
+    let action = format!("{}/p/{}", f.v(), it.id);
+    let (added, removed) = engine::diff::counts(view.hunks);
+    let body = html! {
+        h1 #proposal-title { (it.kind) " " (t(&it.target)) }
+        dl #proposal-meta .meta {
+            dt { "Status" } dd #proposal-status { (it.status) }
+            dt { "Proposed by" } dd { (t(&it.created_by.name)) " " span.muted { "(" (it.created_by.credential_id) ")" } }
+            dt { "Proposed at" } dd { (it.created_at) }
+            dt { "Changes" } dd { "+" (added) " −" (removed) " lines" }
+            dt { "Proposal hash" } dd { code { (it.proposal_hash) } }
+            @if let Some(b) = &p.base_hash { dt { "Base hash" } dd { code { (b) } } }
+            @if let Some(d) = &p.decided_at { dt { "Decided at" } dd { (d) } }
+            @if let Some(r) = &p.reject_reason { dt { "Rejected because" } dd #reject-reason-shown { (t(r)) } }
+        }
+        h2 { "Reason" }
+        pre #reason { (t(&it.reason)) }
+        @if it.kind == "move" {
+            h2 { "Move" }
+            p { "From " code #move-from { (t(it.from.as_deref().unwrap_or(""))) } " to " code #move-to { (t(&it.target)) } }
+            h2 { "Links rewritten" }
+            ul #link-rewrites {
+                @for r in view.rewrites.unwrap_or(&[]) {
+                    li { code { (t(&r.path)) } " — " (r.count) " link(s)" }
+                }
+            }
+            @if view.rewrites.is_none_or(|r| r.is_empty()) { p.muted { "No note links to it." } }
+        }
+        @if !view.hunks.is_empty() {
+            h2 { "Side by side" }
+            (split(view.hunks))
+            h2 { "Unified" }
+            (unified(view.hunks))
+        } @else if it.kind != "move" {
+            p.muted { "No difference against the note as it is now." }
+        }
+        @if it.kind == "new" {
+            @if let Some(c) = &p.content { h2 { "The new note" } pre #content { (t(c)) } }
+        }
+        @if it.kind == "delete" {
+            @if let Some(c) = &view.deleted_text { h2 { "The note that goes" } pre #content { (t(c)) } }
+        }
+        @if it.status == "pending" {
+            div.actions {
+                form #apply method="post" action={ (action) "/apply" } {
+                    (f.csrf_field())
+                    input type="hidden" name="proposalHash" value=(it.proposal_hash);
+                    button #apply-button .primary type="submit" { "Apply" }
+                }
+                form #reject method="post" action={ (action) "/reject" } {
+                    (f.csrf_field())
+                    label for="reject-reason" { "Reason for rejecting" } br;
+                    textarea #reject-reason name="reason" required maxlength="4000" {} br;
+                    button #reject-button type="submit" { "Reject" }
+                }
+            }
+        }
+    };
+    page(f, &format!("{} {}", it.kind, t(&it.target)), body)
+}
+
+fn entry(id: &str, e: Option<&HistoryEntryView>) -> Markup {
+    html! {
+        div id=(id) {
+            @match e {
+                Some(e) => {
+                    strong { (t(&e.label)) } " " span.muted { "by " (t(&e.created_by)) " at " (e.created_at) " · " code { (e.id) } }
+                    ul { @for c in &e.paths { li { code { (t(&c.path)) } } } }
+                }
+                None => { span.muted { "nothing" } }
+            }
+        }
+    }
+}
+
+pub fn history(
+    f: &Frame<'_>,
+    status: &HistoryStatusOut,
+    undo: Option<&HistoryEntryView>,
+    redo: Option<&HistoryEntryView>,
+) -> Markup {
+    let body = html! {
+        h1 { "History of " (f.vault) }
+        @if status.transition_in_progress { p.warning { "An undo or redo was interrupted; the next one finishes it first." } }
+        h2 { "Undo would revert" }
+        (entry("undo-top", undo))
+        @if let Some(s) = &status.stale_top { p.warning { "A file of " code { (s) } " changed since: undo is refused (HISTORY_STALE)." } }
+        @if let Some(e) = undo {
+            form #undo method="post" action={ (f.v()) "/history/undo" } {
+                (f.csrf_field())
+                input type="hidden" name="expected" value=(e.id);
+                button #undo-button type="submit" { "Undo" }
+            }
+        }
+        h2 { "Redo would restore" }
+        (entry("redo-top", redo))
+        @if let Some(e) = redo {
+            form #redo method="post" action={ (f.v()) "/history/redo" } {
+                (f.csrf_field())
+                input type="hidden" name="expected" value=(e.id);
+                button #redo-button type="submit" { "Redo" }
+            }
+        }
+    };
+    page(f, "History", body)
+}
+
+pub struct CredentialRow {
+    pub id: String,
+    pub name: String,
+    pub tier: String,
+    pub scope: String,
+    pub last_used: String,
+    pub expires: String,
+    pub status: &'static str,
+    pub revoked: bool,
+}
+
+const TIERS: [&str; 4] = ["read", "propose", "auto", "full"];
+
+pub fn credentials(f: &Frame<'_>, rows: &[CredentialRow]) -> Markup {
+    let body = html! {
+        h1 { "Credentials" }
+        p.muted { "One per client. A token is shown once, when it is issued; revoking takes effect on the client's next request." }
+        table #credentials {
+            thead { tr { th { "Name" } th { "Tier" } th { "Vaults" } th { "Last use" } th { "Expires" } th { "Status" } th { "Change tier" } th {} } }
+            tbody {
+                @for c in rows {
+                    tr.credential data-id=(c.id) data-name=(t(&c.name)) data-tier=(c.tier) data-revoked=(c.revoked) {
+                        td.name { (t(&c.name)) br; span.muted { code { (c.id) } } }
+                        td.tier { (c.tier) }
+                        td.scope { (t(&c.scope)) }
+                        td.last-used { (c.last_used) }
+                        td.expires { (c.expires) }
+                        td.status { (c.status) }
+                        td {
+                            @if !c.revoked {
+                                form.set-tier method="post" action={ (f.base) "/credentials/" (c.id) "/tier" } {
+                                    (f.csrf_field())
+                                    select name="tier" aria-label="tier" {
+                                        @for tier in TIERS { option value=(tier) selected[tier == c.tier] { (tier) } }
+                                    }
+                                    " " button.set-tier-button type="submit" { "Set" }
+                                }
+                            }
+                        }
+                        td {
+                            @if !c.revoked {
+                                form.revoke method="post" action={ (f.base) "/credentials/" (c.id) "/revoke" } {
+                                    (f.csrf_field())
+                                    button.revoke-button.danger type="submit" { "Revoke" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Issue a credential" }
+        form #issue method="post" action={ (f.base) "/credentials/issue" } {
+            (f.csrf_field())
+            p { label { "Name " input #issue-name name="name" required maxlength="128" placeholder="claude-desktop"; } }
+            p { label { "Tier " select #issue-tier name="tier" {
+                @for tier in TIERS { option value=(tier) selected[tier == "propose"] { (tier) } }
+            } } }
+            p { "Vaults (none ticked: every vault) "
+                @for (id, name) in f.vaults {
+                    label { input type="checkbox" name="vault" value=(id); " " (t(name)) } " "
+                }
+            }
+            p { label { "Expires after " input name="expires" placeholder="30d" size="6"; } span.muted { " e.g. 90s, 12h, 30d; empty: never" } }
+            p.warning { "Tier full lets the client apply anyone's proposals and run critical operations. It needs a second confirmation." }
+            button #issue-button .primary type="submit" { "Issue" }
+        }
+    };
+    page(f, "Credentials", body)
+}
+
+/// The second, red confirmation before `full` (SPEC §15).
+pub fn confirm_full(f: &Frame<'_>, action: &str, what: &str, fields: &[(&str, &str)]) -> Markup {
+    let body = html! {
+        div #confirm-full .warning {
+            h1 { "Give " (t(what)) " full access?" }
+            p { "A full credential can apply anyone's proposals, delete notes permanently and undo other people's changes. Whoever holds its token can do all of that." }
+        }
+        form #confirm-full-form method="post" action=(action) {
+            (f.csrf_field())
+            @for (k, v) in fields { input type="hidden" name=(k) value=(v); }
+            input type="hidden" name="confirm" value="yes";
+            p { button #confirm-full-button .danger type="submit" { "Yes, give full access" } }
+        }
+        p { a #back href={ (f.base) "/credentials" } { "Cancel" } }
+    };
+    page(f, "Confirm full access", body)
+}
+
+/// The token, once, with a copy button per client configuration.
+pub fn issued(f: &Frame<'_>, name: &str, token: &str, configs: &[(String, String)]) -> Markup {
+    let extra = html! {
+        h2 { "Token" }
+        p.warning { "This is the only time the token is shown. Copy it into the client now." }
+        p { code #token { (token) } " " button.copy type="button" data-copy="token" hidden { "Copy" } }
+        @for (i, (label, text)) in configs.iter().enumerate() {
+            h2 { (label) }
+            pre.client-config id={ "config-" (i) } { (text) }
+            button.copy type="button" data-copy={ "config-" (i) } hidden { "Copy" }
+        }
+    };
+    result(
+        f,
+        Ok(format!("issued credential '{}'", t(name))),
+        &format!("{}/credentials", f.base),
+        extra,
+    )
+}
+
+pub struct AuditRow {
+    pub seq: u64,
+    pub ts: String,
+    pub actor: String,
+    pub event: String,
+    pub vault: String,
+    pub tool: String,
+    pub target: String,
+    pub outcome: String,
+    pub code: String,
+}
+
+pub struct AuditFilter<'a> {
+    pub credential: &'a str,
+    pub vault: &'a str,
+    pub outcome: &'a str,
+}
+
+pub fn audit(
+    f: &Frame<'_>,
+    chain: (bool, &str),
+    filter: &AuditFilter<'_>,
+    rows: &[AuditRow],
+    scanned: usize,
+) -> Markup {
+    let body = html! {
+        h1 { "Audit log" }
+        p #chain-status class=(if chain.0 { "result" } else { "warning" }) data-outcome=(if chain.0 { "ok" } else { "error" }) { (chain.1) }
+        form #audit-filter method="get" action={ (f.base) "/audit" } {
+            label { "Credential " input name="credential" value=(filter.credential) placeholder="id or name"; } " "
+            label { "Vault " input name="vault" value=(filter.vault) size="10"; } " "
+            label { "Outcome " select name="outcome" {
+                @for o in ["", "ok", "denied", "error"] { option value=(o) selected[o == filter.outcome] { (if o.is_empty() { "any" } else { o }) } }
+            } } " "
+            button type="submit" { "Filter" }
+        }
+        p.muted { "The newest " (rows.len()) " matching of the last " (scanned) " records, newest first." }
+        table #audit {
+            thead { tr { th { "Seq" } th { "Time" } th { "Actor" } th { "Event" } th { "Vault" } th { "Tool" } th { "Target" } th { "Outcome" } } }
+            tbody {
+                @for r in rows {
+                    tr.record data-seq=(r.seq) data-actor=(t(&r.actor)) data-event=(t(&r.event)) data-outcome=(r.outcome) {
+                        td { (r.seq) } td { (r.ts) } td { (t(&r.actor)) } td { (t(&r.event)) } td { (t(&r.vault)) }
+                        td { (t(&r.tool)) } td { (t(&r.target)) }
+                        td { (r.outcome) @if !r.code.is_empty() { " " code { (t(&r.code)) } } }
+                    }
+                }
+            }
+        }
+    };
+    page(f, "Audit", body)
+}
+
+pub fn vaults(f: &Frame<'_>, rows: &[(String, String, Result<OverviewOut, String>)]) -> Markup {
+    let body = html! {
+        h1 { "Vaults" }
+        table #vaults {
+            thead { tr { th { "Vault" } th { "Notes" } th { "Standards" } th { "Tags" } th { "Pending" } th { "Revision" } th { "Index" } th { "Undo top" } th { "Git" } } }
+            tbody {
+                @for (id, name, o) in rows {
+                    tr.vault data-id=(id) {
+                        td { a href={ (f.base) "/v/" (id) "/inbox" } { (t(name)) } br; span.muted { (id) } }
+                        @match o {
+                            Ok(o) => {
+                                td { (o.notes) } td { (o.standards) } td { (o.tags) } td { (o.pending_proposals) } td { (o.revision) }
+                                td { @if o.index.fresh { "fresh" } @else { "stale: " (o.index.stale_files) " file(s)" } }
+                                td { @if let Some(u) = &o.history.undo_top { code { (u) } } @else { span.muted { "—" } } }
+                            }
+                            Err(e) => { td colspan="7" .warning { (t(e)) } }
+                        }
+                        td.muted { "off" }
+                    }
+                }
+            }
+        }
+    };
+    page(f, "Vaults", body)
+}
+
+pub fn tunnel(f: &Frame<'_>) -> Markup {
+    let body = html! {
+        h1 { "ChatGPT tunnel" }
+        p #tunnel-status { "not set up" }
+        p.muted { "ChatGPT reaches this gateway only through a tunnel that vaultgate supervises; it is not set up on this home." }
+    };
+    page(f, "Tunnel", body)
+}
+
+/// Embedded assets (SPEC §15: served from the binary).
+pub const STYLE: &str = include_str!("assets/style.css");
+pub const SCRIPT: &str = include_str!("assets/app.js");
