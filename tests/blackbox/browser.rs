@@ -407,12 +407,26 @@ impl Browser {
         self.wait_for(css).await.text().await.unwrap()
     }
 
-    /// Waits for `css` and clicks it.
+    /// Waits for `css` and clicks it. Retried until `WAIT`: a live region (the inbox rows the page
+    /// refreshes every 2 s) may replace the element between finding and clicking it.
     pub(crate) async fn click(&self, css: &str) {
-        let e = self.wait_for(css).await;
-        e.click()
-            .await
-            .unwrap_or_else(|err| panic!("cannot click `{css}`: {err}"));
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let err = match self.wd.find(Locator::Css(css)).await {
+                Ok(e) => match e.click().await {
+                    Ok(()) => return,
+                    Err(err) => err.to_string(),
+                },
+                Err(err) => err.to_string(),
+            };
+            if Instant::now() >= deadline {
+                panic!(
+                    "cannot click `{css}` within {WAIT:?} ({err}), {}",
+                    self.describe().await
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Polls until `document.readyState` is `complete` (images, failed ones too, are settled).

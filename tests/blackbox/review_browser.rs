@@ -94,6 +94,21 @@ async fn texts(b: &Browser, css: &str) -> Vec<String> {
     out
 }
 
+/// The unified diff's lines of one kind (`add`, `del`, `ctx`), as text: each `span.text` less the
+/// diff marker the page may show in front of it (`+`, `-`, a space).
+async fn unified(b: &Browser, kind: &str) -> Vec<String> {
+    let marker = match kind {
+        "add" => '+',
+        "del" => '-',
+        _ => ' ',
+    };
+    texts(b, &format!("div#diff-unified div.line.{kind} span.text"))
+        .await
+        .into_iter()
+        .map(|t| t.strip_prefix(marker).map_or(t.clone(), str::to_owned))
+        .collect()
+}
+
 fn audit(env: &Env) -> Vec<Value> {
     std::fs::read_to_string(env.home.join("audit.jsonl"))
         .unwrap()
@@ -154,8 +169,8 @@ async fn review_browser_shows_the_diff_and_applies_as_the_reviewer() {
         "the removed line is not new: {news:?}"
     );
     // Unified: one removed line, one added line, each exactly the note's line.
-    let dels = texts(&b, "div#diff-unified div.line.del span.text").await;
-    let adds = texts(&b, "div#diff-unified div.line.add span.text").await;
+    let dels = unified(&b, "del").await;
+    let adds = unified(&b, "add").await;
     assert_eq!(dels, [OLD_LINE], "unified diff, removed lines");
     assert_eq!(adds, [NEW_LINE], "unified diff, added lines");
     assert!(
@@ -174,10 +189,11 @@ async fn review_browser_shows_the_diff_and_applies_as_the_reviewer() {
 
     let records = audit(&env);
     assert!(
-        records
-            .iter()
-            .any(|r| r["tool"] == "apply_proposal" && r["actor"] == "review:tester" && r["outcome"] == "ok"),
-        "an ok apply_proposal by review:tester is audited: {records:#?}"
+        records.iter().any(|r| r["tool"] == "apply_proposal"
+            && r["actor"] == "review:tester"
+            && r["event"] == "review"
+            && r["outcome"] == "ok"),
+        "an ok apply_proposal by review:tester (event review) is audited: {records:#?}"
     );
     b.close().await;
 }
@@ -387,7 +403,7 @@ async fn review_browser_applies_with_javascript_off() {
     let b = Browser::without_javascript().await;
     let base = login(&b, &env, &srv).await;
     open_from_inbox(&b, &base, &id).await;
-    let adds = texts(&b, "div#diff-unified div.line.add span.text").await;
+    let adds = unified(&b, "add").await;
     assert_eq!(adds, [NEW_LINE], "the diff is there without scripts");
 
     assert_eq!(note(&env), old);
@@ -426,7 +442,7 @@ async fn review_browser_renders_hostile_proposal_text_as_text() {
     assert_eq!(injected, json!(0), "no injected <script> element");
 
     // The literal text is what the reviewer reads.
-    let adds = texts(&b, "div#diff-unified div.line.add span.text").await;
+    let adds = unified(&b, "add").await;
     assert_eq!(adds, [script, img], "unified diff shows the added lines verbatim");
     let news = texts(&b, "table#diff-split td.new").await;
     for line in [script, img] {
