@@ -5,6 +5,7 @@
 mod util;
 
 mod audit_closed;
+mod browser;
 mod crash;
 mod critical;
 mod history;
@@ -15,6 +16,7 @@ mod notify;
 mod operator;
 mod paging;
 mod proposals;
+mod review_browser;
 mod review_http;
 mod security;
 mod smoke;
