@@ -224,7 +224,8 @@ fn unified(hunks: &[Hunk]) -> Markup {
                     div class=(class) {
                         span.ln { (ln(l.old)) }
                         span.ln { (ln(l.new)) }
-                        span.text { (sign) (t(&l.text)) @if l.no_newline { span.muted { " ⏎̸ no newline at end" } } }
+                        span.sign { (sign) }
+                        span.text { (t(&l.text)) @if l.no_newline { span.muted { " (no newline at end of file)" } } }
                     }
                 }
             }
