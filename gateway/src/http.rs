@@ -478,9 +478,12 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
         )?;
         tracing::info!(%local, "serving MCP over Streamable HTTP");
         let review = if core.config.review.enabled {
-            "\nreview page: run `vaultgate review` for a one-time login link"
+            format!(
+                "\nreview page: run `vaultgate --home {} review` for a one-time login link",
+                core.home.dir.display()
+            )
         } else {
-            ""
+            String::new()
         };
         crate::serve::announce(&format!(
             "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop){review}"
