@@ -5,6 +5,7 @@
 //! Secrets (code, cookie) are 256 random bits and only their SHA-256 is stored. The session path
 //! is a second random value: it scopes the cookie (`Path=`) so no other page of the host is sent it.
 
+use std::net::SocketAddr;
 use std::path::Path;
 
 use ring::rand::{SecureRandom, SystemRandom};
@@ -209,34 +210,31 @@ pub fn new_nonce() -> Result<String, GatewayError> {
 }
 
 impl Core {
-    /// SECURITY(T-REVIEW5): proves that the server answering on a port is this home's: an HMAC
-    /// of the caller's nonce under the home's secret. `vaultgate review` checks it before it mints
-    /// a code, so a process squatting a port never receives a login code for the real server.
-    pub fn server_proof(&self, nonce: &str) -> Result<String, GatewayError> {
+    /// SECURITY(T-REVIEW5): proves that the server listening on `served` is this home's: an HMAC
+    /// of the caller's nonce and that address under the home's secret. `vaultgate review` checks
+    /// it against the address it connected to before it mints a code, so a process squatting a
+    /// port never receives a login code for the real server — not even by relaying the question
+    /// to it (the real server's answer names the real server's address).
+    pub fn server_proof(&self, nonce: &str, served: &SocketAddr) -> Result<String, GatewayError> {
         if !well_formed(nonce, SECRET_BYTES * 2) {
             return Err(GatewayError::InvalidArgument(
                 "nonce: 64 lowercase hex digits".into(),
             ));
         }
-        let tag = ring::hmac::sign(&self.csrf_key(), &proof_message(&self.config.gateway_id, nonce));
-        Ok(hex::encode(tag.as_ref()))
+        let message = proof_message(&self.config.gateway_id, nonce, served);
+        Ok(hex::encode(ring::hmac::sign(&self.csrf_key(), &message).as_ref()))
     }
 
-    /// Whether `proof` is this home's answer to `nonce`.
-    pub fn is_server_proof(&self, nonce: &str, proof: &str) -> bool {
-        hex::decode(proof.trim()).is_ok_and(|tag| {
-            ring::hmac::verify(
-                &self.csrf_key(),
-                &proof_message(&self.config.gateway_id, nonce),
-                &tag,
-            )
-            .is_ok()
-        })
+    /// Whether `proof` is the answer of this home's server listening on `served` to `nonce`.
+    pub fn is_server_proof(&self, nonce: &str, served: &SocketAddr, proof: &str) -> bool {
+        let message = proof_message(&self.config.gateway_id, nonce, served);
+        hex::decode(proof.trim())
+            .is_ok_and(|tag| ring::hmac::verify(&self.csrf_key(), &message, &tag).is_ok())
     }
 }
 
-fn proof_message(gateway_id: &str, nonce: &str) -> Vec<u8> {
-    format!("vaultgate review server\0{gateway_id}\0{nonce}").into_bytes()
+fn proof_message(gateway_id: &str, nonce: &str, served: &SocketAddr) -> Vec<u8> {
+    format!("vaultgate review server\0{gateway_id}\0{served}\0{nonce}").into_bytes()
 }
 
 /// Records that this process serves the home at `host:port` (replacing an older record).
@@ -337,13 +335,18 @@ mod tests {
     fn only_this_home_proves_it_is_the_server() {
         let (_d, mine) = core();
         let (_e, other) = core();
+        let here: SocketAddr = "127.0.0.1:8765".parse().unwrap();
         let nonce = new_nonce().unwrap();
-        let proof = mine.server_proof(&nonce).unwrap();
-        assert!(mine.is_server_proof(&nonce, &proof));
-        assert!(!other.is_server_proof(&nonce, &proof));
-        assert!(!mine.is_server_proof(&new_nonce().unwrap(), &proof));
-        assert!(!mine.is_server_proof(&nonce, "not hex"));
-        assert!(mine.server_proof("short").is_err());
+        let proof = mine.server_proof(&nonce, &here).unwrap();
+        assert!(mine.is_server_proof(&nonce, &here, &proof));
+        assert!(!other.is_server_proof(&nonce, &here, &proof));
+        assert!(!mine.is_server_proof(&new_nonce().unwrap(), &here, &proof));
+        assert!(!mine.is_server_proof(&nonce, &here, "not hex"));
+        // The real server's answer, relayed by whatever listens elsewhere, proves nothing there.
+        for elsewhere in ["127.0.0.1:8766", "[::1]:8765"] {
+            assert!(!mine.is_server_proof(&nonce, &elsewhere.parse().unwrap(), &proof));
+        }
+        assert!(mine.server_proof("short", &here).is_err());
     }
 
     #[test]

@@ -1169,7 +1169,7 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
     // whatever else listens on the port (another home's server, a squatter) gets nothing.
     let nonce = engine::review::new_nonce()?;
     match identify(addr, &nonce) {
-        Some(proof) if core.is_server_proof(&nonce, &proof) => {}
+        Some(proof) if core.is_server_proof(&nonce, &addr, &proof) => {}
         Some(_) => {
             return Err(GatewayError::InvalidArgument(format!(
                 "the server on {addr} is not this home's ({}); start this home's with \

@@ -143,7 +143,9 @@ impl Sessions {
     }
 }
 
-pub fn router(core: Arc<Core>, port: u16) -> Router {
+/// The routes of the listener bound to `served`: `/mcp`, `/healthz` and the review page.
+pub fn router(core: Arc<Core>, served: SocketAddr) -> Router {
+    let port = served.port();
     let max_body = core.config.server.max_body_bytes;
     let limits = &core.config.limits;
     let idle = Duration::from_secs(limits.session_idle_seconds.max(1));
@@ -185,7 +187,7 @@ pub fn router(core: Arc<Core>, port: u16) -> Router {
         );
     // SECURITY(T-REVIEW2): the review page has its own guard (session cookie), never /mcp's bearer.
     if core.config.review.enabled {
-        app.merge(crate::review::router(core, port))
+        app.merge(crate::review::router(core, served))
     } else {
         app
     }
@@ -488,7 +490,7 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
         crate::serve::announce(&format!(
             "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop){review}"
         ));
-        let app = router(core.clone(), local.port());
+        let app = router(core.clone(), local);
         let served = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(shutdown())
             .await;

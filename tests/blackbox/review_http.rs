@@ -1329,6 +1329,69 @@ async fn review_refuses_without_a_live_server_of_its_home() {
     assert_review_refused(&env, &["--port", &squatted], "a process squatting a port");
     answers.join().unwrap();
 
+    // A smarter squatter relays the question to the real server (Host rewritten, so the real
+    // server answers) and hands back its genuine proof: it names the real server's address, not
+    // the squatter's, so still no code.
+    let relay = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let relayed = relay.local_addr().unwrap().port().to_string();
+    let (from_host, to_host) = (format!("127.0.0.1:{relayed}"), format!("127.0.0.1:{port}"));
+    let real = srv.port;
+    let relaying = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let Ok((mut c, _)) = relay.accept() else {
+            return false;
+        };
+        // The whole request head (it may arrive in several writes).
+        let mut asked = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !asked.windows(4).any(|w| w == b"\r\n\r\n") {
+            match c.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => asked.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let asked = String::from_utf8_lossy(&asked).replace(&from_host, &to_host);
+        let mut up = std::net::TcpStream::connect(("127.0.0.1", real)).unwrap();
+        up.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        up.write_all(asked.as_bytes()).unwrap();
+        // One whole answer (head and Content-Length body), whether or not the server closes.
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().to_owned())
+                    })
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    break;
+                }
+            }
+            match up.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let genuine = String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200");
+        let _ = c.write_all(&answer);
+        genuine
+    });
+    assert_review_refused(
+        &env,
+        &["--port", &relayed],
+        "a squatter relaying to the real server",
+    );
+    assert!(
+        relaying.join().unwrap(),
+        "the relay did not get a genuine answer from the real server, so it proved nothing"
+    );
+
     // Killed (no clean shutdown: server.json stays behind).
     drop(srv);
     assert!(

@@ -37,12 +37,19 @@ const COOKIE: &str = "vg_review";
 
 struct Page {
     core: Arc<Core>,
+    /// The address this listener is bound to (its port for the Host check, all of it for the
+    /// server proof).
+    served: SocketAddr,
     port: u16,
 }
 
-/// The `/review` routes, for the listener serving `port`.
-pub fn router(core: Arc<Core>, port: u16) -> Router {
-    let page = Arc::new(Page { core, port });
+/// The `/review` routes, for the listener bound to `served`.
+pub fn router(core: Arc<Core>, served: SocketAddr) -> Router {
+    let page = Arc::new(Page {
+        core,
+        served,
+        port: served.port(),
+    });
     Router::new()
         .route("/review", any(handle))
         .route("/review/", any(handle))
@@ -171,7 +178,8 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
         (Method::GET, ["identify"]) => {
             let nonce = first(&query, "nonce").unwrap_or_default().to_owned();
             let core = page.core.clone();
-            match blocking(move || core.server_proof(&nonce)).await {
+            let served = page.served;
+            match blocking(move || core.server_proof(&nonce, &served)).await {
                 Ok(proof) => proof.into_response(),
                 Err(e) => (status_for(&e), e.client_message()).into_response(),
             }
