@@ -1401,3 +1401,34 @@ async fn review_refuses_without_a_live_server_of_its_home() {
     assert_review_refused(&env, &[], "the server was killed");
     assert_review_refused(&env, &["--port", &port], "the server was killed, --port");
 }
+
+#[tokio::test]
+async fn an_oversize_form_is_refused_audited_and_changes_nothing() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let (id, _) = one_proposal(&env).await;
+    let s = login(&env, &srv).await;
+    let page = s.get(&srv, &format!("/v/basic/p/{id}")).await;
+    page.expect(200, "the proposal page");
+    let csrf = page.csrf();
+    let origin = same_origin(&srv);
+    let headers = [("Cookie", s.cookie()), ("Origin", origin)];
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let path = s.page(&format!("/v/basic/p/{id}/reject"));
+    let before_state = state(&env);
+    let before = audit_len(&env);
+    let huge = "r".repeat(70 * 1024);
+    let refused = post_form(&srv, &path, &headers, &[("csrf", &csrf), ("reason", &huge)]).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(state(&env), before_state, "an oversize form changed something");
+    assert_review_refusal(
+        &env,
+        before,
+        &format!("v/basic/p/{id}/reject"),
+        "an oversize form",
+    );
+    // Control: the same form with a short reason rejects.
+    let ok = post_form(&srv, &path, &headers, &[("csrf", &csrf), ("reason", "not now")]).await;
+    ok.expect(200, "a short reason");
+    assert_ne!(state(&env), before_state, "the control changed nothing");
+}

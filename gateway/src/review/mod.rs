@@ -29,6 +29,8 @@ use policy::{ErrorCode, Tier};
 const MAX_FORM_BYTES: usize = 64 * 1024;
 /// How many of the newest audit records the Audit page filters.
 const AUDIT_SCAN: usize = 2000;
+/// How many pending proposals the Inbox shows (the newest).
+const INBOX_SHOW: u32 = 500;
 /// How many matching records it shows.
 const AUDIT_SHOW: usize = 200;
 /// Logs up to this size are verified line by line on every visit of the Audit page.
@@ -202,41 +204,43 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
                 .headers()
                 .get(header::ORIGIN)
                 .map(|o| o.to_str().unwrap_or("\u{0}").to_owned());
-            let body = if method == Method::POST {
-                match axum::body::to_bytes(req.into_body(), MAX_FORM_BYTES).await {
-                    Ok(b) => Some(parse_pairs(&b)),
-                    Err(_) => {
-                        let e =
-                            GatewayError::InvalidArgument(format!("form body over {MAX_FORM_BYTES} bytes"));
-                        return refused_page(&e);
-                    }
-                }
+            // Bounded before anything else; an oversize body is refused after the session is
+            // known, so it is audited like every other refusal.
+            let form = if method == Method::POST {
+                axum::body::to_bytes(req.into_body(), MAX_FORM_BYTES)
+                    .await
+                    .map(|b| parse_pairs(&b))
+                    .map_err(|_| {
+                        GatewayError::InvalidArgument(format!("form body over {MAX_FORM_BYTES} bytes"))
+                    })
             } else {
-                None
+                Ok(Vec::new())
             };
-            let core = page.core.clone();
-            let port = page.port;
             let asked = Asked {
                 method,
                 rest,
                 query,
-                form: body.unwrap_or_default(),
+                form: Vec::new(),
                 origin,
                 host,
-                port,
+                port: page.port,
             };
-            let session = {
-                let core = core.clone();
-                blocking(move || core.review_session(&sp, cookie.as_deref())).await
-            };
-            match session {
-                Ok(s) => match tokio::task::spawn_blocking(move || in_session(&core, &s, asked)).await {
-                    Ok(r) => r,
-                    Err(_) => refused_page(&GatewayError::Internal("the page handler failed".into())),
-                },
-                Err(e @ GatewayError::AuditUnavailable) => refused_page(&e),
-                Err(e) => unauthenticated(&page, from, e).await,
-            }
+            let core = page.core.clone();
+            // One blocking hop per request: the session lookup, the refusal's record and the page.
+            let answered = tokio::task::spawn_blocking(move || {
+                let s = match core.review_session(&sp, cookie.as_deref()) {
+                    Ok(s) => s,
+                    Err(e @ GatewayError::AuditUnavailable) => return refused_page(&e),
+                    Err(e) => return refuse_unauthenticated(&core, from, &e),
+                };
+                match form {
+                    Ok(form) => in_session(&core, &s, Asked { form, ..asked }),
+                    Err(e) => refuse_in_session(&core, &s, &asked.rest.join("/"), &e),
+                }
+            })
+            .await;
+            answered
+                .unwrap_or_else(|_| refused_page(&GatewayError::Internal("the page handler failed".into())))
         }
         _ => html(
             StatusCode::NOT_FOUND,
@@ -268,14 +272,24 @@ async fn blocking<T: Send + 'static>(
 /// (aggregated, SPEC §9), then answered.
 async fn unauthenticated(page: &Page, from: Option<IpAddr>, e: GatewayError) -> Response {
     let core = page.core.clone();
-    let recorded = tokio::task::spawn_blocking(move || {
-        let r = core.record_unauthenticated(engine::Transport::Http, from, &e);
-        (r, e)
-    })
-    .await;
-    match recorded {
-        Ok((Ok(()), e)) => refused_page(&e),
-        _ => refused_page(&GatewayError::AuditUnavailable),
+    tokio::task::spawn_blocking(move || refuse_unauthenticated(&core, from, &e))
+        .await
+        .unwrap_or_else(|_| refused_page(&GatewayError::AuditUnavailable))
+}
+
+/// Records an unauthenticated refusal and answers it (`AUDIT_UNAVAILABLE` without its record).
+fn refuse_unauthenticated(core: &Core, from: Option<IpAddr>, e: &GatewayError) -> Response {
+    match core.record_unauthenticated(engine::Transport::Http, from, e) {
+        Ok(()) => refused_page(e),
+        Err(_) => refused_page(&GatewayError::AuditUnavailable),
+    }
+}
+
+/// Records a refused request of a live session (`review.refused`) and answers it.
+fn refuse_in_session(core: &Core, s: &Session, what: &str, e: &GatewayError) -> Response {
+    match core.record_review_refusal(s, what, e) {
+        Ok(()) => refused_page(e),
+        Err(_) => refused_page(&GatewayError::AuditUnavailable),
     }
 }
 
@@ -332,10 +346,7 @@ fn in_session(core: &Core, s: &Session, a: Asked) -> Response {
             core.check_csrf(s, first(&a.form, "csrf"))
         };
         if let Err(e) = checked {
-            return match core.record_review_refusal(s, &a.rest.join("/"), &e) {
-                Ok(()) => refused_page(&e),
-                Err(_) => refused_page(&GatewayError::AuditUnavailable),
-            };
+            return refuse_in_session(core, s, &a.rest.join("/"), &e);
         }
     } else if a.method != Method::GET {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
@@ -445,17 +456,16 @@ impl Ctx<'_> {
 
     fn inbox(&self, v: &str, rows_only: bool) -> Result<Response, GatewayError> {
         let v = self.vault(v)?;
-        let mut items = self
-            .core
-            .list_proposals(&v, Some("pending"), Some(500))?
-            .proposals;
-        // Newest first (ids are time-ordered, so equal timestamps stay stable).
-        items.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        // Newest first, as the engine lists them; beyond the first 500 the page says so.
+        let list = self.core.list_proposals(&v, Some("pending"), Some(INBOX_SHOW))?;
         let now = time::OffsetDateTime::now_utc();
         Ok(if rows_only {
-            html(StatusCode::OK, pages::inbox_rows(self.f, &items, now))
+            html(StatusCode::OK, pages::inbox_rows(self.f, &list.proposals, now))
         } else {
-            html(StatusCode::OK, pages::inbox(self.f, &items, now))
+            html(
+                StatusCode::OK,
+                pages::inbox(self.f, &list.proposals, list.truncated, now),
+            )
         })
     }
 

@@ -168,7 +168,7 @@ pub fn inbox_rows(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTi
     }
 }
 
-pub fn inbox(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTime) -> Markup {
+pub fn inbox(f: &Frame<'_>, items: &[ProposalItem], truncated: bool, now: time::OffsetDateTime) -> Markup {
     let body = html! {
         h1 { "Inbox of " (t(f.vault_name())) }
         table #inbox {
@@ -176,6 +176,9 @@ pub fn inbox(f: &Frame<'_>, items: &[ProposalItem], now: time::OffsetDateTime) -
             tbody #inbox-rows data-src={ (f.v()) "/inbox/rows" } { (inbox_rows(f, items, now)) }
         }
         p #inbox-empty .muted hidden[!items.is_empty()] { "No pending proposals. New ones appear here as agents make them." }
+        @if truncated {
+            p #inbox-truncated .warning { "These are the newest " (items.len()) " pending proposals; older ones appear here as these are decided." }
+        }
     };
     page(f, "Inbox", body)
 }
