@@ -243,7 +243,11 @@ impl AuditLog {
     /// it changes anything (SPEC §9); the append itself still decides.
     pub fn check_appendable(&self) -> Result<(), AuditError> {
         let mut state = self.lock_state();
-        let State { log, head, .. } = &mut *state;
+        let State { log, lock, head } = &mut *state;
+        // The shared lock: another process's append in progress would otherwise look like a torn
+        // tail and refuse a call that nothing is wrong with. Writers hold the exclusive lock only
+        // for one write, so this waits for at most that.
+        let _shared = lock.read()?;
         follow_path(&self.path, log, head)?;
         let len = log.metadata()?.len();
         match head {
@@ -254,8 +258,7 @@ impl AuditLog {
                     actual: len,
                 });
             }
-            // Read unlocked: a writer mid-line may make this look torn, and then the caller is
-            // refused as it would be a moment earlier; the cache is not filled from it.
+            // Not cached: only an append fills the cache, from what it wrote itself.
             _ => {
                 read_head(log, len)?;
             }
@@ -548,6 +551,39 @@ mod tests {
         let report = crate::verify(&path).unwrap();
         assert_eq!((report.records, report.broken), (2, None));
         log.append(entry(3), now, Durability::Flush).unwrap();
+    }
+
+    /// A line that crosses a page boundary becomes visible a page at a time, so a check that read
+    /// the tail without the lock once saw another writer's append as a torn line and refused.
+    #[test]
+    fn an_append_in_progress_elsewhere_never_looks_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let writer = AuditLog::open(&path).unwrap();
+        let checker = AuditLog::open(&path).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let checks = s.spawn(|| {
+                let mut n = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Err(e) = checker.check_appendable() {
+                        return Err(format!("check {n}: {e}"));
+                    }
+                    n += 1;
+                }
+                Ok(n)
+            });
+            let now = OffsetDateTime::UNIX_EPOCH;
+            for i in 0..4000 {
+                let mut e = entry(i);
+                // Lines of varying length land across page boundaries at many offsets.
+                e.target = Some("x".repeat(200 + (i * 37) % 3000));
+                writer.append(e, now, Durability::Flush).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            let checked = checks.join().unwrap().unwrap();
+            assert!(checked > 0, "the checker ran");
+        });
     }
 
     #[test]
