@@ -152,6 +152,7 @@ pub(crate) fn seal(
         code,
         args_hash,
         count,
+        approval,
     } = entry;
     // SECURITY(T-AUDIT6): strings a client chose are cut here, where every entry becomes a
     // record, so no caller can forget it and no input makes a line too long to write.
@@ -171,6 +172,7 @@ pub(crate) fn seal(
         code,
         args_hash,
         count,
+        approval: approval.map(cut_echo),
     };
     let mut map = record_map(&record)?;
     record.hash = sha256_hex(canonical_map(&map).as_bytes());

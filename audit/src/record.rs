@@ -122,6 +122,8 @@ pub struct Entry {
     pub args_hash: Option<String>,
     /// How many events one record stands for (aggregated refusals, SPEC §9); `None` is one.
     pub count: Option<u64>,
+    /// Who approved the change beyond the caller's tier: `"client"` (in-client approval, SPEC §15).
+    pub approval: Option<String>,
 }
 
 impl Entry {
@@ -139,6 +141,7 @@ impl Entry {
             code: None,
             args_hash: None,
             count: None,
+            approval: None,
         }
     }
 }
@@ -175,6 +178,8 @@ pub struct AuditRecord {
     pub args_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
 }
 
 /// `ts` on the wire: `YYYY-MM-DDTHH:MM:SS.mmmZ`, always UTC, always three fractional digits, so

@@ -11,6 +11,7 @@ use proposals::{Kind, Proposal};
 use serde_json::Value;
 
 use crate::api::ApplyOut;
+use crate::approval::ClientApproval;
 use crate::call::Call;
 use crate::core::{Core, VaultHandle, rfc3339};
 use crate::error::GatewayError;
@@ -58,7 +59,8 @@ fn refused(d: Decision, p: &Proposal) -> GatewayError {
 }
 
 impl Core {
-    /// `apply_proposal` for MCP callers and the CLI alike.
+    /// `apply_proposal` for MCP callers and the CLI alike. `approval` is how the caller's
+    /// client can ask a person (SPEC §15); operators pass [`ClientApproval::Unavailable`].
     pub fn apply_proposal(
         &self,
         call: &mut Call<'_>,
@@ -66,6 +68,7 @@ impl Core {
         id: &ProposalId,
         given_hash: &ProposalHash,
         idempotency_key: &str,
+        approval: &ClientApproval<'_>,
     ) -> Result<ApplyOut, GatewayError> {
         if idempotency_key.trim().is_empty() {
             return Err(GatewayError::InvalidArgument(
@@ -79,6 +82,9 @@ impl Core {
         if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
             return replay(rec, &args_hash);
         }
+        // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the answer
+        // counts only for this proposal and hash, and every check below runs again.
+        let approved = self.client_approval(call, v, id, given_hash, approval)?;
         let fs = v.reader.fs();
         // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
         let _lock = fs.write_lock()?;
@@ -99,7 +105,12 @@ impl Core {
             inbox::ProposalStatus::Pending => {}
         }
         // 2. the tier may apply this proposal (own or anyone's)
-        self.authorize_decision(call.actor(), &row.created_by)?;
+        match &approved {
+            Some(a) if a.covers(&row.id, given_hash.as_str()) => {
+                self.authorize_approved(call.actor(), &row.created_by)?;
+            }
+            _ => self.authorize_decision(call.actor(), &row.created_by)?,
+        }
         let p: Proposal = serde_json::from_value(row.meta.clone()).map_err(internal)?;
         let files = Files::of(v);
         let inbox_files = InboxFiles::of(p.kind, &p.slug);
@@ -223,6 +234,7 @@ impl Core {
                 args_hash,
                 idempotency: Some((principal, idempotency_key.to_owned())),
                 log_offset: self.audit.end_offset()?,
+                approval: approved.map(|_| "client".to_owned()),
             },
             started_at: rfc3339(now),
             rolling_back: false,

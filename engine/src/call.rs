@@ -48,6 +48,8 @@ pub(crate) struct TxnRecord {
     pub target: Option<String>,
     pub proposal_id: Option<String>,
     pub challenge_id: Option<String>,
+    /// `"client"`: the change was approved in the caller's client (SPEC §15).
+    pub approval: Option<String>,
 }
 
 /// One call in progress.
@@ -149,6 +151,7 @@ impl<'a> Call<'a> {
             code,
             args_hash: Some(audit::args_hash(self.args)),
             count: None,
+            approval: None,
         }
     }
 
@@ -183,6 +186,7 @@ impl<'a> Call<'a> {
         if r.challenge_id.is_some() {
             entry.challenge_id = r.challenge_id;
         }
+        entry.approval = r.approval;
         let head = self.core.append_audit_record(entry, Durability::Sync)?;
         self.recorded = Some(head.seq);
         Ok(head)
@@ -203,11 +207,13 @@ impl<'a> Call<'a> {
                 seq: Some(seq),
             };
         }
-        let (outcome, code) = match &result {
-            Ok(_) => (Outcome::Ok, None),
-            Err(e) => (outcome_for(e), Some(e.code().as_str().to_owned())),
+        let (event, outcome, code) = match &result {
+            Ok(_) => (self.event, Outcome::Ok, None),
+            // The question went to the person; the retry carrying the answer is its own call.
+            Err(GatewayError::ApprovalAsked(_)) => ("approval.asked", Outcome::Ok, None),
+            Err(e) => (self.event, outcome_for(e), Some(e.code().as_str().to_owned())),
         };
-        let mut entry = self.entry(self.event.to_owned(), outcome, code);
+        let mut entry = self.entry(event.to_owned(), outcome, code);
         if let Ok(v) = &result {
             if let Some(id) = v.proposal_id() {
                 entry.proposal_id = Some(id);

@@ -449,7 +449,12 @@ impl Core {
                 .finish(Err(e), Durability::Sync);
         }
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
-        let result = if caller.credential.tier.allows(spec.capability()) {
+        // SPEC §6: a tier that cannot apply at all is refused before any state is read, unless
+        // a person's approval in the client may lift it one step (SPEC §15).
+        let lifted = spec.name == "apply_proposal"
+            && caller.credential.approve_in_client
+            && caller.credential.tier.approval_lifts(spec.capability());
+        let result = if caller.credential.tier.allows(spec.capability()) || lifted {
             // Reads too: a line written into the last free bytes could be cut short, so every
             // call is refused while the log's disk is (almost) full, not only the unlucky one.
             self.audit_preflight()
@@ -536,6 +541,7 @@ impl Core {
                 code,
                 args_hash: None,
                 count: None,
+                approval: None,
             },
             durability,
         );
@@ -958,6 +964,7 @@ impl Core {
         tier: Tier,
         vaults: Vec<String>,
         expires_in: Option<i64>,
+        approve_in_client: bool,
     ) -> Result<(Credential, Token), GatewayError> {
         for v in &vaults {
             if !self.vaults.contains_key(v) {
@@ -981,6 +988,7 @@ impl Core {
                     jti: jti.clone(),
                     created_at: now,
                     expires_at,
+                    approve_in_client,
                 },
                 |cred| {
                     token = Some(auth::issue(
@@ -1051,7 +1059,12 @@ impl Core {
         cred: &Credential,
         tier: Option<Tier>,
     ) -> Result<inbox::AuditHead, GatewayError> {
-        let args = serde_json::json!({ "credentialId": cred.id.as_str(), "name": cred.name, "tier": tier.map(|t| t.as_str()) });
+        let args = serde_json::json!({
+            "credentialId": cred.id.as_str(),
+            "name": cred.name,
+            "tier": tier.map(|t| t.as_str()),
+            "approveInClient": cred.approve_in_client,
+        });
         let mut entry = Entry::new(event, operator.audit_actor(), Outcome::Ok);
         entry.target = Some(cred.id.as_str().to_owned());
         entry.args_hash = Some(audit::args_hash(&args));

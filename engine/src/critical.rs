@@ -316,6 +316,7 @@ impl Core {
                 args_hash: call.args_hash(),
                 idempotency: None,
                 log_offset: self.audit.end_offset()?,
+                approval: None,
             },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
             rolling_back: false,

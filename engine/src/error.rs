@@ -53,6 +53,14 @@ pub enum GatewayError {
     /// narrower call.
     #[error("{0}")]
     OutputLimitExceeded(String),
+    /// In-client approval (SPEC §15) was not given: declined, cancelled, `false`, missing or late.
+    #[error("{0}")]
+    ApprovalDeclined(String),
+    /// Not a refusal: on 2026-07-28 the apply waits for a person's answer, which the client
+    /// collects from an input-required result. The edge turns it into that result; it is
+    /// audited as `approval.asked`.
+    #[error("a person's approval is needed")]
+    ApprovalAsked(Box<crate::approval::ApprovalRequest>),
     /// The audit record of the call could not be written (SPEC §9): refused, nothing changed.
     #[error("the audit log cannot be written right now; nothing was changed")]
     AuditUnavailable,
@@ -92,6 +100,9 @@ impl GatewayError {
             GatewayError::Challenge(code, _, _) => *code,
             GatewayError::OutputLimitExceeded(_) => ErrorCode::OUTPUT_LIMIT_EXCEEDED,
             GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
+            GatewayError::ApprovalDeclined(_) => ErrorCode::APPROVAL_DECLINED,
+            // Never answered as an error; were it ever, it must not look like success.
+            GatewayError::ApprovalAsked(_) => ErrorCode::INTERNAL,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,
         }
     }

@@ -390,6 +390,7 @@ impl Core {
                 args_hash,
                 idempotency: Some((principal, idempotency_key.to_owned())),
                 log_offset: self.audit.end_offset()?,
+                approval: None,
             },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
             rolling_back: false,

@@ -136,6 +136,8 @@ pub struct LimitsConfig {
     /// …and how long one may stay idle.
     pub session_idle_seconds: u64,
     pub refusal_window_seconds: u64,
+    /// How long an in-client approval (SPEC §15) waits for the person's answer.
+    pub approval_timeout_seconds: u64,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -168,6 +170,7 @@ impl Default for LimitsConfig {
             max_sessions_per_credential: 64,
             session_idle_seconds: 3_600,
             refusal_window_seconds: 60,
+            approval_timeout_seconds: 120,
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod api;
 mod apply;
+pub mod approval;
 pub mod audit_log;
 pub mod auth;
 mod call;
@@ -32,6 +33,7 @@ mod refusals;
 pub mod review;
 mod txn;
 
+pub use crate::approval::{ApprovalAnswer, ApprovalQuestion, ApprovalRequest, ClientApproval};
 pub use crate::call::{Audited, Call, ResultIds};
 pub use crate::core::{Actor, Caller, Core, Operator, Surface, Transport, VaultHandle};
 pub use crate::error::GatewayError;

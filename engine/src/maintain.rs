@@ -62,6 +62,10 @@ impl Core {
         if let Err(e) = self.state.prune_review(now) {
             tracing::warn!(error = %e, "pruning review logins failed");
         }
+        // Used approval nonces whose sealed states have expired (they are refused as late anyway).
+        if let Err(e) = self.state.prune_approvals(now) {
+            tracing::warn!(error = %e, "pruning used approvals failed");
+        }
         (keys, challenges)
     }
 }

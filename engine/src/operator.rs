@@ -36,6 +36,7 @@ impl Core {
                 &ProposalId::from_wire(id.to_owned()),
                 &ProposalHash::from_wire(proposal_hash.to_owned()),
                 &key,
+                &crate::approval::ClientApproval::Unavailable,
             )
         })
         .into_inner()

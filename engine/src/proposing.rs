@@ -170,6 +170,7 @@ impl Core {
                     target: None,
                     proposal_id: Some(p.id.clone()),
                     challenge_id: None,
+                    approval: None,
                 })
             },
         );
@@ -550,6 +551,7 @@ impl Core {
                     target: Some(row.target.clone()),
                     proposal_id: Some(row.id.clone()),
                     challenge_id: None,
+                    approval: None,
                 })
             })
             .map_err(recorded)?;
@@ -619,6 +621,22 @@ impl Core {
     }
 
     /// Own proposals need `auto`, anyone's `full` (SPEC §2); the operator owns the home.
+    /// As [`Core::authorize_decision`], for an apply a person approved in the caller's client:
+    /// the tier one step up (SPEC §15), for a credential that opted in.
+    pub(crate) fn authorize_approved(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
+        if let Actor::Caller(c) = actor {
+            let cap = if c.credential.id.as_str() == created_by {
+                policy::Capability::DecideOwn
+            } else {
+                policy::Capability::DecideAny
+            };
+            if c.credential.approve_in_client && c.credential.tier.approval_lifts(cap) {
+                return Ok(());
+            }
+        }
+        self.authorize_decision(actor, created_by)
+    }
+
     pub fn authorize_decision(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
         match actor {
             Actor::Operator(_) => Ok(()),

@@ -64,6 +64,9 @@ pub(crate) struct AuditPlan {
     pub idempotency: Option<(String, String)>,
     /// The audit log's length when the intent was recorded.
     pub log_offset: u64,
+    /// `"client"`: approved in the caller's client (SPEC §15); kept for the recovered record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
 }
 
 /// What the transaction commits.
@@ -295,6 +298,7 @@ impl Core {
                 target,
                 proposal_id,
                 challenge_id,
+                approval: intent.audit.approval.clone(),
             }),
             None => self.recovered_record(v, intent),
         };
@@ -352,6 +356,7 @@ impl Core {
                 code: None,
                 args_hash: Some(a.args_hash.clone()),
                 count: None,
+                approval: a.approval.clone(),
             },
             Durability::Sync,
         )
@@ -403,6 +408,7 @@ impl Core {
                 target,
                 proposal_id,
                 challenge_id,
+                approval: intent.audit.approval.clone(),
             }),
             _ => self.append_audit(
                 Entry {
@@ -417,6 +423,7 @@ impl Core {
                     code: Some(code),
                     args_hash: Some(intent.audit.args_hash.clone()),
                     count: None,
+                    approval: intent.audit.approval.clone(),
                 },
                 Durability::Sync,
             ),

@@ -201,6 +201,12 @@ enum TokenCmd {
         /// Confirm a `full` tier without asking.
         #[arg(long)]
         yes: bool,
+        /// Let this client ask its user to approve an apply the tier alone may not make, inside
+        /// the client (MCP elicitation): `propose` may then apply its own proposals, `auto`
+        /// anyone's. The client program is trusted to ask honestly, so this raises the tier for
+        /// whoever holds the token. No effect on `read` or `full`.
+        #[arg(long)]
+        approve_in_client: bool,
     },
     /// List credentials (never tokens).
     List {
@@ -740,6 +746,25 @@ fn confirm_full(yes: bool, what: &str) -> Result<(), GatewayError> {
     }
 }
 
+/// SPEC §15: the opt-in is a tier raise, and `token issue` says so.
+pub(crate) fn approve_in_client_warning(tier: Tier) -> String {
+    match tier {
+        Tier::Propose | Tier::Auto => format!(
+            "warning: in-client approval is on: whoever holds this token may apply {} once its client \
+             says a person approved (the client is trusted to ask honestly), so it acts one tier above \
+             '{tier}'. Revoke it with `vaultgate token revoke` if that is not what you want.",
+            if tier == Tier::Propose {
+                "its own proposals"
+            } else {
+                "anyone's proposals"
+            }
+        ),
+        Tier::Read | Tier::Full => {
+            format!("note: in-client approval has no effect on the '{tier}' tier")
+        }
+    }
+}
+
 fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError> {
     match cmd {
         TokenCmd::Issue {
@@ -749,12 +774,24 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             expires,
             format,
             yes,
+            approve_in_client,
         } => {
             if tier == Tier::Full {
                 confirm_full(yes, &format!("credential '{name}'"))?;
             }
             let core = open_core(home)?;
-            let (cred, token) = core.issue_credential(&Operator::cli(user), &name, tier, vaults, expires)?;
+            let (cred, token) = core.issue_credential(
+                &Operator::cli(user),
+                &name,
+                tier,
+                vaults,
+                expires,
+                approve_in_client,
+            )?;
+            if approve_in_client {
+                // stderr: stdout may be a bare token or one JSON object.
+                eprintln!("{}", approve_in_client_warning(tier));
+            }
             let exe = std::env::current_exe()?;
             let target = crate::clientconf::Target {
                 exe: &exe,
@@ -793,8 +830,13 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                     } else {
                         c.vaults.join(",")
                     };
+                    let approval = if c.approve_in_client {
+                        "\tapprove-in-client"
+                    } else {
+                        ""
+                    };
                     out(&format!(
-                        "{}\t{}\t{}\t{status}\tvaults={scope}",
+                        "{}\t{}\t{}\t{status}\tvaults={scope}{approval}",
                         c.id.as_str(),
                         one_line(&c.name),
                         c.tier

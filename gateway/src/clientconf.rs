@@ -18,6 +18,7 @@ pub fn credential_json(c: &Credential) -> serde_json::Value {
         "createdAt": ts(Some(c.created_at)),
         "expiresAt": ts(c.expires_at),
         "revoked": c.is_revoked(),
+        "approveInClient": c.approve_in_client,
     })
 }
 
@@ -115,8 +116,10 @@ pub fn render(format: Option<TokenFormat>, t: &Target<'_>, c: &Credential, token
         Some(TokenFormat::Json) => {
             let mut v = credential_json(c);
             if let Some(o) = v.as_object_mut() {
+                // SPEC §12: exactly {id, name, tier, vaults, expiresAt, token}.
                 o.remove("createdAt");
                 o.remove("revoked");
+                o.remove("approveInClient");
                 o.insert("token".into(), json!(token.expose()));
             }
             v.to_string()

@@ -84,6 +84,7 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
         Tier::Full,
         vec![],
         None,
+        false,
     )?;
     let exe = std::env::current_exe()?;
     // Bind before printing, so the printed URL carries the real port (`--port 0` picks one).

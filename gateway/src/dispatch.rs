@@ -10,7 +10,7 @@ use engine::api::{
 use engine::core::PageCall;
 use engine::history::HistoryMoveArgs;
 use engine::ids::{HistoryEntryId, NoteHash, ProposalHash, ProposalId};
-use engine::{Audited, Call, Caller, Core, GatewayError, Transition};
+use engine::{Audited, Call, Caller, ClientApproval, Core, GatewayError, Transition};
 use serde_json::{Map, Value};
 
 use crate::tools::CATALOG;
@@ -25,11 +25,14 @@ fn to_value<T: serde::Serialize>(v: T) -> Result<Value, GatewayError> {
 
 /// Runs one tool call end to end. `None`: no such tool (a JSON-RPC error at the edge, not a
 /// tool result).
+/// `approval`: how this caller's session can ask a person (SPEC §15); only `apply_proposal`
+/// uses it.
 pub fn call_tool(
     core: &Core,
     caller: &Caller,
     tool: &str,
     args: Map<String, Value>,
+    approval: &ClientApproval<'_>,
 ) -> Option<Audited<Result<Value, GatewayError>>> {
     let spec = policy::tools::find(tool)?;
     if !CATALOG.iter().any(|t| t.name == tool) {
@@ -37,7 +40,7 @@ pub fn call_tool(
     }
     let args = Value::Object(args);
     Some(core.call(caller, spec, &args, |call| {
-        let out = run(core, caller, spec.name, call)?;
+        let out = run(core, caller, spec.name, call, approval)?;
         within_output_limit(spec.name, out, core.read_limits().max_output_bytes)
     }))
 }
@@ -123,7 +126,13 @@ fn json_len(v: &Value) -> usize {
     c.0
 }
 
-fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<Value, GatewayError> {
+fn run(
+    core: &Core,
+    caller: &Caller,
+    tool: &str,
+    call: &mut Call<'_>,
+    approval: &ClientApproval<'_>,
+) -> Result<Value, GatewayError> {
     let args = call.args();
     let page = PageCall {
         tool,
@@ -245,6 +254,7 @@ fn run(core: &Core, caller: &Caller, tool: &str, call: &mut Call<'_>) -> Result<
                 &ProposalId::from_wire(a.id),
                 &ProposalHash::from_wire(a.proposal_hash),
                 &a.idempotency_key,
+                approval,
             )?)
         }
         "history_status" => {

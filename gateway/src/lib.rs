@@ -6,6 +6,7 @@
 //! all of that is the engine's.
 #![forbid(unsafe_code)]
 
+mod approval;
 pub mod cli;
 mod clientconf;
 mod demo;

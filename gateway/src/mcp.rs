@@ -25,6 +25,7 @@ use crate::tools::CATALOG;
 use engine::auth::Token;
 use engine::core::{Caller, Core, Transport};
 use engine::error::GatewayError;
+use engine::{ApprovalAnswer, ApprovalQuestion, ClientApproval};
 
 pub const INSTRUCTIONS: &str = "vaultgate serves Markdown knowledge vaults. Before anything else, read the resource \
 `vaultgate://invariants` and `vaultgate://vault/{id}` for the vault you work on (vault_list gives the ids). \
@@ -220,6 +221,43 @@ fn rpc_error(e: &GatewayError) -> McpError {
     }
 }
 
+/// Runs a tool call on a blocking thread while this task stays free to ask the person whatever
+/// the engine asks (2025 sessions, SPEC §15): the request must leave from the tool call's own
+/// task, and the engine must not hold a thread's lock while a person decides.
+async fn ask_while_calling(
+    core: Arc<Core>,
+    caller: Caller,
+    name: String,
+    args: serde_json::Map<String, serde_json::Value>,
+    context: &RequestContext<RoleServer>,
+) -> Result<Option<engine::Audited<Result<serde_json::Value, GatewayError>>>, McpError> {
+    type Asked = (ApprovalQuestion, std::sync::mpsc::SyncSender<ApprovalAnswer>);
+    let (questions, mut asked) = tokio::sync::mpsc::channel::<Asked>(1);
+    let mut call = tokio::task::spawn_blocking(move || {
+        let ask = move |q: &ApprovalQuestion| {
+            let (answer_to, answer) = std::sync::mpsc::sync_channel(1);
+            if questions.blocking_send((q.clone(), answer_to)).is_err() {
+                return ApprovalAnswer::Declined;
+            }
+            answer
+                .recv_timeout(crate::approval::wait_for(q))
+                .unwrap_or(ApprovalAnswer::Declined)
+        };
+        crate::dispatch::call_tool(&core, &caller, &name, args, &ClientApproval::Ask(&ask))
+    });
+    loop {
+        tokio::select! {
+            done = &mut call => {
+                return done.map_err(|_| McpError::internal_error("the request worker stopped", None));
+            }
+            Some((q, answer_to)) = asked.recv() => {
+                let answer = crate::approval::ask(&context.peer, context, &q).await;
+                let _ = answer_to.send(answer);
+            }
+        }
+    }
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, McpError> {
     tokio::task::spawn_blocking(f)
         .await
@@ -356,16 +394,40 @@ impl ServerHandler for McpServer {
             Ok(c) => c,
             Err(e) => return Ok(error_result(&e).into()),
         };
+        let mode = if request.name == "apply_proposal" {
+            crate::approval::mode(&request, &context)
+        } else {
+            crate::approval::Mode::Unavailable
+        };
         let core = self.core.clone();
         let name = request.name.to_string();
-        let args = request.arguments.unwrap_or_default();
-        let outcome = blocking(move || crate::dispatch::call_tool(&core, &caller, &name, args)).await?;
+        let args = request.arguments.clone().unwrap_or_default();
+        let outcome = match mode {
+            crate::approval::Mode::Ask => ask_while_calling(core, caller, name, args, &context).await?,
+            mode => {
+                blocking(move || {
+                    let approval = match &mode {
+                        crate::approval::Mode::Defer => ClientApproval::Defer,
+                        crate::approval::Mode::Answered(state, answer) => ClientApproval::Answered {
+                            state,
+                            answer: *answer,
+                        },
+                        _ => ClientApproval::Unavailable,
+                    };
+                    crate::dispatch::call_tool(&core, &caller, &name, args, &approval)
+                })
+                .await?
+            }
+        };
         match outcome.map(engine::Audited::into_inner) {
             None => Err(McpError::invalid_params(
                 format!("unknown tool '{}'", request.name),
                 None,
             )),
             Some(Ok(value)) => Ok(CallToolResult::structured(value).into()),
+            Some(Err(GatewayError::ApprovalAsked(req))) => Ok(CallToolResponse::InputRequired(
+                crate::approval::input_required(&req),
+            )),
             Some(Err(e)) => Ok(error_result(&e).into()),
         }
     }

@@ -40,6 +40,8 @@ pub struct Credential {
     pub revoked_at: Option<i64>,
     /// The last authenticated request, to the minute (SPEC §15: the Credentials page).
     pub last_used_at: Option<i64>,
+    /// SPEC §15: the holder's client may ask a person to approve an apply one tier step up.
+    pub approve_in_client: bool,
 }
 
 impl Credential {
@@ -63,6 +65,7 @@ pub struct NewCredential {
     pub jti: String,
     pub created_at: i64,
     pub expires_at: Option<i64>,
+    pub approve_in_client: bool,
 }
 
 /// The stored scope: exactly a JSON array of vault ids; anything else (truncated, another type,
@@ -75,7 +78,8 @@ fn parse_scope(stored: &str) -> Option<Vec<String>> {
     Some(ids)
 }
 
-const COLUMNS: &str = "id, name, tier, vaults, jti, created_at, expires_at, revoked_at, last_used_at";
+const COLUMNS: &str =
+    "id, name, tier, vaults, jti, created_at, expires_at, revoked_at, last_used_at, approve_in_client";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
     let tier: String = row.get(2)?;
@@ -99,6 +103,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Credential> {
         expires_at: row.get(6)?,
         revoked_at: row.get(7)?,
         last_used_at: row.get(8)?,
+        approve_in_client: row.get::<_, i64>(9)? != 0,
     })
 }
 
@@ -162,7 +167,7 @@ pub(crate) fn create_credential_on(
     let id = CredentialId::generate();
     let vaults = serde_json::to_string(&new.vaults).unwrap_or_else(|_| "[]".into());
     let res = conn.execute(
-        &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)"),
+        &format!("INSERT INTO credentials ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, ?8)"),
         params![
             id.0,
             new.name,
@@ -170,7 +175,8 @@ pub(crate) fn create_credential_on(
             vaults,
             new.jti,
             new.created_at,
-            new.expires_at
+            new.expires_at,
+            i64::from(new.approve_in_client)
         ],
     );
     match res {
@@ -191,6 +197,7 @@ pub(crate) fn create_credential_on(
         expires_at: new.expires_at,
         revoked_at: None,
         last_used_at: None,
+        approve_in_client: new.approve_in_client,
     })
 }
 
@@ -231,6 +238,7 @@ mod tests {
             jti: "j".into(),
             created_at: 100,
             expires_at: None,
+            approve_in_client: false,
         }
     }
 
@@ -262,6 +270,29 @@ mod tests {
     }
 
     #[test]
+    fn the_in_client_approval_flag_is_stored_and_off_by_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = State::open(&dir.path().join("s.sqlite")).unwrap();
+        let plain = s.create_credential(new("plain", Tier::Propose)).unwrap();
+        let mut flagged = new("flagged", Tier::Propose);
+        flagged.approve_in_client = true;
+        let flagged = s.create_credential(flagged).unwrap();
+        assert!(flagged.approve_in_client);
+        assert!(
+            !s.credential(plain.id.as_str())
+                .unwrap()
+                .unwrap()
+                .approve_in_client
+        );
+        assert!(
+            s.credential(flagged.id.as_str())
+                .unwrap()
+                .unwrap()
+                .approve_in_client
+        );
+    }
+
+    #[test]
     fn scope_and_expiry() {
         let c = Credential {
             id: CredentialId("x".into()),
@@ -274,6 +305,7 @@ mod tests {
             expires_at: Some(10),
             revoked_at: None,
             last_used_at: None,
+            approve_in_client: false,
         };
         assert!(c.may_see_vault("a") && !c.may_see_vault("b"));
         assert!(!c.is_expired(9) && c.is_expired(10));

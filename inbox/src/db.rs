@@ -186,6 +186,13 @@ const MIGRATIONS: &[&str] = &[
         ended_at INTEGER
     ) WITHOUT ROWID;
     ALTER TABLE credentials ADD COLUMN last_used_at INTEGER;",
+    // 10: in-client approval (SPEC §15): the per-credential opt-in, and each approval carried by a
+    // 2026-07-28 input-required round, so a sealed approval is used once.
+    "ALTER TABLE credentials ADD COLUMN approve_in_client INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE approvals_used (
+        nonce TEXT PRIMARY KEY,
+        expires_at INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with

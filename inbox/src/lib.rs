@@ -4,6 +4,7 @@
 //! It never decides policy: callers pass already-validated values; it stores and reads them.
 #![forbid(unsafe_code)]
 
+mod approvals;
 mod challenges;
 mod credentials;
 mod db;

@@ -205,6 +205,7 @@ mod tests {
             jti: "j".into(),
             created_at: 1,
             expires_at: None,
+            approve_in_client: false,
         }
     }
 

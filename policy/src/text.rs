@@ -37,6 +37,34 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// One line of text for a prompt field, inside double quotes: every control character is
+/// escaped as by [`escape_controls`], and so are newline (`\n`), tab (`\t`), the line and paragraph
+/// separators and the bidirectional overrides (`\u{202e}`), `"` and `\`, so the text can neither
+/// end its line or its quotes nor reorder what is shown around it.
+// SECURITY(T-APPROVE3): an agent's reason cannot pose as one of the approval prompt's fields.
+pub fn escape_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{2028}'
+            | '\u{2029}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}' => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c if needs_escape(c) => out.push_str(&escape_controls(c.encode_utf8(&mut [0; 4]))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -105,5 +133,20 @@ mod tests {
         fn text_without_controls_is_unchanged(s in "[^\\p{Cc}]*|[^\\p{Cc}]*[\\n\\t][^\\p{Cc}]*") {
             prop_assert_eq!(escape_controls(&s), Cow::Borrowed(s.as_str()));
         }
+    }
+
+    #[test]
+    fn escape_line_keeps_text_on_one_quoted_line() {
+        assert_eq!(escape_line("plain text"), "plain text");
+        assert_eq!(escape_line("a\nb\tc"), "a\\nb\\tc");
+        assert_eq!(escape_line("say \"hi\" \\"), "say \\\"hi\\\" \\\\");
+        assert_eq!(escape_line("\x1b[31m\r"), "\\x1b[31m\\x0d");
+        assert_eq!(escape_line("\u{202e}evil\u{2028}"), "\\u{202e}evil\\u{2028}");
+        let hostile: String = (0u32..0x3000).filter_map(char::from_u32).collect();
+        let out = escape_line(&hostile);
+        assert!(
+            !out.chars()
+                .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{202e}')
+        );
     }
 }

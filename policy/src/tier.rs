@@ -44,6 +44,16 @@ impl Tier {
         }
     }
 
+    /// In-client approval (SPEC §15): whether a person's approval through the client lets this
+    /// tier apply a proposal it alone may not — exactly one step up, `DecideOwn` for `propose`
+    /// and `DecideAny` for `auto`; never for `read` (it proposes nothing) or `full` (nothing above).
+    pub fn approval_lifts(self, cap: Capability) -> bool {
+        matches!(
+            (self, cap),
+            (Tier::Propose, Capability::DecideOwn) | (Tier::Auto, Capability::DecideAny)
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Read => "read",
@@ -78,6 +88,22 @@ impl std::str::FromStr for Tier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn approval_lifts_exactly_one_step_and_only_for_applying() {
+        use Capability::*;
+        for tier in Tier::ALL {
+            for cap in [Read, Propose, DecideOwn, DecideAny, History, Critical] {
+                let lifted = tier.approval_lifts(cap);
+                let expected = matches!((tier, cap), (Tier::Propose, DecideOwn) | (Tier::Auto, DecideAny));
+                assert_eq!(lifted, expected, "{tier} {cap:?}");
+                // A lift is only ever for something the tier lacks and the next tier has.
+                if lifted {
+                    assert!(!tier.allows(cap));
+                }
+            }
+        }
+    }
     use Capability::*;
 
     #[test]

@@ -64,6 +64,7 @@ fn a_full_entry_uses_the_spec_field_names() {
         code: Some("PROPOSAL_STALE_BASE".into()),
         args_hash: Some(audit::args_hash(&serde_json::json!({"id": "prop_1"}))),
         count: None,
+        approval: None,
     };
     let record = log.append(e, at(0), Durability::Sync).unwrap();
     let line = &lines(&path)[0];

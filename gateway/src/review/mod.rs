@@ -573,6 +573,7 @@ impl Ctx<'_> {
                 } else {
                     c.vaults.join(", ")
                 },
+                approve_in_client: c.approve_in_client,
                 last_used: ts(c.last_used_at, "never"),
                 expires: ts(c.expires_at, "never"),
                 status: if c.is_revoked() {
@@ -614,9 +615,14 @@ impl Ctx<'_> {
             .unwrap_or_default()
             .trim()
             .to_owned();
+        // SPEC §15: opt-in only; anything but the box's own value leaves it off.
+        let approve_in_client = first(&self.a.form, "approveInClient") == Some("yes");
         if tier == Tier::Full && !self.confirmed() {
             let mut fields: Vec<(&str, &str)> =
                 vec![("name", &name), ("tier", "full"), ("expires", &expires)];
+            if approve_in_client {
+                fields.push(("approveInClient", "yes"));
+            }
             fields.extend(vaults.iter().map(|v| ("vault", v.as_str())));
             let action = format!("{}/credentials/issue", self.f.base);
             return html(
@@ -636,7 +642,7 @@ impl Ctx<'_> {
         };
         match self
             .core
-            .issue_credential(self.op, &name, tier, vaults, expires_in)
+            .issue_credential(self.op, &name, tier, vaults, expires_in, approve_in_client)
         {
             Ok((cred, token)) => {
                 let exe = std::env::current_exe().unwrap_or_else(|_| "vaultgate".into());

@@ -389,6 +389,7 @@ pub struct CredentialRow {
     pub expires: String,
     pub status: &'static str,
     pub revoked: bool,
+    pub approve_in_client: bool,
 }
 
 const TIERS: [&str; 4] = ["read", "propose", "auto", "full"];
@@ -403,7 +404,13 @@ pub fn credentials(f: &Frame<'_>, rows: &[CredentialRow]) -> Markup {
                 @for c in rows {
                     tr.credential data-id=(c.id) data-name=(t(&c.name)) data-tier=(c.tier) data-revoked=(c.revoked) {
                         td.name { (t(&c.name)) br; span.muted { code { (c.id) } } }
-                        td.tier { (c.tier) }
+                        td.tier {
+                            (c.tier)
+                            @if c.approve_in_client {
+                                br;
+                                span.tag.approve-in-client title="its client may ask a person to approve an apply one tier above this one" { "+ in-client approval" }
+                            }
+                        }
                         td.scope { (t(&c.scope)) }
                         td.last-used { (c.last_used) }
                         td.expires { (c.expires) }
@@ -444,6 +451,8 @@ pub fn credentials(f: &Frame<'_>, rows: &[CredentialRow]) -> Markup {
                 }
             }
             p { label { "Expires after " input name="expires" placeholder="30d" size="6"; } span.muted { " e.g. 90s, 12h, 30d; empty: never" } }
+            p { label { input #issue-approve-in-client type="checkbox" name="approveInClient" value="yes"; " Allow approval inside the client" } }
+            p.warning.approve-in-client-warning { "In-client approval trusts the client program to ask its user honestly before it applies: a propose credential can then apply its own proposals, an auto credential anyone's. Whoever holds the token gets that tier raise. It has no effect on read or full." }
             p.warning { "Tier full lets the client apply anyone's proposals and run critical operations. It needs a second confirmation." }
             button #issue-button .primary type="submit" { "Issue" }
         }

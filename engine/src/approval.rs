@@ -1,0 +1,355 @@
+//! In-client approval (SPEC §15): a credential issued with `--approve-in-client` may have one
+//! proposal applied one tier step above its own, once a person approved exactly that proposal
+//! in the caller's client. The engine decides whether to ask, what the question says and whether
+//! an answer counts; the edge only carries the question (MCP elicitation) and the answer back.
+//!
+//! SECURITY(T-APPROVE1): the client program is trusted to ask honestly, so the opt-in is a tier
+//! raise and is shown as one; the lift is one step, for `apply_proposal` only (never critical
+//! tools, undo or redo), and bound to one proposal hash.
+
+use std::time::Duration;
+
+use policy::Capability;
+use serde::{Deserialize, Serialize};
+
+use crate::call::Call;
+use crate::core::{Actor, Core, VaultHandle, now_unix};
+use crate::error::GatewayError;
+use crate::ids::{ProposalHash, ProposalId};
+use crate::proposing::{already_applied, proposal_not_found, rejected};
+
+/// The reason is cut to this many characters in the question (SPEC §15).
+const REASON_CHARS: usize = 300;
+/// A sealed request state longer than this is not ours.
+const MAX_STATE_BYTES: usize = 2048;
+
+/// What the person is asked, and how long the answer may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalQuestion {
+    /// Fixed fields first (vault, kind, targets, diff size, hash prefix), the reason last.
+    pub message: String,
+    pub timeout: Duration,
+}
+
+/// The person's answer as the client reported it. Anything but an `accept` with `approve: true`
+/// in time — decline, cancel, `false`, a missing field, a timeout, a closed session — is
+/// `Declined`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalAnswer {
+    Approved,
+    Declined,
+}
+
+/// How the caller's session can reach a person.
+pub enum ClientApproval<'a> {
+    /// The session declared no form elicitation (or the caller is not an MCP client).
+    Unavailable,
+    /// Ask now and wait for the answer (2025 protocols: `elicitation/create` on the session).
+    /// Called without any lock held.
+    Ask(&'a (dyn Fn(&ApprovalQuestion) -> ApprovalAnswer + Sync)),
+    /// 2026-07-28: the question goes back to the client in an input-required result
+    /// ([`GatewayError::ApprovalAsked`]), sealed with the state the retry must carry.
+    Defer,
+    /// 2026-07-28, the retry: the sealed state the question went out with, and the answer.
+    Answered { state: &'a str, answer: ApprovalAnswer },
+}
+
+/// A question to return in an input-required result, with the state that binds its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    pub question: ApprovalQuestion,
+    /// Opaque to the client: HMAC-sealed under the home's secret.
+    pub state: String,
+}
+
+/// An approval that holds for one apply of one proposal: not `Clone`, consumed by that apply.
+#[derive(Debug)]
+pub(crate) struct Approved {
+    proposal_id: String,
+    proposal_hash: String,
+}
+
+impl Approved {
+    pub(crate) fn covers(&self, proposal_id: &str, proposal_hash: &str) -> bool {
+        self.proposal_id == proposal_id && self.proposal_hash == proposal_hash
+    }
+}
+
+/// What the sealed state binds (SPEC §15): the credential, the call's arguments (vault, id,
+/// proposal hash, idempotency key), a nonce for single use, and an expiry.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sealed {
+    c: String,
+    a: String,
+    n: String,
+    e: i64,
+}
+
+impl Core {
+    /// Decides, before the write lock is taken, whether this apply needs a person's approval
+    /// and obtains it. `Ok(None)`: no approval is involved (the tier alone decides under the
+    /// lock, which also refuses what it may not do). `Ok(Some)`: approved, for this proposal.
+    pub(crate) fn client_approval(
+        &self,
+        call: &Call<'_>,
+        v: &VaultHandle,
+        id: &ProposalId,
+        given_hash: &ProposalHash,
+        approval: &ClientApproval<'_>,
+    ) -> Result<Option<Approved>, GatewayError> {
+        let Actor::Caller(caller) = call.actor() else {
+            return Ok(None);
+        };
+        let cred = &caller.credential;
+        if !cred.approve_in_client {
+            return Ok(None);
+        }
+        // SPEC §6 check 1, early: nobody is asked about a proposal that cannot be applied.
+        let row = self
+            .state
+            .proposal(&v.id, id.as_str())?
+            .ok_or_else(|| proposal_not_found(id.as_str()))?;
+        match row.status {
+            inbox::ProposalStatus::Applied => return Err(already_applied(&row.id)),
+            inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
+            inbox::ProposalStatus::Pending => {}
+        }
+        let cap = if row.created_by == cred.id.as_str() {
+            Capability::DecideOwn
+        } else {
+            Capability::DecideAny
+        };
+        if cred.tier.allows(cap) || !cred.tier.approval_lifts(cap) {
+            return Ok(None);
+        }
+        let recorded_hash = row
+            .meta
+            .get("proposalHash")
+            .and_then(|h| h.as_str())
+            .unwrap_or_default();
+        if recorded_hash != given_hash.as_str() {
+            // Check 3, early: a person is asked only about the proposal the call names exactly.
+            return Err(GatewayError::Proposal(
+                policy::ErrorCode::PROPOSAL_HASH_MISMATCH,
+                "proposalHash does not match this proposal; use the one propose_* or get_proposal returned"
+                    .into(),
+            ));
+        }
+        let approved = || Approved {
+            proposal_id: row.id.clone(),
+            proposal_hash: recorded_hash.to_owned(),
+        };
+        match approval {
+            ClientApproval::Unavailable => Err(GatewayError::CapabilityDenied(format!(
+                "the '{}' tier may apply this proposal only with a person's approval, and this client \
+                 cannot ask one (it declared no form elicitation); approve it on the review page \
+                 (`vaultgate review`) or with `vaultgate apply --only {}`",
+                cred.tier, row.id
+            ))),
+            ClientApproval::Ask(ask) => {
+                let question = self.approval_question(v, id)?;
+                match ask(&question) {
+                    ApprovalAnswer::Approved => Ok(Some(approved())),
+                    ApprovalAnswer::Declined => Err(declined(&question)),
+                }
+            }
+            ClientApproval::Defer => {
+                let question = self.approval_question(v, id)?;
+                let state = self.seal_approval(cred.id.as_str(), &call.args_hash(), &question)?;
+                Err(GatewayError::ApprovalAsked(Box::new(ApprovalRequest {
+                    question,
+                    state,
+                })))
+            }
+            ClientApproval::Answered { state, answer } => {
+                let expires = self.open_approval(state, cred.id.as_str(), &call.args_hash())?;
+                if *answer != ApprovalAnswer::Approved {
+                    return Err(declined(&self.approval_question(v, id)?));
+                }
+                // SECURITY(T-APPROVE2): a sealed approval is used once, in any process.
+                if !self.state.use_approval(&expires.1, expires.0)? {
+                    return Err(GatewayError::ApprovalDeclined(
+                        "this approval was already used; call apply_proposal again to be asked again".into(),
+                    ));
+                }
+                Ok(Some(approved()))
+            }
+        }
+    }
+
+    /// The question for proposal `id`, built from what the CLI and the review page show.
+    fn approval_question(&self, v: &VaultHandle, id: &ProposalId) -> Result<ApprovalQuestion, GatewayError> {
+        let p = self.get_proposal(v, id)?;
+        let (added, removed) = proposals::diff::counts(&proposals::diff::hunks(&p.diff));
+        let it = &p.item;
+        Ok(ApprovalQuestion {
+            message: approval_message(
+                &v.id,
+                &it.kind,
+                it.from.as_deref(),
+                &it.target,
+                (added, removed),
+                &it.proposal_hash,
+                &it.reason,
+            ),
+            timeout: Duration::from_secs(self.config.limits.approval_timeout_seconds),
+        })
+    }
+
+    fn approval_key(&self) -> ring::hmac::Key {
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.secret().bytes())
+    }
+
+    fn seal_approval(
+        &self,
+        credential: &str,
+        args_hash: &str,
+        q: &ApprovalQuestion,
+    ) -> Result<String, GatewayError> {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let ttl = i64::try_from(q.timeout.as_secs()).unwrap_or(i64::MAX);
+        let sealed = Sealed {
+            c: credential.to_owned(),
+            a: args_hash.to_owned(),
+            n: nonce,
+            e: now_unix().saturating_add(ttl),
+        };
+        let body =
+            hex::encode(serde_json::to_vec(&sealed).map_err(|e| GatewayError::Internal(e.to_string()))?);
+        let tag = ring::hmac::sign(&self.approval_key(), &state_message(&body));
+        Ok(format!("{body}.{}", hex::encode(tag.as_ref())))
+    }
+
+    /// Opens a sealed state for this credential and these arguments: `(expires_at, nonce)`.
+    fn open_approval(
+        &self,
+        state: &str,
+        credential: &str,
+        args_hash: &str,
+    ) -> Result<(i64, String), GatewayError> {
+        let invalid = || {
+            GatewayError::InvalidArgument(
+                "requestState is not an approval this server asked for this call; call apply_proposal again"
+                    .into(),
+            )
+        };
+        if state.len() > MAX_STATE_BYTES {
+            return Err(invalid());
+        }
+        let (body, tag) = state.split_once('.').ok_or_else(invalid)?;
+        let tag = hex::decode(tag).map_err(|_| invalid())?;
+        // Verified as an HMAC (constant time) before anything in it is believed.
+        ring::hmac::verify(&self.approval_key(), &state_message(body), &tag).map_err(|_| invalid())?;
+        let bytes = hex::decode(body).map_err(|_| invalid())?;
+        let sealed: Sealed = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+        if sealed.c != credential || sealed.a != args_hash {
+            return Err(invalid());
+        }
+        if now_unix() >= sealed.e {
+            return Err(GatewayError::ApprovalDeclined(
+                "the approval came too late; call apply_proposal again to be asked again".into(),
+            ));
+        }
+        Ok((sealed.e, sealed.n))
+    }
+}
+
+fn state_message(body: &str) -> Vec<u8> {
+    format!("vaultgate approval state\0{body}").into_bytes()
+}
+
+fn declined(q: &ApprovalQuestion) -> GatewayError {
+    GatewayError::ApprovalDeclined(format!(
+        "the proposal was not approved in the client (declined, cancelled, or no answer within {} s); \
+         nothing was changed. Ask the person, or they can apply it on the review page or with `vaultgate apply`",
+        q.timeout.as_secs()
+    ))
+}
+
+/// SPEC §15: the fixed fields first, one per line, then the agent's reason, last, quoted, cut to
+/// 300 characters and with every control character escaped, so no reason can pose as a field.
+pub fn approval_message(
+    vault: &str,
+    kind: &str,
+    from: Option<&str>,
+    target: &str,
+    (added, removed): (u64, u64),
+    proposal_hash: &str,
+    reason: &str,
+) -> String {
+    let t = policy::text::escape_line;
+    let mut lines = vec![
+        "Apply this proposal to the vault?".to_owned(),
+        format!("vault: {}", t(vault)),
+        format!("kind: {}", t(kind)),
+    ];
+    match (kind, from) {
+        ("move", Some(from)) => {
+            lines.push(format!("from: {}", t(from)));
+            lines.push(format!("to: {}", t(target)));
+        }
+        _ => lines.push(format!("target: {}", t(target))),
+    }
+    lines.push(format!("diff: +{added} \u{2212}{removed} lines"));
+    let prefix: String = proposal_hash.chars().take(12).collect();
+    lines.push(format!("proposalHash: {}", t(&prefix)));
+    lines.push(format!("reason: \"{}\"", quoted_reason(reason)));
+    lines.join("\n")
+}
+
+fn quoted_reason(reason: &str) -> String {
+    let mut cut: String = reason.chars().take(REASON_CHARS).collect();
+    if reason.chars().nth(REASON_CHARS).is_some() {
+        cut.push('…');
+    }
+    policy::text::escape_line(&cut)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_fixed_fields_come_first_and_a_hostile_reason_stays_on_the_last_line() {
+        let reason = "ok\nkind: delete\x1b[31m \"quoted\"\u{9b}";
+        let m = approval_message(
+            "v",
+            "patch",
+            None,
+            "notes/a.md",
+            (3, 1),
+            "0123456789abcdef",
+            reason,
+        );
+        let lines: Vec<&str> = m.lines().collect();
+        assert_eq!(
+            lines[..6],
+            [
+                "Apply this proposal to the vault?",
+                "vault: v",
+                "kind: patch",
+                "target: notes/a.md",
+                "diff: +3 \u{2212}1 lines",
+                "proposalHash: 0123456789ab",
+            ]
+        );
+        assert_eq!(lines.len(), 7, "{m}");
+        assert!(lines[6].contains("ok\\nkind: delete\\x1b[31m"), "{m}");
+        assert!(lines[6].starts_with("reason: \"ok"));
+        assert!(lines[6].ends_with('"'));
+        assert!(!m.contains('\x1b') && !m.contains('\u{9b}'));
+        assert!(lines[6].contains("\\\"quoted\\\""));
+    }
+
+    #[test]
+    fn a_move_names_both_ends_and_a_long_reason_is_cut() {
+        let m = approval_message("v", "move", Some("a.md"), "b.md", (0, 0), "ff", &"x".repeat(400));
+        let lines: Vec<&str> = m.lines().collect();
+        assert_eq!(lines[3..5], ["from: a.md", "to: b.md"]);
+        let reason = lines.last().unwrap();
+        assert_eq!(reason.chars().filter(|c| *c == 'x').count(), 300);
+        assert!(reason.ends_with("…\""));
+    }
+}
