@@ -418,3 +418,78 @@ fn the_printed_inspector_command_keeps_the_token_out_of_argv() {
         }
     }
 }
+
+/// SPEC §12, §15: `--approve-in-client` is off unless given, warned about on stderr (stdout
+/// stays the bare token or the one JSON object), and shown by `token list`.
+#[test]
+fn approve_in_client_is_opt_in_shown_in_token_list_and_warned_about() {
+    let env = Env::new();
+    let issue = |name: &str, tier: &str, flag: bool, format: &str| {
+        let mut args = vec![
+            "token", "issue", "--name", name, "--tier", tier, "--format", format,
+        ];
+        if flag {
+            args.push("--approve-in-client");
+        }
+        if tier == "full" {
+            args.push("--yes");
+        }
+        let out = env.run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let plain = issue("plain", "propose", false, "json");
+    assert!(!stderr(&plain).contains("in-client"), "{}", stderr(&plain));
+    let flagged = issue("flagged", "propose", true, "json");
+    let warning = stderr(&flagged);
+    assert!(
+        warning.contains("warning") && warning.contains("one tier above 'propose'"),
+        "{warning}"
+    );
+    // The JSON object keeps exactly the fields of SPEC §12.
+    let v: Value = serde_json::from_str(stdout(&flagged).trim()).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["expiresAt", "id", "name", "tier", "token", "vaults"]);
+    let bare = issue("bare", "auto", true, "token");
+    assert_eq!(
+        stdout(&bare).trim().lines().count(),
+        1,
+        "only the token on stdout"
+    );
+    assert!(stderr(&bare).contains("anyone's proposals"), "{}", stderr(&bare));
+    let full = issue("root", "full", true, "token");
+    assert!(
+        stderr(&full).contains("no effect on the 'full' tier"),
+        "{}",
+        stderr(&full)
+    );
+
+    let text = env.ok(&["token", "list"]);
+    let marked: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with("\tapprove-in-client"))
+        .map(|l| l.split('\t').nth(1).unwrap())
+        .collect();
+    assert_eq!(marked, ["flagged", "bare", "root"], "{text}");
+    let list: Value = serde_json::from_str(&env.ok(&["token", "list", "--json"])).unwrap();
+    let flags: Vec<(&str, bool)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["approveInClient"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("plain", false),
+            ("flagged", true),
+            ("bare", true),
+            ("root", true)
+        ]
+    );
+}

@@ -1432,3 +1432,101 @@ async fn an_oversize_form_is_refused_audited_and_changes_nothing() {
     ok.expect(200, "a short reason");
     assert_ne!(state(&env), before_state, "the control changed nothing");
 }
+
+/// SPEC §15: the Credentials page's box opts a new credential into in-client approval — only
+/// when ticked, carried through the `full` confirmation, shown on the list, with its warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_issue_form_opts_into_in_client_approval_only_when_ticked() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let s = login(&env, &srv).await;
+    let page = s.get(&srv, "/credentials").await;
+    page.expect(200, "the credentials page");
+    assert!(
+        page.body.contains("name=\"approveInClient\"") && page.body.contains("approve-in-client-warning"),
+        "the box and its warning are on the issue form"
+    );
+    let csrf = page.csrf();
+    let origin = same_origin(&srv);
+    let headers = [("Cookie", s.cookie()), ("Origin", origin)];
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let issue = s.page("/credentials/issue");
+    for fields in [
+        vec![("csrf", csrf.as_str()), ("name", "plain"), ("tier", "propose")],
+        vec![
+            ("csrf", &csrf),
+            ("name", "odd-value"),
+            ("tier", "propose"),
+            ("approveInClient", "on"),
+        ],
+        vec![
+            ("csrf", &csrf),
+            ("name", "ticked"),
+            ("tier", "propose"),
+            ("approveInClient", "yes"),
+        ],
+    ] {
+        post_form(&srv, &issue, &headers, &fields)
+            .await
+            .expect(200, &format!("{fields:?}"));
+    }
+    // Through the second confirmation of `full`, the box survives.
+    let confirm = post_form(
+        &srv,
+        &issue,
+        &headers,
+        &[
+            ("csrf", &csrf),
+            ("name", "root"),
+            ("tier", "full"),
+            ("approveInClient", "yes"),
+        ],
+    )
+    .await;
+    assert!(confirm.body.contains("id=\"confirm-full\""));
+    assert!(
+        confirm.body.contains("name=\"approveInClient\" value=\"yes\""),
+        "the confirmation carries the box: {}",
+        confirm.body
+    );
+    post_form(
+        &srv,
+        &issue,
+        &headers,
+        &[
+            ("csrf", &csrf),
+            ("name", "root"),
+            ("tier", "full"),
+            ("approveInClient", "yes"),
+            ("confirm", "yes"),
+        ],
+    )
+    .await
+    .expect(200, "confirmed full");
+
+    let creds: Vec<Value> = serde_json::from_str(&env.ok(&["token", "list", "--json"])).unwrap();
+    let flags: BTreeSet<(String, bool)> = creds
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["approveInClient"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        BTreeSet::from([
+            ("plain".to_owned(), false),
+            ("odd-value".to_owned(), false),
+            ("ticked".to_owned(), true),
+            ("root".to_owned(), true),
+        ])
+    );
+    let list = s.get(&srv, "/credentials").await;
+    assert_eq!(
+        list.body.matches("class=\"tag approve-in-client\"").count(),
+        2,
+        "the list marks exactly the two opted-in credentials"
+    );
+}
