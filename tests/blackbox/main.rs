@@ -4,6 +4,7 @@
 
 mod util;
 
+mod approval;
 mod audit_closed;
 mod browser;
 mod crash;
