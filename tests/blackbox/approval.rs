@@ -228,6 +228,10 @@ async fn session(via: Via<'_>, token: &str, mode: &str, answer: &str, calls: &[(
         )
     });
     let run = Run { out: parsed, stderr };
+    // `_rounds` records each round it drives; every other call is one record.
+    if calls.iter().any(|(tool, _)| *tool == "_rounds") {
+        return run;
+    }
     assert_eq!(
         run.out["calls"].as_array().map(Vec::len),
         Some(calls.len()),
@@ -1113,4 +1117,74 @@ async fn a_hostile_reason_reaches_the_prompt_escaped_after_the_fixed_fields_and_
         (299..=300).contains(&n),
         "cut to 300 characters (got {n} + …): {p}"
     );
+}
+
+/// SECURITY(T-APPROVE2): the state a 2026-07-28 round carries is the server's own, for this call
+/// only, and used once: a forged state or one sent with other arguments is refused, and a state
+/// whose approval was spent on an apply that failed (the note was edited meanwhile) does not
+/// apply once the note is back as it was.
+#[tokio::test]
+async fn a_stateless_approval_state_is_sealed_bound_to_its_call_and_used_once() {
+    let env = Env::new();
+    let (cred, token) = flagged(&env, "asker", "propose");
+    let c = env.stdio(&token).await;
+    let p = propose_split(&c, "split step two").await;
+    c.close().await;
+    let note = env.vault.join(COOKING);
+    let original = std::fs::read_to_string(&note).unwrap();
+    let srv = Server::start(&env);
+    let args = apply_args(&p, "k-sealed");
+    let path = note.to_str().unwrap();
+    let steps = json!([
+        {"state": "forged", "answer": "accept"},
+        {"state": "same", "answer": "accept", "args": apply_args(&p, "k-other")},
+        {"state": "same", "answer": "accept", "write": [path, format!("{original}edited outside\n")]},
+        {"state": "same", "answer": "accept", "write": [path, original]},
+    ]);
+    let run = session(
+        Via::Http(&srv),
+        &token,
+        "auto",
+        "accept",
+        &[("_rounds", json!({"args": args, "steps": steps}))],
+    )
+    .await;
+    assert_eq!(run.protocol(), "2026-07-28", "{run}");
+    let calls = run.out["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 5, "the first round and four retries: {run}");
+    assert_eq!(calls[0]["inputRequired"], json!(true), "{run}");
+    assert_eq!(calls[0]["keys"], json!(["approval"]), "{run}");
+    run.assert_code(1, "INVALID_ARGUMENT");
+    run.assert_code(2, "INVALID_ARGUMENT");
+    run.assert_code(3, "PROPOSAL_STALE_BASE");
+    run.assert_code(4, "APPROVAL_DECLINED");
+    assert!(
+        run.err(4)["message"].as_str().unwrap().contains("already used"),
+        "{run}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&note).unwrap(),
+        original,
+        "nothing applied"
+    );
+    assert_pending(&env, &p, "after a spent approval");
+    assert!(
+        apply_records(&env, &p)
+            .iter()
+            .all(|r| r.get("approval").is_none())
+    );
+
+    // A new round asks again, and its approval applies.
+    let fresh = session(
+        Via::Http(&srv),
+        &token,
+        "auto",
+        "accept",
+        &[("apply_proposal", apply_args(&p, "k-sealed"))],
+    )
+    .await;
+    let out = fresh.ok(0);
+    assert_fresh_apply(&out, &p);
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), cooking_after_split(&env));
+    assert_client_approved(&env, &p, &out, &cred, "http");
 }

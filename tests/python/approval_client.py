@@ -26,6 +26,8 @@ repeating. `accept` = accept {"approve": true}; `decline`; `cancel`; `false` = a
 true}. `none` installs no elicitation callback, so the client declares no elicitation capability.
 `--call _settle '{}'` is no tool: it waits until every `sleep:S` answer has been sent, so a late
 answer reaches the server before the next call.
+`--call _rounds '{"args": {...}, "steps": [...]}'` drives a 2026-07-28 input-required round by hand
+(see `rounds`), to replay or forge the state it carries.
 `--mode legacy` (default) uses the `initialize` handshake (2025 protocols: the request rides the
 session, or the POST's SSE stream over HTTP); `--mode auto` is the SDK's default negotiation, where
 a 2026-07-28 server answers with an input-required result that the SDK fulfils through the same
@@ -107,6 +109,45 @@ def record(tool: str, result: types.CallToolResult | None, exc: BaseException | 
     return out
 
 
+def forged(state: str) -> str:
+    """The state with the last hex digit of its tag changed."""
+    return state[:-1] + ("0" if state[-1] != "0" else "1")
+
+
+async def rounds(client: Any, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """2026-07-28 by hand: the first `apply_proposal` round (its input-required result is recorded
+    as `{"tool": "_rounds", "inputRequired": true, "keys": [...]}`), then one retry per step of
+    `spec["steps"]`, each `{"state": "same"|"forged", "answer": "accept"|"decline",
+    "args": {...} (default: the first round's), "write": [path, text] (a file written first)}`."""
+    out: list[dict[str, Any]] = []
+    first = await client.session.call_tool("apply_proposal", spec["args"], allow_input_required=True)
+    if not isinstance(first, types.InputRequiredResult):
+        return [{"tool": "_rounds", "inputRequired": False, "first": first.model_dump(mode="json")}]
+    out.append({"tool": "_rounds", "inputRequired": True, "keys": sorted((first.input_requests or {}).keys())})
+    for step in spec["steps"]:
+        if "write" in step:
+            path, text = step["write"]
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        state = first.request_state if step.get("state", "same") == "same" else forged(first.request_state)
+        if step["answer"] == "accept":
+            answer = types.ElicitResult(action="accept", content={"approve": True})
+        else:
+            answer = types.ElicitResult(action="decline")
+        started = time.monotonic()
+        try:
+            result, exc = await client.session.call_tool(
+                "apply_proposal", step.get("args", spec["args"]), input_responses={"approval": answer},
+                request_state=state, allow_input_required=True), None
+        except Exception as e:  # noqa: BLE001
+            result, exc = None, e
+        if isinstance(result, types.InputRequiredResult):
+            out.append({"tool": "apply_proposal", "inputRequired": True})
+        else:
+            out.append(record("apply_proposal", result, exc, time.monotonic() - started))
+    return out
+
+
 async def run(ns: argparse.Namespace) -> dict[str, Any]:
     prompts: list[dict[str, Any]] = []
     busy = [0]  # callbacks still sleeping on a `sleep:S` answer
@@ -131,6 +172,9 @@ async def run(ns: argparse.Namespace) -> dict[str, Any]:
                         await anyio.sleep(0.05)
                 await anyio.sleep(0.3)  # the SDK writes the callback's answer just after it returns
                 calls.append(record(tool, None, None, time.monotonic() - started))
+                continue
+            if tool == "_rounds":
+                calls.extend(await rounds(client, args))
                 continue
             try:
                 result, exc = await client.call_tool(tool, args), None
