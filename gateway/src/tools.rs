@@ -142,7 +142,7 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         tool::<ApplyArgs, ApplyOut>(
             "apply_proposal",
             "Apply a proposal",
-            "Verifies a proposal (hash, signature, base hash, target) and commits it atomically. Tier auto applies its own proposals, full anyone's. Retry a lost answer only with the same idempotencyKey.",
+            "Verifies a proposal (hash, signature, base hash, target) and commits it atomically. Tier auto applies its own proposals, full anyone's; a credential with in-client approval may go one tier further once the user approves in this client (the call waits for that answer; a no is APPROVAL_DECLINED). Retry a lost answer only with the same idempotencyKey.",
             policy::ToolKind::Decide,
         ),
         tool::<RejectArgs, RejectOut>(
