@@ -1052,7 +1052,7 @@ impl Core {
     }
 
     /// The durable record of a credential change, written inside the change's transaction.
-    fn audit_admin(
+    pub(crate) fn audit_admin(
         &self,
         operator: &Operator,
         event: &str,

@@ -40,7 +40,23 @@ pub struct Config {
     #[serde(default)]
     pub review: ReviewConfig,
     #[serde(default)]
+    pub tunnel: TunnelConfig,
+    #[serde(default)]
     pub vaults: Vec<VaultConfig>,
+}
+
+/// `gateway.toml [tunnel]` (SPEC §17): written by `vaultgate tunnel setup`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TunnelConfig {
+    /// `tunnel_<32 hex>`, from the OpenAI platform.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tunnel_id: Option<String>,
+    /// The absolute path of `tunnel-client`, resolved at setup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<PathBuf>,
+    /// `serve` starts the tunnel without `--tunnel`.
+    pub autostart: bool,
 }
 
 /// `gateway.toml [review]` (SPEC §15).
@@ -259,6 +275,10 @@ impl Home {
     pub fn server_record_path(&self) -> PathBuf {
         self.dir.join("server.json")
     }
+    /// The tunnel's runtime API key (SPEC §17), mode 0600.
+    pub fn tunnel_key_path(&self) -> PathBuf {
+        self.dir.join("tunnel.key")
+    }
     pub fn audit_path(&self) -> PathBuf {
         self.dir.join("audit.jsonl")
     }
@@ -286,6 +306,7 @@ impl Home {
                 server: ServerConfig::default(),
                 limits: LimitsConfig::default(),
                 review: ReviewConfig::default(),
+                tunnel: TunnelConfig::default(),
                 vaults: Vec::new(),
             };
             self.save_config(&config)?;

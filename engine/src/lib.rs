@@ -31,6 +31,7 @@ mod operator;
 pub mod proposing;
 mod refusals;
 pub mod review;
+pub mod tunnel;
 mod txn;
 
 pub use crate::approval::{ApprovalAnswer, ApprovalQuestion, ApprovalRequest, ClientApproval};

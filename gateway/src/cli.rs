@@ -48,6 +48,9 @@ enum Command {
         /// Port (default: [server] port in gateway.toml, 8765).
         #[arg(long)]
         port: Option<u16>,
+        /// Also run the ChatGPT tunnel (`tunnel-client`) as a child, as `[tunnel] autostart` does.
+        #[arg(long)]
+        tunnel: bool,
     },
     /// Serve MCP over stdin/stdout for one client; the token comes from VAULTGATE_TOKEN.
     Stdio,
@@ -102,6 +105,9 @@ enum Command {
         #[arg(long)]
         port: Option<u16>,
     },
+    /// ChatGPT's Secure MCP Tunnel: set it up once, then `serve --tunnel` runs `tunnel-client`.
+    #[command(subcommand)]
+    Tunnel(TunnelCmd),
     /// Check the home and every vault: one line per check, `ok|warn|fail  what  next step`;
     /// exits 1 when something needs a person. Changes nothing, and creates nothing without a home.
     Doctor {
@@ -221,6 +227,36 @@ enum TokenCmd {
         tier: Tier,
         #[arg(long)]
         yes: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TunnelCmd {
+    /// Store the tunnel id and the runtime API key (in `<home>/tunnel.key`, 0600; the file given
+    /// may then be deleted), find `tunnel-client`, and issue the `chatgpt-tunnel` credential (again:
+    /// rotate it). Create the tunnel and a restricted key with Tunnels Read + Use on the OpenAI
+    /// platform first.
+    Setup {
+        /// `tunnel_` and 32 lowercase hex digits, from the OpenAI platform.
+        #[arg(long, value_parser = parse_tunnel_id)]
+        tunnel_id: String,
+        /// A file holding the runtime API key (never pass a key on the command line).
+        #[arg(long)]
+        api_key_file: PathBuf,
+        /// The tier of ChatGPT's credential (default auto; `full` needs --yes).
+        #[arg(long, default_value = "auto")]
+        tier: Tier,
+        /// Limit ChatGPT to these vault ids (repeatable; default: every vault).
+        #[arg(long = "vault", value_name = "ID")]
+        vaults: Vec<String>,
+        /// Confirm a `full` tier without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Show the tunnel's phase: missing | stopped | starting | connected | failed.
+    Status {
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -428,14 +464,34 @@ fn cli_user(env: &BTreeMap<String, String>) -> String {
 fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
     let home = Home::resolve(cli.home.as_deref(), env)?;
     if let Command::Doctor { json } = cli.command {
-        return doctor_cmd(&home, json);
+        return doctor_cmd(&home, json, env);
     }
     run_command(cli.command, home, env).map(|()| ExitCode::SUCCESS)
 }
 
 /// `vaultgate doctor`: the engine checks, this prints. Exit 1 when a check failed.
-fn doctor_cmd(home: &Home, json: bool) -> Result<ExitCode, GatewayError> {
-    let report = engine::doctor::doctor(home, time::OffsetDateTime::now_utc());
+fn doctor_cmd(home: &Home, json: bool, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
+    let mut report = engine::doctor::doctor(home, time::OffsetDateTime::now_utc());
+    // The tunnel's line (SPEC §12, §17) needs PATH, which only the edge reads.
+    if let Ok(config) = home.load_config()
+        && config.tunnel.tunnel_id.is_some()
+    {
+        use engine::doctor::{Check, Status};
+        let check = match crate::tunnel::resolve(&config.tunnel, env.get("PATH").map(String::as_str)) {
+            Some(cmd) => Check {
+                status: Status::Ok,
+                what: format!("tunnel-client: {}", cmd.display()),
+                next: String::new(),
+            },
+            None => Check {
+                status: Status::Fail,
+                what: "tunnel-client: not found (the tunnel is set up)".into(),
+                next: crate::tunnel::INSTALL.into(),
+            },
+        };
+        report.ok &= check.status != Status::Fail;
+        report.checks.push(check);
+    }
     if json {
         json_out(&report)?;
     } else {
@@ -464,11 +520,21 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             Ok(())
         }
         Command::Vault(cmd) => vault_cmd(&home, cmd),
-        Command::Serve { host, port } => {
+        Command::Serve { host, port, tunnel } => {
             let core = open_core(&home)?;
             let addr = crate::http::loopback_addr(&host, port.unwrap_or(core.config.server.port))?;
-            crate::http::serve(Arc::new(core), addr)
+            let tunnel = tunnel || core.config.tunnel.autostart;
+            crate::http::serve(
+                Arc::new(core),
+                addr,
+                crate::http::Extras {
+                    env: env.clone(),
+                    tunnel,
+                    user: user.clone(),
+                },
+            )
         }
+        Command::Tunnel(cmd) => tunnel_cmd(&home, cmd, &user, env),
         Command::Stdio => {
             let core = Arc::new(open_core(&home)?);
             let Some(token) = env.get("VAULTGATE_TOKEN").filter(|t| !t.is_empty()) else {
@@ -711,6 +777,95 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
 }
 
 /// A credential name: shown to the operator in lists and prompts, so no control characters.
+fn parse_tunnel_id(s: &str) -> Result<String, String> {
+    if crate::tunnel::valid_tunnel_id(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("expected `tunnel_` and 32 lowercase hex digits, as the OpenAI platform shows it".into())
+    }
+}
+
+fn tunnel_cmd(
+    home: &Home,
+    cmd: TunnelCmd,
+    user: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<(), GatewayError> {
+    match cmd {
+        TunnelCmd::Setup {
+            tunnel_id,
+            api_key_file,
+            tier,
+            vaults,
+            yes,
+        } => {
+            if tier == Tier::Full {
+                confirm_full(yes, "ChatGPT's tunnel credential")?;
+            }
+            let done = crate::tunnel::setup(
+                home,
+                &Operator::cli(user),
+                &tunnel_id,
+                &api_key_file,
+                tier,
+                vaults,
+                env,
+            )?;
+            out(&format!(
+                "tunnel {tunnel_id} is set up: the API key is in {} (mode 0600; you may delete {} now)",
+                home.tunnel_key_path().display(),
+                api_key_file.display()
+            ));
+            out(&format!(
+                "ChatGPT connects as credential {} ({}, tier {})",
+                done.credential.id.as_str(),
+                done.credential.name,
+                done.credential.tier
+            ));
+            match &done.command {
+                Some(c) => out(&format!("tunnel-client: {}", c.display())),
+                None => out(&format!(
+                    "tunnel-client was not found on PATH; {}",
+                    crate::tunnel::INSTALL
+                )),
+            }
+            out(&format!(
+                "next: vaultgate --home {} serve --tunnel, then add the connector in ChatGPT (Connection: Tunnel, No authentication)",
+                home.dir.display()
+            ));
+            Ok(())
+        }
+        TunnelCmd::Status { json } => {
+            if !home.exists() {
+                return Err(GatewayError::NoHome(home.dir.clone()));
+            }
+            let config = home.load_config()?;
+            let s = crate::tunnel::status(home, &config, env);
+            if json {
+                out_json_text(&serde_json::to_string(&s).map_err(|e| GatewayError::Internal(e.to_string()))?);
+                return Ok(());
+            }
+            out(&format!("phase: {}", s.phase.as_str()));
+            if !s.set_up {
+                out("not set up: run `vaultgate tunnel setup --tunnel-id ID --api-key-file F`");
+            }
+            if let Some(pid) = s.pid {
+                out(&format!("pid: {pid}"));
+            }
+            if let Some(c) = &s.command {
+                out(&format!("tunnel-client: {}", c.display()));
+            }
+            if let Some(i) = &s.install {
+                out(i);
+            }
+            if let Some(e) = &s.last_error {
+                out(&format!("last error: {e}"));
+            }
+            Ok(())
+        }
+    }
+}
+
 fn parse_name(s: &str) -> Result<String, String> {
     engine::core::check_credential_name(s)?;
     Ok(s.to_owned())

@@ -132,6 +132,14 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
             err("serving MCP over stdio (JSON-RPC on stdin/stdout); EOF to stop.");
             crate::serve::stdio(core, token)
         }
-        Some(l) => crate::http::serve_std(core, l),
+        Some(l) => crate::http::serve_std(
+            core,
+            l,
+            crate::http::Extras {
+                env: std::env::vars().collect(),
+                tunnel: false,
+                user,
+            },
+        ),
     }
 }

@@ -144,7 +144,7 @@ impl Sessions {
 }
 
 /// The routes of the listener bound to `served`: `/mcp`, `/healthz` and the review page.
-pub fn router(core: Arc<Core>, served: SocketAddr) -> Router {
+pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tunnel::Supervisor>>) -> Router {
     let port = served.port();
     let max_body = core.config.server.max_body_bytes;
     let limits = &core.config.limits;
@@ -187,7 +187,7 @@ pub fn router(core: Arc<Core>, served: SocketAddr) -> Router {
         );
     // SECURITY(T-REVIEW2): the review page has its own guard (session cookie), never /mcp's bearer.
     if core.config.review.enabled {
-        app.merge(crate::review::router(core, served))
+        app.merge(crate::review::router(core, served, tunnel))
     } else {
         app
     }
@@ -451,19 +451,33 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
     resp
 }
 
+/// What `serve` takes from its edge besides the core: the environment (for the tunnel's child
+/// and profile directory) and whether to start the tunnel (SPEC §17).
+pub struct Extras {
+    pub env: std::collections::BTreeMap<String, String>,
+    pub tunnel: bool,
+    /// The OS user, for the record of starting the tunnel.
+    pub user: String,
+}
+
 /// Binds `addr` and serves until Ctrl-C.
-pub fn serve(core: Arc<Core>, addr: SocketAddr) -> Result<(), GatewayError> {
+pub fn serve(core: Arc<Core>, addr: SocketAddr, extras: Extras) -> Result<(), GatewayError> {
     let listener = std::net::TcpListener::bind(addr).map_err(|e| {
         GatewayError::InvalidArgument(format!(
             "cannot listen on {addr}: {e} (is another server running? try --port)"
         ))
     })?;
-    serve_std(core, listener)
+    serve_std(core, listener, extras)
 }
 
 /// Serves on an already bound listener until Ctrl-C or SIGTERM. While it listens, the home
-/// records its pid, host and port, so `vaultgate review` finds it (SPEC §15).
-pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(), GatewayError> {
+/// records its pid, host and port, so `vaultgate review` finds it (SPEC §15); with the tunnel,
+/// `tunnel-client` runs as its child and ends with it (SPEC §17).
+pub fn serve_std(
+    core: Arc<Core>,
+    listener: std::net::TcpListener,
+    extras: Extras,
+) -> Result<(), GatewayError> {
     listener.set_nonblocking(true)?;
     crate::serve::runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -487,13 +501,41 @@ pub fn serve_std(core: Arc<Core>, listener: std::net::TcpListener) -> Result<(),
         } else {
             String::new()
         };
+        // Also ends an orphan of a crashed `serve` (SPEC §17), with or without --tunnel.
+        let tunnel = match crate::tunnel::Supervisor::new(core.clone(), extras.env, local).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "the tunnel cannot be supervised by this server");
+                None
+            }
+        };
+        if extras.tunnel {
+            let started = match &tunnel {
+                Some(t) => t.start(&engine::core::Operator::cli(&extras.user)).await,
+                None => Err(GatewayError::Config(
+                    "no place for the tunnel profile (set HOME)".into(),
+                )),
+            };
+            match started {
+                Ok(()) => crate::serve::announce(&format!(
+                    "tunnel: tunnel-client started; `vaultgate --home {} tunnel status` says when ChatGPT can reach it",
+                    core.home.dir.display()
+                )),
+                Err(e) => crate::serve::announce(&format!("tunnel: not started: {}", e.client_message())),
+            }
+        }
         crate::serve::announce(&format!(
             "vaultgate serving MCP at http://{local}/mcp (Ctrl-C to stop){review}"
         ));
-        let app = router(core.clone(), local);
+        let app = router(core.clone(), local, tunnel.clone());
         let served = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(shutdown())
             .await;
+        if let Some(t) = &tunnel
+            && let Err(e) = t.stop(None).await
+        {
+            tracing::warn!(error = %e, "stopping tunnel-client failed");
+        }
         engine::review::remove_server_record(&core.home, pid);
         served?;
         // Refusals still counted are written before the process ends (SPEC §9).

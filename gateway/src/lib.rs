@@ -19,3 +19,4 @@ mod resources;
 mod review;
 mod serve;
 pub mod tools;
+mod tunnel;

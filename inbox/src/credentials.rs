@@ -213,6 +213,20 @@ pub(crate) fn revoke_credential_on(
     Ok(())
 }
 
+/// Revokes the credential and renames it, freeing its name for a successor (a rotation).
+pub(crate) fn retire_credential_on(
+    conn: &rusqlite::Connection,
+    id: &CredentialId,
+    now: i64,
+    new_name: &str,
+) -> Result<(), StateError> {
+    conn.execute(
+        "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?2), name = ?3 WHERE id = ?1",
+        params![id.0, now, new_name],
+    )?;
+    Ok(())
+}
+
 pub(crate) fn set_credential_tier_on(
     conn: &rusqlite::Connection,
     id: &CredentialId,

@@ -138,6 +138,21 @@ impl State {
         )
     }
 
+    /// Revokes and renames a credential (a rotation frees its name), committed only with its
+    /// record.
+    pub fn retire_credential_recorded<E>(
+        &self,
+        id: &CredentialId,
+        now: i64,
+        new_name: &str,
+        record: impl FnOnce() -> Result<AuditHead, E>,
+    ) -> Result<(), Recorded<E>> {
+        self.with_record(
+            |c| crate::credentials::retire_credential_on(c, id, now, new_name),
+            |_| record().map(Some),
+        )
+    }
+
     /// [`State::set_credential_tier`], committed only with its record.
     pub fn set_credential_tier_recorded<E>(
         &self,

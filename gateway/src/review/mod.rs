@@ -39,6 +39,8 @@ const COOKIE: &str = "vg_review";
 
 struct Page {
     core: Arc<Core>,
+    /// The tunnel's supervisor of this `serve` (`None`: it has no place for a profile).
+    tunnel: Option<Arc<crate::tunnel::Supervisor>>,
     /// The address this listener is bound to (its port for the Host check, all of it for the
     /// server proof).
     served: SocketAddr,
@@ -46,9 +48,10 @@ struct Page {
 }
 
 /// The `/review` routes, for the listener bound to `served`.
-pub fn router(core: Arc<Core>, served: SocketAddr) -> Router {
+pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tunnel::Supervisor>>) -> Router {
     let page = Arc::new(Page {
         core,
+        tunnel,
         served,
         port: served.port(),
     });
@@ -226,6 +229,7 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
                 port: page.port,
             };
             let core = page.core.clone();
+            let tunnel = page.tunnel.clone();
             // One blocking hop per request: the session lookup, the refusal's record and the page.
             let answered = tokio::task::spawn_blocking(move || {
                 let s = match core.review_session(&sp, cookie.as_deref()) {
@@ -234,7 +238,7 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
                     Err(e) => return refuse_unauthenticated(&core, from, &e),
                 };
                 match form {
-                    Ok(form) => in_session(&core, &s, Asked { form, ..asked }),
+                    Ok(form) => in_session(&core, tunnel.as_ref(), &s, Asked { form, ..asked }),
                     Err(e) => refuse_in_session(&core, &s, &asked.rest.join("/"), &e),
                 }
             })
@@ -333,7 +337,12 @@ struct Asked {
 }
 
 /// A session's request, answered on a blocking thread (every engine call is synchronous).
-fn in_session(core: &Core, s: &Session, a: Asked) -> Response {
+fn in_session(
+    core: &Core,
+    tunnel: Option<&Arc<crate::tunnel::Supervisor>>,
+    s: &Session,
+    a: Asked,
+) -> Response {
     if a.method == Method::POST {
         // SECURITY(T-REVIEW3): a state change needs this page's own Origin and this session's
         // CSRF token; a cross-site form carries neither.
@@ -384,6 +393,7 @@ fn in_session(core: &Core, s: &Session, a: Asked) -> Response {
     };
     let ctx = Ctx {
         core,
+        tunnel,
         s,
         op: &s.operator,
         f: &frame,
@@ -411,7 +421,9 @@ fn in_session(core: &Core, s: &Session, a: Asked) -> Response {
         (true, ["credentials", id, "revoke"]) => Ok(ctx.revoke(id)),
         (false, ["audit"]) => ctx.audit(),
         (false, ["vaults"]) => Ok(ctx.vaults()),
-        (false, ["tunnel"]) => Ok(html(StatusCode::OK, pages::tunnel(&frame))),
+        (false, ["tunnel"]) => Ok(ctx.tunnel_page()),
+        (true, ["tunnel", "start"]) => Ok(ctx.tunnel_switch(true)),
+        (true, ["tunnel", "stop"]) => Ok(ctx.tunnel_switch(false)),
         (true, ["logout"]) => Ok(ctx.logout()),
         _ => Err(GatewayError::not_found()),
     };
@@ -429,6 +441,7 @@ fn coded(e: &GatewayError) -> (String, String) {
 
 struct Ctx<'a> {
     core: &'a Core,
+    tunnel: Option<&'a Arc<crate::tunnel::Supervisor>>,
     s: &'a Session,
     op: &'a Operator,
     f: &'a Frame<'a>,
@@ -704,6 +717,35 @@ impl Ctx<'_> {
         }
         let r = self.core.set_credential_tier(self.op, id, tier);
         self.decided(r.map(|c| format!("'{}' is now {}", c.name, c.tier)), &back)
+    }
+
+    fn tunnel_page(&self) -> Response {
+        let status = self.tunnel.map(|t| t.status());
+        html(StatusCode::OK, pages::tunnel(self.f, status.as_ref()))
+    }
+
+    /// Start or Stop (SPEC §17): the supervisor's async call, waited for on this blocking thread.
+    fn tunnel_switch(&self, start: bool) -> Response {
+        let back = format!("{}/tunnel", self.f.base);
+        let Some(sup) = self.tunnel else {
+            return self.decided(
+                Err(GatewayError::Config(
+                    "this server has no place for a tunnel profile (neither XDG_CACHE_HOME nor HOME is set)"
+                        .into(),
+                )),
+                &back,
+            );
+        };
+        let rt = tokio::runtime::Handle::current();
+        let r = if start {
+            rt.block_on(sup.start(self.op)).map(|()| {
+                "started tunnel-client; it is connected once its first control-plane poll succeeds".to_owned()
+            })
+        } else {
+            rt.block_on(sup.stop(Some(self.op)))
+                .map(|()| "stopped tunnel-client".to_owned())
+        };
+        self.decided(r, &back)
     }
 
     fn revoke(&self, id: &str) -> Response {

@@ -584,11 +584,32 @@ pub fn vaults(f: &Frame<'_>, rows: &[(String, String, Result<OverviewOut, String
     page(f, "Vaults", body)
 }
 
-pub fn tunnel(f: &Frame<'_>) -> Markup {
+pub fn tunnel(f: &Frame<'_>, status: Option<&crate::tunnel::Status>) -> Markup {
+    use crate::tunnel::Phase;
     let body = html! {
         h1 { "ChatGPT tunnel" }
-        p #tunnel-status { "not set up" }
-        p.muted { "ChatGPT reaches this gateway only through a tunnel that vaultgate supervises; it is not set up on this home." }
+        @match status {
+            None => p #tunnel-phase data-phase="unavailable" { "unavailable: this server has no place for a tunnel profile" },
+            Some(s) => {
+                p { "Phase: " strong #tunnel-phase data-phase=(s.phase.as_str()) { (s.phase.as_str()) }
+                    @if let Some(pid) = s.pid { span.muted { " (pid " (pid) ")" } } }
+                @if !s.set_up {
+                    p #tunnel-setup { "Not set up on this home: run " code { "vaultgate tunnel setup --tunnel-id tunnel_… --api-key-file FILE" } "." }
+                }
+                @if let Some(cmd) = &s.command { p.muted { "tunnel-client: " code { (t(&cmd.to_string_lossy())) } } }
+                @if let Some(i) = &s.install { p.warning #tunnel-install { (t(i)) } }
+                @if let Some(e) = &s.last_error { p #tunnel-error { "Last error: " (t(e)) } }
+                p.muted { "Connected means tunnel-client's last health check saw a successful poll of OpenAI's control plane. In ChatGPT, add the connector with Connection: Tunnel and No authentication." }
+                form method="post" action={ (f.base) "/tunnel/start" } {
+                    (f.csrf_field())
+                    button #tunnel-start .primary type="submit" disabled[s.phase == Phase::Missing || !s.set_up] { "Start" }
+                }
+                form method="post" action={ (f.base) "/tunnel/stop" } {
+                    (f.csrf_field())
+                    button #tunnel-stop type="submit" disabled[!matches!(s.phase, Phase::Starting | Phase::Connected)] { "Stop" }
+                }
+            }
+        }
     };
     page(f, "Tunnel", body)
 }

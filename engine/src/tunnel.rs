@@ -1,0 +1,95 @@
+//! The ChatGPT tunnel's credential (SPEC §17): one dedicated credential per home, rotated by
+//! `vaultgate tunnel setup`, whose bearer token the supervising edge hands to `tunnel-client`
+//! through the child's environment. The engine knows nothing of the process itself.
+
+use audit::{Durability, Entry, Outcome};
+
+use crate::auth::{self, Claims, Token};
+use crate::core::{Core, Operator, now_unix, recorded};
+use crate::error::GatewayError;
+use inbox::Credential;
+use policy::Tier;
+
+/// The name of the tunnel's credential; `token list` shows it like any other.
+pub const TUNNEL_CREDENTIAL: &str = "chatgpt-tunnel";
+
+impl Core {
+    /// Issues the tunnel's credential. An earlier one is revoked and renamed
+    /// (`chatgpt-tunnel-<id>`), so its token stops working at once and the name moves on.
+    pub fn rotate_tunnel_credential(
+        &self,
+        operator: &Operator,
+        tier: Tier,
+        vaults: Vec<String>,
+    ) -> Result<Credential, GatewayError> {
+        if let Ok(old) = self.state.find_credential(TUNNEL_CREDENTIAL)
+            && old.name == TUNNEL_CREDENTIAL
+        {
+            self.audit_preflight()?;
+            let suffix: String = old
+                .id
+                .as_str()
+                .chars()
+                .rev()
+                .take(12)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            let retired = format!("{TUNNEL_CREDENTIAL}-{suffix}");
+            self.state
+                .retire_credential_recorded(&old.id, now_unix(), &retired, || {
+                    self.audit_admin(operator, "credential.revoke", &old, None)
+                })
+                .map_err(recorded)?;
+        }
+        let (cred, _) = self.issue_credential(operator, TUNNEL_CREDENTIAL, tier, vaults, None, false)?;
+        Ok(cred)
+    }
+
+    /// A bearer token of the live tunnel credential, for the child's environment only. It names
+    /// the credential's issuance (`jti`), so revoking or rotating the credential refuses it.
+    pub fn tunnel_token(&self) -> Result<Token, GatewayError> {
+        let cred = self
+            .state
+            .find_credential(TUNNEL_CREDENTIAL)
+            .map_err(|_| GatewayError::Config("no tunnel credential: run `vaultgate tunnel setup`".into()))?;
+        let now = now_unix();
+        if cred.name != TUNNEL_CREDENTIAL || cred.is_revoked() || cred.is_expired(now) {
+            return Err(GatewayError::Config(
+                "the tunnel credential is revoked or expired: run `vaultgate tunnel setup` again".into(),
+            ));
+        }
+        auth::issue(
+            self.secret(),
+            &Claims {
+                iss: auth::ISSUER.into(),
+                aud: self.config.gateway_id.clone(),
+                sub: cred.id.as_str().to_owned(),
+                jti: cred.jti.clone(),
+                iat: now,
+                exp: cred.expires_at,
+            },
+        )
+    }
+
+    /// Records an operator's action that changes no engine state (starting or stopping the
+    /// tunnel): `event` with `target`, ok or failed with `code`.
+    pub fn record_operator_action(
+        &self,
+        operator: &Operator,
+        event: &str,
+        target: &str,
+        failed: Option<&GatewayError>,
+    ) -> Result<(), GatewayError> {
+        let outcome = if failed.is_some() {
+            Outcome::Error
+        } else {
+            Outcome::Ok
+        };
+        let mut entry = Entry::new(event, operator.audit_actor(), outcome);
+        entry.target = Some(target.to_owned());
+        entry.code = failed.map(|e| e.code().as_str().to_owned());
+        self.append_audit(entry, Durability::Sync).map(|_| ())
+    }
+}
