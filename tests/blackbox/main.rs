@@ -22,4 +22,5 @@ mod review_http;
 mod security;
 mod smoke;
 mod stdio;
+mod tunnel;
 mod txn;
