@@ -234,21 +234,26 @@ fn proc_exe(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
-/// Whether `rec` still describes a live process: the same pid running the same executable
-/// since the same instant (a reused pid fails one of the two).
+/// Whether `rec` still describes a live process: the same pid, started at the same instant,
+/// running the recorded program — as its executable, or (a script) as the file its interpreter
+/// was given. A reused pid fails the start time, and a stranger the program.
 fn still_running(rec: &ChildRecord) -> bool {
-    let same_exe = proc_exe(rec.pid).is_some_and(|e| same_file(&e, &rec.exe));
-    same_exe && proc_start_time(rec.pid) == Some(rec.start_time)
+    if proc_start_time(rec.pid) != Some(rec.start_time) {
+        return false;
+    }
+    if proc_exe(rec.pid).is_some_and(|e| same_file(&e, &rec.exe)) {
+        return true;
+    }
+    std::fs::read(format!("/proc/{}/cmdline", rec.pid)).is_ok_and(|c| {
+        c.split(|b| *b == 0)
+            .take(3)
+            .any(|arg| !arg.is_empty() && same_file(Path::new(&*String::from_utf8_lossy(arg)), &rec.exe))
+    })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     canon(a) == canon(b)
-}
-
-/// The executable a child of `bin` runs: for a script, its interpreter.
-fn running_exe(pid: u32, bin: &Path) -> PathBuf {
-    proc_exe(pid).unwrap_or_else(|| bin.to_path_buf())
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
@@ -583,7 +588,7 @@ impl Supervisor {
             .ok_or_else(|| GatewayError::Internal("tunnel-client exited at once".into()))?;
         let record = ChildRecord {
             pid,
-            exe: running_exe(pid, &bin),
+            exe: std::fs::canonicalize(&bin).unwrap_or_else(|_| bin.clone()),
             start_time: proc_start_time(pid).unwrap_or(0),
         };
         write_private(

@@ -1410,20 +1410,21 @@ async fn abandoned_legacy_sessions_idle_out_and_free_what_they_held() {
         "gateway::http=debug",
     );
 
-    // Memory settles after the allocator's first waves (measured: 98, 118, 123, 126, 127 MB over
-    // five waves), so the third wave is compared with the second; a leak grows every wave.
+    // Memory settles after the allocator's first waves (measured alone: 98, 118, 123, 126, 127 MB
+    // over five waves; on a loaded machine the third wave still grew 15%), so the fourth wave is
+    // compared with the third; a leak grows every wave.
     let mut rss = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         abandon_sessions(&srv, &tokens, 63).await;
         srv.wait_live(0, Duration::from_secs(60)).await;
         rss.push(srv.rss_kib());
     }
-    eprintln!("RSS after each of three waves of 2,016 abandoned sessions: {rss:?} KiB");
+    eprintln!("RSS after each of four waves of 2,016 abandoned sessions: {rss:?} KiB");
     assert!(
-        rss[2] <= rss[1] + rss[1] / 10,
-        "a third wave of abandoned sessions grew the server from {} KiB to {} KiB",
-        rss[1],
-        rss[2]
+        rss[3] <= rss[2] + rss[2] / 10,
+        "a fourth wave of abandoned sessions grew the server from {} KiB to {} KiB",
+        rss[2],
+        rss[3]
     );
 
     // A new session still works after all that.

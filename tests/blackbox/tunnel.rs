@@ -438,6 +438,9 @@ impl Tunnel {
     fn live_credential(&self) -> Value {
         let (live, all) = self.tunnel_credentials();
         assert_eq!(live.len(), 1, "one live tunnel credential: {all:?}");
+        // SECURITY(T-TUNNEL3): never in-client approval, the one call that may wait past the
+        // tunnel's 30 s deadline.
+        assert_eq!(live[0]["approveInClient"], false, "{all:?}");
         assert_eq!(live[0]["name"], CREDENTIAL, "{all:?}");
         live[0].clone()
     }
@@ -1064,6 +1067,16 @@ async fn status_is_missing_with_the_install_command_until_tunnel_client_appears_
     assert!(s["install"].as_str().is_some_and(|i| i.contains(INSTALL)), "{s}");
     let text = t.ok(&["tunnel", "status"]);
     assert!(text.lines().any(|l| l.trim() == "phase: missing"), "{text}");
+    // doctor: set up but not installed is a failure with its next step.
+    let doctor = t.run(&["doctor"]);
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert_eq!(doctor.status.code(), Some(1), "{report}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("fail") && l.contains("tunnel-client") && l.contains(INSTALL)),
+        "{report}"
+    );
 
     let mut srv = t.serve(&[], &[]);
     let review = Review::login(&t, &srv).await;
@@ -1090,6 +1103,12 @@ async fn status_is_missing_with_the_install_command_until_tunnel_client_appears_
     assert_eq!(s["pid"], Value::Null, "{s}");
     let text = t.ok(&["tunnel", "status"]);
     assert!(text.lines().any(|l| l.trim() == "phase: stopped"), "{text}");
+    let report = t.ok(&["doctor"]);
+    let line = format!("tunnel-client: {}", t.client_path().display());
+    assert!(
+        report.lines().any(|l| l.starts_with("ok") && l.contains(&line)),
+        "{report}"
+    );
     assert!(t.runs().is_empty(), "nothing was started");
     assert!(
         srv.child.try_wait().unwrap().is_none(),
