@@ -833,6 +833,9 @@ fn tunnel_cmd(
                 "next: vaultgate --home {} serve --tunnel, then add the connector in ChatGPT (Connection: Tunnel, No authentication)",
                 home.dir.display()
             ));
+            out(
+                "a tunnel already running keeps the old, now revoked, credential: restart `serve --tunnel` (or Stop and Start on the review page)",
+            );
             Ok(())
         }
         TunnelCmd::Status { json } => {
