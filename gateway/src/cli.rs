@@ -1000,6 +1000,13 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                         c.tier
                     ));
                 }
+                // SPEC §15: the opt-in is a tier raise, and the list says so where it shows it.
+                if creds.iter().any(|c| c.approve_in_client && !c.is_revoked()) {
+                    eprintln!(
+                        "note: approve-in-client credentials may apply one tier above their own once their \
+                         client says a person approved; the client is trusted to ask honestly"
+                    );
+                }
             }
             Ok(())
         }

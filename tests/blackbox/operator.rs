@@ -464,6 +464,12 @@ fn approve_in_client_is_opt_in_shown_in_token_list_and_warned_about() {
         stderr(&full)
     );
 
+    let listed = env.run(&["token", "list"]);
+    assert!(
+        stderr(&listed).contains("trusted to ask honestly"),
+        "the list warns: {}",
+        stderr(&listed)
+    );
     let text = env.ok(&["token", "list"]);
     let marked: Vec<&str> = text
         .lines()

@@ -398,6 +398,9 @@ pub fn credentials(f: &Frame<'_>, rows: &[CredentialRow]) -> Markup {
     let body = html! {
         h1 { "Credentials" }
         p.muted { "One per client. A token is shown once, when it is issued; revoking takes effect on the client's next request." }
+        @if rows.iter().any(|c| c.approve_in_client && !c.revoked) {
+            p.warning.approve-in-client-warning { "Credentials marked “in-client approval” may apply one tier above their own whenever their client says its user approved. The client program is trusted to ask honestly: treat them as that higher tier." }
+        }
         table #credentials {
             thead { tr { th { "Name" } th { "Tier" } th { "Vaults" } th { "Last use" } th { "Expires" } th { "Status" } th { "Change tier" } th {} } }
             tbody {
