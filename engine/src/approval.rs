@@ -164,14 +164,15 @@ impl Core {
             }
             ClientApproval::Answered { state, answer } => {
                 let expires = self.open_approval(state, cred.id.as_str(), &call.args_hash())?;
-                if *answer != ApprovalAnswer::Approved {
-                    return Err(declined(&self.approval_question(v, id)?));
-                }
-                // SECURITY(T-APPROVE2): a sealed approval is used once, in any process.
+                // SECURITY(T-APPROVE2): a sealed state carries one answer, whatever it is, in any
+                // process: a decline cannot be resent as an accept.
                 if !self.state.use_approval(&expires.1, expires.0)? {
                     return Err(GatewayError::ApprovalDeclined(
                         "this approval was already used; call apply_proposal again to be asked again".into(),
                     ));
+                }
+                if *answer != ApprovalAnswer::Approved {
+                    return Err(declined(&self.approval_question(v, id)?));
                 }
                 Ok(Some(approved()))
             }
@@ -181,8 +182,13 @@ impl Core {
     /// The question for proposal `id`, built from what the CLI and the review page show.
     fn approval_question(&self, v: &VaultHandle, id: &ProposalId) -> Result<ApprovalQuestion, GatewayError> {
         let p = self.get_proposal(v, id)?;
-        let (added, removed) = proposals::diff::counts(&proposals::diff::hunks(&p.diff));
         let it = &p.item;
+        let (added, removed) = if it.kind == "move" {
+            // A move changes what its link rewrites change: the person sees their size.
+            self.move_rewrite_counts(v, it.from.as_deref().unwrap_or_default(), &it.target)?
+        } else {
+            proposals::diff::counts(&proposals::diff::hunks(&p.diff))
+        };
         Ok(ApprovalQuestion {
             message: approval_message(
                 &v.id,
@@ -195,6 +201,19 @@ impl Core {
             ),
             timeout: Duration::from_secs(self.config.limits.approval_timeout_seconds),
         })
+    }
+
+    /// The `+N −M` of a move: the lines its link rewrites change, over every note they touch.
+    fn move_rewrite_counts(&self, v: &VaultHandle, from: &str, to: &str) -> Result<(u64, u64), GatewayError> {
+        let (from, to) = (policy::VaultPath::parse(from)?, policy::VaultPath::parse(to)?);
+        let mut total = (0, 0);
+        for r in v.reader.plan_move(&from, &to)? {
+            let before = crate::proposing::now_text(v, r.path.as_str());
+            let diff = proposals::unified_diff(r.path.as_str(), &before, &r.new_text);
+            let (a, d) = proposals::diff::counts(&proposals::diff::hunks(&diff));
+            total = (total.0 + a, total.1 + d);
+        }
+        Ok(total)
     }
 
     fn approval_key(&self) -> ring::hmac::Key {

@@ -624,17 +624,33 @@ impl Core {
     /// As [`Core::authorize_decision`], for an apply a person approved in the caller's client:
     /// the tier one step up (SPEC §15), for a credential that opted in.
     pub(crate) fn authorize_approved(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
-        if let Actor::Caller(c) = actor {
-            let cap = if c.credential.id.as_str() == created_by {
-                policy::Capability::DecideOwn
-            } else {
-                policy::Capability::DecideAny
-            };
-            if c.credential.approve_in_client && c.credential.tier.approval_lifts(cap) {
-                return Ok(());
-            }
+        let Actor::Caller(c) = actor else {
+            return self.authorize_decision(actor, created_by);
+        };
+        // SECURITY(T-APPROVE1): the person may have taken minutes; the credential row is read
+        // again, so a revocation, a lower tier or a withdrawn opt-in meanwhile wins.
+        let fresh = self
+            .state
+            .credential(c.credential.id.as_str())?
+            .ok_or(GatewayError::CredentialRevoked)?;
+        if fresh.is_revoked() {
+            return Err(GatewayError::CredentialRevoked);
         }
-        self.authorize_decision(actor, created_by)
+        if fresh.is_expired(crate::core::now_unix()) {
+            return Err(GatewayError::CredentialExpired);
+        }
+        let cap = if fresh.id.as_str() == created_by {
+            policy::Capability::DecideOwn
+        } else {
+            policy::Capability::DecideAny
+        };
+        if fresh.tier.allows(cap) || (fresh.approve_in_client && fresh.tier.approval_lifts(cap)) {
+            return Ok(());
+        }
+        Err(GatewayError::CapabilityDenied(format!(
+            "the '{}' tier may not apply this proposal, even with a person's approval",
+            fresh.tier
+        )))
     }
 
     pub fn authorize_decision(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
@@ -690,7 +706,7 @@ fn archived_path(v: &VaultHandle, row: &inbox::StoredProposal, rel: &str) -> Res
     inbox_path(v, &InboxFiles::archived(rel, bucket, date))
 }
 
-fn now_text(v: &VaultHandle, target: &str) -> String {
+pub(crate) fn now_text(v: &VaultHandle, target: &str) -> String {
     VaultPath::parse(target)
         .ok()
         .and_then(|t| current(v, &t).ok().flatten())

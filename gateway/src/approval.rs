@@ -111,7 +111,7 @@ pub async fn ask(
 
 /// How long the blocking side waits for [`ask`] to report.
 pub fn wait_for(q: &ApprovalQuestion) -> Duration {
-    q.timeout + GRACE
+    q.timeout.saturating_add(GRACE)
 }
 
 /// The input-required result carrying `req` (2026-07-28).

@@ -861,6 +861,14 @@ fn tunnel_cmd(
             if let Some(i) = &s.install {
                 out(i);
             }
+            if let Some(h) = &s.health {
+                let poll = h.pointer("/control_plane_poll/ok") == Some(&serde_json::Value::Bool(true));
+                out(&format!(
+                    "last health check: {} (control-plane poll {})",
+                    h.get("result").and_then(|r| r.as_str()).unwrap_or("unknown"),
+                    if poll { "ok" } else { "not seen yet" }
+                ));
+            }
             if let Some(e) = &s.last_error {
                 out(&format!("last error: {e}"));
             }

@@ -169,10 +169,11 @@ impl Files {
 fn write_private(path: &Path, text: &str) -> Result<(), GatewayError> {
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
+    // A leftover (or planted) temp file is replaced, never written through.
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
     f.write_all(text.as_bytes())?;
@@ -278,6 +279,23 @@ async fn end_process(rec: &ChildRecord, grace: Duration) {
     if still_running(rec) {
         signal(rec.pid, rustix::process::Signal::KILL);
     }
+}
+
+/// An exclusive, non-blocking `flock` on `path`, released when the file is dropped (or the
+/// process dies).
+fn take_lock(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .ok()?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .ok()
+        .map(|()| f)
 }
 
 // ---- status --------------------------------------------------------------------------------------
@@ -388,14 +406,7 @@ pub fn setup(
     let credential = core.rotate_tunnel_credential(operator, tier, vaults)?;
     write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
     config.tunnel.tunnel_id = Some(tunnel_id.to_owned());
-    let found = resolve(
-        &TunnelConfig {
-            command: None,
-            ..config.tunnel.clone()
-        },
-        env.get("PATH").map(String::as_str),
-    )
-    .or_else(|| resolve(&config.tunnel, None));
+    let found = resolve(&config.tunnel, env.get("PATH").map(String::as_str));
     let command = found.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     if command.is_some() {
         config.tunnel.command = command.clone();
@@ -416,6 +427,9 @@ struct Running {
 pub struct Supervisor {
     core: Arc<Core>,
     files: Files,
+    /// The profile folder's lock, held for the supervisor's life: one `serve` of a home runs
+    /// the tunnel; another one neither sweeps nor starts it (`None`: not ours).
+    lock: Option<std::fs::File>,
     mcp_url: String,
     env: BTreeMap<String, String>,
     state: Mutex<Inner>,
@@ -439,11 +453,20 @@ impl Supervisor {
         let files = Files {
             dir: profile_dir(&core.config.gateway_id, &env)?,
         };
-        let status = status(&core.home, &core.config, &env);
+        let config = core.home.load_config().unwrap_or_else(|_| core.config.clone());
+        let status = status(&core.home, &config, &env);
+        let lock = files
+            .ensure()
+            .ok()
+            .and_then(|()| take_lock(&files.dir.join("supervisor.lock")));
+        if lock.is_none() {
+            tracing::warn!("another serve of this home supervises the tunnel; this one leaves it alone");
+        }
         let sup = Arc::new(Supervisor {
             mcp_url: format!("http://{served}/mcp"),
             core,
             files,
+            lock,
             env,
             state: Mutex::new(Inner {
                 running: None,
@@ -466,6 +489,9 @@ impl Supervisor {
     /// SECURITY(T-TUNNEL2): only a process that is still the recorded child (same pid, same
     /// executable, same start time) is ended; a reused pid is left alone.
     async fn sweep_orphan(&self) {
+        if self.lock.is_none() {
+            return;
+        }
         let Ok(bytes) = std::fs::read(self.files.child()) else {
             return;
         };
@@ -482,8 +508,14 @@ impl Supervisor {
     /// The status as this process knows it (the binary looked up now).
     pub fn status(&self) -> Status {
         let mut s = self.inner().status.clone();
-        let command = resolve(&self.core.config.tunnel, self.env.get("PATH").map(String::as_str));
-        s.set_up = self.core.config.tunnel.tunnel_id.is_some() && self.core.home.tunnel_key_path().exists();
+        let config = self
+            .core
+            .home
+            .load_config()
+            .map(|c| c.tunnel)
+            .unwrap_or_else(|_| self.core.config.tunnel.clone());
+        let command = resolve(&config, self.env.get("PATH").map(String::as_str));
+        s.set_up = config.tunnel_id.is_some() && self.core.home.tunnel_key_path().exists();
         if command.is_none() && !matches!(s.phase, Phase::Starting | Phase::Connected) {
             s.phase = Phase::Missing;
             s.install = Some(INSTALL.to_owned());
@@ -498,7 +530,25 @@ impl Supervisor {
     }
 
     fn set_status(&self, phase: Phase, pid: Option<u32>, health: Option<Value>, error: Option<String>) {
+        self.set_status_for(None, phase, pid, health, error);
+    }
+
+    /// As [`Supervisor::set_status`]; with `Some(generation)`, only while that child is the
+    /// running one (checked under the same lock, so a Stop in between wins).
+    fn set_status_for(
+        &self,
+        generation: Option<u64>,
+        phase: Phase,
+        pid: Option<u32>,
+        health: Option<Value>,
+        error: Option<String>,
+    ) {
         let mut g = self.inner();
+        if let Some(want) = generation
+            && g.running.as_ref().map(|r| r.generation) != Some(want)
+        {
+            return;
+        }
         g.status.phase = phase;
         g.status.pid = pid;
         if health.is_some() || phase != Phase::Connected {
@@ -518,29 +568,59 @@ impl Supervisor {
         }
     }
 
-    /// Starts the child (no-op while one runs), audited as the operator's action.
+    /// Starts the child (no-op while one runs), audited as the operator's action: the record
+    /// comes first, so a start that cannot be audited does not happen.
     pub async fn start(self: &Arc<Self>, operator: &Operator) -> Result<(), GatewayError> {
         let _turn = self.turn.lock().await;
+        self.record(operator, "tunnel.start", None).await?;
         let result = self.start_inner().await;
         if let Err(e) = &result {
             self.set_status(Phase::Failed, None, None, Some(e.to_string()));
+            if let Err(r) = self.record(operator, "tunnel.start_failed", Some(e)).await {
+                tracing::warn!(error = %r, "recording the failed tunnel start failed");
+            }
         }
+        result
+    }
+
+    async fn record(
+        &self,
+        operator: &Operator,
+        event: &'static str,
+        failed: Option<&GatewayError>,
+    ) -> Result<(), GatewayError> {
         let core = self.core.clone();
         let op = operator.clone();
-        let failed = result.as_ref().err().map(|e| GatewayError::Config(e.to_string()));
-        let recorded = tokio::task::spawn_blocking(move || {
-            core.record_operator_action(&op, "tunnel.start", "tunnel", failed.as_ref())
+        let failed = failed.map(|e| GatewayError::Config(e.to_string()));
+        tokio::task::spawn_blocking(move || {
+            core.record_operator_action(&op, event, "tunnel", failed.as_ref())
         })
         .await
-        .map_err(|_| GatewayError::Internal("the audit worker stopped".into()))?;
-        result.and(recorded)
+        .map_err(|_| GatewayError::Internal("the audit worker stopped".into()))?
     }
 
     async fn start_inner(self: &Arc<Self>) -> Result<(), GatewayError> {
-        if self.inner().running.is_some() {
-            return Ok(());
+        if self.lock.is_none() {
+            return Err(GatewayError::Config(
+                "another `vaultgate serve` of this home runs the tunnel; start it there".into(),
+            ));
         }
-        let config = &self.core.config.tunnel;
+        {
+            let mut g = self.inner();
+            // A child that exited unnoticed is not running.
+            let exited = g
+                .running
+                .as_mut()
+                .is_some_and(|r| !matches!(r.child.try_wait(), Ok(None)));
+            if exited {
+                g.running = None;
+            }
+            if g.running.is_some() {
+                return Ok(());
+            }
+        }
+        // Read fresh: `tunnel setup` may have run while this server was up.
+        let config = &self.core.home.load_config()?.tunnel;
         let tunnel_id = config.tunnel_id.clone().ok_or_else(|| {
             GatewayError::Config("the tunnel is not set up: run `vaultgate tunnel setup`".into())
         })?;
@@ -561,9 +641,11 @@ impl Supervisor {
         )?;
         let log = {
             use std::os::unix::fs::OpenOptionsExt;
+            // The log of the latest run: what a `failed` phase points at.
+            let _ = std::fs::remove_file(self.files.log());
             std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
+                .write(true)
+                .create_new(true)
                 .mode(0o600)
                 .open(self.files.log())?
         };
@@ -652,14 +734,7 @@ impl Supervisor {
             }
             let (phase, health, error) = self.health(&bin).await;
             let pid = self.inner().running.as_ref().map(|r| r.record.pid);
-            let still_ours = self
-                .inner()
-                .running
-                .as_ref()
-                .is_some_and(|r| r.generation == generation);
-            if still_ours {
-                self.set_status(phase, pid, health, error);
-            }
+            self.set_status_for(Some(generation), phase, pid, health, error);
         }
     }
 
@@ -709,20 +784,21 @@ impl Supervisor {
         let _turn = self.turn.lock().await;
         let running = self.inner().running.take();
         if let Some(mut r) = running {
-            end_process(&r.record, Duration::from_secs(5)).await;
-            let _ = r.child.wait().await;
+            // Our own child, not yet reaped: its pid cannot belong to anyone else, so it is
+            // signalled without the identity check an orphan needs.
+            signal(r.record.pid, rustix::process::Signal::TERM);
+            if tokio::time::timeout(Duration::from_secs(5), r.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = r.child.kill().await;
+            }
             tracing::info!(pid = r.record.pid, "stopped tunnel-client");
         }
         let _ = std::fs::remove_file(self.files.child());
         self.set_status(Phase::Stopped, None, None, None);
         if let Some(op) = operator {
-            let core = self.core.clone();
-            let op = op.clone();
-            tokio::task::spawn_blocking(move || {
-                core.record_operator_action(&op, "tunnel.stop", "tunnel", None)
-            })
-            .await
-            .map_err(|_| GatewayError::Internal("the audit worker stopped".into()))??;
+            self.record(op, "tunnel.stop", None).await?;
         }
         Ok(())
     }

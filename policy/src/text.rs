@@ -50,12 +50,18 @@ pub fn escape_line(s: &str) -> String {
             '\t' => out.push_str("\\t"),
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            '\u{2028}'
-            | '\u{2029}'
-            | '\u{200e}'
-            | '\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2066}'..='\u{2069}' => {
+            // Line and paragraph separators, and the invisible format characters (Unicode `Cf`:
+            // bidi marks and overrides, zero-width spaces and joiners, word joiner and invisible
+            // operators, BOM, interlinear annotation, tags).
+            '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e007f}' => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
             c if needs_escape(c) => out.push_str(&escape_controls(c.encode_utf8(&mut [0; 4]))),
@@ -142,6 +148,10 @@ mod tests {
         assert_eq!(escape_line("say \"hi\" \\"), "say \\\"hi\\\" \\\\");
         assert_eq!(escape_line("\x1b[31m\r"), "\\x1b[31m\\x0d");
         assert_eq!(escape_line("\u{202e}evil\u{2028}"), "\\u{202e}evil\\u{2028}");
+        assert_eq!(
+            escape_line("a\u{200b}b\u{61c}\u{feff}\u{e0041}"),
+            "a\\u{200b}b\\u{61c}\\u{feff}\\u{e0041}"
+        );
         let hostile: String = (0u32..0x3000).filter_map(char::from_u32).collect();
         let out = escape_line(&hostile);
         assert!(

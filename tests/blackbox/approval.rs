@@ -1188,3 +1188,77 @@ async fn a_stateless_approval_state_is_sealed_bound_to_its_call_and_used_once() 
     assert_eq!(std::fs::read_to_string(&note).unwrap(), cooking_after_split(&env));
     assert_client_approved(&env, &p, &out, &cred, "http");
 }
+
+/// SECURITY(T-APPROVE1): a person may take minutes to answer; a credential revoked meanwhile is
+/// refused when the yes arrives, and nothing is applied.
+#[tokio::test]
+async fn a_credential_revoked_while_the_person_decides_is_refused_when_the_yes_arrives() {
+    let env = Env::new();
+    set_approval_timeout(&env, 20);
+    let (_, token) = flagged(&env, "asker", "propose");
+    let c = env.stdio(&token).await;
+    let p = propose_split(&c, "split step two").await;
+    c.close().await;
+    let before = snapshot(&env.vault);
+    let home = env.home.clone();
+    let revoke = tokio::spawn(async move {
+        // The prompt arrives within a second or two; the answer comes after 4 s.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let out = std::process::Command::new(bin())
+            .args(["--home", home.to_str().unwrap(), "token", "revoke", "asker"])
+            .env_remove("VAULTGATE_HOME")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    });
+    let run = session(
+        Via::Stdio(&env),
+        &token,
+        "legacy",
+        "sleep:4",
+        &[("apply_proposal", apply_args(&p, "k-revoked"))],
+    )
+    .await;
+    revoke.await.unwrap();
+    assert_eq!(run.prompts().len(), 1, "{run}");
+    run.assert_code(0, "CREDENTIAL_REVOKED");
+    assert_unchanged(&env, &before, "after a yes for a revoked credential");
+    assert_pending(&env, &p, "after a yes for a revoked credential");
+}
+
+/// SECURITY(T-APPROVE2): a 2026-07-28 state carries one answer: declined once, it cannot be
+/// sent again as an accept.
+#[tokio::test]
+async fn a_declined_stateless_approval_cannot_be_resent_as_an_accept() {
+    let env = Env::new();
+    let (_, token) = flagged(&env, "asker", "propose");
+    let c = env.stdio(&token).await;
+    let p = propose_split(&c, "split step two").await;
+    c.close().await;
+    let before = snapshot(&env.vault);
+    let srv = Server::start(&env);
+    let steps = json!([
+        {"state": "same", "answer": "decline"},
+        {"state": "same", "answer": "accept"},
+    ]);
+    let run = session(
+        Via::Http(&srv),
+        &token,
+        "auto",
+        "accept",
+        &[(
+            "_rounds",
+            json!({"args": apply_args(&p, "k-once"), "steps": steps}),
+        )],
+    )
+    .await;
+    assert_eq!(run.out["calls"][0]["inputRequired"], json!(true), "{run}");
+    run.assert_code(1, "APPROVAL_DECLINED");
+    run.assert_code(2, "APPROVAL_DECLINED");
+    assert!(
+        run.err(2)["message"].as_str().unwrap().contains("already used"),
+        "{run}"
+    );
+    assert_unchanged(&env, &before, "after a resent decline");
+    assert_pending(&env, &p, "after a resent decline");
+}

@@ -1226,3 +1226,32 @@ fn setup_validates_its_input_rotates_the_credential_and_needs_yes_for_full() {
         t.key
     );
 }
+
+/// A second `serve` of the same home (on another port) neither sweeps nor starts the tunnel the
+/// first one runs: one supervisor per home, by a lock on the profile folder.
+#[tokio::test]
+async fn a_second_serve_of_the_home_leaves_the_running_tunnel_alone() {
+    let t = Tunnel::new(true);
+    t.setup_ok(&[]);
+    let mut a = t.serve(&["--tunnel"], &[]);
+    let child = run_pid(&t.wait_new_run(&[], "serve --tunnel"));
+    let _cleanup = KillOnDrop(vec![child]);
+    let mut b = t.serve(&["--tunnel"], &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        alive(child),
+        "the second serve ended the first one's tunnel-client"
+    );
+    assert_eq!(
+        t.runs().len(),
+        1,
+        "the second serve started another tunnel-client"
+    );
+    b.terminate();
+    assert!(
+        alive(child),
+        "ending the second serve ended the first one's child"
+    );
+    a.terminate();
+    wait_gone(child, "after SIGTERM to the serve that runs it");
+}
