@@ -189,7 +189,22 @@ struct Run {
 /// Runs one Python session: `mode` is `legacy` or `auto`, `answer` the script's `--answer`
 /// (comma-separated, one per prompt; `none` declares no elicitation capability), `calls` in order.
 async fn session(via: Via<'_>, token: &str, mode: &str, answer: &str, calls: &[(&str, Value)]) -> Run {
+    session_env(via, token, mode, answer, calls, &[]).await
+}
+
+/// As [`session`], with extra environment for the harness (e.g. `APPROVAL_PROMPTED_FILE`).
+async fn session_env(
+    via: Via<'_>,
+    token: &str,
+    mode: &str,
+    answer: &str,
+    calls: &[(&str, Value)],
+    extra_env: &[(&str, &Path)],
+) -> Run {
     let mut cmd = tokio::process::Command::new(python());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
     cmd.arg(HARNESS)
         .args(["--token", token, "--mode", mode, "--answer", answer]);
     match via {
@@ -1201,9 +1216,15 @@ async fn a_credential_revoked_while_the_person_decides_is_refused_when_the_yes_a
     c.close().await;
     let before = snapshot(&env.vault);
     let home = env.home.clone();
+    let marker = env.tmp.path().join("prompted");
+    let seen = marker.clone();
     let revoke = tokio::spawn(async move {
-        // The prompt arrives within a second or two; the answer comes after 4 s.
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        // Revoked once the person has the prompt; the yes comes 4 s after it arrived.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !seen.exists() {
+            assert!(std::time::Instant::now() < deadline, "no prompt within 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let out = std::process::Command::new(bin())
             .args(["--home", home.to_str().unwrap(), "token", "revoke", "asker"])
             .env_remove("VAULTGATE_HOME")
@@ -1211,12 +1232,13 @@ async fn a_credential_revoked_while_the_person_decides_is_refused_when_the_yes_a
             .unwrap();
         assert!(out.status.success(), "{out:?}");
     });
-    let run = session(
+    let run = session_env(
         Via::Stdio(&env),
         &token,
         "legacy",
         "sleep:4",
         &[("apply_proposal", apply_args(&p, "k-revoked"))],
+        &[("APPROVAL_PROMPTED_FILE", &marker)],
     )
     .await;
     revoke.await.unwrap();

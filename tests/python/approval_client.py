@@ -31,13 +31,15 @@ answer reaches the server before the next call.
 `--mode legacy` (default) uses the `initialize` handshake (2025 protocols: the request rides the
 session, or the POST's SSE stream over HTTP); `--mode auto` is the SDK's default negotiation, where
 a 2026-07-28 server answers with an input-required result that the SDK fulfils through the same
-callback and re-sends. Exit 0 whenever the session ran; 2 on a harness failure. Needs `mcp==2.3.0`.
+callback and re-sends. With `APPROVAL_PROMPTED_FILE` set, each prompt appends a line to that file.
+Exit 0 whenever the session ran; 2 on a harness failure. Needs `mcp==2.3.0`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -71,6 +73,10 @@ def make_callback(answers: list[str], prompts: list[dict[str, Any]], busy: list[
             "requestedSchema": getattr(params, "requested_schema", None),
             "mode": getattr(params, "mode", None),
         })
+        marker = os.environ.get("APPROVAL_PROMPTED_FILE")
+        if marker:  # lets a test act while the person is deciding
+            with open(marker, "a", encoding="utf-8") as f:
+                f.write("prompted\n")
         answer = answers[min(len(prompts), len(answers)) - 1]
         if answer.startswith("sleep:"):
             busy[0] += 1
