@@ -115,11 +115,7 @@ impl Core {
             inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
             inbox::ProposalStatus::Pending => {}
         }
-        let cap = if row.created_by == cred.id.as_str() {
-            Capability::DecideOwn
-        } else {
-            Capability::DecideAny
-        };
+        let cap = Capability::to_decide(row.created_by == cred.id.as_str());
         if cred.tier.allows(cap) || !cred.tier.approval_lifts(cap) {
             return Ok(None);
         }
@@ -151,7 +147,7 @@ impl Core {
                 let question = self.approval_question(v, id)?;
                 match ask(&question) {
                     ApprovalAnswer::Approved => Ok(Some(approved())),
-                    ApprovalAnswer::Declined => Err(declined(&question)),
+                    ApprovalAnswer::Declined => Err(declined(question.timeout)),
                 }
             }
             ClientApproval::Defer => {
@@ -172,7 +168,7 @@ impl Core {
                     ));
                 }
                 if *answer != ApprovalAnswer::Approved {
-                    return Err(declined(&self.approval_question(v, id)?));
+                    return Err(declined(self.approval_timeout()));
                 }
                 Ok(Some(approved()))
             }
@@ -199,7 +195,7 @@ impl Core {
                 &it.proposal_hash,
                 &it.reason,
             ),
-            timeout: Duration::from_secs(self.config.limits.approval_timeout_seconds),
+            timeout: self.approval_timeout(),
         })
     }
 
@@ -214,6 +210,10 @@ impl Core {
             total = (total.0 + a, total.1 + d);
         }
         Ok(total)
+    }
+
+    fn approval_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.limits.approval_timeout_seconds)
     }
 
     fn approval_key(&self) -> ring::hmac::Key {
@@ -278,11 +278,11 @@ fn state_message(body: &str) -> Vec<u8> {
     format!("vaultgate approval state\0{body}").into_bytes()
 }
 
-fn declined(q: &ApprovalQuestion) -> GatewayError {
+fn declined(timeout: Duration) -> GatewayError {
     GatewayError::ApprovalDeclined(format!(
         "the proposal was not approved in the client (declined, cancelled, or no answer within {} s); \
          nothing was changed. Ask the person, or they can apply it on the review page or with `vaultgate apply`",
-        q.timeout.as_secs()
+        timeout.as_secs()
     ))
 }
 

@@ -639,11 +639,7 @@ impl Core {
         if fresh.is_expired(crate::core::now_unix()) {
             return Err(GatewayError::CredentialExpired);
         }
-        let cap = if fresh.id.as_str() == created_by {
-            policy::Capability::DecideOwn
-        } else {
-            policy::Capability::DecideAny
-        };
+        let cap = policy::Capability::to_decide(fresh.id.as_str() == created_by);
         if fresh.tier.allows(cap) || (fresh.approve_in_client && fresh.tier.approval_lifts(cap)) {
             return Ok(());
         }
@@ -657,12 +653,7 @@ impl Core {
         match actor {
             Actor::Operator(_) => Ok(()),
             Actor::Caller(c) => {
-                let own = c.credential.id.as_str() == created_by;
-                let cap = if own {
-                    policy::Capability::DecideOwn
-                } else {
-                    policy::Capability::DecideAny
-                };
+                let cap = policy::Capability::to_decide(c.credential.id.as_str() == created_by);
                 if c.credential.tier.allows(cap) {
                     Ok(())
                 } else {

@@ -30,6 +30,17 @@ pub enum Capability {
     Critical,
 }
 
+impl Capability {
+    /// What deciding a proposal needs: `DecideOwn` for the caller's own, `DecideAny` otherwise.
+    pub fn to_decide(own: bool) -> Capability {
+        if own {
+            Capability::DecideOwn
+        } else {
+            Capability::DecideAny
+        }
+    }
+}
+
 impl Tier {
     pub const ALL: [Tier; 4] = [Tier::Read, Tier::Propose, Tier::Auto, Tier::Full];
 
