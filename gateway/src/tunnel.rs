@@ -55,6 +55,10 @@ const KEY_VAR: &str = "CONTROL_PLANE_API_KEY";
 const AUTH_VAR: &str = "VAULTGATE_TUNNEL_AUTHORIZATION";
 /// A runtime API key file is a line of a few hundred bytes at most.
 const MAX_KEY_BYTES: u64 = 4096;
+/// `tunnel-client health --json` prints well under this.
+const HEALTH_MAX_BYTES: u64 = 64 * 1024;
+/// The child's log is cut back to empty past this size, so months of running fill no disk.
+const LOG_MAX_BYTES: u64 = 4 * 1024 * 1024;
 
 /// `tunnel_` and 32 lowercase hex digits.
 pub fn valid_tunnel_id(s: &str) -> bool {
@@ -67,18 +71,24 @@ pub fn valid_tunnel_id(s: &str) -> bool {
 
 /// Reads a runtime API key: one line of `[0-9A-Za-z_-]`, at most 4 KiB.
 pub fn read_api_key(path: &Path) -> Result<String, GatewayError> {
-    let meta = std::fs::metadata(path).map_err(|e| {
+    use std::io::Read as _;
+    let unreadable = |e: std::io::Error| {
         GatewayError::InvalidArgument(format!("cannot read the API key file {}: {e}", path.display()))
-    })?;
-    if meta.len() > MAX_KEY_BYTES {
+    };
+    // Read at most one byte past the bound: a device or a growing file cannot make this unbounded.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(unreadable)?
+        .take(MAX_KEY_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_KEY_BYTES {
         return Err(GatewayError::InvalidArgument(format!(
             "{} is not an API key file (over {MAX_KEY_BYTES} bytes)",
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        GatewayError::InvalidArgument(format!("cannot read the API key file {}: {e}", path.display()))
-    })?;
+    let text = String::from_utf8_lossy(&bytes);
     let key = text.trim();
     if key.is_empty()
         || !key
@@ -372,10 +382,20 @@ pub fn status(home: &Home, config: &engine::home::Config, env: &BTreeMap<String,
         set_up,
     });
     s.set_up = set_up;
-    if command.is_none() && !matches!(s.phase, Phase::Starting | Phase::Connected) {
+    with_lookup(s, command)
+}
+
+/// `s` with the binary as just looked up: `missing` (and the install command) when none is
+/// found and no child runs, else the recorded phase.
+fn with_lookup(mut s: Status, command: Option<PathBuf>) -> Status {
+    let running = matches!(s.phase, Phase::Starting | Phase::Connected);
+    if command.is_none() && !running {
         s.phase = Phase::Missing;
         s.install = Some(INSTALL.to_owned());
     } else {
+        if s.phase == Phase::Missing {
+            s.phase = Phase::Stopped;
+        }
         s.install = None;
     }
     s.command = command;
@@ -516,17 +536,7 @@ impl Supervisor {
             .unwrap_or_else(|_| self.core.config.tunnel.clone());
         let command = resolve(&config, self.env.get("PATH").map(String::as_str));
         s.set_up = config.tunnel_id.is_some() && self.core.home.tunnel_key_path().exists();
-        if command.is_none() && !matches!(s.phase, Phase::Starting | Phase::Connected) {
-            s.phase = Phase::Missing;
-            s.install = Some(INSTALL.to_owned());
-        } else if s.phase == Phase::Missing {
-            s.phase = Phase::Stopped;
-            s.install = None;
-        } else {
-            s.install = None;
-        }
-        s.command = command;
-        s
+        with_lookup(s, command)
     }
 
     fn set_status(&self, phase: Phase, pid: Option<u32>, health: Option<Value>, error: Option<String>) {
@@ -643,9 +653,11 @@ impl Supervisor {
             use std::os::unix::fs::OpenOptionsExt;
             // The log of the latest run: what a `failed` phase points at.
             let _ = std::fs::remove_file(self.files.log());
+            // O_APPEND: the child always writes at the end, so cutting the file back works.
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
+                .custom_flags(rustix::fs::OFlags::APPEND.bits() as i32)
                 .mode(0o600)
                 .open(self.files.log())?
         };
@@ -732,9 +744,20 @@ impl Supervisor {
                 );
                 return;
             }
+            self.bound_log();
             let (phase, health, error) = self.health(&bin).await;
             let pid = self.inner().running.as_ref().map(|r| r.record.pid);
             self.set_status_for(Some(generation), phase, pid, health, error);
+        }
+    }
+
+    /// Cuts the child's log back to empty once it passes [`LOG_MAX_BYTES`].
+    fn bound_log(&self) {
+        let log = self.files.log();
+        if std::fs::metadata(&log).is_ok_and(|m| m.len() > LOG_MAX_BYTES)
+            && let Ok(f) = std::fs::OpenOptions::new().write(true).open(&log)
+        {
+            let _ = f.set_len(0);
         }
     }
 
@@ -747,9 +770,21 @@ impl Supervisor {
             .env_clear()
             .envs(allowed_env(&self.env))
             .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
-        let out = match tokio::time::timeout(Duration::from_secs(5), cmd.output()).await {
+        // Five seconds and 64 KiB: the answer is a small JSON object.
+        let read = async {
+            use tokio::io::AsyncReadExt as _;
+            let mut child = cmd.spawn()?;
+            let mut stdout = Vec::new();
+            if let Some(out) = child.stdout.take() {
+                out.take(HEALTH_MAX_BYTES).read_to_end(&mut stdout).await?;
+            }
+            let _ = child.kill().await;
+            Ok::<_, std::io::Error>(stdout)
+        };
+        let stdout = match tokio::time::timeout(Duration::from_secs(5), read).await {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => return (Phase::Starting, None, Some(format!("tunnel-client health: {e}"))),
             Err(_) => {
@@ -760,7 +795,7 @@ impl Supervisor {
                 );
             }
         };
-        let Ok(health) = serde_json::from_slice::<Value>(&out.stdout) else {
+        let Ok(health) = serde_json::from_slice::<Value>(&stdout) else {
             return (
                 Phase::Starting,
                 None,
@@ -808,6 +843,20 @@ impl Supervisor {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn an_api_key_file_is_read_bounded_and_checked() {
+        // An endless file is refused after 4 KiB, not read to the end.
+        let err = read_api_key(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.to_string().contains("over 4096 bytes"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("k");
+        std::fs::write(&good, "sk-proj_abc-123\n").unwrap();
+        assert_eq!(read_api_key(&good).unwrap(), "sk-proj_abc-123");
+        std::fs::write(&good, "not a key!").unwrap();
+        let err = read_api_key(&good).unwrap_err();
+        assert!(!err.to_string().contains("not a key"), "the content is never echoed: {err}");
+    }
 
     #[test]
     fn tunnel_ids_are_tunnel_and_32_lowercase_hex() {
