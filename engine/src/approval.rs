@@ -75,6 +75,33 @@ impl Approved {
     }
 }
 
+/// A credential's claim on asking, released when dropped (answered, declined, timed out or
+/// failed alike).
+struct Asking<'a> {
+    set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+    credential: String,
+}
+
+impl<'a> Asking<'a> {
+    fn claim(
+        set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+        credential: &str,
+    ) -> Option<Asking<'a>> {
+        let mut g = set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.insert(credential.to_owned()).then(|| Asking {
+            set,
+            credential: credential.to_owned(),
+        })
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        let mut g = self.set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.remove(&self.credential);
+    }
+}
+
 /// What the sealed state binds (SPEC §15): the credential, the call's arguments (vault, id,
 /// proposal hash, idempotency key), a nonce for single use, and an expiry.
 #[derive(Serialize, Deserialize)]
@@ -145,6 +172,16 @@ impl Core {
             ))),
             ClientApproval::Ask(ask) => {
                 let question = self.approval_question(v, id)?;
+                // SECURITY(T-APPROVE1): one question at a time per credential, so an agent cannot
+                // flood its user with prompts or hold a thread per waiting call.
+                let _asking = Asking::claim(&self.asking, cred.id.as_str()).ok_or_else(|| {
+                    GatewayError::Proposal(
+                        policy::ErrorCode::QUOTA_EXCEEDED,
+                        "another apply of this credential is already waiting for the person's answer; \
+                         wait for it, then try again"
+                            .into(),
+                    )
+                })?;
                 match ask(&question) {
                     ApprovalAnswer::Approved => Ok(Some(approved())),
                     ApprovalAnswer::Declined => Err(declined(question.timeout)),
@@ -370,5 +407,16 @@ mod tests {
         let reason = lines.last().unwrap();
         assert_eq!(reason.chars().filter(|c| *c == 'x').count(), 300);
         assert!(reason.ends_with("…\""));
+    }
+
+    #[test]
+    fn one_question_at_a_time_per_credential() {
+        let set = std::sync::Mutex::default();
+        let first = Asking::claim(&set, "c1").unwrap();
+        assert!(Asking::claim(&set, "c1").is_none(), "a second question waits");
+        let other = Asking::claim(&set, "c2");
+        assert!(other.is_some(), "another credential is independent");
+        drop(first);
+        assert!(Asking::claim(&set, "c1").is_some(), "free again once answered");
     }
 }

@@ -172,6 +172,8 @@ pub struct Core {
     changes: tokio::sync::broadcast::Sender<VaultChanged>,
     pub(crate) failpoints: Failpoints,
     pub(crate) own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
+    /// Credentials with an in-client approval question waiting for a person (SPEC §15).
+    pub(crate) asking: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A credential's name (it reaches audit records, git authors and a reviewer's screen): 1 to
@@ -244,6 +246,7 @@ impl Core {
             changes,
             failpoints,
             own_writes: Default::default(),
+            asking: Default::default(),
         })
     }
 

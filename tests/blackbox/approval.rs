@@ -1284,3 +1284,48 @@ async fn a_declined_stateless_approval_cannot_be_resent_as_an_accept() {
     assert_unchanged(&env, &before, "after a resent decline");
     assert_pending(&env, &p, "after a resent decline");
 }
+
+/// SECURITY(T-APPROVE1): one question at a time per credential and server: while the person
+/// considers one apply, another apply of the same credential is refused unasked, and the first
+/// still applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_apply_while_the_person_decides_is_refused_unasked() {
+    let env = Env::new();
+    set_approval_timeout(&env, 30);
+    let (_, token) = flagged(&env, "asker", "propose");
+    let c = env.stdio(&token).await;
+    let first = propose_new(&c, "notes/first.md", "one\n", "first").await;
+    let second = propose_new(&c, "notes/second.md", "two\n", "second").await;
+    c.close().await;
+    // One server, two sessions: the bound is the server's (each stdio process is its own).
+    let srv = Server::start(&env);
+    let marker = env.tmp.path().join("prompted");
+    let calls = [("apply_proposal", apply_args(&first, "k-first"))];
+    let extra = [("APPROVAL_PROMPTED_FILE", marker.as_path())];
+    let waiting = session_env(Via::Http(&srv), &token, "legacy", "sleep:6", &calls, &extra);
+    let meanwhile = async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !marker.exists() {
+            assert!(std::time::Instant::now() < deadline, "no prompt within 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        session(
+            Via::Http(&srv),
+            &token,
+            "legacy",
+            "accept",
+            &[("apply_proposal", apply_args(&second, "k-second"))],
+        )
+        .await
+    };
+    let (waited, refused) = tokio::join!(waiting, meanwhile);
+    refused.assert_code(0, "QUOTA_EXCEEDED");
+    refused.assert_never_asked();
+    assert!(!env.vault.join("notes/second.md").exists());
+    assert_pending(&env, &second, "the refused second apply");
+    assert_fresh_apply(&waited.ok(0), &first);
+    assert_eq!(
+        std::fs::read_to_string(env.vault.join("notes/first.md")).unwrap(),
+        "one\n"
+    );
+}
