@@ -9,22 +9,19 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::http::Server;
 use crate::util::{Client, Env, bin};
 
 const HARNESS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/approval_client.py");
 /// One Python session, sleeps included, takes a few seconds; this only bounds a hang.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(90);
-/// How long `vaultgate serve` may take to answer `/healthz`.
-const WAIT: Duration = Duration::from_secs(10);
 
 const COOKING: &str = "notes/cooking.md";
 /// A line of `notes/cooking.md` and what the tests' patch makes of it: one line out, two in.
@@ -66,86 +63,6 @@ fn set_approval_timeout(env: &Env, seconds: i64) {
         .unwrap()
         .insert("approval_timeout_seconds".into(), toml::Value::Integer(seconds));
     std::fs::write(&path, toml::to_string(&doc).unwrap()).unwrap();
-}
-
-// ---- `vaultgate serve` ------------------------------------------------------------------------------
-
-/// `vaultgate --home H serve` on a free loopback port; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    stderr: PathBuf,
-}
-
-impl Server {
-    fn start(env: &Env) -> Server {
-        let port = TcpListener::bind(("127.0.0.1", 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let stderr = env.tmp.path().join(format!("serve-{port}.stderr"));
-        let child = Command::new(bin())
-            .arg("--home")
-            .arg(&env.home)
-            .arg("serve")
-            .arg("--port")
-            .arg(port.to_string())
-            .env_remove("VAULTGATE_HOME")
-            .env_remove("VAULTGATE_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let mut s = Server { child, port, stderr };
-        let deadline = Instant::now() + WAIT;
-        while !s.healthy() {
-            if let Some(status) = s.child.try_wait().unwrap() {
-                panic!("vaultgate serve exited early ({status}): {}", s.stderr());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vaultgate serve did not answer /healthz within {WAIT:?}: {}",
-                s.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s
-    }
-
-    fn healthy(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let host = format!("127.0.0.1:{}", self.port);
-        if write!(
-            s,
-            "GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        )
-        .is_err()
-        {
-            return false;
-        }
-        let mut out = String::new();
-        s.read_to_string(&mut out).is_ok() && out.starts_with("HTTP/1.1 200")
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 // ---- the Python SDK session ---------------------------------------------------------------------------
