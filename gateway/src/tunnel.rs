@@ -855,7 +855,10 @@ mod tests {
         assert_eq!(read_api_key(&good).unwrap(), "sk-proj_abc-123");
         std::fs::write(&good, "not a key!").unwrap();
         let err = read_api_key(&good).unwrap_err();
-        assert!(!err.to_string().contains("not a key"), "the content is never echoed: {err}");
+        assert!(
+            !err.to_string().contains("not a key"),
+            "the content is never echoed: {err}"
+        );
     }
 
     #[test]
