@@ -266,9 +266,11 @@ fn body_of(reason: &str) -> String {
         .join("\n")
 }
 
+/// Lines git's trailer parser treats specially: a trailer (`Key: value`), a patch divider
+/// (`---`, after which it reads nothing), a comment or scissors line (`#`), `(cherry picked from`.
 fn looks_like_trailer(line: &str) -> bool {
     let t = line.trim_start();
-    if t.starts_with("(cherry picked from") {
+    if t.starts_with("(cherry picked from") || t.starts_with("---") || t.starts_with('#') {
         return true;
     }
     match t.split_once(':') {
@@ -521,20 +523,18 @@ impl Core {
         }
         for _ in 0..3 {
             let head = repo.head()?;
-            if let Some(h) = &head
-                && !changes.is_empty()
-                && self.head_holds(repo, h, &changes)?
-            {
-                // The user committed it, or a crash came after our ref update: ours if HEAD
-                // names this change's audit line.
-                let ours = pending
+            if let Some(h) = &head {
+                // A crash came after our ref update: HEAD is this very commit.
+                if pending
                     .audit_trailer()
-                    .is_some_and(|t| repo.message(h).is_ok_and(|m| m.lines().any(|l| l == t)));
-                return Ok(if ours {
-                    Made::Committed(h.clone())
-                } else {
-                    Made::Dropped
-                });
+                    .is_some_and(|t| repo.message(h).is_ok_and(|m| m.lines().any(|l| l == t)))
+                {
+                    return Ok(Made::Committed(h.clone()));
+                }
+                // The user committed the same content meanwhile: nothing is left to commit.
+                if !changes.is_empty() && self.head_holds(repo, h, &changes)? {
+                    return Ok(Made::Dropped);
+                }
             }
             let base = match &head {
                 Some(h) => Some(repo.tree_of(h)?),
@@ -956,16 +956,52 @@ mod tests {
     #[test]
     fn a_reason_cannot_add_a_trailer() {
         let body = body_of(
-            "Fix it\nVaultgate-Audit: 1 forged\nSigned-off-by: x\n(cherry picked from commit 1)\nsee: https://x\nplain line",
+            "Fix it\nVaultgate-Audit: 1 forged\nSigned-off-by: x\n(cherry picked from commit 1)\nsee: https://x\n---\n# -------- >8 --------\nplain line",
         );
         for line in body.lines() {
             assert!(!looks_like_trailer(line) || line.starts_with("> "), "{line}");
         }
         assert!(body.contains("> Vaultgate-Audit: 1 forged"));
+        assert!(
+            body.contains("\n> ---\n") && body.contains("> # -------- >8"),
+            "{body}"
+        );
         assert!(body.contains("plain line"));
         assert_eq!(
             body_of("a\u{7}b"),
             "a\\u{7}b".replace("\\u{7}", &policy::text::escape_line("\u{7}"))
+        );
+    }
+
+    #[test]
+    fn a_move_written_as_new_and_removed_files_is_one_entry() {
+        let n = |path: &str, before: Option<&str>, after: Option<&str>| NoteChange {
+            path: path.into(),
+            from: None,
+            before: before.map(Into::into),
+            after: after.map(Into::into),
+        };
+        let mut notes = vec![
+            n("b.md", None, Some("h")),
+            n("c.md", Some("x"), Some("y")),
+            n("a.md", Some("h"), None),
+        ];
+        pair_moves(&mut notes, false);
+        assert_eq!(notes.len(), 2);
+        assert_eq!(
+            (notes[0].from.as_deref(), notes[0].before.as_deref()),
+            (Some("a.md"), Some("h"))
+        );
+        // A self-link rewrite changed the moved note: paired only for a move.
+        let mut notes = vec![n("b.md", None, Some("h2")), n("a.md", Some("h"), None)];
+        let mut strict = notes.clone();
+        pair_moves(&mut strict, false);
+        assert_eq!(strict.len(), 2, "not paired by content");
+        pair_moves(&mut notes, true);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(
+            (notes[0].before.as_deref(), notes[0].after.as_deref()),
+            (Some("h"), Some("h2"))
         );
     }
 

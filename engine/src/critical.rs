@@ -107,6 +107,10 @@ pub struct ChallengeOut {
     pub revision: u64,
     /// RFC 3339 UTC.
     pub expires_at: String,
+    /// Where the vault has git on (SPEC §7, §16): earlier versions stay in the user's git
+    /// history, which vaultgate never rewrites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_history: Option<String>,
 }
 
 /// The one output type of both critical tools: optional fields, so every success validates.
@@ -416,6 +420,9 @@ impl Core {
             recoverability: RECOVERABILITY.into(),
             revision,
             expires_at,
+            git_history: self.state.git_enabled(&v.id)?.then(|| {
+                "this vault's git history keeps earlier versions of these notes; vaultgate does not rewrite it (the deletion itself is committed)".to_owned()
+            }),
         })
     }
 

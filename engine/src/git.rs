@@ -63,6 +63,10 @@ pub struct Repo {
     git_dir: PathBuf,
     /// The vault folder relative to the work tree, with a trailing `/` (or empty).
     prefix: String,
+    /// `filter.<driver>.*` emptied for every driver the repository's configuration names: git
+    /// runs a clean filter even from `update-index --index-info`, when it re-checks a "racily
+    /// clean" entry of the user's index against its work-tree file.
+    no_filters: Vec<String>,
 }
 
 /// What `git` to run; the edge may name one, else `git` is looked up by the OS.
@@ -190,11 +194,37 @@ impl Repo {
             return Ok(None);
         };
         let prefix = lines.next().unwrap_or("").to_owned();
+        let top = PathBuf::from(top);
+        let mut cmd = base_command(&program.0, &top);
+        cmd.args(["config", "--null", "--name-only", "--get-regexp", "^filter\\."]);
+        // Exit 1: no filter is configured.
+        let names = match run(cmd, "config", None) {
+            Ok(o) => o,
+            Err(GitError::Failed { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut drivers: Vec<String> = names
+            .split(|b| *b == 0)
+            .filter_map(|k| {
+                let k = std::str::from_utf8(k).ok()?;
+                let rest = k.strip_prefix("filter.")?;
+                rest.rsplit_once('.').map(|(driver, _)| driver.to_owned())
+            })
+            .collect();
+        drivers.sort();
+        drivers.dedup();
+        let no_filters = drivers
+            .iter()
+            .flat_map(|d| {
+                ["clean=", "smudge=", "process=", "required=false"].map(|k| format!("filter.{d}.{k}"))
+            })
+            .collect();
         Ok(Some(Repo {
             program: program.0.clone(),
-            top: PathBuf::from(top),
+            top,
             git_dir: PathBuf::from(git_dir),
             prefix,
+            no_filters,
         }))
     }
 
@@ -209,7 +239,11 @@ impl Repo {
     }
 
     fn git(&self) -> Command {
-        base_command(&self.program, &self.top)
+        let mut cmd = base_command(&self.program, &self.top);
+        for o in &self.no_filters {
+            cmd.arg("-c").arg(o);
+        }
+        cmd
     }
 
     /// Why a commit cannot be made now, if it cannot: another process's lock, or a merge,
@@ -629,6 +663,36 @@ mod tests {
         std::fs::write(d.join(".git/index.lock"), "").unwrap();
         assert!(repo.busy().is_some());
         assert!(matches!(repo.set_index(&changes), Err(GitError::Busy(_))));
+    }
+
+    #[test]
+    fn the_repositorys_filters_never_run_even_for_racily_clean_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        let marker = d.join("ran");
+        let script = d.join("trap.sh");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho x >> '{}'\ncat\n", marker.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let script = script.display().to_string();
+        git(d, &["config", "filter.trap.clean", &script]);
+        std::fs::write(d.join(".git/info/attributes"), "* filter=trap\n").unwrap();
+        std::fs::write(d.join("a.md"), "a").unwrap();
+        // Added in the same second as the index is written: the entry is "racily clean", and git
+        // re-reads the file (through its clean filter) whenever it writes the index again.
+        git(d, &["add", "a.md"]);
+        assert!(marker.exists(), "the trap works");
+        std::fs::remove_file(&marker).unwrap();
+        let repo = Repo::discover(&Program::default(), d).unwrap().unwrap();
+        let blob = repo.write_blob(b"b").unwrap();
+        let mut changes = BTreeMap::new();
+        changes.insert("b.md".to_owned(), Some((FILE_MODE.to_owned(), blob)));
+        repo.set_index(&changes).unwrap();
+        assert!(!marker.exists(), "the repository's clean filter ran");
     }
 
     #[test]

@@ -331,7 +331,10 @@ impl Core {
         // SPEC §16: the commit is made after the engine's commit point; it never undoes it.
         let git = self.drain_git(v);
         let mut result = committed.result;
-        if let Value::Object(m) = &mut result {
+        // `apply_proposal` always says (SPEC §4); undo, redo and critical calls only where git is on.
+        if let Value::Object(m) = &mut result
+            && (matches!(kind, TxnKind::Apply { .. }) || git != "off")
+        {
             m.insert("git".into(), Value::String(git.into()));
         }
         self.maintain_if_due();

@@ -22,12 +22,13 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// The read tools this build serves, in catalog order.
 /// The whole catalog this build serves (the same over both transports).
-const TOOLS: [&str; 23] = [
+const TOOLS: [&str; 24] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
     "search_note_content",
     "read_note",
+    "get_note_history",
     "list_notes",
     "list_standards",
     "list_tags",
@@ -399,6 +400,7 @@ async fn http_serves_the_same_tools_and_results_as_stdio() {
         ),
         ("read_note", json!({"path": "z/attention.md"})),
         ("read_note", json!({"path": "notes/中文笔记.md"})),
+        ("get_note_history", json!({"path": "z/attention.md"})),
         ("list_notes", json!({"dir": "z"})),
         ("list_standards", json!({})),
         ("list_tags", json!({})),
@@ -408,7 +410,7 @@ async fn http_serves_the_same_tools_and_results_as_stdio() {
     ];
     let called: BTreeSet<&str> = calls.iter().map(|(t, _)| *t).collect();
     // Every read tool (the write half mutates, so it is compared in the proposal suite).
-    assert_eq!(called, TOOLS[..11].iter().copied().collect::<BTreeSet<_>>());
+    assert_eq!(called, TOOLS[..12].iter().copied().collect::<BTreeSet<_>>());
     for (tool, args) in calls {
         let mut h = over_http.call(tool, args.clone()).await.ok();
         let mut s = over_stdio.call(tool, args.clone()).await.ok();

@@ -1530,3 +1530,75 @@ async fn the_issue_form_opts_into_in_client_approval_only_when_ticked() {
         "the list marks exactly the two opted-in credentials"
     );
 }
+
+/// Runs git in `dir` with a fixed identity and no system or global configuration.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=Person",
+            "-c",
+            "user.email=person@example.invalid",
+        ])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `td.git` cell of a vault's row on the Vaults page.
+fn git_cell(body: &str) -> String {
+    let at = body
+        .find("class=\"git")
+        .unwrap_or_else(|| panic!("no git cell: {body}"));
+    let end = body[at..].find("</td>").map_or(body.len(), |e| at + e);
+    body[at..end].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vaults_page_shows_git_status_and_what_waits_in_its_queue() {
+    let env = Env::new();
+    git(&env.vault, &["init", "-q", "-b", "main"]);
+    git(&env.vault, &["add", "."]);
+    git(&env.vault, &["commit", "-q", "-m", "notes"]);
+    let srv = Server::start(&env);
+    let s = login(&env, &srv).await;
+
+    let vaults = || async {
+        let page = s.get(&srv, "/vaults").await;
+        page.expect(200, "the vaults page");
+        git_cell(&page.body)
+    };
+    let off = vaults().await;
+    assert!(off.contains("data-git=\"off\""), "{off}");
+    assert!(
+        off.contains("vaultgate vault git basic on"),
+        "the next step is shown: {off}"
+    );
+
+    env.ok(&["vault", "git", "basic", "on"]);
+    let on = vaults().await;
+    assert!(
+        on.contains("data-git=\"on\"") && on.contains("data-queued=\"0\""),
+        "{on}"
+    );
+
+    // Another git holds the index: the apply's commit waits, and the page says so.
+    std::fs::write(env.vault.join(".git/index.lock"), b"").unwrap();
+    let (id, _) = one_proposal(&env).await;
+    env.ok(&["apply", "--only", &id, "--yes"]);
+    let queued = vaults().await;
+    assert!(queued.contains("data-queued=\"1\""), "{queued}");
+    assert!(
+        queued.contains("1 commit(s) queued") && queued.contains("index lock"),
+        "{queued}"
+    );
+}

@@ -20,12 +20,13 @@ use crate::util::{Client, Env, Reply, copy_tree, fixture};
 // ---- helpers ------------------------------------------------------------------------------------
 
 /// The ten read tools of SPEC §4.
-const READ_TOOLS: [&str; 10] = [
+const READ_TOOLS: [&str; 11] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
     "search_note_content",
     "read_note",
+    "get_note_history",
     "list_notes",
     "list_standards",
     "list_tags",
@@ -381,7 +382,8 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
             "search_note_content",
             &["query", "limit", "tag", "pathPrefix", "cursor"][..],
         ),
-        ("read_note", &["path"][..]),
+        ("read_note", &["path", "hash"][..]),
+        ("get_note_history", &["path", "limit", "cursor"][..]),
         ("list_notes", &["dir", "limit", "cursor"][..]),
         ("list_standards", &[][..]),
         ("list_tags", &["limit", "cursor"][..]),
@@ -392,6 +394,7 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         ("search_knowledge", &["query"][..]),
         ("search_note_content", &["query"][..]),
         ("read_note", &["path"][..]),
+        ("get_note_history", &["path"][..]),
         ("get_related_notes", &["path"][..]),
     ]);
     let outputs: BTreeMap<&str, &[&str]> = BTreeMap::from([
@@ -422,6 +425,7 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
                 "modified",
             ][..],
         ),
+        ("get_note_history", &["entries", "truncated"][..]),
         ("list_notes", &["entries", "truncated"][..]),
         ("list_standards", &["standards"][..]),
         ("list_tags", &["tags"][..]),
@@ -501,6 +505,7 @@ async fn every_read_tool_success_validates_against_its_output_schema() {
         ("read_note", json!({"path": "z/attention.md"})),
         ("read_note", json!({"path": "notes/untitled.md"})),
         ("read_note", json!({"path": "inbox/README.md"})),
+        ("get_note_history", json!({"path": "z/attention.md"})),
         ("list_notes", json!({})),
         ("list_notes", json!({"dir": "notes"})),
         ("list_standards", json!({})),

@@ -848,6 +848,7 @@ impl Ctx<'_> {
                     v.id.clone(),
                     v.name.clone(),
                     self.core.overview(v).map_err(|e| e.client_message()),
+                    self.core.git_status(v).map_err(|e| e.client_message()),
                 )
             })
             .collect();

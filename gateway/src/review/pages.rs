@@ -561,13 +561,21 @@ pub fn audit(
     page(f, "Audit", body)
 }
 
-pub fn vaults(f: &Frame<'_>, rows: &[(String, String, Result<OverviewOut, String>)]) -> Markup {
+/// One row of the Vaults page: id, name, overview, git status (SPEC §16).
+pub type VaultRow = (
+    String,
+    String,
+    Result<OverviewOut, String>,
+    Result<engine::changelog::GitStatus, String>,
+);
+
+pub fn vaults(f: &Frame<'_>, rows: &[VaultRow]) -> Markup {
     let body = html! {
         h1 { "Vaults" }
         table #vaults {
             thead { tr { th { "Vault" } th { "Notes" } th { "Standards" } th { "Tags" } th { "Pending" } th { "Revision" } th { "Index" } th { "Undo top" } th { "Git" } } }
             tbody {
-                @for (id, name, o) in rows {
+                @for (id, name, o, git) in rows {
                     tr.vault data-id=(id) {
                         td { a href={ (f.base) "/v/" (id) "/inbox" } { (t(name)) } br; span.muted { (id) } }
                         @match o {
@@ -578,7 +586,25 @@ pub fn vaults(f: &Frame<'_>, rows: &[(String, String, Result<OverviewOut, String
                             }
                             Err(e) => { td colspan="7" .warning { (t(e)) } }
                         }
-                        td.muted { "off" }
+                        @match git {
+                            Ok(g) if g.git == "on" => {
+                                td.git data-git="on" data-queued=(g.queued) {
+                                    "on"
+                                    @if g.queued > 0 {
+                                        br; span.warning { (g.queued) " commit(s) queued" }
+                                        @if let Some(b) = &g.busy { br; span.muted { (t(b)) } }
+                                    }
+                                    @if let Some(h) = &g.head { br; code title=(h) { (h.get(..12).unwrap_or(h)) } }
+                                }
+                            }
+                            Ok(g) => {
+                                td.git.muted data-git="off" data-queued=(g.queued) {
+                                    "off"
+                                    @if g.repository.is_some() { br; span { "in a git work tree: " code { "vaultgate vault git " (id) " on" } } }
+                                }
+                            }
+                            Err(e) => { td.git.warning { (t(e)) } }
+                        }
                     }
                 }
             }
