@@ -1128,7 +1128,7 @@ async fn a_merge_or_rebase_in_progress_queues_commits_that_the_next_start_makes(
     // The rebase ends; the next start (a client connecting) makes both, in order, once.
     std::fs::remove_dir_all(&rebase).unwrap();
     let c = lab.stdio(&writer).await;
-    ok(&c, "vault_list", json!({})).await;
+    ok(&c, "get_vault_overview", json!({})).await;
     let new = lab.wait_for_commits(&base, 2, "the next start").await;
     let subjects: Vec<&str> = new.iter().map(Commit::subject).collect();
     assert_eq!(subjects, ["new z/m1.md", "new z/m2.md"]);
@@ -1191,7 +1191,7 @@ async fn a_crash_before_the_git_commit_is_committed_once_at_the_next_start() {
     assert_eq!(commit.subject(), "patch z/attention.md");
     assert_eq!(lab.blob(&commit.id, ATTENTION).unwrap(), patched);
     let c = lab.stdio(&writer).await;
-    ok(&c, "vault_list", json!({})).await;
+    ok(&c, "get_vault_overview", json!({})).await;
     c.close().await;
     lab.restart().await;
     assert_eq!(
@@ -1223,7 +1223,7 @@ async fn a_crash_before_the_git_commit_is_committed_once_at_the_next_start() {
     assert_eq!(lab.read("z/crashed-server.md"), b"# Crashed\n");
     assert_eq!(lab.head(), base, "not committed yet");
     let c = lab.stdio(&writer).await;
-    ok(&c, "vault_list", json!({})).await;
+    ok(&c, "get_vault_overview", json!({})).await;
     let new = lab.wait_for_commits(&base, 1, "the next server start").await;
     assert_eq!(new.len(), 1);
     assert_eq!(new[0].trailer("Vaultgate-Proposal"), Some(id_of(&p)));
@@ -1267,7 +1267,7 @@ async fn a_crash_after_the_git_ref_moved_makes_no_second_commit() {
     // Later starts find the commit made and make no other.
     lab.restart().await;
     let c = lab.stdio(&writer).await;
-    ok(&c, "vault_list", json!({})).await;
+    ok(&c, "get_vault_overview", json!({})).await;
     c.close().await;
     lab.restart().await;
     assert_eq!(lab.head(), made.id, "no second commit");
@@ -1413,7 +1413,9 @@ async fn no_hook_filter_fsmonitor_or_signing_program_of_the_repository_runs() {
     );
     // What git stored is the notes' bytes (no clean filter applied).
     std::fs::remove_file(git_dir.join("info/attributes")).unwrap();
-    assert_committed_files(&lab, &commits[2], "the move");
+    // The undo (of the move) is the last change: its files are as committed, and so is the new note.
+    assert_committed_files(&lab, &commits[3], "the undo");
+    assert_committed_files(&lab, &commits[0], "the new note");
     assert_eq!(markers_left(&markers), Vec::<String>::new());
 }
 
@@ -1490,9 +1492,8 @@ async fn no_global_config_or_git_environment_of_the_user_reaches_git() {
         text(&there)
     );
     assert!(!Path::new(&index_s).exists(), "GIT_INDEX_FILE was not used");
-    for c in &commits {
-        assert_committed_files(&lab, c, c.subject());
-    }
+    assert_committed_files(&lab, &commits[3], "the undo");
+    assert_committed_files(&lab, &commits[0], "the new note");
 }
 
 // ================================================================================================
