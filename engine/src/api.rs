@@ -61,6 +61,29 @@ pub struct PathArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct ReadNoteArgs {
+    pub vault: Option<String>,
+    /// Vault-relative path, e.g. `z/attention.md`.
+    pub path: String,
+    /// An earlier version to read instead of the note as it is: a `hashBefore` or `hashAfter`
+    /// that `get_note_history` lists for this path.
+    pub hash: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoteHistoryArgs {
+    pub vault: Option<String>,
+    /// Vault-relative path of the note (its current name; earlier names are followed).
+    pub path: String,
+    /// Maximum entries (default 50, at most 200).
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same listing.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ListNotesArgs {
     pub vault: Option<String>,
     /// Folder to list (default: the vault root).
@@ -331,5 +354,12 @@ pub struct ApplyOut {
     pub audit_seq: u64,
     /// "updated" or "failed" (the note is written either way).
     pub index: String,
+    /// "committed", "queued" or "off" (SPEC §16): the git commit of this change.
+    #[serde(default = "git_off")]
+    pub git: String,
     pub replayed: bool,
+}
+
+fn git_off() -> String {
+    "off".into()
 }

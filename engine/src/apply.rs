@@ -223,6 +223,8 @@ impl Core {
                 proposal_hash: p.proposal_hash.clone(),
                 history_id: crate::ids::HistoryEntryId::new().to_string(),
                 archived_to,
+                reason: p.reason.clone(),
+                created_by: Some(p.created_by.clone()),
             },
             ops: plan.ops,
             note_ops: plan.note_ops,

@@ -158,9 +158,14 @@ impl<'a> Call<'a> {
     /// The record a transaction writes for this call, durable before its commit. At most once
     /// per call: a second attempt is an internal error, never a second record.
     pub(crate) fn record_txn(&mut self, r: TxnRecord) -> Result<u64, GatewayError> {
+        self.record_txn_head(r).map(|h| h.seq)
+    }
+
+    /// As [`Call::record_txn`], with the line's hash (a git commit names it, SPEC §16).
+    pub(crate) fn record_txn_head(&mut self, r: TxnRecord) -> Result<inbox::AuditHead, GatewayError> {
         let head = self.record_head(r)?;
         self.core.note_head(&head);
-        Ok(head.seq)
+        Ok(head)
     }
 
     /// As [`Call::record_txn`], for a change committed in one state transaction with its record
@@ -270,6 +275,7 @@ macro_rules! no_ids {
 }
 no_ids!(
     (),
+    crate::changelog::GitStatus,
     bool,
     String,
     u64,

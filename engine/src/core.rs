@@ -174,6 +174,8 @@ pub struct Core {
     pub(crate) own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
     /// Credentials with an in-client approval question waiting for a person (SPEC §15).
     pub(crate) asking: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The `git` vaults with git on are committed with (SPEC §16).
+    pub(crate) git: crate::git::Program,
 }
 
 /// A credential's name (it reaches audit records, git authors and a reviewer's screen): 1 to
@@ -247,6 +249,7 @@ impl Core {
             failpoints,
             own_writes: Default::default(),
             asking: Default::default(),
+            git: Default::default(),
         })
     }
 
@@ -644,7 +647,7 @@ impl Core {
 
     /// The position a call's `cursor` names (`None`: the first page). A search cursor made
     /// before the vault last moved is refused.
-    fn open_cursor(
+    pub(crate) fn open_cursor(
         &self,
         v: &VaultHandle,
         page: &PageCall<'_>,
@@ -658,7 +661,7 @@ impl Core {
         Ok(Some(pos))
     }
 
-    fn seal(&self, v: &VaultHandle, page: &PageCall<'_>, pos: &Position) -> String {
+    pub(crate) fn seal(&self, v: &VaultHandle, page: &PageCall<'_>, pos: &Position) -> String {
         cursor::seal(&self.secret, &page.binding(&v.id), pos)
     }
 
@@ -1157,7 +1160,7 @@ impl<'a> PageCall<'a> {
 
 /// A cursor sealed for another tool of the same arguments cannot happen (the tool is sealed in),
 /// but a decoded position of the wrong kind is refused like any forged cursor.
-fn not_this_cursor() -> GatewayError {
+pub(crate) fn not_this_cursor() -> GatewayError {
     GatewayError::InvalidArgument("cursor is not valid for this call".into())
 }
 

@@ -122,6 +122,9 @@ pub struct CriticalOut {
     /// `empty_trash`: how many files were removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removed: Option<u64>,
+    /// Once executed: "committed", "queued" or "off", its git commit (SPEC §16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<String>,
 }
 
 // ---- the execution -------------------------------------------------------------------------------
@@ -157,6 +160,7 @@ pub(crate) fn executed(tool: &str, paths: &[String]) -> CriticalOut {
             challenge: None,
             deleted: Some(paths.to_vec()),
             removed: None,
+            git: None,
         }
     } else {
         CriticalOut {
@@ -164,6 +168,7 @@ pub(crate) fn executed(tool: &str, paths: &[String]) -> CriticalOut {
             challenge: None,
             deleted: None,
             removed: Some(paths.len() as u64),
+            git: None,
         }
     }
 }
@@ -250,6 +255,7 @@ impl Core {
                     challenge: Some(c),
                     deleted: None,
                     removed: None,
+                    git: None,
                 });
             }
             Phase::Incomplete => return Err(refuse(Refusal::Required, None)),
@@ -602,6 +608,7 @@ mod tests {
             challenge: None,
             deleted: None,
             removed: Some(0),
+            git: None,
         };
         assert_eq!(
             serde_json::to_value(&out).unwrap(),

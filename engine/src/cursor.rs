@@ -66,6 +66,12 @@ pub enum Position {
         created_at: Key,
         row: i64,
     },
+    /// `get_note_history`: newest first; the next page starts before change `seq`, under the
+    /// note's name `path` there (the walk follows moves).
+    History {
+        seq: i64,
+        path: Key,
+    },
     /// A search, valid only at the vault revision it was made at.
     Search {
         revision: u64,
@@ -181,6 +187,7 @@ const T_TAGS: u8 = 2;
 const T_RECENT: u8 = 3;
 const T_PROPOSALS: u8 = 4;
 const T_SEARCH: u8 = 5;
+const T_HISTORY: u8 = 6;
 
 /// The payload with exact keys, or, when that is too long, with keys cut shorter and shorter.
 fn encode_fitting(pos: &Position) -> Vec<u8> {
@@ -217,6 +224,11 @@ fn encode(pos: &Position, cut: Option<usize>) -> Vec<u8> {
             w.push(T_PROPOSALS);
             put_int(&mut w, *row);
             key(&mut w, created_at);
+        }
+        Position::History { seq, path } => {
+            w.push(T_HISTORY);
+            put_int(&mut w, *seq);
+            key(&mut w, path);
         }
         Position::Search { revision, pos } => {
             w.push(T_SEARCH);
@@ -259,6 +271,10 @@ fn decode(b: &[u8]) -> Option<Position> {
         T_PROPOSALS => Position::Proposals {
             row: r.int()?,
             created_at: r.key()?,
+        },
+        T_HISTORY => Position::History {
+            seq: r.int()?,
+            path: r.key()?,
         },
         T_SEARCH => {
             let revision = r.uint()?;
@@ -444,6 +460,7 @@ mod tests {
             (any::<u64>(), key()).prop_map(|(count, name)| Position::Tags { count, name }),
             (any::<i64>(), key()).prop_map(|(mtime, path)| Position::Recent(RecentPos { mtime, path })),
             (any::<i64>(), key()).prop_map(|(row, created_at)| Position::Proposals { created_at, row }),
+            (any::<i64>(), key()).prop_map(|(seq, path)| Position::History { seq, path }),
             (
                 any::<u64>(),
                 proptest::option::of((key(), any::<u32>())),
@@ -482,6 +499,9 @@ mod tests {
                     row: s,
                 },
             ) => r == s && names(d, c),
+            (Position::History { seq: a, path: p }, Position::History { seq: b, path: q }) => {
+                a == b && names(q, p)
+            }
             (Position::Search { revision: r, pos: p }, Position::Search { revision: s, pos: q }) => {
                 r == s
                     && match (&p.start, &q.start) {

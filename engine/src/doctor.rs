@@ -254,6 +254,7 @@ fn check_vaults(config: &Config, state: Option<&inbox::State>, checks: &mut Vec<
             ),
         });
         if let Some(state) = state {
+            check_git(v, state, checks);
             match state.open_intents(id) {
                 Ok(open) if !open.is_empty() => checks.push(Check::warn(
                     format!("vault {id}: {} interrupted write(s) await recovery", open.len()),
@@ -267,6 +268,40 @@ fn check_vaults(config: &Config, state: Option<&inbox::State>, checks: &mut Vec<
             }
         }
     }
+}
+
+/// SPEC §12, §16: the git queue is empty (a waiting commit names why it waits).
+fn check_git(v: &crate::home::VaultConfig, state: &inbox::State, checks: &mut Vec<Check>) {
+    let id = &v.id;
+    let (on, queued) = match (state.git_enabled(id), state.queue_len(id)) {
+        (Ok(on), Ok(q)) => (on, q),
+        (Err(e), _) | (_, Err(e)) => {
+            checks.push(Check::fail(
+                format!("vault {id}: git queue cannot be read: {e}"),
+                "restore state.sqlite from a backup",
+            ));
+            return;
+        }
+    };
+    if queued == 0 {
+        if on {
+            checks.push(Check::ok(format!("vault {id}: git on, git queue empty")));
+        }
+        return;
+    }
+    let why = match crate::git::Repo::discover(&crate::git::Program::default(), &v.path) {
+        Ok(Some(repo)) => repo
+            .busy()
+            .unwrap_or_else(|| "nothing holds the repository now".into()),
+        Ok(None) => "the vault folder is no longer in a git work tree".into(),
+        Err(e) => e.to_string(),
+    };
+    checks.push(Check::warn(
+        format!("vault {id}: git queue holds {queued} commit(s) ({why})"),
+        format!(
+            "finish or abort the merge/rebase, or remove a stale .git/index.lock; the commits are made at the next change or start (or `vaultgate vault git {id} off --drop-queue`)"
+        ),
+    ));
 }
 
 fn check_audit(

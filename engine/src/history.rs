@@ -57,6 +57,9 @@ pub struct HistoryStatusOut {
     pub stale_top: Option<String>,
     /// An undo or redo was interrupted; the next undo or redo finishes (or rolls back) it first.
     pub transition_in_progress: bool,
+    /// After an undo or redo: "committed", "queued" or "off", its git commit (SPEC §16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<String>,
 }
 
 /// One entry as the CLI shows it before asking y/N.
@@ -250,6 +253,7 @@ impl Core {
             undo_top: tops.undo,
             redo_top: tops.redo,
             transition_in_progress: self.open_transitions(v)?,
+            git: None,
         })
     }
 

@@ -100,4 +100,31 @@ impl Core {
             Ok(()) => GatewayError::Internal("a refusal was answered as a success".into()),
         }
     }
+
+    /// `vault git ID on|off` (SPEC §16), under the vault's write lock so no change is queued
+    /// between the check and the switch. Off refuses while commits wait, unless `drop_queue`.
+    pub fn operator_git(
+        &self,
+        operator: &Operator,
+        v: &Arc<VaultHandle>,
+        on: bool,
+        drop_queue: bool,
+    ) -> Result<crate::changelog::GitStatus, GatewayError> {
+        let args =
+            serde_json::json!({"vault": v.id, "git": if on { "on" } else { "off" }, "dropQueue": drop_queue});
+        self.operator_call(operator, "vault_git", &args, |call| {
+            call.set_vault(&v.id);
+            let _lock = v.reader.fs().write_lock()?;
+            if on {
+                let status = self.git_on(v)?;
+                // Commits queued before an earlier `off --drop-queue` are gone; anything queued
+                // while git was on is made now.
+                self.drain_git(v);
+                Ok(status)
+            } else {
+                self.git_off(v, drop_queue).map(|(s, _)| s)
+            }
+        })
+        .into_inner()
+    }
 }

@@ -82,6 +82,11 @@ pub(crate) enum TxnKind {
         proposal_hash: String,
         history_id: String,
         archived_to: String,
+        /// The proposal's reason and creator: the git commit's body and author (SPEC §16).
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        created_by: Option<proposals::CreatedBy>,
     },
     #[serde(rename_all = "camelCase")]
     History {
@@ -290,8 +295,8 @@ impl Core {
 
         // The audit line belongs to the transaction: written before the commit, or rolled back.
         let (target, proposal_id, challenge_id) = kind.record_ids();
-        let seq = match call.as_deref_mut() {
-            Some(c) => c.record_txn(TxnRecord {
+        let head = match call.as_deref_mut() {
+            Some(c) => c.record_txn_head(TxnRecord {
                 event: None,
                 outcome: Outcome::Ok,
                 code: None,
@@ -302,8 +307,8 @@ impl Core {
             }),
             None => self.recovered_record(v, intent),
         };
-        let seq = match seq {
-            Ok(s) => s,
+        let head = match head {
+            Ok(h) => h,
             Err(e) => {
                 let cause = match e {
                     GatewayError::Audit(_) | GatewayError::AuditUnavailable => {
@@ -317,19 +322,29 @@ impl Core {
         self.failpoint(kind, "after_audit");
 
         let fingerprint = self.fingerprint_after(v, intent, fp_before);
-        let committed = match self.commit_txn(v, at, intent, seq, fingerprint.as_deref()) {
+        let committed = match self.commit_txn(v, at, intent, &head, fingerprint.as_deref()) {
             Ok(c) => c,
             Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         };
         self.failpoint(kind, "after_commit");
         let index = self.after_commit(v, intent, committed.revision);
+        // SPEC §16: the commit is made after the engine's commit point; it never undoes it.
+        let git = self.drain_git(v);
+        let mut result = committed.result;
+        if let Value::Object(m) = &mut result {
+            m.insert("git".into(), Value::String(git.into()));
+        }
         self.maintain_if_due();
-        Ok(Committed { index, ..committed })
+        Ok(Committed {
+            index,
+            result,
+            ..committed
+        })
     }
 
     /// The audit record of a transaction recovery finishes: the one the interrupted call already
     /// wrote, if it got that far, else one `<kind>.recovered` record.
-    fn recovered_record(&self, v: &VaultHandle, intent: &Intent) -> Result<u64, GatewayError> {
+    fn recovered_record(&self, v: &VaultHandle, intent: &Intent) -> Result<inbox::AuditHead, GatewayError> {
         let a = &intent.audit;
         let (target, proposal_id, challenge_id) = intent.txn.record_ids();
         let found = self.audit.find_since(a.log_offset, |r| {
@@ -341,9 +356,12 @@ impl Core {
                 && (challenge_id.is_none() || r.challenge_id == challenge_id)
         })?;
         if let Some(r) = found {
-            return Ok(r.seq);
+            return Ok(inbox::AuditHead {
+                seq: r.seq,
+                hash: r.hash,
+            });
         }
-        self.append_audit(
+        self.append_audit_record(
             Entry {
                 event: intent.txn.recovered_event().into(),
                 actor: a.actor.clone(),
@@ -491,16 +509,22 @@ impl Core {
         v: &VaultHandle,
         at: &IntentAt,
         intent: &Intent,
-        seq: u64,
+        head: &inbox::AuditHead,
         fingerprint: Option<&str>,
     ) -> Result<Committed, GatewayError> {
         let a = &intent.audit;
+        let seq = head.seq;
         let writes = note_writes(intent);
-        let disk = fingerprint.map(|fingerprint| inbox::DiskAfter {
+        let at_time = rfc3339(time::OffsetDateTime::now_utc());
+        // SPEC §16: the change's row (and its git commit, queued) is part of this commit.
+        let row = self.change_row(v, intent, head, &at_time)?;
+        let change = row.as_new();
+        let disk_after = inbox::DiskAfter {
             fingerprint,
             writes: &writes,
-        });
-        let at_time = rfc3339(time::OffsetDateTime::now_utc());
+            change: Some(&change),
+        };
+        let disk = Some(&disk_after);
         let note_ops = &intent.ops[..intent.note_ops.min(intent.ops.len())];
         let history_json = serde_json::to_value(note_ops).map_err(internal)?;
         match (&intent.txn, at) {
@@ -522,6 +546,7 @@ impl Core {
                     archived_to: archived_to.clone(),
                     audit_seq: seq,
                     index: "updated".into(),
+                    git: row.git_at_commit().into(),
                     replayed: false,
                 };
                 let result = serde_json::to_value(&result).map_err(internal)?;
@@ -551,7 +576,7 @@ impl Core {
                             barrier: false,
                         }),
                         idem.as_ref(),
-                        disk.as_ref(),
+                        disk,
                     )?
                     .ok_or_else(|| {
                         GatewayError::Proposal(
@@ -577,6 +602,7 @@ impl Core {
                     undo_top: tops.undo,
                     redo_top: tops.redo,
                     transition_in_progress: false,
+                    git: None,
                 };
                 let result = serde_json::to_value(&result).map_err(internal)?;
                 let tool = crate::history::tool_name(*transition);
@@ -596,7 +622,7 @@ impl Core {
                         result: &result,
                         at: &at_time,
                         idempotency: idem,
-                        disk,
+                        disk: disk.copied(),
                     })?
                     .ok_or_else(|| {
                         GatewayError::Proposal(
@@ -668,7 +694,7 @@ impl Core {
                 }
                 let revision = self
                     .state
-                    .finish_challenge(challenge_id, &result, changed, disk.as_ref())?
+                    .finish_challenge(challenge_id, &result, changed, disk)?
                     .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
                 Ok(Committed {
                     revision,
@@ -840,6 +866,8 @@ impl Core {
         self.repair_applied_chain(v)?;
         self.finish_rejections(v)?;
         crate::critical::sweep_holds(self, v)?;
+        // SPEC §16: commits a crash or a busy repository left queued are made before any newer.
+        self.drain_git(v);
         Ok(())
     }
 
@@ -860,6 +888,8 @@ impl Core {
             proposal_hash: p.proposal_hash.clone(),
             history_id: String::new(),
             archived_to: String::new(),
+            reason: String::new(),
+            created_by: None,
         };
         self.append_applied_line(v, &txn, row.decided_by.as_deref().unwrap_or(""))
     }

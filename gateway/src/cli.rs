@@ -130,6 +130,33 @@ enum VaultCmd {
     Remove { id: String },
     /// Make a vault the default for clients that do not name one.
     SetDefault { id: String },
+    /// Commit every change vaultgate makes to a vault to its git repository (SPEC §16).
+    ///
+    /// `on` needs the vault folder inside a git work tree and adds `.vaultgate/` and the inbox
+    /// to the repository's `.git/info/exclude`. Each apply, undo, redo and executed critical call
+    /// then makes one commit of exactly the notes it wrote or removed (no hook, filter or signing
+    /// runs; nothing is pushed). While the repository is busy (another git's `index.lock`, a merge
+    /// or rebase) commits queue and are made at the next change or start. `off` refuses while
+    /// commits are queued unless `--drop-queue`.
+    Git {
+        /// The vault id.
+        id: String,
+        #[arg(value_enum)]
+        action: GitAction,
+        /// With `off`: turn git off even though commits are queued (they are never made).
+        #[arg(long)]
+        drop_queue: bool,
+        /// With `status`: one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum GitAction {
+    On,
+    Off,
+    Status,
 }
 
 #[derive(Args)]
@@ -154,6 +181,9 @@ struct VaultAddArgs {
     /// Make it the default vault.
     #[arg(long)]
     default: bool,
+    /// Commit every change vaultgate makes to the folder's git repository (as `vault git ID on`).
+    #[arg(long)]
+    git: bool,
 }
 
 #[derive(Args)]
@@ -519,7 +549,7 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             ));
             Ok(())
         }
-        Command::Vault(cmd) => vault_cmd(&home, cmd),
+        Command::Vault(cmd) => vault_cmd(&home, cmd, &user),
         Command::Serve { host, port, tunnel } => {
             let core = open_core(&home)?;
             let addr = crate::http::loopback_addr(&host, port.unwrap_or(core.config.server.port))?;
@@ -666,7 +696,7 @@ pub(crate) struct VaultAdd {
     pub default: bool,
 }
 
-fn vault_cmd(home: &Home, cmd: VaultCmd) -> Result<(), GatewayError> {
+fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
     match cmd {
         VaultCmd::Add(a) => {
             let vc = add_vault(
@@ -682,11 +712,42 @@ fn vault_cmd(home: &Home, cmd: VaultCmd) -> Result<(), GatewayError> {
                 },
             )?;
             out(&format!(
-                "added vault '{}' ({}) at {}\nnext: vaultgate token issue --name my-client",
+                "added vault '{}' ({}) at {}",
                 vc.id,
                 vc.name,
                 vc.path.display()
             ));
+            if a.git {
+                let core = open_core(home)?;
+                let v = core.vault_for_cli(Some(&vc.id))?;
+                let s = core.operator_git(&Operator::cli(user), &v, true, false)?;
+                out(&engine::changelog::describe_git(&s));
+            }
+            out("next: vaultgate token issue --name my-client");
+            Ok(())
+        }
+        VaultCmd::Git {
+            id,
+            action,
+            drop_queue,
+            json,
+        } => {
+            if drop_queue && action != GitAction::Off {
+                return Err(GatewayError::InvalidArgument(
+                    "--drop-queue goes with `off`".into(),
+                ));
+            }
+            let core = open_core(home)?;
+            let v = core.vault_for_cli(Some(&id))?;
+            let s = match action {
+                GitAction::Status => core.git_status(&v)?,
+                GitAction::On => core.operator_git(&Operator::cli(user), &v, true, false)?,
+                GitAction::Off => core.operator_git(&Operator::cli(user), &v, false, drop_queue)?,
+            };
+            if json {
+                return json_out(&s);
+            }
+            out(&engine::changelog::describe_git(&s));
             Ok(())
         }
         VaultCmd::List { json } => {

@@ -3,9 +3,9 @@
 //! resolves the vault through the call, and hands typed values to the engine.
 
 use engine::api::{
-    ApplyArgs, ListNotesArgs, ListProposalsArgs, ListTagsArgs, NoArgs, PathArgs, ProposalIdArgs,
-    ProposeDeleteArgs, ProposeMoveArgs, ProposeNewArgs, ProposePatchArgs, RecentArgs, RejectArgs,
-    SearchKnowledgeArgs, SearchNoteContentArgs, VaultArg,
+    ApplyArgs, ListNotesArgs, ListProposalsArgs, ListTagsArgs, NoArgs, NoteHistoryArgs, PathArgs,
+    ProposalIdArgs, ProposeDeleteArgs, ProposeMoveArgs, ProposeNewArgs, ProposePatchArgs, ReadNoteArgs,
+    RecentArgs, RejectArgs, SearchKnowledgeArgs, SearchNoteContentArgs, VaultArg,
 };
 use engine::core::PageCall;
 use engine::history::HistoryMoveArgs;
@@ -175,9 +175,17 @@ fn run(
             )?)
         }
         "read_note" => {
-            let a: PathArgs = parse(args)?;
+            let a: ReadNoteArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.read_note(&v, &a.path)?)
+            match a.hash.as_deref() {
+                Some(hash) => to_value(core.read_version(&v, &a.path, hash)?),
+                None => to_value(core.read_note(&v, &a.path)?),
+            }
+        }
+        "get_note_history" => {
+            let a: NoteHistoryArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.note_history(&v, &page, &a.path, a.limit, a.cursor.as_deref())?)
         }
         "list_notes" => {
             let a: ListNotesArgs = parse(args)?;

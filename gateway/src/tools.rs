@@ -70,10 +70,15 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Search note text",
             "Exact full-text search: a note matches when every term occurs in it (case-insensitive substring, works for CJK and short terms); returns matching lines with 1-based line numbers and snippets. When truncated (more hits, or the search time budget ran out), pass nextCursor as cursor for the next page (valid until the vault changes).",
         ),
-        read_tool::<PathArgs, r::ReadNote>(
+        read_tool::<ReadNoteArgs, r::ReadNote>(
             "read_note",
             "Read a note",
-            "The whole text of one note with its parsed frontmatter, title, SHA-256 hash (use it as baseHash when proposing a change), size and modification time.",
+            "The whole text of one note with its parsed frontmatter, title, SHA-256 hash (use it as baseHash when proposing a change), size and modification time. With `hash`, an earlier version that get_note_history lists for this path.",
+        ),
+        read_tool::<NoteHistoryArgs, engine::changelog::NoteHistoryOut>(
+            "get_note_history",
+            "A note's history",
+            "The changes vaultgate made to one note, newest first, following it back across moves: when, what kind, who, why, the history entry, the hashes before and after (read either with read_note {path, hash}) and the git commit where the vault has git on. When truncated, pass nextCursor as cursor for the next page.",
         ),
         read_tool::<ListNotesArgs, r::ListNotes>(
             "list_notes",

@@ -306,8 +306,9 @@ mod tests {
                 &result,
                 true,
                 Some(&crate::DiskAfter {
-                    fingerprint: "after",
-                    writes: &[]
+                    fingerprint: Some("after"),
+                    writes: &[],
+                    change: None
                 })
             )
             .unwrap(),
@@ -336,8 +337,9 @@ mod tests {
                 &json!({"removed": 0}),
                 false,
                 Some(&crate::DiskAfter {
-                    fingerprint: "fp",
-                    writes: &[]
+                    fingerprint: Some("fp"),
+                    writes: &[],
+                    change: None
                 })
             )
             .unwrap(),

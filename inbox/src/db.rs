@@ -193,6 +193,36 @@ const MIGRATIONS: &[&str] = &[
         nonce TEXT PRIMARY KEY,
         expires_at INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // 11: every change vaultgate commits, for `get_note_history` and git (SPEC §16). A row is
+    // written in the change's own commit; `git` is its commit's state: 'queued' rows are the git
+    // queue, made in `seq` order. `change_paths` finds a note's changes without a scan.
+    "CREATE TABLE vault_git (
+        vault TEXT PRIMARY KEY,
+        enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+        changed_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE changes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        vault TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        history_entry_id TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        ts TEXT NOT NULL,
+        audit_seq INTEGER NOT NULL,
+        notes_json TEXT NOT NULL,      -- [{path, from?, before, after}]
+        git TEXT NOT NULL CHECK (git IN ('off', 'queued', 'committed', 'dropped')),
+        git_json TEXT,                 -- the pending commit (author, message, files)
+        git_commit TEXT
+    );
+    CREATE INDEX changes_git_queue ON changes (vault, git, seq);
+    CREATE INDEX changes_by_audit ON changes (audit_seq);
+    CREATE TABLE change_paths (
+        vault TEXT NOT NULL,
+        path TEXT NOT NULL,
+        change_seq INTEGER NOT NULL,
+        PRIMARY KEY (vault, path, change_seq)
+    ) WITHOUT ROWID;",
 ];
 
 /// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with
@@ -200,23 +230,30 @@ const MIGRATIONS: &[&str] = &[
 /// the write once, as vaultgate's.
 #[derive(Debug, Clone, Copy)]
 pub struct DiskAfter<'a> {
-    pub fingerprint: &'a str,
+    pub fingerprint: Option<&'a str>,
     pub writes: &'a [(String, Option<String>)],
+    /// The change's row for `get_note_history` and the git queue (SPEC §16).
+    pub change: Option<&'a crate::changes::NewChange<'a>>,
 }
 
 /// Records `d` inside the caller's transaction.
 pub(crate) fn record_disk(tx: &Connection, vault: &str, d: &DiskAfter<'_>) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
-         ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
-    )?
-    .execute([vault, d.fingerprint])?;
+    if let Some(fingerprint) = d.fingerprint {
+        tx.prepare_cached(
+            "INSERT INTO vault_fingerprints (vault, fingerprint) VALUES (?1, ?2)
+             ON CONFLICT(vault) DO UPDATE SET fingerprint = excluded.fingerprint",
+        )?
+        .execute([vault, fingerprint])?;
+    }
     let mut put = tx.prepare_cached(
         "INSERT INTO vault_writes (vault, path, hash) VALUES (?1, ?2, ?3)
          ON CONFLICT (vault, path) DO UPDATE SET hash = excluded.hash",
     )?;
     for (path, hash) in d.writes {
         put.execute(rusqlite::params![vault, path, hash])?;
+    }
+    if let Some(c) = d.change {
+        crate::changes::insert_change(tx, vault, c)?;
     }
     Ok(())
 }

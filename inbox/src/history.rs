@@ -335,8 +335,9 @@ mod tests {
                 at: "t2",
                 idempotency: None,
                 disk: Some(crate::DiskAfter {
-                    fingerprint: "fp",
+                    fingerprint: Some("fp"),
                     writes: &[],
+                    change: None,
                 }),
             })
             .unwrap();

@@ -6,6 +6,7 @@
 
 mod approvals;
 mod challenges;
+mod changes;
 mod credentials;
 mod db;
 mod history;
@@ -17,6 +18,7 @@ mod recorded;
 mod review;
 
 pub use crate::challenges::{NewChallenge, StoredChallenge};
+pub use crate::changes::{Change, GitDone, NewChange};
 pub use crate::credentials::{Credential, CredentialId, NewCredential};
 pub use crate::db::{DiskAfter, State, StateError};
 pub use crate::history::{

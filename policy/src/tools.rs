@@ -51,6 +51,7 @@ pub const TOOLS: &[ToolSpec] = &[
     t("search_knowledge", ToolKind::Read),
     t("search_note_content", ToolKind::Read),
     t("read_note", ToolKind::Read),
+    t("get_note_history", ToolKind::Read),
     t("list_notes", ToolKind::Read),
     t("list_standards", ToolKind::Read),
     t("list_tags", ToolKind::Read),

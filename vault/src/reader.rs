@@ -167,6 +167,28 @@ impl Vault {
         })
     }
 
+    /// `read_note {hash}` (SPEC §16): an earlier version's `bytes`, read as `read_note` reads the
+    /// file (the read policy on `path`, UTF-8, the size limit); `modified` is when it was written.
+    pub fn read_version(&self, path: &str, bytes: Vec<u8>, modified: String) -> Result<ReadNote, VaultError> {
+        let path = VaultPath::parse(path)?;
+        self.fs.layout().check_read(&path)?;
+        if bytes.len() as u64 > crate::fs::MAX_READ_BYTES {
+            return Err(FsError::TooLarge.into());
+        }
+        let text = String::from_utf8(bytes).map_err(|_| FsError::NotText)?;
+        let note = Note::parse(&text, stem(path.file_name()));
+        Ok(ReadNote {
+            path: path.to_string(),
+            title: note.title,
+            frontmatter_error: note.frontmatter_error.as_ref().map(ToString::to_string),
+            frontmatter: note.frontmatter_error.is_none().then_some(note.frontmatter),
+            hash: hex::encode(Sha256::digest(text.as_bytes())),
+            bytes: text.len() as u64,
+            content: text,
+            modified,
+        })
+    }
+
     /// `list_notes`: one folder level, folders first, then files, each by path; the page after
     /// `after`, and where the next one starts.
     pub fn list_notes_page(

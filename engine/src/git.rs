@@ -1,0 +1,639 @@
+//! The seam to a vault's git repository (SPEC §16), through the `git` CLI's plumbing.
+//!
+//! SECURITY(T-GIT1): nothing here may run a program or prompt on the user's behalf. Every command
+//! runs with an empty environment (no inherited `GIT_*`, no system or global configuration), with
+//! hooks pointed at nothing (plumbing fires some: `reference-transaction`, `post-index-change`),
+//! no fsmonitor, no signing, no auto-gc, and never reads a work-tree file (blobs are written from
+//! bytes with `--no-filters`, so no clean/smudge filter runs). Every output is bounded, every
+//! command has a deadline. Nothing is ever pushed or fetched.
+//!
+//! A commit is built from a parent's tree plus exactly the changed paths (only the folders on
+//! their way are rewritten: the cost follows the change, not the repository), and only the index
+//! entries of exactly those paths are touched.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A bound on any one git command: a repository on a hung disk must not hold the write lock.
+const DEADLINE: Duration = Duration::from_secs(30);
+/// The most any command may print (a tree listing of a huge folder, a note's blob).
+const MAX_OUTPUT: usize = 64 << 20;
+
+/// Configuration given on every command line; it wins over the repository's own.
+const OVERRIDES: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "commit.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "credential.helper=",
+    "core.sshCommand=",
+    "protocol.allow=never",
+    "trace2.normalTarget=0",
+    "trace2.perfTarget=0",
+    "trace2.eventTarget=0",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// The repository cannot take a commit now; the commit waits in the queue.
+    #[error("the repository is busy: {0}")]
+    Busy(String),
+    #[error("git {command} failed: {detail}")]
+    Failed { command: String, detail: String },
+    #[error("git could not be run: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// A file of a commit: its mode and blob id, or `None` for a path the commit removes.
+pub type TreeEntry = Option<(String, String)>;
+
+/// The regular-file mode of a note.
+pub const FILE_MODE: &str = "100644";
+
+/// A vault's repository: the work tree holding the vault folder.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    program: PathBuf,
+    top: PathBuf,
+    git_dir: PathBuf,
+    /// The vault folder relative to the work tree, with a trailing `/` (or empty).
+    prefix: String,
+}
+
+/// What `git` to run; the edge may name one, else `git` is looked up by the OS.
+#[derive(Debug, Clone)]
+pub struct Program(pub PathBuf);
+
+impl Default for Program {
+    fn default() -> Self {
+        Program(PathBuf::from("git"))
+    }
+}
+
+fn base_command(program: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
+        .env("LC_ALL", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .arg("-C")
+        .arg(dir);
+    for o in OVERRIDES {
+        cmd.arg("-c").arg(o);
+    }
+    cmd
+}
+
+/// Runs `cmd` with `input` on stdin, bounded in time and output; the stdout on success.
+fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(GitError::Spawn)?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // Every command used here reads all its input before it writes: no deadlock.
+        let _ = stdin.write_all(bytes);
+    }
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(e) = stderr {
+            let _ = e.take(8 << 10).read_to_end(&mut buf);
+        }
+        buf
+    });
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(o) = stdout {
+            let _ = o.take(MAX_OUTPUT as u64 + 1).read_to_end(&mut buf);
+        }
+        buf
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(GitError::Spawn)? {
+            Some(s) => break s,
+            None if start.elapsed() > DEADLINE => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(GitError::Failed {
+                    command: what.into(),
+                    detail: format!("no answer within {}s", DEADLINE.as_secs()),
+                });
+            }
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
+    let out = out_reader.join().unwrap_or_default();
+    let err = err_reader.join().unwrap_or_default();
+    if out.len() > MAX_OUTPUT {
+        return Err(GitError::Failed {
+            command: what.into(),
+            detail: "output over the limit".into(),
+        });
+    }
+    if !status.success() {
+        let detail = policy::text::escape_line(String::from_utf8_lossy(&err).trim());
+        if detail.contains(".lock") && (detail.contains("File exists") || detail.contains("cannot lock")) {
+            return Err(GitError::Busy(format!(
+                "another git process holds a lock ({detail})"
+            )));
+        }
+        return Err(GitError::Failed {
+            command: what.into(),
+            detail,
+        });
+    }
+    Ok(out)
+}
+
+fn text(out: Vec<u8>) -> String {
+    String::from_utf8_lossy(&out).trim_end_matches('\n').to_owned()
+}
+
+/// One entry of a tree listing: mode, type, id.
+type Listed = (String, String, String);
+
+impl Repo {
+    /// The repository whose work tree holds `vault_root`; `None` when it is in none.
+    pub fn discover(program: &Program, vault_root: &Path) -> Result<Option<Repo>, GitError> {
+        let mut cmd = base_command(&program.0, vault_root);
+        cmd.args([
+            "rev-parse",
+            "--is-inside-work-tree",
+            "--show-toplevel",
+            "--absolute-git-dir",
+            "--show-prefix",
+        ]);
+        let out = match run(cmd, "rev-parse", None) {
+            Ok(o) => text(o),
+            Err(GitError::Failed { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut lines = out.lines();
+        if lines.next() != Some("true") {
+            return Ok(None);
+        }
+        let (Some(top), Some(git_dir)) = (lines.next(), lines.next()) else {
+            return Ok(None);
+        };
+        let prefix = lines.next().unwrap_or("").to_owned();
+        Ok(Some(Repo {
+            program: program.0.clone(),
+            top: PathBuf::from(top),
+            git_dir: PathBuf::from(git_dir),
+            prefix,
+        }))
+    }
+
+    /// The work tree's top folder.
+    pub fn top(&self) -> &Path {
+        &self.top
+    }
+
+    /// A vault path as the repository names it.
+    pub fn repo_path(&self, vault_path: &str) -> String {
+        format!("{}{vault_path}", self.prefix)
+    }
+
+    fn git(&self) -> Command {
+        base_command(&self.program, &self.top)
+    }
+
+    /// Why a commit cannot be made now, if it cannot: another process's lock, or a merge,
+    /// rebase, cherry-pick or revert in progress (its state must not be committed over).
+    pub fn busy(&self) -> Option<String> {
+        let d = &self.git_dir;
+        let checks: [(&str, &str); 7] = [
+            (
+                "index.lock",
+                "another git process holds the index lock (.git/index.lock)",
+            ),
+            ("HEAD.lock", "another git process holds HEAD's lock"),
+            ("MERGE_HEAD", "a merge is in progress"),
+            ("rebase-merge", "a rebase is in progress"),
+            ("rebase-apply", "a rebase or am is in progress"),
+            ("CHERRY_PICK_HEAD", "a cherry-pick is in progress"),
+            ("REVERT_HEAD", "a revert is in progress"),
+        ];
+        checks
+            .iter()
+            .find(|(f, _)| d.join(f).symlink_metadata().is_ok())
+            .map(|(_, why)| (*why).to_owned())
+    }
+
+    /// The commit `HEAD` names; `None` on an unborn branch.
+    pub fn head(&self) -> Result<Option<String>, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["rev-parse", "-q", "--verify", "HEAD^{commit}"]);
+        match run(cmd, "rev-parse HEAD", None) {
+            Ok(o) => Ok(Some(text(o))),
+            Err(GitError::Failed { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stores `bytes` as a blob, exactly (no filter runs); its id.
+    pub fn write_blob(&self, bytes: &[u8]) -> Result<String, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["hash-object", "-w", "--no-filters", "--stdin"]);
+        Ok(text(run(cmd, "hash-object", Some(bytes))?))
+    }
+
+    /// The blob id at `path` (a repository path) in `rev`'s tree, if a regular file is there.
+    pub fn blob_id(&self, rev: &str, path: &str) -> Result<Option<String>, GitError> {
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((d, n)) => (Some(d), n),
+            None => (None, path),
+        };
+        let tree = match dir {
+            Some(d) => format!("{rev}:{d}"),
+            None => format!("{rev}^{{tree}}"),
+        };
+        let Some(entries) = self.ls_tree_opt(&tree)? else {
+            return Ok(None);
+        };
+        Ok(entries
+            .get(name)
+            .filter(|(mode, kind, _)| kind == "blob" && mode.starts_with("100"))
+            .map(|(_, _, id)| id.clone()))
+    }
+
+    /// A blob's bytes, at most `limit`.
+    pub fn read_blob(&self, id: &str, limit: usize) -> Result<Option<Vec<u8>>, GitError> {
+        if !id.bytes().all(|b| b.is_ascii_hexdigit()) || id.is_empty() {
+            return Ok(None);
+        }
+        let mut cmd = self.git();
+        cmd.args(["cat-file", "blob", id]);
+        match run(cmd, "cat-file", None) {
+            Ok(o) if o.len() <= limit => Ok(Some(o)),
+            Ok(_) => Ok(None),
+            Err(GitError::Failed { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn ls_tree_opt(&self, treeish: &str) -> Result<Option<BTreeMap<String, Listed>>, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["ls-tree", "-z", "--full-tree", treeish]);
+        let out = match run(cmd, "ls-tree", None) {
+            Ok(o) => o,
+            Err(GitError::Failed { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut map = BTreeMap::new();
+        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let rec = String::from_utf8_lossy(rec);
+            let Some((meta, name)) = rec.split_once('\t') else {
+                continue;
+            };
+            let mut it = meta.split(' ');
+            if let (Some(mode), Some(kind), Some(id)) = (it.next(), it.next(), it.next()) {
+                map.insert(name.to_owned(), (mode.to_owned(), kind.to_owned(), id.to_owned()));
+            }
+        }
+        Ok(Some(map))
+    }
+
+    fn mktree(&self, entries: &BTreeMap<String, Listed>) -> Result<String, GitError> {
+        let mut input = Vec::new();
+        for (name, (mode, kind, id)) in entries {
+            input.extend_from_slice(format!("{mode} {kind} {id}\t{name}").as_bytes());
+            input.push(0);
+        }
+        let mut cmd = self.git();
+        cmd.args(["mktree", "-z"]);
+        Ok(text(run(cmd, "mktree", Some(&input))?))
+    }
+
+    /// The tree of `base` (a tree id; `None`: empty) with `changes` (repository paths) made.
+    pub fn tree_with(
+        &self,
+        base: Option<&str>,
+        changes: &BTreeMap<String, TreeEntry>,
+    ) -> Result<String, GitError> {
+        let parts: Vec<(Vec<&str>, &TreeEntry)> =
+            changes.iter().map(|(p, e)| (p.split('/').collect(), e)).collect();
+        let refs: Vec<(&[&str], &TreeEntry)> = parts.iter().map(|(p, e)| (p.as_slice(), *e)).collect();
+        match self.edit(base, &refs, true)? {
+            Some(id) => Ok(id),
+            None => self.mktree(&BTreeMap::new()),
+        }
+    }
+
+    /// Rewrites one folder; `None` when it ends empty (and is not the root).
+    fn edit(
+        &self,
+        tree: Option<&str>,
+        changes: &[(&[&str], &TreeEntry)],
+        root: bool,
+    ) -> Result<Option<String>, GitError> {
+        let mut entries = match tree {
+            Some(t) => self.ls_tree_opt(t)?.unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
+        let mut deeper: BTreeMap<&str, Vec<(&[&str], &TreeEntry)>> = BTreeMap::new();
+        for (parts, entry) in changes {
+            match parts {
+                [] => {}
+                [name] => match entry {
+                    Some((mode, id)) => {
+                        entries.insert((*name).to_owned(), (mode.clone(), "blob".into(), id.clone()));
+                    }
+                    None => {
+                        entries.remove(*name);
+                    }
+                },
+                [name, rest @ ..] => deeper.entry(name).or_default().push((rest, entry)),
+            }
+        }
+        for (name, sub) in deeper {
+            let current = entries
+                .get(name)
+                .filter(|(_, kind, _)| kind == "tree")
+                .map(|(_, _, id)| id.clone());
+            match self.edit(current.as_deref(), &sub, false)? {
+                Some(id) => {
+                    entries.insert(name.to_owned(), ("040000".into(), "tree".into(), id));
+                }
+                None => {
+                    entries.remove(name);
+                }
+            }
+        }
+        if entries.is_empty() && !root {
+            return Ok(None);
+        }
+        self.mktree(&entries).map(Some)
+    }
+
+    /// The tree id of commit `rev`.
+    pub fn tree_of(&self, rev: &str) -> Result<String, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["rev-parse", "--verify", &format!("{rev}^{{tree}}")]);
+        Ok(text(run(cmd, "rev-parse tree", None)?))
+    }
+
+    /// A commit object (never signed); its id.
+    pub fn commit_tree(
+        &self,
+        tree: &str,
+        parent: Option<&str>,
+        message: &str,
+        who: &Identity,
+    ) -> Result<String, GitError> {
+        let mut cmd = self.git();
+        cmd.env("GIT_AUTHOR_NAME", &who.author_name)
+            .env("GIT_AUTHOR_EMAIL", &who.author_email)
+            .env("GIT_AUTHOR_DATE", &who.author_date)
+            .env("GIT_COMMITTER_NAME", "vaultgate")
+            .env("GIT_COMMITTER_EMAIL", "vaultgate@vaultgate.invalid")
+            .args(["commit-tree", "--no-gpg-sign", tree]);
+        if let Some(p) = parent {
+            cmd.args(["-p", p]);
+        }
+        cmd.args(["-F", "-"]);
+        Ok(text(run(cmd, "commit-tree", Some(message.as_bytes()))?))
+    }
+
+    /// Sets the index entries of exactly `entries` (repository paths); every other entry stays.
+    pub fn set_index(&self, entries: &BTreeMap<String, TreeEntry>) -> Result<(), GitError> {
+        const ZERO: &str = "0000000000000000000000000000000000000000";
+        let mut input = Vec::new();
+        for (path, e) in entries {
+            match e {
+                Some((mode, id)) => input.extend_from_slice(format!("{mode} {id}\t{path}").as_bytes()),
+                None => input.extend_from_slice(format!("0 {ZERO}\t{path}").as_bytes()),
+            }
+            input.push(0);
+        }
+        let mut cmd = self.git();
+        cmd.args(["update-index", "-z", "--index-info"]);
+        run(cmd, "update-index", Some(&input)).map(|_| ())
+    }
+
+    /// Moves `HEAD` (its branch) from `old` to `new`; false when it is no longer at `old`.
+    pub fn update_head(&self, new: &str, old: Option<&str>, reason: &str) -> Result<bool, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["update-ref", "-m", reason, "HEAD", new]);
+        // An empty old value: HEAD's branch must not exist yet.
+        cmd.arg(old.unwrap_or(""));
+        match run(cmd, "update-ref", None) {
+            Ok(_) => Ok(true),
+            Err(GitError::Busy(why)) => Err(GitError::Busy(why)),
+            Err(GitError::Failed { detail, .. })
+                if detail.contains("but expected") || detail.contains("already exists") =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A commit's full message.
+    pub fn message(&self, commit: &str) -> Result<String, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["cat-file", "commit", commit]);
+        let raw = String::from_utf8_lossy(&run(cmd, "cat-file commit", None)?).into_owned();
+        Ok(raw
+            .split_once("\n\n")
+            .map(|(_, m)| m.to_owned())
+            .unwrap_or_default())
+    }
+
+    /// Adds `patterns` to the repository's `info/exclude` where missing.
+    pub fn exclude(&self, patterns: &[String]) -> Result<(), GitError> {
+        let mut cmd = self.git();
+        cmd.args(["rev-parse", "--git-path", "info/exclude"]);
+        let path = PathBuf::from(text(run(cmd, "rev-parse --git-path", None)?));
+        let path = if path.is_absolute() {
+            path
+        } else {
+            self.top.join(path)
+        };
+        let io = |e: std::io::Error| GitError::Failed {
+            command: "info/exclude".into(),
+            detail: e.to_string(),
+        };
+        let current = match std::fs::read_to_string(&path) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io(e)),
+        };
+        let missing: Vec<&String> = patterns
+            .iter()
+            .filter(|p| !current.lines().any(|l| l.trim() == p.as_str()))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        let mut add = String::new();
+        if !current.is_empty() && !current.ends_with('\n') {
+            add.push('\n');
+        }
+        add.push_str("# vaultgate's own data (vaultgate vault git … on)\n");
+        for p in missing {
+            add.push_str(p);
+            add.push('\n');
+        }
+        f.write_all(add.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)
+    }
+
+    /// An exclude pattern anchored at the vault folder.
+    pub fn anchored(&self, vault_path: &str) -> String {
+        format!("/{}{vault_path}/", self.prefix)
+    }
+}
+
+/// Who a commit is by.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub author_name: String,
+    pub author_email: String,
+    /// RFC 3339; git reads it.
+    pub author_date: String,
+}
+
+/// A name fit for an author line: no `<`, `>`, newline or control character (git would cut or
+/// refuse them, and they could forge the line).
+pub fn clean_name(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c == '<' || c == '>' || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    let out = out.trim().to_owned();
+    if out.is_empty() { "unknown".into() } else { out }
+}
+
+/// The local part of an author email: only `[A-Za-z0-9._-]`.
+pub fn clean_email_local(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if out.is_empty() { "unknown".into() } else { out }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    #[test]
+    fn a_tree_edit_touches_exactly_its_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        std::fs::create_dir_all(d.join("v/sub")).unwrap();
+        std::fs::write(d.join("v/sub/a.md"), "a").unwrap();
+        std::fs::write(d.join("v/b.md"), "b").unwrap();
+        std::fs::write(d.join("top.txt"), "t").unwrap();
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", "base"]);
+        let repo = Repo::discover(&Program::default(), &d.join("v"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(repo.repo_path("x.md"), "v/x.md");
+        let head = repo.head().unwrap().unwrap();
+        let blob = repo.write_blob(b"new").unwrap();
+        let mut changes = BTreeMap::new();
+        changes.insert(repo.repo_path("sub/a.md"), None);
+        changes.insert(
+            repo.repo_path("deep/er/c.md"),
+            Some((FILE_MODE.to_owned(), blob.clone())),
+        );
+        let tree = repo
+            .tree_with(Some(&repo.tree_of(&head).unwrap()), &changes)
+            .unwrap();
+        let who = Identity {
+            author_name: clean_name("agent <x>"),
+            author_email: "c1@vaultgate.invalid".into(),
+            author_date: "2026-01-01T00:00:00Z".into(),
+        };
+        let commit = repo.commit_tree(&tree, Some(&head), "patch x\n", &who).unwrap();
+        assert!(repo.update_head(&commit, Some(&head), "vaultgate").unwrap());
+        assert!(
+            !repo.update_head(&commit, Some(&head), "vaultgate").unwrap(),
+            "CAS"
+        );
+        let files = git(d, &["ls-tree", "-r", "--name-only", "HEAD"]);
+        assert_eq!(
+            files.lines().collect::<Vec<_>>(),
+            ["top.txt", "v/b.md", "v/deep/er/c.md"]
+        );
+        assert_eq!(
+            git(d, &["log", "-1", "--format=%an <%ae>|%cn"]),
+            "agent _x_ <c1@vaultgate.invalid>|vaultgate"
+        );
+        assert_eq!(
+            repo.blob_id("HEAD", "v/deep/er/c.md").unwrap(),
+            Some(blob.clone())
+        );
+        assert_eq!(repo.read_blob(&blob, 10).unwrap().unwrap(), b"new");
+        assert_eq!(repo.blob_id("HEAD", "v/sub/a.md").unwrap(), None);
+        repo.set_index(&changes).unwrap();
+        assert_eq!(git(d, &["diff", "--cached", "--name-only"]), "");
+        assert!(repo.busy().is_none());
+        std::fs::write(d.join(".git/index.lock"), "").unwrap();
+        assert!(repo.busy().is_some());
+        assert!(matches!(repo.set_index(&changes), Err(GitError::Busy(_))));
+    }
+
+    #[test]
+    fn a_folder_outside_any_work_tree_has_no_repo() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Repo::discover(&Program::default(), dir.path()).unwrap().is_none());
+    }
+}
