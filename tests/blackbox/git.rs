@@ -206,7 +206,18 @@ impl Lab {
     }
 
     fn user_commit_all(&self, message: &str) {
-        self.git(&["add", "-A", "--", ".", ":(exclude)inbox", ":(exclude).vaultgate"]);
+        self.git(&["add", "-A"]);
+        // Whatever the exclude file says (test 7 checks it), the user commits notes only.
+        self.git(&[
+            "rm",
+            "-r",
+            "-q",
+            "--cached",
+            "--ignore-unmatch",
+            "--",
+            "inbox",
+            ".vaultgate",
+        ]);
         self.git(&["commit", "-q", "--allow-empty", "-m", message]);
     }
 
@@ -1310,18 +1321,34 @@ const HOOKS: [&str; 12] = [
     "fsmonitor-watchman",
 ];
 
-/// A hooks folder whose every hook touches `markers/<prefix>-<hook>`.
+/// Shell lines that record, in `marker`, that the script ran and which process ran it.
+fn mark(marker: &Path) -> String {
+    format!(
+        "echo \"$0 $* <- $(ps -o args= -p $PPID 2>/dev/null)\" >> '{}'",
+        marker.display()
+    )
+}
+
+/// A hooks folder whose every hook marks `markers/<prefix>-<hook>`.
 fn trap_hooks(dir: &Path, markers: &Path, prefix: &str) {
     for hook in HOOKS {
         let m = markers.join(format!("{prefix}-{hook}"));
-        write_script(&dir.join(hook), &format!("touch '{}'\nexit 0", m.display()));
+        write_script(&dir.join(hook), &format!("{}\nexit 0", mark(&m)));
     }
 }
 
+/// Every marker left, with what it recorded (the script and the process that ran it).
 fn markers_left(markers: &Path) -> Vec<String> {
     std::fs::read_dir(markers)
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            let e = e.unwrap();
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                std::fs::read_to_string(e.path()).unwrap_or_default().trim()
+            )
+        })
         .collect()
 }
 
@@ -1360,10 +1387,7 @@ async fn no_hook_filter_fsmonitor_or_signing_program_of_the_repository_runs() {
     trap_hooks(&git_dir.join("hooks"), &markers, "repo");
     let trap = |name: &str, tail: &str| {
         let script = lab.env.tmp.path().join("traps").join(name);
-        write_script(
-            &script,
-            &format!("touch '{}'\n{tail}", markers.join(name).display()),
-        );
+        write_script(&script, &format!("{}\n{tail}", mark(&markers.join(name))));
         script.display().to_string()
     };
     let gpg = trap("gpg", "exit 1");
@@ -1430,10 +1454,7 @@ async fn no_global_config_or_git_environment_of_the_user_reaches_git() {
     let env_hooks = lab.env.tmp.path().join("env-hooks");
     trap_hooks(&env_hooks, &markers, "env");
     let gpg = lab.env.tmp.path().join("traps/gpg");
-    write_script(
-        &gpg,
-        &format!("touch '{}'\nexit 1", markers.join("gpg").display()),
-    );
+    write_script(&gpg, &format!("{}\nexit 1", mark(&markers.join("gpg"))));
     let config = format!(
         "[core]\n\thooksPath = {}\n\tfsmonitor = {}\n[commit]\n\tgpgsign = true\n[gpg]\n\tprogram = {}\n[user]\n\tname = Global Intruder\n\temail = intruder@example.invalid\n",
         global_hooks.display(),
