@@ -9,6 +9,7 @@ mod audit_closed;
 mod browser;
 mod crash;
 mod critical;
+mod git;
 mod history;
 mod http;
 mod index;
