@@ -67,6 +67,8 @@ pub struct Repo {
     /// runs a clean filter even from `update-index --index-info`, when it re-checks a "racily
     /// clean" entry of the user's index against its work-tree file.
     no_filters: Vec<String>,
+    /// The all-zero object id of the repository's hash (SHA-1 or SHA-256).
+    null_id: String,
 }
 
 /// What `git` to run; the edge may name one, else `git` is looked up by the OS.
@@ -176,6 +178,7 @@ impl Repo {
         let mut cmd = base_command(&program.0, vault_root);
         cmd.args([
             "rev-parse",
+            "--show-object-format",
             "--is-inside-work-tree",
             "--show-toplevel",
             "--absolute-git-dir",
@@ -187,6 +190,10 @@ impl Repo {
             Err(e) => return Err(e),
         };
         let mut lines = out.lines();
+        let null_id = match lines.next() {
+            Some("sha256") => "0".repeat(64),
+            _ => "0".repeat(40),
+        };
         if lines.next() != Some("true") {
             return Ok(None);
         }
@@ -225,6 +232,7 @@ impl Repo {
             git_dir: PathBuf::from(git_dir),
             prefix,
             no_filters,
+            null_id,
         }))
     }
 
@@ -445,12 +453,12 @@ impl Repo {
 
     /// Sets the index entries of exactly `entries` (repository paths); every other entry stays.
     pub fn set_index(&self, entries: &BTreeMap<String, TreeEntry>) -> Result<(), GitError> {
-        const ZERO: &str = "0000000000000000000000000000000000000000";
+        let zero = &self.null_id;
         let mut input = Vec::new();
         for (path, e) in entries {
             match e {
                 Some((mode, id)) => input.extend_from_slice(format!("{mode} {id}\t{path}").as_bytes()),
-                None => input.extend_from_slice(format!("0 {ZERO}\t{path}").as_bytes()),
+                None => input.extend_from_slice(format!("0 {zero}\t{path}").as_bytes()),
             }
             input.push(0);
         }
@@ -693,6 +701,38 @@ mod tests {
         changes.insert("b.md".to_owned(), Some((FILE_MODE.to_owned(), blob)));
         repo.set_index(&changes).unwrap();
         assert!(!marker.exists(), "the repository's clean filter ran");
+    }
+
+    #[test]
+    fn a_sha256_repository_gets_its_commit_and_its_removals() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main", "--object-format=sha256"]);
+        std::fs::write(d.join("a.md"), "a").unwrap();
+        git(d, &["add", "a.md"]);
+        git(d, &["commit", "-q", "-m", "base"]);
+        let repo = Repo::discover(&Program::default(), d).unwrap().unwrap();
+        let head = repo.head().unwrap().unwrap();
+        assert_eq!(head.len(), 64);
+        let mut changes = BTreeMap::new();
+        changes.insert("a.md".to_owned(), None);
+        changes.insert(
+            "b.md".to_owned(),
+            Some((FILE_MODE.to_owned(), repo.write_blob(b"b").unwrap())),
+        );
+        let tree = repo
+            .tree_with(Some(&repo.tree_of(&head).unwrap()), &changes)
+            .unwrap();
+        let who = Identity {
+            author_name: "a".into(),
+            author_email: "a@vaultgate.invalid".into(),
+            author_date: "2026-01-01T00:00:00Z".into(),
+        };
+        let c = repo.commit_tree(&tree, Some(&head), "m\n", &who).unwrap();
+        repo.set_index(&changes).unwrap();
+        assert!(repo.update_head(&c, Some(&head), "vaultgate").unwrap());
+        assert_eq!(git(d, &["ls-files"]), "b.md");
+        assert_eq!(git(d, &["ls-tree", "--name-only", "HEAD"]), "b.md");
     }
 
     #[test]

@@ -130,7 +130,7 @@ enum VaultCmd {
     Remove { id: String },
     /// Make a vault the default for clients that do not name one.
     SetDefault { id: String },
-    /// Commit every change vaultgate makes to a vault to its git repository (SPEC §16).
+    /// Commit every change vaultgate makes to a vault to its git repository.
     ///
     /// `on` needs the vault folder inside a git work tree and adds `.vaultgate/` and the inbox
     /// to the repository's `.git/info/exclude`. Each apply, undo, redo and executed critical call
