@@ -893,6 +893,38 @@ fn writes_paragraph(s: &mut String, sizes: &[&SizeResult]) {
             p50("floor/in-process/write+fsync+rename/new-note/1"),
         );
     }
+    if sizes
+        .iter()
+        .any(|z| z.find("vaultgate/stdio+git/propose+apply/new-note/1").is_some())
+    {
+        let _ = writeln!(
+            s,
+            "\n**Writes with git on** (measured). The same sequential stdio propose+apply after `git init`, \
+             `vaultgate vault git bench on` and one commit of the whole vault by the user; each apply then also makes \
+             one git commit (plumbing: a blob, the trees on the note's path, the commit, its index entry, the ref).\n"
+        );
+        let _ = writeln!(
+            s,
+            "| notes | apply p50, git off | apply p50, git on | pairs/s, git off | pairs/s, git on | the user's first commit |"
+        );
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
+        for z in sizes {
+            let row = |k: &str| z.find(k);
+            let p50 = |k: &str| row(k).map_or("—".to_owned(), |r| format!("{} ms", ms(r.s.p50_ms)));
+            let per_sec = |k: &str| row(k).map_or("—".to_owned(), |r| rate(r.s.per_sec));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                thousands(z.notes),
+                p50("vaultgate/stdio/apply_proposal/new-note/1"),
+                p50("vaultgate/stdio+git/apply_proposal/new-note/1"),
+                per_sec(seq),
+                per_sec("vaultgate/stdio+git/propose+apply/new-note/1"),
+                z.num("git_first_commit_s")
+                    .map_or("—".to_owned(), |n| format!("{n:.1} s")),
+            );
+        }
+    }
     let mut notes = Vec::new();
     for z in sizes {
         for tr in ["HTTP", "stdio"] {

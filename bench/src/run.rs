@@ -1158,6 +1158,63 @@ async fn writes(
     floor(cfg, base, &g.plain_note(g.n + 1_000_000), r).await;
     concurrent_writes(cfg, gate, server, g, r).await;
     sync_counts(gate, g, base.parent(), r).await;
+    git_writes(cfg, gate, g, r).await;
+}
+
+/// The sequential stdio propose+apply again with the vault in a git work tree and git on: what
+/// one commit per apply adds at this vault size (it should not grow with the vault: the commit
+/// rewrites only the folders on the changed path). Turned off again afterwards.
+async fn git_writes(cfg: &Config, gate: &Gate, g: &Generator, r: &mut SizeResult) {
+    let git = |args: &[&str]| -> Result<String, String> {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&gate.vault)
+            .args(["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"])
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .map_err(|e| format!("git {args:?}: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(format!(
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    let t = Instant::now();
+    let setup = git(&["init", "-q"])
+        .and_then(|_| gate.cli(&["vault", "git", crate::vaultgate::VAULT_ID, "on"]))
+        .and_then(|_| git(&["add", "-A"]))
+        .and_then(|_| git(&["commit", "-q", "-m", "the generated vault"]));
+    if let Err(e) = setup {
+        r.check(format!("git on: setting up the repository failed: {e}"));
+        return;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    r.fact(
+        "git_first_commit_s",
+        "`git init`, `vault git on`, `git add -A`, `git commit` of the whole vault (once, by the user)",
+        format!("{secs:.1} s"),
+        Some(secs),
+    );
+    let before = git(&["rev-list", "--count", "HEAD"]).unwrap_or_default();
+    match gate.stdio("writer-git").await {
+        Ok(c) => {
+            propose_apply(cfg, &c, "stdio+git", g, r).await;
+            c.close().await;
+        }
+        Err(e) => r.check(format!("starting the git writer failed: {e}")),
+    }
+    let after = git(&["rev-list", "--count", "HEAD"]).unwrap_or_default();
+    if before == after {
+        r.check("git on: no apply made a commit".to_owned());
+    }
+    if let Err(e) = gate.cli(&["vault", "git", crate::vaultgate::VAULT_ID, "off"]) {
+        r.check(format!("git off: {e}"));
+    }
 }
 
 /// `WRITERS` clients each loop propose_new_note + apply_proposal of their own new notes; a pair
