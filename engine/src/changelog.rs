@@ -605,11 +605,7 @@ impl Core {
     pub(crate) fn git_on(&self, v: &VaultHandle) -> Result<GitStatus, GatewayError> {
         let root = v.reader.fs().root().to_path_buf();
         let Some(repo) = self.repo_of(v).map_err(git_error)? else {
-            return Err(GatewayError::InvalidArgument(format!(
-                "{} is not in a git work tree: run `git init` there (or in a folder above it), then `vaultgate vault git {} on` again",
-                root.display(),
-                v.id
-            )));
+            return Err(not_a_work_tree(&root, Some(&v.id)));
         };
         let inbox = v.layout().inbox.to_string();
         repo.exclude(&[repo.anchored(vault::write::MACHINE_DIR), repo.anchored(&inbox)])
@@ -903,6 +899,25 @@ pub struct GitStatus {
     /// Why a commit could not be made now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busy: Option<String>,
+}
+
+/// `vault add --git`: refused, with the next step, when `folder` is in no git work tree.
+pub fn check_work_tree(folder: &std::path::Path) -> Result<(), GatewayError> {
+    match Repo::discover(&crate::git::Program::default(), folder).map_err(git_error)? {
+        Some(_) => Ok(()),
+        None => Err(not_a_work_tree(folder, None)),
+    }
+}
+
+fn not_a_work_tree(folder: &std::path::Path, id: Option<&str>) -> GatewayError {
+    let again = match id {
+        Some(id) => format!("`vaultgate vault git {id} on`"),
+        None => "the command".to_owned(),
+    };
+    GatewayError::InvalidArgument(format!(
+        "{} is not in a git work tree: run `git init` there (or in a folder above it), then {again} again",
+        folder.display()
+    ))
 }
 
 /// The text `vault git ID …` prints.

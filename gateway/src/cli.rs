@@ -699,6 +699,10 @@ pub(crate) struct VaultAdd {
 fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
     match cmd {
         VaultCmd::Add(a) => {
+            // `--git` outside a work tree is refused before anything is registered.
+            if a.git {
+                engine::changelog::check_work_tree(&a.path)?;
+            }
             let vc = add_vault(
                 home,
                 VaultAdd {

@@ -1862,6 +1862,20 @@ async fn vault_git_on_needs_a_work_tree_and_excludes_the_machine_folders() {
         "the first vault got nothing"
     );
     c.close().await;
+
+    // `vault add --git` of a folder in no work tree is refused before anything is registered.
+    let third = lab.env.tmp.path().join("third");
+    crate::util::copy_tree(&crate::util::fixture("basic"), &third);
+    let out = lab
+        .vg(&["vault", "add", third.to_str().unwrap(), "--id", "third", "--git"])
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("git init"), "names git init: {}", text(&out));
+    let list: Value = serde_json::from_str(&lab.vg_ok(&["vault", "list", "--json"]).await).unwrap();
+    assert!(
+        !list.as_array().unwrap().iter().any(|v| v["id"] == "third"),
+        "nothing was registered: {list}"
+    );
 }
 
 #[tokio::test]
