@@ -523,6 +523,13 @@ impl Core {
         }
         for _ in 0..3 {
             let head = repo.head()?;
+            // A crash (or a failed state write) came after a ref update: the commit recorded
+            // before it is in HEAD's history, even if the user committed on top since.
+            if let (Some(h), Some(tried)) = (&head, &c.git_commit)
+                && repo.is_ancestor(tried, h)?
+            {
+                return Ok(Made::Committed(tried.clone()));
+            }
             if let Some(h) = &head {
                 // A crash came after our ref update: HEAD is this very commit.
                 if pending
@@ -548,6 +555,9 @@ impl Core {
             };
             let commit = repo.commit_tree(&tree, head.as_deref(), &pending.message(), &who)?;
             repo.set_index(&changes)?;
+            self.state
+                .note_git_attempt(c.seq, &commit)
+                .map_err(|e| failed(e.to_string()))?;
             self.failpoints.hit("git_before_ref");
             if repo.update_head(
                 &commit,
@@ -593,6 +603,7 @@ impl Core {
         Ok(GitStatus {
             vault: v.id.clone(),
             git: if on { "on" } else { "off" }.into(),
+            program: self.git.path().display().to_string(),
             repository: repo.as_ref().map(|r| r.top().display().to_string()),
             head,
             queued,
@@ -719,11 +730,11 @@ impl Core {
                 *before = Some(row.seq);
                 let notes: Vec<NoteChange> = serde_json::from_value(row.notes.clone()).unwrap_or_default();
                 let Some(n) = notes.iter().find(|n| n.path == *cur).cloned() else {
-                    // Only names `cur` as a move's source: the note now there came later.
-                    continue;
+                    // Names `cur` only as a move's source: that note moved away, and the one now
+                    // at `cur` came later (made outside vaultgate). Its history ends here.
+                    break 'outer;
                 };
-                let barrier =
-                    row.kind == crate::critical::DELETE_PERMANENT || row.kind == crate::critical::EMPTY_TRASH;
+                let barrier = is_barrier(&row.kind);
                 let began = row.kind == "new" && n.before.is_none();
                 let next = n.from.clone();
                 if let Some(from) = &next {
@@ -789,6 +800,10 @@ impl Core {
             let walk = self.walk_history(v, &mut cur, &mut before, HISTORY_MAX)?;
             let done = walk.len() < HISTORY_MAX;
             for ((seq, _), item) in walk {
+                // SPEC §7: what a permanent deletion removed is not readable again.
+                if is_barrier(&item.kind) {
+                    continue;
+                }
                 if item.hash_after.as_deref() == Some(hash) || item.hash_before.as_deref() == Some(hash) {
                     found = Some((seq, item));
                     break;
@@ -858,6 +873,91 @@ impl Core {
     }
 }
 
+fn is_barrier(kind: &str) -> bool {
+    kind == crate::critical::DELETE_PERMANENT || kind == crate::critical::EMPTY_TRASH
+}
+
+/// Every lowercase 64-hex run in `text`: the content hashes a stored JSON names.
+fn hashes_in(text: &str, out: &mut std::collections::HashSet<String>) {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_digit() || (b'a'..=b'f').contains(&b[i])) {
+            i += 1;
+        }
+        if i - start == 64 {
+            out.insert(text[start..i].to_owned());
+        }
+        i += 1;
+    }
+}
+
+impl Core {
+    /// SPEC §7: after a permanent deletion, the history objects that only the deleted notes'
+    /// versions use are removed, so `read_note {hash}` (or anyone with the vault folder) cannot
+    /// bring them back. A hash any other change or history entry names is kept.
+    pub(crate) fn purge_deleted_versions(
+        &self,
+        v: &VaultHandle,
+        barrier_audit_seq: u64,
+    ) -> Result<usize, GatewayError> {
+        let Some(barrier) = self.state.change_by_audit_seq(barrier_audit_seq)? else {
+            return Ok(0);
+        };
+        let notes: Vec<NoteChange> = serde_json::from_value(barrier.notes.clone()).unwrap_or_default();
+        // The deleted notes' versions: (change, before, after) of each entry the walk followed.
+        let mut mine = std::collections::HashSet::new();
+        let mut walked = std::collections::HashSet::new();
+        walked.insert((barrier.seq, None, None));
+        for n in &notes {
+            let mut cur = n.path.clone();
+            let mut before = Some(barrier.seq);
+            for ((seq, _), item) in self.walk_history(v, &mut cur, &mut before, 100_000)? {
+                mine.extend(item.hash_before.clone());
+                mine.extend(item.hash_after.clone());
+                walked.insert((seq, item.hash_before, item.hash_after));
+            }
+            mine.extend(n.before.clone());
+        }
+        if mine.is_empty() {
+            return Ok(0);
+        }
+        // Every other note entry keeps its hashes (a move's rewritten linking notes share its
+        // row); so does every history entry no followed change wrote (entries of older versions).
+        let mut kept = std::collections::HashSet::new();
+        let mut entries = std::collections::HashSet::new();
+        for row in self.state.all_changes(&v.id)? {
+            let others: Vec<NoteChange> = serde_json::from_value(row.notes.clone()).unwrap_or_default();
+            let mut followed = row.seq == barrier.seq;
+            for e in others {
+                if walked.contains(&(row.seq, e.before.clone(), e.after.clone())) {
+                    followed = true;
+                } else if row.seq != barrier.seq {
+                    kept.extend(e.before);
+                    kept.extend(e.after);
+                }
+            }
+            if followed {
+                entries.insert(row.history_entry_id.clone());
+            }
+        }
+        for (id, paths) in self.state.history_paths(&v.id)? {
+            if !entries.contains(&id) {
+                hashes_in(&paths, &mut kept);
+            }
+        }
+        let files = Files::of(v);
+        let mut removed = 0;
+        for h in mine.difference(&kept) {
+            if files.remove_blob(h)? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
 /// Where the content of a commit's file comes from: the history objects, else the note itself
 /// while it still holds exactly those bytes (a moved note's bytes travel with the file).
 fn content_of(files: &Files<'_>, path: &str, hash: &str) -> Option<Vec<u8>> {
@@ -889,6 +989,8 @@ pub struct GitStatus {
     pub vault: String,
     /// `on` or `off`.
     pub git: String,
+    /// The `git` vaultgate runs (the first on the operator's `PATH`).
+    pub program: String,
     /// The work tree holding the vault folder, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
@@ -899,6 +1001,11 @@ pub struct GitStatus {
     /// Why a commit could not be made now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busy: Option<String>,
+}
+
+/// `vault remove`: the vault's git setting, changes and queued commits are forgotten.
+pub fn forget_vault(home: &crate::home::Home, id: &str) -> Result<(), GatewayError> {
+    Ok(inbox::State::open(&home.state_path())?.forget_changes(id)?)
 }
 
 /// `vault add --git`: refused, with the next step, when `folder` is in no git work tree.
@@ -922,7 +1029,7 @@ fn not_a_work_tree(folder: &std::path::Path, id: Option<&str>) -> GatewayError {
 
 /// The text `vault git ID …` prints.
 pub fn describe_git(s: &GitStatus) -> String {
-    let mut out = format!("vault '{}': git {}", s.vault, s.git);
+    let mut out = format!("vault '{}': git {}\nprogram: {}", s.vault, s.git, s.program);
     match &s.repository {
         Some(r) => out.push_str(&format!("\nrepository: {r}")),
         None => out.push_str("\nrepository: none (the vault folder is not in a git work tree)"),

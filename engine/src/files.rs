@@ -83,6 +83,15 @@ impl<'a> Files<'a> {
         Ok(bytes)
     }
 
+    /// Removes a history object; false when there was none.
+    pub(crate) fn remove_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+        if !self.has_blob(hash)? {
+            return Ok(false);
+        }
+        self.remove(Zone::Machine, object_path(hash)?.as_str())?;
+        Ok(true)
+    }
+
     pub(crate) fn has_blob(&self, hash: &str) -> Result<bool, GatewayError> {
         Ok(self
             .v

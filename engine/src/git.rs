@@ -22,20 +22,21 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// The most any command may print (a tree listing of a huge folder, a note's blob).
 const MAX_OUTPUT: usize = 64 << 20;
 
-/// Configuration given on every command line; it wins over the repository's own.
-const OVERRIDES: &[&str] = &[
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.untrackedCache=false",
-    "commit.gpgSign=false",
-    "gc.auto=0",
-    "maintenance.auto=false",
-    "credential.helper=",
-    "core.sshCommand=",
-    "protocol.allow=never",
-    "trace2.normalTarget=0",
-    "trace2.perfTarget=0",
-    "trace2.eventTarget=0",
+/// Configuration given to every command (as `GIT_CONFIG_COUNT`/`_KEY_n`/`_VALUE_n`, which wins
+/// over the repository's own and, unlike `-c key=value`, cannot be misparsed when a name the
+/// repository chose holds a `=`).
+const OVERRIDES: &[(&str, &str)] = &[
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("commit.gpgSign", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("credential.helper", ""),
+    ("core.sshCommand", ""),
+    ("protocol.allow", "never"),
+    ("trace2.normalTarget", "0"),
+    ("trace2.perfTarget", "0"),
+    ("trace2.eventTarget", "0"),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +67,7 @@ pub struct Repo {
     /// `filter.<driver>.*` emptied for every driver the repository's configuration names: git
     /// runs a clean filter even from `update-index --index-info`, when it re-checks a "racily
     /// clean" entry of the user's index against its work-tree file.
-    no_filters: Vec<String>,
+    no_filters: Vec<(String, String)>,
     /// The all-zero object id of the repository's hash (SHA-1 or SHA-256).
     null_id: String,
 }
@@ -75,13 +76,38 @@ pub struct Repo {
 #[derive(Debug, Clone)]
 pub struct Program(pub PathBuf);
 
+/// The program the edge found on the operator's `PATH` (the engine reads no environment).
+static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 impl Default for Program {
     fn default() -> Self {
-        Program(PathBuf::from("git"))
+        Program(PROGRAM.get().cloned().unwrap_or_else(|| PathBuf::from("git")))
     }
 }
 
-fn base_command(program: &Path, dir: &Path) -> Command {
+impl Program {
+    /// Sets, once per process, the `git` every repository is committed with: the first
+    /// executable `git` in `path_var` (the operator's `PATH`). Every command runs with a cleared
+    /// environment, so without this the OS would search only its default path.
+    pub fn use_path(path_var: &str) {
+        let found = std::env::split_paths(path_var)
+            .filter(|d| d.is_absolute())
+            .map(|d| d.join("git"))
+            .find(|p| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            });
+        if let Some(p) = found {
+            let _ = PROGRAM.set(p);
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn base_command(program: &Path, dir: &Path, extra: &[(String, String)]) -> Command {
     let mut cmd = Command::new(program);
     cmd.env_clear()
         .env("LC_ALL", "C")
@@ -89,11 +115,19 @@ fn base_command(program: &Path, dir: &Path) -> Command {
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
-        .arg("-C")
-        .arg(dir);
-    for o in OVERRIDES {
-        cmd.arg("-c").arg(o);
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .env("GIT_NO_LAZY_FETCH", "1");
+    let all = OVERRIDES
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .chain(extra.iter().cloned());
+    let mut n = 0;
+    for (i, (k, v)) in all.enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
+            .env(format!("GIT_CONFIG_VALUE_{i}"), v);
+        n = i + 1;
     }
+    cmd.env("GIT_CONFIG_COUNT", n.to_string()).arg("-C").arg(dir);
     cmd
 }
 
@@ -106,11 +140,18 @@ fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, Gi
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
+    let start = Instant::now();
     let mut child = cmd.spawn().map_err(GitError::Spawn)?;
-    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
-        // Every command used here reads all its input before it writes: no deadlock.
-        let _ = stdin.write_all(bytes);
-    }
+    // Written from a thread, so a git that never reads its input is still killed at the deadline.
+    let writer = match (input, child.stdin.take()) {
+        (Some(bytes), Some(mut stdin)) => {
+            let bytes = bytes.to_vec();
+            Some(std::thread::spawn(move || {
+                let _ = stdin.write_all(&bytes);
+            }))
+        }
+        _ => None,
+    };
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let err_reader = std::thread::spawn(move || {
@@ -127,7 +168,6 @@ fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, Gi
         }
         buf
     });
-    let start = Instant::now();
     let status = loop {
         match child.try_wait().map_err(GitError::Spawn)? {
             Some(s) => break s,
@@ -142,6 +182,9 @@ fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, Gi
             None => std::thread::sleep(Duration::from_millis(1)),
         }
     };
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
     let out = out_reader.join().unwrap_or_default();
     let err = err_reader.join().unwrap_or_default();
     if out.len() > MAX_OUTPUT {
@@ -175,7 +218,7 @@ type Listed = (String, String, String);
 impl Repo {
     /// The repository whose work tree holds `vault_root`; `None` when it is in none.
     pub fn discover(program: &Program, vault_root: &Path) -> Result<Option<Repo>, GitError> {
-        let mut cmd = base_command(&program.0, vault_root);
+        let mut cmd = base_command(&program.0, vault_root, &[]);
         cmd.args([
             "rev-parse",
             "--show-object-format",
@@ -186,7 +229,10 @@ impl Repo {
         ]);
         let out = match run(cmd, "rev-parse", None) {
             Ok(o) => text(o),
-            Err(GitError::Failed { .. }) => return Ok(None),
+            // Anything else (dubious ownership, a broken config, a timeout) is said as it is.
+            Err(GitError::Failed { detail, .. }) if detail.contains("not a git repository") => {
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         let mut lines = out.lines();
@@ -202,7 +248,7 @@ impl Repo {
         };
         let prefix = lines.next().unwrap_or("").to_owned();
         let top = PathBuf::from(top);
-        let mut cmd = base_command(&program.0, &top);
+        let mut cmd = base_command(&program.0, &top, &[]);
         cmd.args(["config", "--null", "--name-only", "--get-regexp", "^filter\\."]);
         // Exit 1: no filter is configured.
         let names = match run(cmd, "config", None) {
@@ -223,7 +269,13 @@ impl Repo {
         let no_filters = drivers
             .iter()
             .flat_map(|d| {
-                ["clean=", "smudge=", "process=", "required=false"].map(|k| format!("filter.{d}.{k}"))
+                [
+                    ("clean", ""),
+                    ("smudge", ""),
+                    ("process", ""),
+                    ("required", "false"),
+                ]
+                .map(|(k, v)| (format!("filter.{d}.{k}"), v.to_owned()))
             })
             .collect();
         Ok(Some(Repo {
@@ -247,18 +299,14 @@ impl Repo {
     }
 
     fn git(&self) -> Command {
-        let mut cmd = base_command(&self.program, &self.top);
-        for o in &self.no_filters {
-            cmd.arg("-c").arg(o);
-        }
-        cmd
+        base_command(&self.program, &self.top, &self.no_filters)
     }
 
     /// Why a commit cannot be made now, if it cannot: another process's lock, or a merge,
     /// rebase, cherry-pick or revert in progress (its state must not be committed over).
     pub fn busy(&self) -> Option<String> {
         let d = &self.git_dir;
-        let checks: [(&str, &str); 7] = [
+        let checks: [(&str, &str); 9] = [
             (
                 "index.lock",
                 "another git process holds the index lock (.git/index.lock)",
@@ -269,11 +317,18 @@ impl Repo {
             ("rebase-apply", "a rebase or am is in progress"),
             ("CHERRY_PICK_HEAD", "a cherry-pick is in progress"),
             ("REVERT_HEAD", "a revert is in progress"),
+            ("sequencer", "a cherry-pick or revert sequence is in progress"),
+            ("BISECT_START", "a bisect is in progress"),
         ];
-        checks
-            .iter()
-            .find(|(f, _)| d.join(f).symlink_metadata().is_ok())
-            .map(|(_, why)| (*why).to_owned())
+        if let Some((_, why)) = checks.iter().find(|(f, _)| d.join(f).symlink_metadata().is_ok()) {
+            return Some((*why).to_owned());
+        }
+        // A detached HEAD is a place the user visits: a commit there would be lost on return.
+        let mut head = Vec::new();
+        let attached = std::fs::File::open(d.join("HEAD"))
+            .and_then(|f| f.take(4096).read_to_end(&mut head))
+            .is_ok_and(|_| head.starts_with(b"ref: "));
+        (!attached).then(|| "HEAD is detached: vaultgate commits only onto a branch".to_owned())
     }
 
     /// The commit `HEAD` names; `None` on an unborn branch.
@@ -308,7 +363,7 @@ impl Repo {
             return Ok(None);
         };
         Ok(entries
-            .get(name)
+            .get(name.as_bytes())
             .filter(|(mode, kind, _)| kind == "blob" && mode.starts_with("100"))
             .map(|(_, _, id)| id.clone()))
     }
@@ -328,36 +383,43 @@ impl Repo {
         }
     }
 
-    fn ls_tree_opt(&self, treeish: &str) -> Result<Option<BTreeMap<String, Listed>>, GitError> {
-        let mut cmd = self.git();
-        cmd.args(["ls-tree", "-z", "--full-tree", treeish]);
-        let out = match run(cmd, "ls-tree", None) {
-            Ok(o) => o,
-            Err(GitError::Failed { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut map = BTreeMap::new();
-        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-            let rec = String::from_utf8_lossy(rec);
-            let Some((meta, name)) = rec.split_once('\t') else {
-                continue;
-            };
-            let mut it = meta.split(' ');
-            if let (Some(mode), Some(kind), Some(id)) = (it.next(), it.next(), it.next()) {
-                map.insert(name.to_owned(), (mode.to_owned(), kind.to_owned(), id.to_owned()));
-            }
+    /// A tree's entries by raw name (names need not be UTF-8); `None` when `treeish` names none.
+    fn ls_tree_opt(&self, treeish: &str) -> Result<Option<BTreeMap<Vec<u8>, Listed>>, GitError> {
+        match self.ls_tree(treeish) {
+            Ok(map) => Ok(Some(map)),
+            Err(GitError::Failed { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(Some(map))
     }
 
-    fn mktree(&self, entries: &BTreeMap<String, Listed>) -> Result<String, GitError> {
+    fn ls_tree(&self, treeish: &str) -> Result<BTreeMap<Vec<u8>, Listed>, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["ls-tree", "-z", "--full-tree", treeish]);
+        let out = run(cmd, "ls-tree", None)?;
+        let mut map = BTreeMap::new();
+        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
+                continue;
+            };
+            let (meta, name) = (String::from_utf8_lossy(&rec[..tab]), &rec[tab + 1..]);
+            let mut it = meta.split(' ');
+            if let (Some(mode), Some(kind), Some(id)) = (it.next(), it.next(), it.next()) {
+                map.insert(name.to_vec(), (mode.to_owned(), kind.to_owned(), id.to_owned()));
+            }
+        }
+        Ok(map)
+    }
+
+    fn mktree(&self, entries: &BTreeMap<Vec<u8>, Listed>) -> Result<String, GitError> {
         let mut input = Vec::new();
         for (name, (mode, kind, id)) in entries {
-            input.extend_from_slice(format!("{mode} {kind} {id}\t{name}").as_bytes());
+            input.extend_from_slice(format!("{mode} {kind} {id}\t").as_bytes());
+            input.extend_from_slice(name);
             input.push(0);
         }
         let mut cmd = self.git();
-        cmd.args(["mktree", "-z"]);
+        // `--missing`: a partial clone may lack a sibling's object, which this tree only names.
+        cmd.args(["mktree", "-z", "--missing"]);
         Ok(text(run(cmd, "mktree", Some(&input))?))
     }
 
@@ -383,8 +445,9 @@ impl Repo {
         changes: &[(&[&str], &TreeEntry)],
         root: bool,
     ) -> Result<Option<String>, GitError> {
+        // A folder that cannot be listed is an error, never an empty one: its files would vanish.
         let mut entries = match tree {
-            Some(t) => self.ls_tree_opt(t)?.unwrap_or_default(),
+            Some(t) => self.ls_tree(t)?,
             None => BTreeMap::new(),
         };
         let mut deeper: BTreeMap<&str, Vec<(&[&str], &TreeEntry)>> = BTreeMap::new();
@@ -393,26 +456,45 @@ impl Repo {
                 [] => {}
                 [name] => match entry {
                     Some((mode, id)) => {
-                        entries.insert((*name).to_owned(), (mode.clone(), "blob".into(), id.clone()));
+                        entries.insert(
+                            name.as_bytes().to_vec(),
+                            (mode.clone(), "blob".into(), id.clone()),
+                        );
                     }
                     None => {
-                        entries.remove(*name);
+                        entries.remove(name.as_bytes());
                     }
                 },
                 [name, rest @ ..] => deeper.entry(name).or_default().push((rest, entry)),
             }
         }
         for (name, sub) in deeper {
-            let current = entries
-                .get(name)
-                .filter(|(_, kind, _)| kind == "tree")
-                .map(|(_, _, id)| id.clone());
+            let current = match entries.get(name.as_bytes()) {
+                None => None,
+                Some((_, kind, id)) if kind == "tree" => Some(id.clone()),
+                // A submodule, a symlink or a file where the note's folder is: committing the
+                // note here would replace it. The commit waits; doctor says why.
+                Some((mode, kind, _)) => {
+                    return Err(GitError::Failed {
+                        command: "commit".into(),
+                        detail: format!(
+                            "'{}' is a {} ({mode}) in HEAD, not a folder: vaultgate does not commit notes inside it",
+                            policy::text::escape_line(name),
+                            if kind == "commit" {
+                                "submodule"
+                            } else {
+                                kind.as_str()
+                            }
+                        ),
+                    });
+                }
+            };
             match self.edit(current.as_deref(), &sub, false)? {
                 Some(id) => {
-                    entries.insert(name.to_owned(), ("040000".into(), "tree".into(), id));
+                    entries.insert(name.as_bytes().to_vec(), ("040000".into(), "tree".into(), id));
                 }
                 None => {
-                    entries.remove(name);
+                    entries.remove(name.as_bytes());
                 }
             }
         }
@@ -485,6 +567,18 @@ impl Repo {
         }
     }
 
+    /// Whether commit `a` is `b` or one of its ancestors.
+    pub fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, GitError> {
+        let mut cmd = self.git();
+        cmd.args(["merge-base", "--is-ancestor", a, b]);
+        match run(cmd, "merge-base", None) {
+            Ok(_) => Ok(true),
+            // Exit 1: not an ancestor; an unknown id (never written, or gc'd) is not one either.
+            Err(GitError::Failed { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A commit's full message.
     pub fn message(&self, commit: &str) -> Result<String, GitError> {
         let mut cmd = self.git();
@@ -506,6 +600,19 @@ impl Repo {
         } else {
             self.top.join(path)
         };
+        // SECURITY(T-GIT1): the one file vaultgate writes in the repository; a symlink there (or
+        // at its folder) could point anywhere.
+        for p in [Some(path.as_path()), path.parent()].into_iter().flatten() {
+            if p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(GitError::Failed {
+                    command: "info/exclude".into(),
+                    detail: format!(
+                        "{} is a symbolic link; vaultgate does not write through it",
+                        p.display()
+                    ),
+                });
+            }
+        }
         let io = |e: std::io::Error| GitError::Failed {
             command: "info/exclude".into(),
             detail: e.to_string(),
@@ -545,7 +652,15 @@ impl Repo {
 
     /// An exclude pattern anchored at the vault folder.
     pub fn anchored(&self, vault_path: &str) -> String {
-        format!("/{}{vault_path}/", self.prefix)
+        // Glob characters in folder names match literally only when escaped.
+        let escaped: String = format!("{}{vault_path}", self.prefix)
+            .chars()
+            .flat_map(|c| match c {
+                '\\' | '*' | '?' | '[' | '!' | '#' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("/{escaped}/")
     }
 }
 
@@ -733,6 +848,134 @@ mod tests {
         assert!(repo.update_head(&c, Some(&head), "vaultgate").unwrap());
         assert_eq!(git(d, &["ls-files"]), "b.md");
         assert_eq!(git(d, &["ls-tree", "--name-only", "HEAD"]), "b.md");
+    }
+
+    #[test]
+    fn exclude_patterns_match_a_folder_with_glob_characters_literally() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        let v = d.join("my [notes]*");
+        std::fs::create_dir_all(v.join(".vaultgate")).unwrap();
+        std::fs::write(v.join(".vaultgate/x"), "x").unwrap();
+        std::fs::create_dir_all(d.join("my n")).unwrap();
+        let repo = Repo::discover(&Program::default(), &v).unwrap().unwrap();
+        repo.exclude(&[repo.anchored(".vaultgate")]).unwrap();
+        repo.exclude(&[repo.anchored(".vaultgate")]).unwrap();
+        let ex = std::fs::read_to_string(d.join(".git/info/exclude")).unwrap();
+        assert_eq!(ex.matches(".vaultgate").count(), 1, "{ex}");
+        assert_eq!(
+            git(d, &["check-ignore", "my [notes]*/.vaultgate/x"]),
+            "my [notes]*/.vaultgate/x"
+        );
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(d)
+            .args(["check-ignore", "-q", "my n/.vaultgate/x"])
+            .status()
+            .unwrap();
+        assert!(!out.success(), "a glob reading of the pattern would match 'my n'");
+    }
+
+    #[test]
+    fn exclude_never_writes_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        let outside = d.join("outside.txt");
+        std::fs::write(&outside, "mine\n").unwrap();
+        let ex = d.join(".git/info/exclude");
+        let _ = std::fs::remove_file(&ex);
+        std::os::unix::fs::symlink(&outside, &ex).unwrap();
+        let repo = Repo::discover(&Program::default(), d).unwrap().unwrap();
+        assert!(repo.exclude(&[repo.anchored(".vaultgate")]).is_err());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
+    }
+
+    #[test]
+    fn sibling_names_that_are_not_utf8_and_submodules_on_the_way_are_kept() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        for name in [&b"caf\xe9.txt"[..], b"na\xefve.txt", b"a.md"] {
+            std::fs::write(d.join(std::ffi::OsStr::from_bytes(name)), "x").unwrap();
+        }
+        git(d, &["add", "-A"]);
+        let sub = "0123456789abcdef0123456789abcdef01234567"; // a commit of another repository
+        // A gitlink at `sub` (as a submodule leaves it).
+        git(
+            d,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{sub},sub"),
+            ],
+        );
+        git(d, &["commit", "-q", "-m", "base"]);
+        let repo = Repo::discover(&Program::default(), d).unwrap().unwrap();
+        let head = repo.head().unwrap().unwrap();
+        let base = repo.tree_of(&head).unwrap();
+        let mut changes = BTreeMap::new();
+        changes.insert(
+            "a.md".to_owned(),
+            Some((FILE_MODE.to_owned(), repo.write_blob(b"new").unwrap())),
+        );
+        let tree = repo.tree_with(Some(&base), &changes).unwrap();
+        let names = |t: &str| {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(d)
+                .args(["ls-tree", "-z", "--name-only", t])
+                .output()
+                .unwrap();
+            out.stdout
+                .split(|b| *b == 0)
+                .filter(|n| !n.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&tree), names(&base), "every name kept byte for byte");
+        let mut into_sub = BTreeMap::new();
+        into_sub.insert(
+            "sub/x.md".to_owned(),
+            Some((FILE_MODE.to_owned(), repo.write_blob(b"x").unwrap())),
+        );
+        let e = repo.tree_with(Some(&base), &into_sub).unwrap_err();
+        assert!(e.to_string().contains("submodule"), "{e}");
+    }
+
+    #[test]
+    fn a_filter_driver_named_with_an_equals_sign_is_emptied_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        let marker = d.join("ran");
+        let script = d.join("trap.sh");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho x >> '{}'\ncat\n", marker.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        git(
+            d,
+            &["config", "filter.lfs=x.clean", &script.display().to_string()],
+        );
+        std::fs::write(d.join(".git/info/attributes"), "* filter=lfs=x\n").unwrap();
+        std::fs::write(d.join("a.md"), "a").unwrap();
+        git(d, &["add", "a.md"]);
+        assert!(marker.exists(), "the trap works");
+        std::fs::remove_file(&marker).unwrap();
+        let repo = Repo::discover(&Program::default(), d).unwrap().unwrap();
+        let mut changes = BTreeMap::new();
+        changes.insert(
+            "b.md".to_owned(),
+            Some((FILE_MODE.to_owned(), repo.write_blob(b"b").unwrap())),
+        );
+        repo.set_index(&changes).unwrap();
+        assert!(!marker.exists(), "the repository's clean filter ran");
     }
 
     #[test]

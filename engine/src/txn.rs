@@ -327,15 +327,27 @@ impl Core {
             Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         };
         self.failpoint(kind, "after_commit");
-        let index = self.after_commit(v, intent, committed.revision);
+        let index = self.after_commit(v, intent, committed.revision, head.seq);
         // SPEC §16: the commit is made after the engine's commit point; it never undoes it.
         let git = self.drain_git(v);
-        let mut result = committed.result;
+        let mut result = committed.result.clone();
         // `apply_proposal` always says (SPEC §4); undo, redo and critical calls only where git is on.
         if let Value::Object(m) = &mut result
             && (matches!(kind, TxnKind::Apply { .. }) || git != "off")
         {
             m.insert("git".into(), Value::String(git.into()));
+        }
+        if result != committed.result
+            && let Some((principal, key)) = &intent.audit.idempotency
+            && let Err(e) = self.state.idempotency_amend(
+                principal,
+                key,
+                &intent.audit.tool,
+                &intent.audit.args_hash,
+                &result,
+            )
+        {
+            tracing::warn!(vault = %v.id, error = %e, "a replay of this call will say git: queued");
         }
         self.maintain_if_due();
         Ok(Committed {
@@ -710,7 +722,7 @@ impl Core {
     }
 
     /// After the commit: what does not protect the notes. Answers the index status.
-    fn after_commit(&self, v: &VaultHandle, intent: &Intent, revision: u64) -> &'static str {
+    fn after_commit(&self, v: &VaultHandle, intent: &Intent, revision: u64, audit_seq: u64) -> &'static str {
         match &intent.txn {
             TxnKind::Apply { .. } => {
                 if let Err(e) = self.append_applied_line(v, &intent.txn, &intent.audit.actor_label) {
@@ -726,6 +738,9 @@ impl Core {
                     {
                         tracing::error!(vault = %v.id, error = %e, "purging a deleted file failed");
                     }
+                }
+                if let Err(e) = self.purge_deleted_versions(v, audit_seq) {
+                    tracing::error!(vault = %v.id, error = %e, "purging the deleted notes' history objects failed");
                 }
             }
             TxnKind::History { .. } => {}

@@ -451,6 +451,8 @@ pub fn main() -> ExitCode {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     crate::logging::init(&env);
     let _ = FAILPOINTS.set(failpoints(&env));
+    // The operator's git (SPEC §16), found once: every git command then runs with a clean environment.
+    engine::git::Program::use_path(env.get("PATH").map_or("", String::as_str));
     match run(cli, &env) {
         Ok(code) => code,
         Err(e) => {
@@ -794,6 +796,7 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
                 config.default_vault = config.vaults.first().map(|v| v.id.clone());
             }
             home.save_config(&config)?;
+            engine::changelog::forget_vault(home, &id)?;
             out(&format!("removed vault '{id}' (its files were not touched)"));
             Ok(())
         }

@@ -145,6 +145,18 @@ impl State {
         Ok(dropped)
     }
 
+    /// Forgets a vault's git setting, changes and queued commits (`vault remove`): a vault added
+    /// later under the same id starts with none of them.
+    pub fn forget_changes(&self, vault: &str) -> Result<(), StateError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute("DELETE FROM vault_git WHERE vault = ?1", [vault])?;
+        tx.execute("DELETE FROM change_paths WHERE vault = ?1", [vault])?;
+        tx.execute("DELETE FROM changes WHERE vault = ?1", [vault])?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The oldest `limit` commits waiting in a vault's queue, oldest first.
     pub fn queued_commits(&self, vault: &str, limit: usize) -> Result<Vec<Change>, StateError> {
         let conn = self.conn()?;
@@ -176,6 +188,16 @@ impl State {
             rusqlite::params![seq, state, commit],
         )?;
         Ok(n == 1)
+    }
+
+    /// Records the commit a queued change is about to move `HEAD` to, before it does: after a
+    /// crash, that commit being in `HEAD`'s history says the change was committed.
+    pub fn note_git_attempt(&self, seq: i64, commit: &str) -> Result<(), StateError> {
+        self.conn()?.execute(
+            "UPDATE changes SET git_commit = ?2 WHERE seq = ?1 AND git = 'queued'",
+            rusqlite::params![seq, commit],
+        )?;
+        Ok(())
     }
 
     /// A vault's changes that touch `path`, newest first, older than `before` (a change `seq`).
@@ -213,6 +235,24 @@ impl State {
             ))?
             .query_row(rusqlite::params![vault, seq], change_row)
             .optional()?)
+    }
+
+    /// Every change of a vault (a permanent deletion checks which history objects others use).
+    pub fn all_changes(&self, vault: &str) -> Result<Vec<Change>, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM changes WHERE vault = ?1 ORDER BY seq"
+        ))?;
+        let rows = stmt.query_map([vault], change_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every history entry's id and stored steps (their JSON text) of a vault.
+    pub fn history_paths(&self, vault: &str) -> Result<Vec<(String, String)>, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached("SELECT id, paths_json FROM history WHERE vault = ?1")?;
+        let rows = stmt.query_map([vault], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// The change recorded with audit line `audit_seq`, if any.

@@ -85,6 +85,25 @@ impl State {
     }
 
     /// Forgets keys recorded before `before` (RFC 3339 UTC, compared as text); returns how many.
+    /// Replaces the answer a key replays, for the same call only: the git commit of a change is
+    /// made after the commit that stored its first answer (SPEC §16), and a replay must say what
+    /// the first answer said.
+    pub fn idempotency_amend(
+        &self,
+        credential_id: &str,
+        key: &str,
+        tool: &str,
+        args_hash: &str,
+        result: &Value,
+    ) -> Result<(), StateError> {
+        self.conn()?.execute(
+            "UPDATE idempotency_keys SET result_json = ?5
+             WHERE credential_id = ?1 AND key = ?2 AND tool = ?3 AND args_hash = ?4",
+            rusqlite::params![credential_id, key, tool, args_hash, result.to_string()],
+        )?;
+        Ok(())
+    }
+
     pub fn idempotency_prune(&self, before: &str) -> Result<u64, StateError> {
         let conn = self.conn()?;
         let n = conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?1", [before])?;

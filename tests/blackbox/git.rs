@@ -2023,3 +2023,218 @@ async fn a_reason_with_a_patch_divider_cannot_hide_or_forge_the_trailers() {
     assert_message(&lab, &commit, "new z/divider.md", None, &trailers);
     c.close().await;
 }
+
+// ---- found in review: deleted versions, a user's commit after a crash, wandering history ---------
+
+/// Two calls of `delete_permanent` for `paths`.
+async fn delete_permanently(c: &Client, paths: &[&str], key: &str) -> Value {
+    let first = json!({"paths": paths, "idempotencyKey": key});
+    let ch = ok(c, "delete_permanent", first.clone()).await;
+    let mut second = first;
+    second["challengeId"] = ch["challenge"]["challengeId"].clone();
+    second["planHash"] = ch["challenge"]["planHash"].clone();
+    second["acknowledged"] = true.into();
+    ok(c, "delete_permanent", second).await
+}
+
+/// The history objects vaultgate keeps, by hash.
+fn objects(lab: &Lab) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let root = lab.vault().join(".vaultgate/objects");
+    for d in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            out.insert(f.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+async fn permanently_deleted_versions_cannot_be_read_back(git: bool) {
+    let lab = if git { Lab::with_git().await } else { Lab::plain() };
+    let (_, writer) = lab.env.token("writer", "full");
+    let c = lab.stdio(&writer).await;
+    let secret = "# Secret\n\nSECRET v2\n";
+    apply(
+        &c,
+        &propose_new(&c, "z/secret.md", "# Secret\n\nv1\n", "one").await,
+    )
+    .await;
+    apply(&c, &propose_patch(&c, "z/secret.md", secret, "two").await).await;
+    // Another note keeps its own versions: a link rewrite shares the move's change.
+    let moved = propose_move(&c, "z/softmax.md", "z/softmax-2.md", "moved").await;
+    apply(&c, &moved).await;
+    let before = ok(&c, "get_note_history", json!({"path": "z/secret.md"})).await;
+    let versions: BTreeSet<String> = before["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| [e["hashBefore"].as_str(), e["hashAfter"].as_str()])
+        .flatten()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(versions.len(), 2, "{before}");
+    for h in &versions {
+        ok(&c, "read_note", json!({"path": "z/secret.md", "hash": h})).await;
+    }
+    let other = ok(&c, "get_note_history", json!({"path": "z/softmax-2.md"})).await;
+    let other_before = other["entries"][0]["hashBefore"].as_str().unwrap().to_owned();
+
+    let done = delete_permanently(&c, &["z/secret.md"], "gone-1").await;
+    assert_eq!(done["status"], "executed", "{done}");
+    for h in &versions {
+        assert_eq!(
+            code(&c, "read_note", json!({"path": "z/secret.md", "hash": h})).await,
+            "NOT_FOUND",
+            "a permanently deleted version ({h}) is not readable"
+        );
+        assert!(!objects(&lab).contains(h), "the object {h} is removed");
+    }
+    let kept = ok(
+        &c,
+        "read_note",
+        json!({"path": "z/softmax-2.md", "hash": other_before}),
+    )
+    .await;
+    assert_eq!(
+        kept["hash"], other_before,
+        "another note's version stays readable"
+    );
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn permanently_deleted_versions_cannot_be_read_back_with_git_off() {
+    permanently_deleted_versions_cannot_be_read_back(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn permanently_deleted_versions_cannot_be_read_back_with_git_on() {
+    permanently_deleted_versions_cannot_be_read_back(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_after_the_ref_moved_then_a_user_commit_makes_no_second_commit() {
+    let lab = Lab::with_git().await;
+    let (_, writer) = lab.env.token("writer", "auto");
+    let c = lab.stdio(&writer).await;
+    let p = propose_patch(
+        &c,
+        ATTENTION,
+        "# Attention\n\nvaultgate's text\n",
+        "crash then user",
+    )
+    .await;
+    c.close().await;
+    let base = lab.head();
+    let out = lab
+        .vg_with(
+            &["apply", "--only", &id_of(&p), "--yes"],
+            &[("VAULTGATE_TEST_FAILPOINT", "git_after_ref")],
+        )
+        .await;
+    assert_eq!(out.status.signal(), Some(SIGABRT), "{}", text(&out));
+    let ours = lab.head();
+    assert_ne!(ours, base);
+    // The user edits the same note and commits on top before vaultgate starts again.
+    lab.write(ATTENTION, b"# Attention\n\nthe user's text\n");
+    lab.git(&["add", ATTENTION]);
+    lab.git(&["commit", "-q", "-m", "user: my text"]);
+    let users = lab.head();
+    lab.restart().await;
+    assert_eq!(lab.head(), users, "no commit was made over the user's");
+    assert_eq!(lab.commits_of_proposal(&id_of(&p)), 1);
+    assert_eq!(lab.read(ATTENTION), b"# Attention\n\nthe user's text\n");
+    assert!(
+        !lab.porcelain().iter().any(|l| l.contains(ATTENTION)),
+        "{:?}",
+        lab.porcelain()
+    );
+    assert_eq!(lab.git_status().await["queued"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_note_made_outside_vaultgate_where_another_moved_away_has_only_its_own_history() {
+    let lab = Lab::plain();
+    let (_, writer) = lab.env.token("writer", "auto");
+    let c = lab.stdio(&writer).await;
+    let secret = "# Attention\n\nthe old note's secret\n";
+    apply(&c, &propose_patch(&c, ATTENTION, secret, "old").await).await;
+    apply(&c, &propose_move(&c, ATTENTION, "z/elsewhere.md", "away").await).await;
+    // The user makes a new note at the old name, and vaultgate patches it.
+    lab.write(ATTENTION, b"# Attention\n\nby hand\n");
+    ok(&c, "read_note", json!({"path": ATTENTION})).await;
+    apply(
+        &c,
+        &propose_patch(&c, ATTENTION, "# Attention\n\nby hand, patched\n", "new").await,
+    )
+    .await;
+    let h = ok(&c, "get_note_history", json!({"path": ATTENTION})).await;
+    let entries = h["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "only the new note's change: {h}");
+    assert_eq!(entries[0]["reason"], "new");
+    assert_eq!(
+        code(
+            &c,
+            "read_note",
+            json!({"path": ATTENTION, "hash": sha256_hex(secret.as_bytes())})
+        )
+        .await,
+        "NOT_FOUND",
+        "the note that moved away is not read through the new one's name"
+    );
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_says_what_the_first_answer_said_and_a_detached_head_queues() {
+    let lab = Lab::with_git().await;
+    let (_, writer) = lab.env.token("writer", "auto");
+    let c = lab.stdio(&writer).await;
+    let p = propose_new(&c, "z/replay.md", "# Replay\n", "replay").await;
+    let args = json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": "replay-1"});
+    let first = ok(&c, "apply_proposal", args.clone()).await;
+    let again = ok(&c, "apply_proposal", args).await;
+    assert_eq!(first["git"], "committed", "{first}");
+    assert_eq!(again["git"], "committed", "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+
+    // On a detached HEAD the commit waits for the branch.
+    let head = lab.head();
+    lab.git(&["checkout", "-q", "--detach"]);
+    let a = apply(
+        &c,
+        &propose_new(&c, "z/detached.md", "# Detached\n", "detached").await,
+    )
+    .await;
+    assert_eq!(a["git"], "queued", "{a}");
+    assert_eq!(lab.head(), head, "nothing was committed onto the detached HEAD");
+    lab.git(&["checkout", "-q", "main"]);
+    apply(&c, &propose_new(&c, "z/back.md", "# Back\n", "back").await).await;
+    let made = lab.commits_after(&head);
+    assert_eq!(made.len(), 2, "both, on the branch");
+    assert_eq!(made[0].subject(), "new z/detached.md", "in order");
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_vault_leaves_no_git_setting_or_history_for_the_next_one_of_its_id() {
+    let lab = Lab::with_git().await;
+    let (_, writer) = lab.env.token("writer", "auto");
+    let c = lab.stdio(&writer).await;
+    apply(
+        &c,
+        &propose_patch(&c, ATTENTION, "# Attention\n\nonce\n", "once").await,
+    )
+    .await;
+    c.close().await;
+    lab.vg_ok(&["vault", "remove", "basic"]).await;
+    let other = lab.env.tmp.path().join("other");
+    crate::util::copy_tree(&crate::util::fixture("basic"), &other);
+    lab.vg_ok(&["vault", "add", other.to_str().unwrap(), "--id", "basic"])
+        .await;
+    assert_eq!(lab.git_status().await["git"], "off");
+    let c = lab.stdio(&writer).await;
+    let h = ok(&c, "get_note_history", json!({"path": ATTENTION})).await;
+    assert_eq!(h["entries"], json!([]), "{h}");
+    c.close().await;
+}
