@@ -895,7 +895,7 @@ fn writes_paragraph(s: &mut String, sizes: &[&SizeResult]) {
     }
     if sizes
         .iter()
-        .any(|z| z.find("vaultgate/stdio+git/propose+apply/new-note/1").is_some())
+        .any(|z| z.find("vaultgate/stdio-git/propose+apply/new-note/1").is_some())
     {
         let _ = writeln!(
             s,
@@ -917,9 +917,9 @@ fn writes_paragraph(s: &mut String, sizes: &[&SizeResult]) {
                 "| {} | {} | {} | {} | {} | {} |",
                 thousands(z.notes),
                 p50("vaultgate/stdio/apply_proposal/new-note/1"),
-                p50("vaultgate/stdio+git/apply_proposal/new-note/1"),
+                p50("vaultgate/stdio-git/apply_proposal/new-note/1"),
                 per_sec(seq),
-                per_sec("vaultgate/stdio+git/propose+apply/new-note/1"),
+                per_sec("vaultgate/stdio-git/propose+apply/new-note/1"),
                 z.num("git_first_commit_s")
                     .map_or("—".to_owned(), |n| format!("{n:.1} s")),
             );

@@ -1203,7 +1203,7 @@ async fn git_writes(cfg: &Config, gate: &Gate, g: &Generator, r: &mut SizeResult
     let before = git(&["rev-list", "--count", "HEAD"]).unwrap_or_default();
     match gate.stdio("writer-git").await {
         Ok(c) => {
-            propose_apply(cfg, &c, "stdio+git", g, r).await;
+            propose_apply(cfg, &c, "stdio-git", g, r).await;
             c.close().await;
         }
         Err(e) => r.check(format!("starting the git writer failed: {e}")),
