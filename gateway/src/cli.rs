@@ -1331,8 +1331,13 @@ fn apply_cmd(
                 } else {
                     String::new()
                 };
+                // Where git is on, whether the commit was made or waits (`vault git ID status`).
+                let git = match a.git.as_str() {
+                    "off" => String::new(),
+                    state => format!(", git {state}"),
+                };
                 out(&format!(
-                    "applied {} -> {} (history {}, audit seq {}){reason}",
+                    "applied {} -> {} (history {}, audit seq {}{git}){reason}",
                     p.item.slug, a.target, a.history_entry_id, a.audit_seq
                 ))
             }

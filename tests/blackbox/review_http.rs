@@ -1594,7 +1594,11 @@ async fn the_vaults_page_shows_git_status_and_what_waits_in_its_queue() {
     // Another git holds the index: the apply's commit waits, and the page says so.
     std::fs::write(env.vault.join(".git/index.lock"), b"").unwrap();
     let (id, _) = one_proposal(&env).await;
-    env.ok(&["apply", "--only", &id, "--yes"]);
+    let applied = env.ok(&["apply", "--only", &id, "--yes"]);
+    assert!(
+        applied.contains(", git queued)"),
+        "the CLI says the commit waits: {applied}"
+    );
     let queued = vaults().await;
     assert!(queued.contains("data-queued=\"1\""), "{queued}");
     assert!(
