@@ -57,13 +57,6 @@ impl PendingCommit {
         }
         m
     }
-
-    fn audit_trailer(&self) -> Option<String> {
-        self.trailers
-            .iter()
-            .find(|(k, _)| k == "Vaultgate-Audit")
-            .map(|(k, v)| format!("{k}: {v}"))
-    }
 }
 
 /// A change's row before it is stored.
@@ -123,10 +116,17 @@ struct NoteChange {
     after: Option<String>,
 }
 
-/// What the ops do to notes, and what a commit of them holds.
-fn note_changes(ops: &[FileOp]) -> (Vec<NoteChange>, Vec<(String, Option<String>)>) {
+/// What the ops do to notes: each note written or removed, with its hashes (a note's copy in
+/// the trash stands for the note).
+fn note_changes(ops: &[FileOp]) -> Vec<NoteChange> {
+    let change =
+        |path: String, from: Option<String>, before: Option<&String>, after: Option<&String>| NoteChange {
+            path,
+            from,
+            before: before.cloned(),
+            after: after.cloned(),
+        };
     let mut notes = Vec::new();
-    let mut files = Vec::new();
     for op in ops {
         match op {
             FileOp::Put {
@@ -134,31 +134,9 @@ fn note_changes(ops: &[FileOp]) -> (Vec<NoteChange>, Vec<(String, Option<String>
                 path,
                 before,
                 after,
-            } => {
-                if let Some(n) = note_of(*zone, path) {
-                    notes.push(NoteChange {
-                        path: n,
-                        from: None,
-                        before: before.clone(),
-                        after: Some(after.clone()),
-                    });
-                }
-                if *zone == Zone::Note {
-                    files.push((path.clone(), Some(after.clone())));
-                }
-            }
+            } => notes.extend(note_of(*zone, path).map(|n| change(n, None, before.as_ref(), Some(after)))),
             FileOp::Delete { zone, path, before } => {
-                if let Some(n) = note_of(*zone, path) {
-                    notes.push(NoteChange {
-                        path: n,
-                        from: None,
-                        before: Some(before.clone()),
-                        after: None,
-                    });
-                }
-                if *zone == Zone::Note {
-                    files.push((path.clone(), None));
-                }
+                notes.extend(note_of(*zone, path).map(|n| change(n, None, Some(before), None)));
             }
             FileOp::Rename {
                 from_zone,
@@ -166,41 +144,24 @@ fn note_changes(ops: &[FileOp]) -> (Vec<NoteChange>, Vec<(String, Option<String>
                 to_zone,
                 to,
                 hash,
-            } => {
-                match (*from_zone == Zone::Note, *to_zone == Zone::Note) {
-                    (true, true) => notes.push(NoteChange {
-                        path: to.clone(),
-                        from: Some(from.clone()),
-                        before: Some(hash.clone()),
-                        after: Some(hash.clone()),
-                    }),
-                    (false, true) => notes.push(NoteChange {
-                        path: to.clone(),
-                        from: None,
-                        before: None,
-                        after: Some(hash.clone()),
-                    }),
-                    _ => {
-                        if let Some(n) = note_of(*from_zone, from) {
-                            notes.push(NoteChange {
-                                path: n,
-                                from: None,
-                                before: Some(hash.clone()),
-                                after: None,
-                            });
-                        }
-                    }
-                }
-                if *from_zone == Zone::Note {
-                    files.push((from.clone(), None));
-                }
-                if *to_zone == Zone::Note {
-                    files.push((to.clone(), Some(hash.clone())));
-                }
-            }
+            } => match (*from_zone == Zone::Note, *to_zone == Zone::Note) {
+                (true, true) => notes.push(change(to.clone(), Some(from.clone()), Some(hash), Some(hash))),
+                (false, true) => notes.push(change(to.clone(), None, None, Some(hash))),
+                _ => notes.extend(note_of(*from_zone, from).map(|n| change(n, None, Some(hash), None))),
+            },
         }
     }
-    (notes, files)
+    notes
+}
+
+/// The note files a commit of `ops` holds: what each op leaves in the notes (`None`: removed),
+/// as the transaction records it for the watchers.
+fn commit_files(ops: &[FileOp]) -> Vec<(String, Option<String>)> {
+    ops.iter()
+        .flat_map(FileOp::leaves)
+        .filter(|(zone, _, _)| *zone == Zone::Note)
+        .map(|(_, path, hash)| (path.to_owned(), hash.map(str::to_owned)))
+        .collect()
 }
 
 /// A move is written as a new file and a removed one: paired into one entry with `from`, by
@@ -334,7 +295,8 @@ impl Core {
         ts: &str,
     ) -> Result<ChangeRow, GatewayError> {
         let a = &intent.audit;
-        let (mut notes, files) = note_changes(&intent.ops);
+        let mut notes = note_changes(&intent.ops);
+        let files = commit_files(&intent.ops);
         let loose = match &intent.txn {
             TxnKind::Apply { proposal_kind, .. } => *proposal_kind == proposals::Kind::Move,
             TxnKind::History { label, .. } => label.starts_with("move "),
@@ -530,18 +492,12 @@ impl Core {
             {
                 return Ok(Made::Committed(tried.clone()));
             }
-            if let Some(h) = &head {
-                // A crash came after our ref update: HEAD is this very commit.
-                if pending
-                    .audit_trailer()
-                    .is_some_and(|t| repo.message(h).is_ok_and(|m| m.lines().any(|l| l == t)))
-                {
-                    return Ok(Made::Committed(h.clone()));
-                }
-                // The user committed the same content meanwhile: nothing is left to commit.
-                if !changes.is_empty() && self.head_holds(repo, h, &changes)? {
-                    return Ok(Made::Dropped);
-                }
+            // The user committed the same content meanwhile: nothing is left to commit.
+            if let Some(h) = &head
+                && !changes.is_empty()
+                && self.head_holds(repo, h, &changes)?
+            {
+                return Ok(Made::Dropped);
             }
             let base = match &head {
                 Some(h) => Some(repo.tree_of(h)?),
@@ -1153,7 +1109,7 @@ mod tests {
                 hash: "k".into(),
             },
         ];
-        let (notes, files) = note_changes(&ops);
+        let (notes, files) = (note_changes(&ops), commit_files(&ops));
         assert_eq!(notes[0].from.as_deref(), Some("a.md"));
         assert_eq!(notes[1].path, "c.md");
         assert_eq!(notes[1].after, None);

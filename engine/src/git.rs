@@ -579,17 +579,6 @@ impl Repo {
         }
     }
 
-    /// A commit's full message.
-    pub fn message(&self, commit: &str) -> Result<String, GitError> {
-        let mut cmd = self.git();
-        cmd.args(["cat-file", "commit", commit]);
-        let raw = String::from_utf8_lossy(&run(cmd, "cat-file commit", None)?).into_owned();
-        Ok(raw
-            .split_once("\n\n")
-            .map(|(_, m)| m.to_owned())
-            .unwrap_or_default())
-    }
-
     /// Adds `patterns` to the repository's `info/exclude` where missing.
     pub fn exclude(&self, patterns: &[String]) -> Result<(), GitError> {
         let mut cmd = self.git();
