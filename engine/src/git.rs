@@ -606,8 +606,19 @@ impl Repo {
             command: "info/exclude".into(),
             detail: e.to_string(),
         };
-        let current = match std::fs::read_to_string(&path) {
-            Ok(s) => s,
+        // Bounded: the user's file, read only to find our lines (a larger one is refused).
+        const MAX_EXCLUDE: u64 = 1 << 20;
+        let current = match std::fs::File::open(&path) {
+            Ok(f) => {
+                let mut buf = Vec::new();
+                f.take(MAX_EXCLUDE + 1).read_to_end(&mut buf).map_err(io)?;
+                if buf.len() as u64 > MAX_EXCLUDE {
+                    return Err(io(std::io::Error::other(
+                        "over 1 MiB; vaultgate does not edit it",
+                    )));
+                }
+                String::from_utf8_lossy(&buf).into_owned()
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(io(e)),
         };
