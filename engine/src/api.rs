@@ -116,6 +116,28 @@ pub struct RecentArgs {
     pub cursor: Option<String>,
 }
 
+/// `query_notes` (SPEC §18; the exact rules are in `vault::data`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueryNotesArgs {
+    pub vault: Option<String>,
+    /// Conditions, all of which must hold (at most 32).
+    #[serde(rename = "where")]
+    pub where_: Option<Vec<vault::data::Condition>>,
+    /// Only notes carrying every one of these tags.
+    pub tag: Option<Vec<String>>,
+    /// Only notes under this folder (e.g. `papers`).
+    pub path_prefix: Option<String>,
+    /// Fields each row carries besides path and title (at most 64).
+    pub fields: Option<Vec<String>>,
+    /// Default: by path, ascending.
+    pub sort: Option<vault::data::SortSpec>,
+    /// Maximum rows (default 50, at most 200).
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same query.
+    pub cursor: Option<String>,
+}
+
 // ---- outputs the gateway itself composes ---------------------------------------------------------
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -192,6 +214,25 @@ pub struct ProposePatchArgs {
     pub content: Option<String>,
     /// Replacements applied in order; each `oldText` must occur exactly once.
     pub edits: Option<Vec<EditArg>>,
+}
+
+/// `propose_frontmatter_update` (SPEC §18): a patch that changes only the frontmatter block.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProposeFrontmatterArgs {
+    pub vault: Option<String>,
+    pub path: String,
+    /// The `hash` read_note returned for the note.
+    pub base_hash: String,
+    pub reason: String,
+    /// Keys to set to these values (any JSON value; added at the end when absent).
+    pub set: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Keys to remove.
+    pub unset: Option<Vec<String>>,
+    /// Tags to add to the frontmatter `tags` (a leading `#` is dropped).
+    pub add_tags: Option<Vec<String>>,
+    /// Tags to remove from the frontmatter `tags` (not inline `#tags` in the text).
+    pub remove_tags: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

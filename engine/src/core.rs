@@ -847,6 +847,33 @@ impl Core {
         Ok(out)
     }
 
+    /// `query_notes`: a page of rows after the cursor's (sort key, path), within the output limit.
+    pub fn query_notes(
+        &self,
+        v: &VaultHandle,
+        page: &PageCall<'_>,
+        args: crate::api::QueryNotesArgs,
+    ) -> Result<vault::data::QueryNotes, GatewayError> {
+        let after = match self.open_cursor(v, page, args.cursor.as_deref())? {
+            None => None,
+            Some(Position::Query(p)) => Some(p),
+            Some(_) => return Err(not_this_cursor()),
+        };
+        let spec = vault::data::QuerySpec {
+            conditions: args.where_.unwrap_or_default(),
+            tags: args.tag.unwrap_or_default(),
+            path_prefix: args.path_prefix,
+            fields: args.fields.unwrap_or_default(),
+            sort: args.sort,
+            limit: args.limit,
+        };
+        // The rows appear twice in a result (structured and as text).
+        let max_bytes = self.read_limits().max_output_bytes / 2;
+        let (mut out, next) = v.reader.query_notes_page(&spec, after.as_ref(), max_bytes)?;
+        out.next_cursor = next.map(|p| self.seal(v, page, &Position::Query(p)));
+        Ok(out)
+    }
+
     /// `list_proposals`: newest first, a page after the cursor's (createdAt, row). `page` is
     /// `None` for the CLI, which takes no cursor.
     pub fn list_proposals_page(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use ring::hmac;
 use serde_json::Value;
+use vault::data::{PosKey, QueryPos};
 use vault::{Key, NotesPos, RankPos, RecentPos, SearchPos};
 
 use crate::error::GatewayError;
@@ -72,6 +73,8 @@ pub enum Position {
         seq: i64,
         path: Key,
     },
+    /// `query_notes`: after this (sort key, path) in the call's order.
+    Query(QueryPos),
     /// A search, valid only at the vault revision it was made at.
     Search {
         revision: u64,
@@ -188,6 +191,15 @@ const T_RECENT: u8 = 3;
 const T_PROPOSALS: u8 = 4;
 const T_SEARCH: u8 = 5;
 const T_HISTORY: u8 = 6;
+const T_QUERY: u8 = 7;
+
+/// `PosKey` kinds in a `T_QUERY` payload.
+const K_MISSING: u8 = 0;
+const K_NUM: u8 = 1;
+const K_DATE: u8 = 2;
+const K_TEXT: u8 = 3;
+const K_FALSE: u8 = 4;
+const K_TRUE: u8 = 5;
 
 /// The payload with exact keys, or, when that is too long, with keys cut shorter and shorter.
 fn encode_fitting(pos: &Position) -> Vec<u8> {
@@ -229,6 +241,26 @@ fn encode(pos: &Position, cut: Option<usize>) -> Vec<u8> {
             w.push(T_HISTORY);
             put_int(&mut w, *seq);
             key(&mut w, path);
+        }
+        Position::Query(p) => {
+            w.push(T_QUERY);
+            match &p.key {
+                PosKey::Missing => w.push(K_MISSING),
+                PosKey::Num(bits) => {
+                    w.push(K_NUM);
+                    w.extend_from_slice(&bits.to_be_bytes());
+                }
+                PosKey::Date(t) => {
+                    w.push(K_DATE);
+                    w.extend_from_slice(&t.to_be_bytes());
+                }
+                PosKey::Text(k) => {
+                    w.push(K_TEXT);
+                    key(&mut w, k);
+                }
+                PosKey::Bool(b) => w.push(if *b { K_TRUE } else { K_FALSE }),
+            }
+            key(&mut w, &p.path);
         }
         Position::Search { revision, pos } => {
             w.push(T_SEARCH);
@@ -276,6 +308,18 @@ fn decode(b: &[u8]) -> Option<Position> {
             seq: r.int()?,
             path: r.key()?,
         },
+        T_QUERY => {
+            let key = match r.byte()? {
+                K_MISSING => PosKey::Missing,
+                K_NUM => PosKey::Num(u64::from_be_bytes(r.take(8)?.try_into().ok()?)),
+                K_DATE => PosKey::Date(i128::from_be_bytes(r.take(16)?.try_into().ok()?)),
+                K_TEXT => PosKey::Text(r.key()?),
+                K_FALSE => PosKey::Bool(false),
+                K_TRUE => PosKey::Bool(true),
+                _ => return None,
+            };
+            Position::Query(QueryPos { key, path: r.key()? })
+        }
         T_SEARCH => {
             let revision = r.uint()?;
             let flags = r.byte()?;
@@ -461,6 +505,7 @@ mod tests {
             (any::<i64>(), key()).prop_map(|(mtime, path)| Position::Recent(RecentPos { mtime, path })),
             (any::<i64>(), key()).prop_map(|(row, created_at)| Position::Proposals { created_at, row }),
             (any::<i64>(), key()).prop_map(|(seq, path)| Position::History { seq, path }),
+            (pos_key(), key()).prop_map(|(key, path)| Position::Query(QueryPos { key, path })),
             (
                 any::<u64>(),
                 proptest::option::of((key(), any::<u32>())),
@@ -473,6 +518,16 @@ mod tests {
                         after: after.map(|(score, path, line)| RankPos { score, path, line }),
                     },
                 }),
+        ]
+    }
+
+    fn pos_key() -> impl Strategy<Value = PosKey> {
+        prop_oneof![
+            Just(PosKey::Missing),
+            any::<u64>().prop_map(PosKey::Num),
+            any::<i128>().prop_map(PosKey::Date),
+            key().prop_map(PosKey::Text),
+            any::<bool>().prop_map(PosKey::Bool),
         ]
     }
 
@@ -501,6 +556,13 @@ mod tests {
             ) => r == s && names(d, c),
             (Position::History { seq: a, path: p }, Position::History { seq: b, path: q }) => {
                 a == b && names(q, p)
+            }
+            (Position::Query(x), Position::Query(y)) => {
+                names(&y.path, &x.path)
+                    && match (&x.key, &y.key) {
+                        (PosKey::Text(a), PosKey::Text(b)) => names(b, a),
+                        (a, b) => a == b,
+                    }
             }
             (Position::Search { revision: r, pos: p }, Position::Search { revision: s, pos: q }) => {
                 r == s

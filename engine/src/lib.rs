@@ -49,6 +49,7 @@ pub use proposals::diff;
 /// The read answers of the vault, as the engine hands them out (their schemas are the tools'
 /// output schemas).
 pub mod reads {
+    pub use vault::data::QueryNotes;
     pub use vault::{
         ContentHits, KnowledgeHits, ListNotes, ListStandards, ListTags, ReadNote, RecentNotes, Related,
     };

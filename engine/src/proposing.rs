@@ -319,6 +319,50 @@ impl Core {
                 ));
             }
         };
+        self.store_patch(call, v, &target, &old, hash, &new, &args.reason)
+    }
+
+    /// `propose_frontmatter_update` (SPEC §18): the note's text with only its frontmatter block
+    /// edited (`vault::fmedit`), proposed as an ordinary patch, so it is applied like any other.
+    pub fn propose_frontmatter(
+        &self,
+        call: &mut Call<'_>,
+        v: &VaultHandle,
+        args: crate::api::ProposeFrontmatterArgs,
+    ) -> Result<ProposedOut, GatewayError> {
+        self.check_quota(call.actor(), v, 0)?;
+        require_reason(&args.reason)?;
+        let target = target_path(v, &args.path)?;
+        let (bytes, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
+        if hash != args.base_hash {
+            return Err(stale(&target, &args.base_hash, Some(&hash)));
+        }
+        let old = String::from_utf8(bytes)
+            .map_err(|_| GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotText)))?;
+        let update = vault::fmedit::Update {
+            set: args.set.unwrap_or_default(),
+            unset: args.unset.unwrap_or_default(),
+            add_tags: args.add_tags.unwrap_or_default(),
+            remove_tags: args.remove_tags.unwrap_or_default(),
+        };
+        // SECURITY(T-FMEDIT): the editor re-reads its result and refuses anything but the named keys changing.
+        let new =
+            vault::fmedit::update(&old, &update).map_err(|e| GatewayError::InvalidArgument(e.to_string()))?;
+        self.store_patch(call, v, &target, &old, hash, &new, &args.reason)
+    }
+
+    /// Stores a patch from `old` (whose hash is `hash`) to `new`, with its diff.
+    #[allow(clippy::too_many_arguments)]
+    fn store_patch(
+        &self,
+        call: &mut Call<'_>,
+        v: &VaultHandle,
+        target: &VaultPath,
+        old: &str,
+        hash: String,
+        new: &str,
+        reason: &str,
+    ) -> Result<ProposedOut, GatewayError> {
         // Edits can grow a note past what could ever be read back.
         crate::limits::check_proposal_bytes(new.len() as u64, &self.config.limits)?;
         if new == old {
@@ -326,11 +370,11 @@ impl Core {
                 "the proposed text equals the current text".into(),
             ));
         }
-        let diff = proposals::unified_diff(target.as_str(), &old, &new);
-        let mut d = self.draft(call.actor(), v, Kind::Patch, &target, &args.reason);
+        let diff = proposals::unified_diff(target.as_str(), old, new);
+        let mut d = self.draft(call.actor(), v, Kind::Patch, target, reason);
         d.content_hash = Some(proposals::sha256_hex(new.as_bytes()));
         d.base_hash = Some(hash.clone());
-        let p = self.store_proposal(call, v, d, Some(&new), Some(&diff))?;
+        let p = self.store_proposal(call, v, d, Some(new), Some(&diff))?;
         Ok(ProposedOut {
             id: p.id,
             slug: p.slug,

@@ -4,8 +4,9 @@
 
 use engine::api::{
     ApplyArgs, ListNotesArgs, ListProposalsArgs, ListTagsArgs, NoArgs, NoteHistoryArgs, PathArgs,
-    ProposalIdArgs, ProposeDeleteArgs, ProposeMoveArgs, ProposeNewArgs, ProposePatchArgs, ReadNoteArgs,
-    RecentArgs, RejectArgs, SearchKnowledgeArgs, SearchNoteContentArgs, VaultArg,
+    ProposalIdArgs, ProposeDeleteArgs, ProposeFrontmatterArgs, ProposeMoveArgs, ProposeNewArgs,
+    ProposePatchArgs, QueryNotesArgs, ReadNoteArgs, RecentArgs, RejectArgs, SearchKnowledgeArgs,
+    SearchNoteContentArgs, VaultArg,
 };
 use engine::core::PageCall;
 use engine::history::HistoryMoveArgs;
@@ -212,6 +213,11 @@ fn run(
             let v = call.vault(a.vault.as_deref())?;
             to_value(core.recent(&v, &page, a.limit, a.since.as_deref(), a.cursor.as_deref())?)
         }
+        "query_notes" => {
+            let a: QueryNotesArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.query_notes(&v, &page, a)?)
+        }
         "list_proposals" => {
             let a: ListProposalsArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
@@ -237,6 +243,11 @@ fn run(
             let a: ProposePatchArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
             to_value(core.propose_patch(call, &v, a)?)
+        }
+        "propose_frontmatter_update" => {
+            let a: ProposeFrontmatterArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.propose_frontmatter(call, &v, a)?)
         }
         "propose_move" => {
             let a: ProposeMoveArgs = parse(args)?;

@@ -105,6 +105,11 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Recently modified notes",
             "Notes ordered by modification time, newest first; when truncated, pass nextCursor as cursor for the next page.",
         ),
+        read_tool::<QueryNotesArgs, r::QueryNotes>(
+            "query_notes",
+            "Query notes by frontmatter",
+            "Notes as rows of their frontmatter fields, answered from the index. where: conditions {field, op, value}, all must hold; field is a top-level frontmatter key or a built-in (path, title, tags = frontmatter and inline tags, modified = file time, bytes = file size; built-ins win over keys of the same name). Types: numbers compare as numbers; a string that is an RFC 3339 date-time or YYYY-MM-DD is a date and compares in time order; other strings compare case-insensitively; booleans false < true; strings are never numbers. eq/lt/lte/gt/gte match only a field of the value's type (never a list, a missing or a null field); ne is exactly not-eq (so it matches those); contains: list membership (an element eq the value), case-insensitive substring of a string or date field, or for tags the tag[] rule (a/b carries a); exists: value true (default) or false, whether the field is present and not null. value is a number, string or boolean. sort {field, order asc|desc} (default path asc): ties by path; mixed types order numbers, dates, strings, booleans; missing, null, list or mapping values sort last in both orders. Rows carry path and title; fields[] adds {name: value} with the values as in the frontmatter (a field the note lacks is left out). limit default 50, at most 200; when truncated, pass nextCursor as cursor (same other arguments) for the next page.",
+        ),
         read_tool::<ListProposalsArgs, ListProposalsOut>(
             "list_proposals",
             "List proposals",
@@ -130,6 +135,12 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "propose_note_patch",
             "Propose an edit",
             "Proposes new text for an existing note, as a whole `content` or as `edits` (each oldText must occur exactly once). `baseHash` is the hash read_note gave you; apply refuses if the note changed since.",
+            policy::ToolKind::Propose,
+        ),
+        tool::<ProposeFrontmatterArgs, ProposedOut>(
+            "propose_frontmatter_update",
+            "Propose frontmatter changes",
+            "Proposes setting or removing frontmatter keys and adding or removing tags, as a patch that changes only the note's frontmatter block (created when absent): the text, the other keys and their comments stay as they are. `baseHash` is the hash read_note gave you. Inline #tags in the text are not removed here (use propose_note_patch).",
             policy::ToolKind::Propose,
         ),
         tool::<ProposeMoveArgs, ProposedOut>(

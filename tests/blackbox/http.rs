@@ -20,9 +20,8 @@ use crate::util::{Client, Env, bin};
 /// Every wait in this file is bounded by this.
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The read tools this build serves, in catalog order.
 /// The whole catalog this build serves (the same over both transports).
-const TOOLS: [&str; 24] = [
+const TOOLS: [&str; 26] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -34,11 +33,13 @@ const TOOLS: [&str; 24] = [
     "list_tags",
     "get_related_notes",
     "list_recent_notes",
+    "query_notes",
     "list_proposals",
     "get_proposal",
     "history_status",
     "propose_new_note",
     "propose_note_patch",
+    "propose_frontmatter_update",
     "propose_move",
     "propose_delete",
     "apply_proposal",
@@ -406,11 +407,19 @@ async fn http_serves_the_same_tools_and_results_as_stdio() {
         ("list_tags", json!({})),
         ("get_related_notes", json!({"path": "z/attention.md"})),
         ("list_recent_notes", json!({"limit": 50})),
+        (
+            "query_notes",
+            json!({"where": [{"field": "title", "op": "contains", "value": "注意"}], "fields": ["tags"]}),
+        ),
+        (
+            "query_notes",
+            json!({"sort": {"field": "title", "order": "desc"}, "limit": 3}),
+        ),
         ("list_proposals", json!({})),
     ];
     let called: BTreeSet<&str> = calls.iter().map(|(t, _)| *t).collect();
     // Every read tool (the write half mutates, so it is compared in the proposal suite).
-    assert_eq!(called, TOOLS[..12].iter().copied().collect::<BTreeSet<_>>());
+    assert_eq!(called, TOOLS[..13].iter().copied().collect::<BTreeSet<_>>());
     for (tool, args) in calls {
         let mut h = over_http.call(tool, args.clone()).await.ok();
         let mut s = over_stdio.call(tool, args.clone()).await.ok();

@@ -19,8 +19,8 @@ use crate::util::{Client, Env, Reply, copy_tree, fixture};
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-/// The ten read tools of SPEC §4.
-const READ_TOOLS: [&str; 11] = [
+/// The read tools of SPEC §4 this build serves.
+const READ_TOOLS: [&str; 12] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -32,6 +32,7 @@ const READ_TOOLS: [&str; 11] = [
     "list_tags",
     "get_related_notes",
     "list_recent_notes",
+    "query_notes",
 ];
 
 /// A connected client that validates every success against the tool's `outputSchema`.
@@ -389,6 +390,10 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         ("list_tags", &["limit", "cursor"][..]),
         ("get_related_notes", &["path"][..]),
         ("list_recent_notes", &["limit", "since", "cursor"][..]),
+        (
+            "query_notes",
+            &["where", "tag", "pathPrefix", "fields", "sort", "limit", "cursor"][..],
+        ),
     ]);
     let required: BTreeMap<&str, &[&str]> = BTreeMap::from([
         ("search_knowledge", &["query"][..]),
@@ -434,6 +439,7 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
             &["outlinks", "backlinks", "brokenLinks", "mocs"][..],
         ),
         ("list_recent_notes", &["notes"][..]),
+        ("query_notes", &["notes", "truncated"][..]),
     ]);
 
     for t in &tools {
@@ -514,6 +520,11 @@ async fn every_read_tool_success_validates_against_its_output_schema() {
         ("get_related_notes", json!({"path": "docs/style.md"})),
         ("list_recent_notes", json!({"limit": 5})),
         ("list_recent_notes", json!({"since": "2999-01-01T00:00:00Z"})),
+        ("query_notes", json!({})),
+        (
+            "query_notes",
+            json!({"where": [{"field": "tags", "op": "contains", "value": "ml"}], "fields": ["tags", "modified", "bytes", "title", "nope"], "sort": {"field": "modified", "order": "desc"}, "limit": 1}),
+        ),
     ];
     let mut seen = BTreeSet::new();
     for (tool, args) in calls {

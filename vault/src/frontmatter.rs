@@ -39,9 +39,37 @@ pub enum FrontmatterError {
 /// Parses one frontmatter block (the text between the `---` lines). Empty, invalid or
 /// non-mapping YAML is an empty object; a block over the bounds is an error.
 pub fn parse_block(yaml: &str) -> Result<Map<String, Value>, FrontmatterError> {
+    match parse_mapping(yaml) {
+        Ok(m) => Ok(m),
+        Err(StrictError::Bounds(e)) => Err(e),
+        Err(StrictError::Invalid(e)) => {
+            tracing::debug!(error = %e, "invalid YAML frontmatter ignored");
+            Ok(Map::new())
+        }
+        Err(StrictError::NotMapping) => Ok(Map::new()),
+    }
+}
+
+/// Why [`parse_mapping`] refused a block: what [`parse_block`] degrades to an empty object, told
+/// apart for the writers that must not edit what they cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrictError {
+    #[error(transparent)]
+    Bounds(FrontmatterError),
+    #[error("the frontmatter is not valid YAML: {0}")]
+    Invalid(String),
+    #[error("the frontmatter is not a YAML mapping (key: value lines)")]
+    NotMapping,
+}
+
+/// The same parse as [`parse_block`] (same bounds), but invalid and non-mapping YAML are errors.
+/// An empty or comments-only block is an empty mapping.
+pub fn parse_mapping(yaml: &str) -> Result<Map<String, Value>, StrictError> {
     // SECURITY(T-YAML): note text is untrusted; its size and its alias expansion are bounded.
     if yaml.len() > MAX_BLOCK_BYTES {
-        return Err(FrontmatterError::TooLarge { bytes: yaml.len() });
+        return Err(StrictError::Bounds(FrontmatterError::TooLarge {
+            bytes: yaml.len(),
+        }));
     }
     if yaml.trim().is_empty() {
         return Ok(Map::new());
@@ -53,15 +81,15 @@ pub fn parse_block(yaml: &str) -> Result<Map<String, Value>, FrontmatterError> {
     let parsed = Node(&budget).deserialize(yaml_serde::Deserializer::from_str(yaml));
     match parsed {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Ok(Map::new()),
-        Err(_) if budget.spent.get() => Err(FrontmatterError::AliasExpansion),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(_) => Err(StrictError::NotMapping),
+        Err(_) if budget.spent.get() => Err(StrictError::Bounds(FrontmatterError::AliasExpansion)),
         Err(e) => {
             // The parser's own guard against alias repetition is the same attack, caught first.
             if e.to_string().contains("repetition limit") {
-                return Err(FrontmatterError::AliasExpansion);
+                return Err(StrictError::Bounds(FrontmatterError::AliasExpansion));
             }
-            tracing::debug!(error = %e, "invalid YAML frontmatter ignored");
-            Ok(Map::new())
+            Err(StrictError::Invalid(e.to_string()))
         }
     }
 }
@@ -307,6 +335,27 @@ mod tests {
         ] {
             assert_eq!(parse_block(y), Ok(Map::new()), "{y:?}");
         }
+    }
+
+    #[test]
+    fn the_strict_parse_tells_invalid_and_non_mapping_apart() {
+        assert!(matches!(
+            parse_mapping("a: [unclosed\n"),
+            Err(StrictError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_mapping("a: 1\na: 2\n"),
+            Err(StrictError::Invalid(_))
+        ));
+        assert_eq!(parse_mapping("- just\n- a list\n"), Err(StrictError::NotMapping));
+        assert_eq!(parse_mapping("plain\n"), Err(StrictError::NotMapping));
+        assert_eq!(parse_mapping("   \n"), Ok(Map::new()));
+        assert_eq!(parse_mapping("# only a comment\n"), Ok(Map::new()));
+        assert_eq!(
+            parse_mapping(&laughs(9, 10)),
+            Err(StrictError::Bounds(FrontmatterError::AliasExpansion))
+        );
+        assert_eq!(Value::Object(parse_mapping("a: 1\n").unwrap()), json!({"a": 1}));
     }
 
     proptest! {

@@ -39,6 +39,11 @@ use record::{NoteRecord, from_nanos, nanos};
 
 pub use db::FILE as INDEX_FILE;
 
+/// A time the index stores (ns since the Unix epoch).
+pub(crate) fn time_of(n: i64) -> SystemTime {
+    from_nanos(n)
+}
+
 /// Why the index could not answer or be updated. Never fatal: reads fall back to the scan.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -831,6 +836,15 @@ impl Index {
         after: Option<&RecentPos>,
     ) -> Option<(RecentNotes, Option<RecentPos>)> {
         self.read(|snap| query::recent(snap, limit, since, after))
+    }
+
+    pub(crate) fn query_notes(
+        &self,
+        q: &crate::data::Query,
+        after: Option<&crate::data::QueryPos>,
+        max_bytes: usize,
+    ) -> Option<(crate::data::QueryNotes, Option<crate::data::QueryPos>)> {
+        self.read(|snap| query::query_notes(snap, q, after, max_bytes))
     }
 
     pub(crate) fn counts(&self) -> Option<Counts> {

@@ -8,6 +8,8 @@
 //! on its own is its cache, `.vaultgate/index.sqlite` (`index`).
 #![forbid(unsafe_code)]
 
+pub mod data;
+pub mod fmedit;
 pub mod frontmatter;
 pub mod fs;
 pub mod index;

@@ -101,49 +101,101 @@ pub struct Frontmatter {
     pub body_line: usize,
 }
 
-/// Splits off a frontmatter block: a first line `---` up to the next `---` or `...` line. An
-/// unclosed block is no frontmatter; an invalid or non-mapping YAML block is an empty object whose
-/// lines still do not count as body; a block over the bounds is an empty object with `error` set.
-pub fn split_frontmatter(text: &str) -> Frontmatter {
-    let none = Frontmatter {
-        fields: Map::new(),
-        error: None,
-        body_line: 0,
-    };
-    let mut lines = text.lines();
-    match lines.next() {
-        Some(first) if first.trim_start_matches('\u{feff}').trim_end() == "---" => {}
-        _ => return none,
+/// Where a frontmatter block sits in a note's text, as byte offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSpan {
+    /// Just after the opening `---` line (and its line ending).
+    pub yaml_start: usize,
+    /// Where the closing `---`/`...` line starts.
+    pub yaml_end: usize,
+    /// Just after the closing line (and its line ending, if any): the first byte of the body.
+    pub body_start: usize,
+    /// 0-based index of the first body line.
+    pub body_line: usize,
+}
+
+/// The frontmatter block of `text`, if it has one: a first line `---` (a BOM and trailing
+/// whitespace allowed) up to the next `---` or `...` line. The one rule of where a block is, for
+/// readers ([`split_frontmatter`]) and writers (`fmedit`) alike.
+pub fn block_span(text: &str) -> Option<BlockSpan> {
+    let mut segs = text.split_inclusive('\n');
+    let first = segs.next()?;
+    if line_of(first).trim_start_matches('\u{feff}').trim_end() != "---" {
+        return None;
     }
-    let mut yaml = String::new();
-    // Bytes of the block as `parse_block` would see it; copying stops past the limit, so a huge
-    // block costs no second copy of the note.
-    let mut block_bytes = 0usize;
-    for (i, line) in lines.enumerate() {
-        let t = line.trim_end();
+    let yaml_start = first.len();
+    let mut pos = yaml_start;
+    for (i, seg) in segs.enumerate() {
+        let t = line_of(seg).trim_end();
         if t == "---" || t == "..." {
-            let parsed = if block_bytes > frontmatter::MAX_BLOCK_BYTES {
-                Err(FrontmatterError::TooLarge { bytes: block_bytes })
-            } else {
-                frontmatter::parse_block(&yaml)
-            };
-            let (fields, error) = match parsed {
-                Ok(fields) => (fields, None),
-                Err(e) => (Map::new(), Some(e)),
-            };
-            return Frontmatter {
-                fields,
-                error,
+            return Some(BlockSpan {
+                yaml_start,
+                yaml_end: pos,
+                body_start: pos + seg.len(),
                 body_line: i + 2,
-            };
+            });
         }
-        block_bytes = block_bytes.saturating_add(line.len() + 1);
-        if block_bytes <= frontmatter::MAX_BLOCK_BYTES {
-            yaml.push_str(line);
-            yaml.push('\n');
-        }
+        pos += seg.len();
     }
-    none
+    None
+}
+
+/// A `split_inclusive('\n')` segment without its line ending, as `str::lines` yields it.
+fn line_of(seg: &str) -> &str {
+    match seg.strip_suffix('\n') {
+        Some(l) => l.strip_suffix('\r').unwrap_or(l),
+        None => seg,
+    }
+}
+
+/// Splits off a frontmatter block ([`block_span`]). An unclosed block is no frontmatter; an
+/// invalid or non-mapping YAML block is an empty object whose lines still do not count as body; a
+/// block over the bounds is an empty object with `error` set.
+pub fn split_frontmatter(text: &str) -> Frontmatter {
+    let Some(span) = block_span(text) else {
+        return Frontmatter {
+            fields: Map::new(),
+            error: None,
+            body_line: 0,
+        };
+    };
+    let (fields, error) = match block_yaml(text, &span) {
+        Ok(yaml) => match frontmatter::parse_block(&yaml) {
+            Ok(fields) => (fields, None),
+            Err(e) => (Map::new(), Some(e)),
+        },
+        Err(e) => (Map::new(), Some(e)),
+    };
+    Frontmatter {
+        fields,
+        error,
+        body_line: span.body_line,
+    }
+}
+
+/// The YAML text the parser sees for a block: its lines with `\n` endings. A block past the size
+/// limit is refused before it is copied, so a huge block costs no second copy of the note.
+pub fn block_yaml(text: &str, span: &BlockSpan) -> Result<String, FrontmatterError> {
+    let region = text.get(span.yaml_start..span.yaml_end).unwrap_or_default();
+    let bytes = region.lines().fold(0usize, |n, l| n.saturating_add(l.len() + 1));
+    if bytes > frontmatter::MAX_BLOCK_BYTES {
+        return Err(FrontmatterError::TooLarge { bytes });
+    }
+    let mut yaml = String::with_capacity(bytes);
+    for line in region.lines() {
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    Ok(yaml)
+}
+
+/// The inline `#tags` of a note's body (outside frontmatter, fenced and inline code), in order.
+pub fn inline_tags_of(text: &str, body_line: usize) -> Vec<String> {
+    let mut tags = Vec::new();
+    for line in prose_lines(text, body_line) {
+        inline_tags(&line.masked, &mut tags);
+    }
+    tags
 }
 
 /// A scalar frontmatter field as trimmed, non-empty text.

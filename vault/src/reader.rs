@@ -423,6 +423,54 @@ impl Vault {
         ))
     }
 
+    /// `query_notes` (SPEC §18; the rules are in `data`): one page of the rows after `after`,
+    /// its JSON at most about `max_bytes`, and where the next one starts. Answered from the
+    /// index; while it is being built, from the files, by the same rules.
+    pub fn query_notes_page(
+        &self,
+        spec: &crate::data::QuerySpec,
+        after: Option<&crate::data::QueryPos>,
+        max_bytes: usize,
+    ) -> Result<(crate::data::QueryNotes, Option<crate::data::QueryPos>), VaultError> {
+        let q = crate::data::Query::parse(spec)?;
+        if let FolderPath::Dir(d) = &q.prefix {
+            self.layout().check_read(d)?;
+        }
+        if let Some(out) = self.ix().and_then(|ix| ix.query_notes(&q, after, max_bytes)) {
+            return Ok(out);
+        }
+        let mut notes = Vec::new();
+        for e in catalog_walk(&self.fs)
+            .into_iter()
+            .filter(|e| q.prefix.contains(&e.path))
+        {
+            let Ok(file) = self.fs.read_text(&e.path) else {
+                continue;
+            };
+            let note = Note::parse(&file.text, stem(e.path.file_name()));
+            let data = crate::data::NoteData::new(note.title, note.tags, &note.frontmatter);
+            notes.push((
+                e.path,
+                nanos_of(file.modified),
+                file.bytes.len() as u64,
+                data,
+                note.frontmatter,
+            ));
+        }
+        let rows: Vec<crate::data::Row<'_>> = notes
+            .iter()
+            .map(|(path, mtime, size, data, _)| crate::data::Row {
+                path,
+                mtime: *mtime,
+                size: *size,
+                data,
+            })
+            .collect();
+        crate::data::page(&q, &rows, after, max_bytes, &mut |i| {
+            Ok::<_, VaultError>(notes.get(i).map(|n| n.4.clone()))
+        })
+    }
+
     /// `search_note_content`: case-insensitive substring AND over the terms (SPEC §4, §10); one
     /// page (see `search::Ranker`), and where the next one starts.
     pub fn search_content_page(

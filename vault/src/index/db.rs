@@ -18,6 +18,7 @@ use cap_std::fs::{Dir, OpenOptions};
 use policy::{NoteClass, VaultPath};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use crate::data::NoteData;
 use crate::index::IndexError;
 use crate::index::grams::TOKENIZER;
 use crate::index::record::{NoteRecord, nanos};
@@ -30,7 +31,8 @@ pub const FILE: &str = "index.sqlite";
 /// Held while a broken index file is replaced.
 const LOCK_FILE: &str = "index.lock";
 /// Bumped on any change of the schema below: an index of another version is rebuilt.
-const SCHEMA_VERSION: i64 = 1;
+/// 2: `fields` (each note's tags and frontmatter, for `query_notes`).
+const SCHEMA_VERSION: i64 = 2;
 /// How long a statement waits for another connection's lock before failing with `SQLITE_BUSY`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// FTS5 keeps this many bytes of new tokens in memory before writing a segment: a batch of notes
@@ -55,6 +57,7 @@ const TABLES: &[&str] = &[
     "bodies",
     "tags",
     "links",
+    "fields",
     "body_grams",
     "meta_grams",
 ];
@@ -86,6 +89,7 @@ fn schema_sql() -> String {
              PRIMARY KEY (note_id, seq)
          ) WITHOUT ROWID;
          CREATE INDEX links_by_key ON links (key);
+         CREATE TABLE fields (id INTEGER PRIMARY KEY, tags TEXT NOT NULL, frontmatter TEXT NOT NULL);
          CREATE VIRTUAL TABLE body_grams USING fts5(
              g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
          CREATE VIRTUAL TABLE meta_grams USING fts5(
@@ -134,6 +138,8 @@ pub struct Entry {
     pub size: u64,
     pub mtime: i64,
     pub readable: bool,
+    /// What `query_notes` compares; `None` for an unreadable note.
+    pub data: Option<NoteData>,
 }
 
 /// Every indexed note, sorted by path, as of one generation.
@@ -619,6 +625,7 @@ impl Db {
                                 size: rec.size,
                                 mtime: rec.mtime,
                                 readable: rec.content.is_some(),
+                                data: rec.content.as_ref().map(|c| c.data.clone()),
                             }));
                         }
                     }
@@ -681,6 +688,7 @@ impl Db {
                 "UPDATE meta SET value = 1 WHERE key = 'building';
                  UPDATE meta SET value = value + 1 WHERE key = 'epoch';
                  DELETE FROM notes; DELETE FROM bodies; DELETE FROM tags; DELETE FROM links;
+                 DELETE FROM fields;
                  DELETE FROM catalog_log;
                  INSERT INTO body_grams (body_grams) VALUES ('delete-all');
                  INSERT INTO meta_grams (meta_grams) VALUES ('delete-all');",
@@ -784,7 +792,8 @@ fn ensure_schema(conn: &Connection) -> Result<(), IndexError> {
             // Another process may have created it while we waited for the lock.
             let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
             if version != SCHEMA_VERSION {
-                for t in TABLES {
+                // The log too: its generations belong to the dropped tables.
+                for t in TABLES.iter().chain(&["catalog_log"]) {
                     conn.execute_batch(&format!("DROP TABLE IF EXISTS {t};"))?;
                 }
                 conn.execute_batch(&schema_sql())?;
@@ -843,27 +852,17 @@ fn catch_up(conn: &Connection, cached: &Catalog, to: i64) -> Result<Option<Catal
     if covered != gap {
         return Ok(None);
     }
-    let mut one =
-        conn.prepare_cached("SELECT id, class, size, mtime, readable FROM notes WHERE path = ?1")?;
+    let mut one = conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} WHERE n.path = ?1"))?;
     let mut changes = Vec::with_capacity(paths.len());
     for raw in paths {
         let Ok(path) = VaultPath::parse(&raw) else {
             continue;
         };
         let row = one
-            .query_row([raw.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?, r.get(3)?, r.get(4)?))
-            })
+            .query_row([raw.as_str()], |r| entry_of(r, path.clone()))
             .optional()?;
         changes.push(match row {
-            Some((id, class, size, mtime, readable)) => Change::Put(Entry {
-                id,
-                path,
-                class: class_of(class),
-                size: u64::try_from(size).unwrap_or(0),
-                mtime,
-                readable,
-            }),
+            Some(e) => Change::Put(e),
             None => Change::Remove(path),
         });
     }
@@ -878,9 +877,40 @@ fn generation(conn: &Connection) -> Result<i64, IndexError> {
     .ok_or_else(|| IndexError::Unusable("no generation".into()))
 }
 
+/// A catalog entry's columns: `entry_of` reads a row of them.
+const ENTRY_COLUMNS: &str =
+    "n.id, n.path, n.class, n.size, n.mtime, n.readable, n.title, f.tags, f.frontmatter
+     FROM notes n LEFT JOIN fields f ON f.id = n.id";
+
+/// An entry from a row of `ENTRY_COLUMNS`, whose path the caller parsed.
+fn entry_of(r: &rusqlite::Row<'_>, path: VaultPath) -> rusqlite::Result<Entry> {
+    let readable: bool = r.get(5)?;
+    let data = match (
+        readable,
+        r.get::<_, Option<String>>(7)?,
+        r.get::<_, Option<String>>(8)?,
+    ) {
+        (true, Some(tags), Some(fm)) => {
+            let tags: Vec<String> = serde_json::from_str(&tags).unwrap_or_default();
+            let fm: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&fm).unwrap_or_default();
+            Some(NoteData::new(r.get(6)?, tags, &fm))
+        }
+        _ => None,
+    };
+    Ok(Entry {
+        id: r.get(0)?,
+        path,
+        class: class_of(r.get(2)?),
+        size: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+        mtime: r.get(4)?,
+        readable,
+        data,
+    })
+}
+
 fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT id, path, class, size, mtime, readable FROM notes ORDER BY path")?;
+    let mut stmt = conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} ORDER BY n.path"))?;
     let mut rows = stmt.query([])?;
     let mut entries = Vec::new();
     while let Some(r) = rows.next()? {
@@ -889,14 +919,7 @@ fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexErro
         let Ok(path) = VaultPath::parse(&path) else {
             continue;
         };
-        entries.push(Entry {
-            id: r.get(0)?,
-            path,
-            class: class_of(r.get(2)?),
-            size: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-            mtime: r.get(4)?,
-            readable: r.get(5)?,
-        });
+        entries.push(entry_of(r, path)?);
     }
     let mut ids: Vec<(i64, usize)> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     ids.sort_unstable();
@@ -1021,6 +1044,9 @@ fn put(conn: &Connection, rec: &NoteRecord) -> Result<Option<i64>, IndexError> {
         .execute(params![id, c.body_tokens])?;
     conn.prepare_cached("INSERT INTO meta_grams (rowid, g) VALUES (?1, ?2)")?
         .execute(params![id, c.meta_tokens])?;
+    let tags = serde_json::to_string(&c.tags).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached("INSERT INTO fields (id, tags, frontmatter) VALUES (?1, ?2, ?3)")?
+        .execute(params![id, tags, c.frontmatter])?;
     let mut tag =
         conn.prepare_cached("INSERT INTO tags (note_id, seq, name, folded) VALUES (?1, ?2, ?3, ?4)")?;
     for (seq, t) in c.tags.iter().enumerate() {
@@ -1049,6 +1075,7 @@ fn remove_content(conn: &Connection, id: i64) -> Result<(), IndexError> {
         "DELETE FROM meta_grams WHERE rowid = ?1",
         "DELETE FROM tags WHERE note_id = ?1",
         "DELETE FROM links WHERE note_id = ?1",
+        "DELETE FROM fields WHERE id = ?1",
     ] {
         conn.prepare_cached(sql)?.execute([id])?;
     }
@@ -1128,6 +1155,19 @@ impl Snapshot<'_> {
             aliases: serde_json::from_str(&aliases).unwrap_or_default(),
             description,
         }))
+    }
+
+    /// A note's frontmatter object as indexed (`None`: gone or unreadable).
+    pub fn frontmatter(
+        &self,
+        id: i64,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, IndexError> {
+        let text: Option<String> = self
+            .conn()
+            .prepare_cached("SELECT frontmatter FROM fields WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
     }
 
     pub fn title(&self, id: i64) -> Result<Option<String>, IndexError> {
@@ -1320,6 +1360,8 @@ mod tests {
                 meta_tokens: String::new(),
                 tags: Vec::new(),
                 links: Vec::new(),
+                frontmatter: "{}".into(),
+                data: NoteData::default(),
             }),
         }
     }

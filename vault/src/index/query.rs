@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use policy::{FolderPath, NoteClass, VaultPath};
 use serde_json::Map;
 
+use crate::data;
 use crate::fs::{EntryKind, VaultFs};
 use crate::index::IndexError;
 use crate::index::db::{Catalog, Entry, Snapshot};
@@ -590,6 +591,36 @@ pub fn recent(
         },
         next,
     ))
+}
+
+/// `query_notes` over the catalog's readable notes (their typed data is in the catalog: no
+/// file and no row is read but the answered rows' frontmatter).
+pub fn query_notes(
+    snap: &Snapshot<'_>,
+    q: &data::Query,
+    after: Option<&data::QueryPos>,
+    max_bytes: usize,
+) -> Result<(data::QueryNotes, Option<data::QueryPos>), IndexError> {
+    let cat = &snap.catalog;
+    let range = prefix_range(cat, &q.prefix);
+    let mut ids = Vec::new();
+    let rows: Vec<data::Row<'_>> = cat
+        .entries
+        .focus()
+        .narrow(range)
+        .into_iter()
+        .filter_map(|e| {
+            let d = e.data.as_ref()?;
+            ids.push(e.id);
+            Some(data::Row {
+                path: &e.path,
+                mtime: e.mtime,
+                size: e.size,
+                data: d,
+            })
+        })
+        .collect();
+    data::page(q, &rows, after, max_bytes, &mut |i| snap.frontmatter(ids[i]))
 }
 
 /// Catalog counts for the overview.

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use policy::{NoteClass, VaultPath};
 
+use crate::data::NoteData;
 use crate::fs::TextFile;
 use crate::index::grams::{TokenBuf, doc_tokens};
 use crate::links::{Link, LinkKind, percent_decode};
@@ -40,6 +41,10 @@ pub struct Content {
     pub body_tokens: String,
     /// `grams::doc_tokens` of the folded metadata (`meta_text`).
     pub meta_tokens: String,
+    /// The frontmatter object as JSON (`query_notes` answers its values from it).
+    pub frontmatter: String,
+    /// What `query_notes` compares (title, tags, typed frontmatter).
+    pub data: NoteData,
 }
 
 impl NoteRecord {
@@ -57,6 +62,8 @@ impl NoteRecord {
             buf,
         )
         .to_owned();
+        let frontmatter = serde_json::to_string(&note.frontmatter).unwrap_or_else(|_| "{}".into());
+        let data = NoteData::new(note.title.clone(), note.tags.clone(), &note.frontmatter);
         let links = note
             .links
             .into_iter()
@@ -79,6 +86,8 @@ impl NoteRecord {
                 body: file.text,
                 body_tokens,
                 meta_tokens,
+                frontmatter,
+                data,
             }),
         }
     }
