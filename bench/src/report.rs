@@ -824,6 +824,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
     }
     let reasoned = !s.is_empty();
     writes_paragraph(&mut s, &sizes);
+    query_paragraph(&mut s, &sizes);
     let profiled: Vec<&SizeResult> = sizes.iter().copied().filter(|z| !z.profiles.is_empty()).collect();
     for z in profiled {
         let _ = writeln!(
@@ -847,6 +848,39 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
         let _ = writeln!(s, "Profiles: {}.", run.profile_note);
     }
     s
+}
+
+/// `query_notes` by size: the selective and the broad filter (stdio p50), against SPEC §18's
+/// "answered from the index" (the target: at most 10 ms p50 at 100,000 notes).
+fn query_paragraph(s: &mut String, sizes: &[&SizeResult]) {
+    let key = |k: &str| format!("vaultgate/stdio/query_notes/{k}/1");
+    if !sizes.iter().any(|z| z.find(&key("selective")).is_some()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "**Queries** (measured). `query_notes` over the generated notes' typed frontmatter (year, authors, \
+         status, tags), answered from the index's catalog without reading a file: a selective filter (year = \
+         2017 and authors contains vaswani) and a broad one (year >= 2002, two thirds of the notes, sorted by \
+         year desc); both return at most 50 rows with 3 fields. Target: at most 10 ms p50 at 100,000 notes.\n"
+    );
+    let _ = writeln!(s, "| notes | selective p50 | broad p50 | broad ÷ notes |");
+    let _ = writeln!(s, "|---:|---:|---:|---:|");
+    for z in sizes {
+        let sel = z.find(&key("selective"));
+        let broad = z.find(&key("broad"));
+        let per = broad.map_or("—".to_owned(), |r| {
+            format!("{:.2} µs/note", r.s.p50_ms * 1e3 / z.notes as f64)
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} ms | {} ms | {per} |",
+            thousands(z.notes),
+            sel.map_or("—".to_owned(), |r| ms(r.s.p50_ms)),
+            broad.map_or("—".to_owned(), |r| ms(r.s.p50_ms)),
+        );
+    }
+    let _ = writeln!(s);
 }
 
 /// The write path by size, from this run's rows and facts (whatever the targets say).

@@ -633,6 +633,37 @@ async fn vaultgate_reads(
             "limit 60 (default)",
         );
     }
+    // query_notes: a selective filter (one year and one author: ~1 note in 600) and an
+    // unselective one (two thirds of the notes, sorted by a frontmatter field).
+    let selective = json!({"where": [
+        {"field": "year", "op": "eq", "value": 2017},
+        {"field": "authors", "op": "contains", "value": "vaswani"}
+    ], "fields": ["year", "authors", "status"]});
+    let unselective = json!({"where": [{"field": "year", "op": "gte", "value": 2002}],
+        "sort": {"field": "year", "order": "desc"}, "fields": ["year", "status"]});
+    for (key, args, what) in [
+        ("selective", selective, "year = 2017 and authors contains vaswani"),
+        (
+            "broad",
+            unselective,
+            "year >= 2002 (2/3 of the notes), sorted by year desc",
+        ),
+    ] {
+        let s = mcp::timed(5, cfg.budget(), 20, 2000, async |_| {
+            mcp::call_peer(&peer, "query_notes", args.clone()).await.map(drop)
+        })
+        .await;
+        r.row(
+            "vaultgate",
+            transport,
+            "query_notes",
+            key,
+            what,
+            1,
+            s,
+            "limit 50 (default), 3 fields",
+        );
+    }
     for q in synth::knowledge_queries() {
         let s = mcp::timed(2, cfg.budget(), 3, 500, async |_| {
             mcp::call_peer(&peer, "search_knowledge", json!({"query": q.text}))

@@ -54,6 +54,28 @@ pub struct Query {
 }
 
 /// The `search_note_content` queries (the same ones ripgrep runs).
+/// Authors and read states of the typed frontmatter (`query_notes`).
+pub const AUTHORS: &[&str] = &[
+    "Vaswani",
+    "Shazeer",
+    "Parmar",
+    "Uszkoreit",
+    "Jones",
+    "Gomez",
+    "Kaiser",
+    "Polosukhin",
+    "Bahdanau",
+    "Cho",
+    "Bengio",
+    "Hinton",
+    "LeCun",
+    "Sutskever",
+    "Graves",
+    "Schmidhuber",
+    "Hochreiter",
+];
+pub const STATUS: &[&str] = &["read", "queue", "reading", "skimmed"];
+
 pub fn content_queries() -> Vec<Query> {
     vec![
         Query {
@@ -323,6 +345,14 @@ impl Generator {
         let month = 1 + (i / 28) % 12;
         s.push_str(&format!("created: 2024-{month:02}-{day:02}\n"));
         s.push_str(&format!("updated: 2025-{month:02}-{day:02}\n"));
+        // Typed fields for `query_notes`: a paper's year, authors and read status.
+        s.push_str(&format!("year: {}\n", 1990 + i % 35));
+        s.push_str(&format!(
+            "authors: [{}, {}]\n",
+            AUTHORS[i % AUTHORS.len()],
+            AUTHORS[(i / AUTHORS.len() + 3) % AUTHORS.len()]
+        ));
+        s.push_str(&format!("status: {}\n", STATUS[(i / 7) % STATUS.len()]));
         if r.unit() < 0.2 {
             s.push_str("description: ");
             s.push_str(&self.sentence(&mut r, 6, 12));
