@@ -42,6 +42,7 @@ fn workspace_deps(manifest: &str) -> Vec<String> {
         "vault",
         "engine",
         "gateway",
+        "pdftext",
     ];
     doc.get("dependencies")
         .and_then(|d| d.as_table())
@@ -58,7 +59,37 @@ fn workspace_deps(manifest: &str) -> Vec<String> {
 fn the_edge_depends_on_the_engine_and_policy_alone() {
     let mut deps = workspace_deps("gateway/Cargo.toml");
     deps.sort();
-    assert_eq!(deps, ["engine", "policy"], "gateway's workspace dependencies");
+    assert_eq!(
+        deps,
+        ["engine", "pdftext", "policy"],
+        "gateway's workspace dependencies"
+    );
+}
+
+/// SECURITY(T-PDF): PDF bytes are parsed only inside the worker process. `pdftext` reaches no
+/// vault, state or audit code, and outside it only the worker's entry (`worker::serve`, run by
+/// `vaultgate pdf-worker`) and the parent side (`worker::run`) are called: the server never
+/// calls `pdftext::extract` itself, and the engine uses nothing but the wire types.
+#[test]
+fn a_pdf_is_parsed_only_in_the_worker_process() {
+    assert!(
+        workspace_deps("pdftext/Cargo.toml").is_empty(),
+        "pdftext depends on a workspace crate"
+    );
+    for dir in ["engine/src", "gateway/src", "vault/src", "src"] {
+        for (path, text) in sources(dir) {
+            for needle in ["pdftext::extract", "lopdf"] {
+                assert!(!text.contains(needle), "{} uses `{needle}`", path.display());
+            }
+        }
+    }
+    for (path, text) in sources("engine/src") {
+        assert!(
+            !text.contains("pdftext::worker"),
+            "{} runs the worker itself: only the edge knows the binary",
+            path.display()
+        );
+    }
 }
 
 #[test]

@@ -825,6 +825,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
     let reasoned = !s.is_empty();
     writes_paragraph(&mut s, &sizes);
     query_paragraph(&mut s, &sizes);
+    pdf_paragraph(&mut s, &sizes);
     let profiled: Vec<&SizeResult> = sizes.iter().copied().filter(|z| !z.profiles.is_empty()).collect();
     for z in profiled {
         let _ = writeln!(
@@ -878,6 +879,49 @@ fn query_paragraph(s: &mut String, sizes: &[&SizeResult]) {
             thousands(z.notes),
             sel.map_or("—".to_owned(), |r| ms(r.s.p50_ms)),
             broad.map_or("—".to_owned(), |r| ms(r.s.p50_ms)),
+        );
+    }
+    let _ = writeln!(s);
+}
+
+/// `read_attachment_text` (SPEC §18): pages per second and the worker's start cost, by size (the
+/// vault's size should not matter: each call parses one document in a fresh worker).
+fn pdf_paragraph(s: &mut String, sizes: &[&SizeResult]) {
+    let long = "vaultgate/stdio/read_attachment_text/50-pages/1";
+    let short = "vaultgate/stdio/read_attachment_text/1-page/1";
+    let start = "vaultgate/process/pdf-worker/start/1";
+    if !sizes.iter().any(|z| z.find(long).is_some()) {
+        return;
+    }
+    let pages = crate::run::PDF_PAGES;
+    let _ = writeln!(
+        s,
+        "**PDF text** (measured). `read_attachment_text` over stdio on a {pages}-page PDF (40 lines of text a \
+         page, every page asked for) and on a one-page PDF; each call starts one `vaultgate pdf-worker` \
+         process, which sets its limits, parses and exits. The worker's start cost is measured without the \
+         server, as the server runs it: spawn, limits, a one-page parse, the answer, exit.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| notes | {pages} pages p50 | pages/s | one page p50 | worker alone p50 |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
+    for z in sizes {
+        let l = z.find(long);
+        let rate = l.map_or("—".to_owned(), |r| {
+            format!("{:.0}", f64::from(pages) / (r.s.p50_ms / 1e3))
+        });
+        let cell = |k: &str| {
+            z.find(k)
+                .map_or("—".to_owned(), |r| format!("{} ms", ms(r.s.p50_ms)))
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {rate} | {} | {} |",
+            thousands(z.notes),
+            cell(long),
+            cell(short),
+            cell(start),
         );
     }
     let _ = writeln!(s);

@@ -386,6 +386,7 @@ async fn size(
         for (transport, client) in [("stdio", &stdio), ("HTTP", &http)] {
             vaultgate_reads(cfg, client, transport, &paths, &manifest, &mut r).await;
         }
+        pdf_text(cfg, &gate, &stdio, &mut r).await;
         hwm_single = vaultgate::memory_mib(server.pid()).map(|m| m.0);
         // ---- throughput, 1 and 8 clients ----
         throughput(cfg, &gate, &server, &paths, &mut r).await;
@@ -587,6 +588,119 @@ async fn verify_search(c: &Client, m: &Manifest, r: &mut SizeResult) {
             Err(e) => r.check(format!("vaultgate search `{}` failed: {e}", q.text)),
         }
     }
+}
+
+/// Pages of the long PDF `pdf_text` reads.
+pub const PDF_PAGES: u32 = 50;
+
+/// `read_attachment_text` (SPEC §18): pages per second over a 50-page PDF, a one-page PDF through
+/// the server, and the worker's own start cost (spawn, limits, a one-page parse, exit), measured
+/// without the server as `worker::run` runs it.
+async fn pdf_text(cfg: &Config, gate: &Gate, c: &Client, r: &mut SizeResult) {
+    let line = "The quick brown fox jumps over the lazy dog while the vault keeps every note safe.";
+    let long: Vec<Vec<&str>> = (0..PDF_PAGES).map(|_| vec![line; 40]).collect();
+    let long: Vec<&[&str]> = long.iter().map(Vec::as_slice).collect();
+    let mut docs = Vec::new();
+    for (name, pages) in [("long", &long[..]), ("short", &[&["One page of text."][..]][..])] {
+        let mut doc = pdftext::build::text_document(pages);
+        let mut bytes = Vec::new();
+        if let Err(e) = doc.save_to(&mut bytes) {
+            r.check(format!("writing the {name} PDF failed: {e}"));
+            return;
+        }
+        let dir = gate.vault.join("attachments");
+        if let Err(e) = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join(format!("{name}.pdf")), &bytes))
+        {
+            r.check(format!("writing the {name} PDF failed: {e}"));
+            return;
+        }
+        docs.push(bytes);
+    }
+    if let Err(e) = gate.cli(&["vault", "pdf-text", vaultgate::VAULT_ID, "on"]) {
+        r.check(format!("vault pdf-text on failed: {e}"));
+        return;
+    }
+    let peer = c.peer();
+    let pages: Vec<u32> = (1..=PDF_PAGES).collect();
+    let s = mcp::timed(2, cfg.budget(), 5, 200, async |_| {
+        let v = mcp::call_peer(
+            &peer,
+            "read_attachment_text",
+            json!({"path": "attachments/long.pdf", "pages": pages, "maxChars": 50000}),
+        )
+        .await?;
+        match v["pages"].as_array().map(Vec::len) {
+            Some(n) if n == PDF_PAGES as usize => Ok(()),
+            _ => Err(format!("expected {PDF_PAGES} pages: {v}")),
+        }
+    })
+    .await;
+    r.row(
+        "vaultgate",
+        "stdio",
+        "read_attachment_text",
+        "50-pages",
+        "a 50-page PDF, 40 lines of text a page",
+        1,
+        s,
+        "every page",
+    );
+    let s = mcp::timed(2, cfg.budget(), 5, 500, async |_| {
+        mcp::call_peer(
+            &peer,
+            "read_attachment_text",
+            json!({"path": "attachments/short.pdf"}),
+        )
+        .await
+        .map(drop)
+    })
+    .await;
+    r.row(
+        "vaultgate",
+        "stdio",
+        "read_attachment_text",
+        "1-page",
+        "a one-page PDF",
+        1,
+        s,
+        "",
+    );
+    let bin = gate.bin.clone();
+    let short = Arc::new(docs.pop().unwrap_or_default());
+    let s = mcp::timed(2, cfg.budget(), 5, 500, async |_| {
+        let (bin, short) = (bin.clone(), short.clone());
+        tokio::task::spawn_blocking(move || {
+            let req = pdftext::wire::Request {
+                pages: None,
+                default_pages: 10,
+                max_chars: 20_000,
+                max_total_bytes: 4 << 20,
+            };
+            pdftext::worker::run(
+                &bin,
+                &["pdf-worker"],
+                &short,
+                &req,
+                &pdftext::worker::Limits::default(),
+            )
+            .map(drop)
+            .map_err(|f| f.reason)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    })
+    .await;
+    r.row(
+        "vaultgate",
+        "process",
+        "pdf-worker",
+        "start",
+        "`vaultgate pdf-worker` on a one-page PDF: spawn, limits, parse, answer, exit",
+        1,
+        s,
+        "no server",
+    );
 }
 
 async fn vaultgate_reads(

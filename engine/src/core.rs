@@ -171,6 +171,9 @@ pub struct Core {
     vaults: BTreeMap<String, Arc<VaultHandle>>,
     changes: tokio::sync::broadcast::Sender<VaultChanged>,
     pub(crate) failpoints: Failpoints,
+    /// The edge's PDF worker (`read_attachment_text`), and the bound on its runs at once.
+    pub(crate) pdf_worker: std::sync::OnceLock<Arc<dyn crate::attachments::PdfWorker>>,
+    pub(crate) pdf_slots: crate::attachments::Slots,
     pub(crate) own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
     /// Credentials with an in-client approval question waiting for a person (SPEC §15).
     pub(crate) asking: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -247,6 +250,8 @@ impl Core {
             vaults,
             changes,
             failpoints,
+            pdf_worker: std::sync::OnceLock::new(),
+            pdf_slots: crate::attachments::Slots::default(),
             own_writes: Default::default(),
             asking: Default::default(),
             git: Default::default(),

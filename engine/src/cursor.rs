@@ -75,6 +75,8 @@ pub enum Position {
     },
     /// `query_notes`: after this (sort key, path) in the call's order.
     Query(QueryPos),
+    /// `list_attachments`: after this path.
+    Attachments(Key),
     /// A search, valid only at the vault revision it was made at.
     Search {
         revision: u64,
@@ -192,6 +194,7 @@ const T_PROPOSALS: u8 = 4;
 const T_SEARCH: u8 = 5;
 const T_HISTORY: u8 = 6;
 const T_QUERY: u8 = 7;
+const T_ATTACHMENTS: u8 = 8;
 
 /// `PosKey` kinds in a `T_QUERY` payload.
 const K_MISSING: u8 = 0;
@@ -262,6 +265,10 @@ fn encode(pos: &Position, cut: Option<usize>) -> Vec<u8> {
             }
             key(&mut w, &p.path);
         }
+        Position::Attachments(path) => {
+            w.push(T_ATTACHMENTS);
+            key(&mut w, path);
+        }
         Position::Search { revision, pos } => {
             w.push(T_SEARCH);
             put_uint(&mut w, *revision);
@@ -320,6 +327,7 @@ fn decode(b: &[u8]) -> Option<Position> {
             };
             Position::Query(QueryPos { key, path: r.key()? })
         }
+        T_ATTACHMENTS => Position::Attachments(r.key()?),
         T_SEARCH => {
             let revision = r.uint()?;
             let flags = r.byte()?;
@@ -506,6 +514,7 @@ mod tests {
             (any::<i64>(), key()).prop_map(|(row, created_at)| Position::Proposals { created_at, row }),
             (any::<i64>(), key()).prop_map(|(seq, path)| Position::History { seq, path }),
             (pos_key(), key()).prop_map(|(key, path)| Position::Query(QueryPos { key, path })),
+            key().prop_map(Position::Attachments),
             (
                 any::<u64>(),
                 proptest::option::of((key(), any::<u32>())),
@@ -564,6 +573,7 @@ mod tests {
                         (a, b) => a == b,
                     }
             }
+            (Position::Attachments(p), Position::Attachments(q)) => names(q, p),
             (Position::Search { revision: r, pos: p }, Position::Search { revision: s, pos: q }) => {
                 r == s
                     && match (&p.start, &q.start) {

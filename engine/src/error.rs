@@ -64,6 +64,10 @@ pub enum GatewayError {
     /// The audit record of the call could not be written (SPEC §9): refused, nothing changed.
     #[error("the audit log cannot be written right now; nothing was changed")]
     AuditUnavailable,
+    /// An attachment that cannot be read as text (SPEC §18): `NOT_TEXT` or `TOO_LARGE`, with
+    /// the reason (never the document's own text).
+    #[error("{1}")]
+    Attachment(ErrorCode, String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -97,6 +101,7 @@ impl GatewayError {
             GatewayError::AuditBroken(_) => ErrorCode::INTERNAL,
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
             GatewayError::Proposal(code, _) => *code,
+            GatewayError::Attachment(code, _) => *code,
             GatewayError::Challenge(code, _, _) => *code,
             GatewayError::OutputLimitExceeded(_) => ErrorCode::OUTPUT_LIMIT_EXCEEDED,
             GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
@@ -109,6 +114,10 @@ impl GatewayError {
 
     /// What a client is told: the fact and the next step, never internals (those go to the log).
     pub fn client_message(&self) -> String {
+        // An attachment refusal already says what can be read, and why not this file.
+        if let GatewayError::Attachment(_, m) = self {
+            return m.clone();
+        }
         match self.code() {
             ErrorCode::INTERNAL => "internal error; the operator's log has details. Retry later.".into(),
             ErrorCode::PATH_INVALID => format!("{self}. Use a vault-relative path like `z/attention.md`."),

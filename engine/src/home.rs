@@ -206,6 +206,10 @@ pub struct VaultConfig {
     pub inbox: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readable: Option<Vec<String>>,
+    /// `read_attachment_text` may send this vault's PDF text to clients (SPEC §18); off unless
+    /// set, because the text then leaves the machine with whatever the client sends on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pdf_text: bool,
 }
 
 fn default_notes() -> Vec<String> {

@@ -11,6 +11,7 @@
 pub mod api;
 mod apply;
 pub mod approval;
+pub mod attachments;
 pub mod audit_log;
 pub mod auth;
 mod call;
@@ -49,6 +50,7 @@ pub use proposals::diff;
 /// The read answers of the vault, as the engine hands them out (their schemas are the tools'
 /// output schemas).
 pub mod reads {
+    pub use vault::attach::ListAttachments;
     pub use vault::data::QueryNotes;
     pub use vault::{
         ContentHits, KnowledgeHits, ListNotes, ListStandards, ListTags, ReadNote, RecentNotes, Related,

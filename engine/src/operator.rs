@@ -127,4 +127,27 @@ impl Core {
         })
         .into_inner()
     }
+
+    /// Turns PDF text (`read_attachment_text`, SPEC §18) on or off for a vault in
+    /// `gateway.toml`; a running server reads the setting at every call, so it takes effect at
+    /// once. Audited like every operator change.
+    pub fn operator_pdf_text(
+        &self,
+        operator: &Operator,
+        vault: &str,
+        on: bool,
+    ) -> Result<bool, GatewayError> {
+        let args = serde_json::json!({"vault": vault, "pdfText": on});
+        self.operator_call(operator, "vault_pdf_text", &args, |call| {
+            call.set_vault(vault);
+            let mut config = self.home.load_config()?;
+            let Some(v) = config.vaults.iter_mut().find(|v| v.id == vault) else {
+                return Err(GatewayError::VaultNotFound(vault.to_owned()));
+            };
+            v.pdf_text = on;
+            self.home.save_config(&config)?;
+            Ok(on)
+        })
+        .into_inner()
+    }
 }

@@ -138,6 +138,17 @@ enum VaultCmd {
     /// runs; nothing is pushed). While the repository is busy (another git's `index.lock`, a merge
     /// or rebase) commits queue and are made at the next change or start. `off` refuses while
     /// commits are queued unless `--drop-queue`.
+    /// Let agents read the text of the vault's PDFs (`read_attachment_text`), or stop them.
+    ///
+    /// Off unless turned on: the text of a document then goes to whatever is on the other side of
+    /// the client (a tunnel included). A running server reads the setting at every call, so `off`
+    /// takes effect at once. The same switch is on the review page's Vaults page.
+    PdfText {
+        /// The vault id.
+        id: String,
+        #[arg(value_enum)]
+        action: OnOff,
+    },
     Git {
         /// The vault id.
         id: String,
@@ -150,6 +161,12 @@ enum VaultCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -184,6 +201,10 @@ struct VaultAddArgs {
     /// Commit every change vaultgate makes to the folder's git repository (as `vault git ID on`).
     #[arg(long)]
     git: bool,
+    /// Let `read_attachment_text` give clients the text of the vault's PDFs (as `vault pdf-text ID
+    /// on`). Off by default: the text then leaves this machine with whatever the client sends on.
+    #[arg(long)]
+    pdf_text: bool,
 }
 
 #[derive(Args)]
@@ -435,6 +456,15 @@ pub(crate) fn err(s: &str) {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    // SECURITY(T-PDF): the PDF worker is this binary started by itself, with an empty environment;
+    // it parses under its own limits before anything else here runs (no logging, no config).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == crate::pdf::WORKER_ARG)
+        && std::env::args_os().len() == 2
+    {
+        return pdftext::worker::serve(std::io::stdin().lock(), std::io::stdout().lock());
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         // Usage errors, including every bad option value (the value parsers above), exit 2.
@@ -482,6 +512,7 @@ fn failpoints(env: &BTreeMap<String, String>) -> engine::Failpoints {
 /// the command does anything else.
 pub(crate) fn open_core(home: &Home) -> Result<Core, GatewayError> {
     let core = Core::open_with(home.clone(), FAILPOINTS.get().cloned().unwrap_or_default())?;
+    core.set_pdf_worker(std::sync::Arc::new(crate::pdf::WorkerProcess::new()));
     core.recover_all();
     Ok(core)
 }
@@ -678,6 +709,7 @@ pub(crate) fn add_vault(home: &Home, args: VaultAdd) -> Result<VaultConfig, Gate
         standards,
         inbox: args.inbox.unwrap_or_else(|| "inbox".into()),
         readable: None,
+        pdf_text: args.pdf_text,
     };
     vc.layout()?;
     if args.default || config.vaults.is_empty() {
@@ -696,6 +728,7 @@ pub(crate) struct VaultAdd {
     pub standards: Vec<String>,
     pub inbox: Option<String>,
     pub default: bool,
+    pub pdf_text: bool,
 }
 
 fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
@@ -715,6 +748,7 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
                     standards: a.standards,
                     inbox: a.inbox,
                     default: a.default,
+                    pdf_text: a.pdf_text,
                 },
             )?;
             out(&format!(
@@ -723,6 +757,9 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
                 vc.name,
                 vc.path.display()
             ));
+            if vc.pdf_text {
+                out(&describe_pdf_text(&vc.id, true));
+            }
             if a.git {
                 let core = open_core(home)?;
                 let v = core.vault_for_cli(Some(&vc.id))?;
@@ -730,6 +767,12 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
                 out(&engine::changelog::describe_git(&s));
             }
             out("next: vaultgate token issue --name my-client");
+            Ok(())
+        }
+        VaultCmd::PdfText { id, action } => {
+            let core = open_core(home)?;
+            let on = core.operator_pdf_text(&Operator::cli(user), &id, action == OnOff::On)?;
+            out(&describe_pdf_text(&id, on));
             Ok(())
         }
         VaultCmd::Git {
@@ -810,6 +853,14 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             out(&format!("default vault is now '{id}'"));
             Ok(())
         }
+    }
+}
+
+fn describe_pdf_text(id: &str, on: bool) -> String {
+    if on {
+        format!("PDF text is on for vault '{id}': read_attachment_text sends PDF text to clients")
+    } else {
+        format!("PDF text is off for vault '{id}'")
     }
 }
 

@@ -73,6 +73,8 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
                 standards: vec!["docs".into()],
                 inbox: None,
                 default: true,
+                // The demo's own PDF, so read_attachment_text can be tried; a real vault starts off.
+                pdf_text: true,
             },
         )?;
     }

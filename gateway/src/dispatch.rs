@@ -213,6 +213,16 @@ fn run(
             let v = call.vault(a.vault.as_deref())?;
             to_value(core.recent(&v, &page, a.limit, a.since.as_deref(), a.cursor.as_deref())?)
         }
+        "list_attachments" => {
+            let a: engine::attachments::ListAttachmentsArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.list_attachments(&v, &page, &a)?)
+        }
+        "read_attachment_text" => {
+            let a: engine::attachments::ReadAttachmentArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.read_attachment_text(&v, &a)?)
+        }
         "query_notes" => {
             let a: QueryNotesArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;

@@ -15,6 +15,7 @@ mod dispatch;
 pub mod http;
 mod logging;
 pub mod mcp;
+mod pdf;
 mod resources;
 mod review;
 mod serve;

@@ -110,6 +110,16 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Query notes by frontmatter",
             "Notes as rows of their frontmatter fields, answered from the index. where: conditions {field, op, value}, all must hold; field is a top-level frontmatter key or a built-in (path, title, tags = frontmatter and inline tags, modified = file time, bytes = file size; built-ins win over keys of the same name). Types: numbers compare as numbers; a string that is an RFC 3339 date-time or YYYY-MM-DD is a date and compares in time order; other strings compare case-insensitively; booleans false < true; strings are never numbers. eq/lt/lte/gt/gte match only a field of the value's type (never a list, a missing or a null field); ne is exactly not-eq (so it matches those); contains: list membership (an element eq the value), case-insensitive substring of a string or date field, or for tags the tag[] rule (a/b carries a); exists: value true (default) or false, whether the field is present and not null. value is a number, string or boolean. sort {field, order asc|desc} (default path asc): ties by path; mixed types order numbers, dates, strings, booleans; missing, null, list or mapping values sort last in both orders. Rows carry path and title; fields[] adds {name: value} with the values as in the frontmatter (a field the note lacks is left out). limit default 50, at most 200; when truncated, pass nextCursor as cursor (same other arguments) for the next page.",
         ),
+        read_tool::<engine::attachments::ListAttachmentsArgs, r::ListAttachments>(
+            "list_attachments",
+            "List attachments",
+            "The vault's files that are not notes (PDFs, images, data), every folder below dir (default: the whole vault), by path: path, bytes, mediaType (from the extension, checked against the content: a mismatch is application/octet-stream) and modified. Hidden, denied and inbox files are never listed. limit default 200, at most 500; when truncated, pass nextCursor as cursor for the next page.",
+        ),
+        read_tool::<engine::attachments::ReadAttachmentArgs, engine::attachments::AttachmentTextOut>(
+            "read_attachment_text",
+            "Read a PDF's text",
+            "The text of a PDF attachment, page by page: pageCount and pages[] {page (1-based), text, truncated}. pages: at most 50 page numbers (default: the first 10); a page past the end is simply absent. maxChars per page: default 20000, at most 50000; a longer page is cut and marked truncated (and so is the result). Off unless the operator turned PDF text on for the vault (CAPABILITY_DENIED names the setting). Other file types answer NOT_TEXT, as do corrupt and encrypted PDFs (with the reason); PDFs over 64 MiB answer TOO_LARGE.",
+        ),
         read_tool::<ListProposalsArgs, ListProposalsOut>(
             "list_proposals",
             "List proposals",

@@ -58,6 +58,8 @@ pub const TOOLS: &[ToolSpec] = &[
     t("get_related_notes", ToolKind::Read),
     t("list_recent_notes", ToolKind::Read),
     t("query_notes", ToolKind::Read),
+    t("list_attachments", ToolKind::Read),
+    t("read_attachment_text", ToolKind::Read),
     t("list_proposals", ToolKind::Read),
     t("get_proposal", ToolKind::Read),
     t("history_status", ToolKind::Read),

@@ -21,7 +21,7 @@ use crate::util::{Client, Env, bin};
 const WAIT: Duration = Duration::from_secs(10);
 
 /// The whole catalog this build serves (the same over both transports).
-const TOOLS: [&str; 26] = [
+const TOOLS: [&str; 28] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -34,6 +34,8 @@ const TOOLS: [&str; 26] = [
     "get_related_notes",
     "list_recent_notes",
     "query_notes",
+    "list_attachments",
+    "read_attachment_text",
     "list_proposals",
     "get_proposal",
     "history_status",
@@ -368,6 +370,12 @@ fn random_key() -> Vec<u8> {
 async fn http_serves_the_same_tools_and_results_as_stdio() {
     let env = Env::new();
     let (_, token) = env.token("both", "read");
+    std::fs::write(
+        env.vault.join("z/paper.pdf"),
+        include_bytes!("../../gateway/demo/vault/reading/papers/vaultgate-demo.pdf"),
+    )
+    .unwrap();
+    env.ok(&["vault", "pdf-text", "basic", "on"]);
     let srv = Server::start(&env);
     let over_http = srv.client(&token).await;
     let over_stdio = env.stdio(&token).await;
@@ -415,11 +423,13 @@ async fn http_serves_the_same_tools_and_results_as_stdio() {
             "query_notes",
             json!({"sort": {"field": "title", "order": "desc"}, "limit": 3}),
         ),
+        ("list_attachments", json!({})),
+        ("read_attachment_text", json!({"path": "z/paper.pdf"})),
         ("list_proposals", json!({})),
     ];
     let called: BTreeSet<&str> = calls.iter().map(|(t, _)| *t).collect();
     // Every read tool (the write half mutates, so it is compared in the proposal suite).
-    assert_eq!(called, TOOLS[..13].iter().copied().collect::<BTreeSet<_>>());
+    assert_eq!(called, TOOLS[..15].iter().copied().collect::<BTreeSet<_>>());
     for (tool, args) in calls {
         let mut h = over_http.call(tool, args.clone()).await.ok();
         let mut s = over_stdio.call(tool, args.clone()).await.ok();

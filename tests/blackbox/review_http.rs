@@ -1606,3 +1606,60 @@ async fn the_vaults_page_shows_git_status_and_what_waits_in_its_queue() {
         "{queued}"
     );
 }
+
+/// The Vaults page's PDF-text switch (SPEC §18): it shows the vault's setting, needs the CSRF
+/// token like every form, is audited as the reviewer's, and the running server follows it at the
+/// next call of an already open session, both ways.
+#[tokio::test]
+async fn the_vaults_page_switches_pdf_text_for_a_running_server() {
+    let env = Env::new();
+    std::fs::write(
+        env.vault.join("z/paper.pdf"),
+        include_bytes!("../../gateway/demo/vault/reading/papers/vaultgate-demo.pdf"),
+    )
+    .unwrap();
+    let srv = Server::start(&env);
+    let (_, token) = env.token("reader", "read");
+    let agent = env.stdio(&token).await;
+    let read = json!({"path": "z/paper.pdf", "pages": [1]});
+    let denied = agent.call("read_attachment_text", read.clone()).await.code();
+    assert_eq!(denied, "CAPABILITY_DENIED");
+
+    let s = login(&env, &srv).await;
+    let vaults = s.get(&srv, "/vaults").await;
+    vaults.expect(200, "the Vaults page");
+    assert!(vaults.body.contains("data-pdf-text=\"off\""), "{}", vaults.body);
+    let path = s.page(&format!("/vaults/{VAULT}/pdf-text"));
+    let cookie = s.cookie();
+    let origin = same_origin(&srv);
+    let headers = [("Cookie", cookie.as_str()), ("Origin", origin.as_str())];
+    // Without the token: refused, nothing changed.
+    post_form(&srv, &path, &headers, &[("on", "1")])
+        .await
+        .expect(403, "the switch without csrf");
+    let still = agent.call("read_attachment_text", read.clone()).await.code();
+    assert_eq!(still, "CAPABILITY_DENIED", "the refused switch changed the setting");
+
+    let csrf = vaults.csrf();
+    let on = post_form(&srv, &path, &headers, &[("on", "1"), ("csrf", &csrf)]).await;
+    on.expect(200, "turning PDF text on");
+    assert!(open_tag(&on.body, "result").contains("data-outcome=\"ok\""), "{}", on.body);
+    let text = agent.call("read_attachment_text", read.clone()).await.ok();
+    assert!(
+        text["pages"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Attention Is All You Need (demo copy)"),
+        "{text}"
+    );
+    let shown = s.get(&srv, "/vaults").await;
+    assert!(shown.body.contains("data-pdf-text=\"on\""), "{}", shown.body);
+    let tail = env.ok(&["audit", "tail", "-n", "5", "--json"]);
+    assert!(tail.contains("vault_pdf_text"), "not audited: {tail}");
+
+    let off = post_form(&srv, &path, &headers, &[("on", "0"), ("csrf", &csrf)]).await;
+    off.expect(200, "turning PDF text off");
+    let again = agent.call("read_attachment_text", read).await.code();
+    assert_eq!(again, "CAPABILITY_DENIED", "off did not take effect at once");
+    agent.close().await;
+}

@@ -19,8 +19,11 @@ use crate::util::{Client, Env, Reply, copy_tree, fixture};
 
 // ---- helpers ------------------------------------------------------------------------------------
 
+/// The demo vault's two-page PDF, as a PDF any test can read.
+const DEMO_PDF: &[u8] = include_bytes!("../../gateway/demo/vault/reading/papers/vaultgate-demo.pdf");
+
 /// The read tools of SPEC §4 this build serves.
-const READ_TOOLS: [&str; 12] = [
+const READ_TOOLS: [&str; 14] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -33,6 +36,8 @@ const READ_TOOLS: [&str; 12] = [
     "get_related_notes",
     "list_recent_notes",
     "query_notes",
+    "list_attachments",
+    "read_attachment_text",
 ];
 
 /// A connected client that validates every success against the tool's `outputSchema`.
@@ -394,8 +399,11 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
             "query_notes",
             &["where", "tag", "pathPrefix", "fields", "sort", "limit", "cursor"][..],
         ),
+        ("list_attachments", &["dir", "limit", "cursor"][..]),
+        ("read_attachment_text", &["path", "pages", "maxChars"][..]),
     ]);
     let required: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("read_attachment_text", &["path"][..]),
         ("search_knowledge", &["query"][..]),
         ("search_note_content", &["query"][..]),
         ("read_note", &["path"][..]),
@@ -440,6 +448,11 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         ),
         ("list_recent_notes", &["notes"][..]),
         ("query_notes", &["notes", "truncated"][..]),
+        ("list_attachments", &["attachments", "truncated"][..]),
+        (
+            "read_attachment_text",
+            &["path", "pageCount", "pages", "truncated"][..],
+        ),
     ]);
 
     for t in &tools {
@@ -499,7 +512,10 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
 
 #[tokio::test]
 async fn every_read_tool_success_validates_against_its_output_schema() {
-    let (_env, s) = reader().await;
+    let (env, s) = reader().await;
+    // A PDF to read, and PDF text turned on for the vault (off by default).
+    std::fs::write(env.vault.join("z/paper.pdf"), DEMO_PDF).unwrap();
+    env.ok(&["vault", "pdf-text", "basic", "on"]);
     // Each tool at least once, on notes with and without frontmatter, empty and full lists.
     let calls = [
         ("vault_list", json!({})),
@@ -524,6 +540,13 @@ async fn every_read_tool_success_validates_against_its_output_schema() {
         (
             "query_notes",
             json!({"where": [{"field": "tags", "op": "contains", "value": "ml"}], "fields": ["tags", "modified", "bytes", "title", "nope"], "sort": {"field": "modified", "order": "desc"}, "limit": 1}),
+        ),
+        ("list_attachments", json!({})),
+        ("list_attachments", json!({"dir": "notes"})),
+        ("read_attachment_text", json!({"path": "z/paper.pdf"})),
+        (
+            "read_attachment_text",
+            json!({"path": "z/paper.pdf", "pages": [2, 9], "maxChars": 5}),
         ),
     ];
     let mut seen = BTreeSet::new();

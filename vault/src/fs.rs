@@ -70,6 +70,24 @@ pub struct VaultFs {
     listings: crate::write::Listings,
 }
 
+/// Which files a walk collects.
+#[derive(Clone, Copy)]
+enum Walk {
+    /// `*.md` within the read limit.
+    Notes,
+    /// Everything else, of any size.
+    Attachments,
+}
+
+impl Walk {
+    fn wants(self, path: &VaultPath) -> bool {
+        path.is_markdown() == matches!(self, Walk::Notes)
+    }
+    fn fits(self, len: u64) -> bool {
+        matches!(self, Walk::Attachments) || len <= MAX_READ_BYTES
+    }
+}
+
 /// What a path resolved to.
 enum Target {
     /// The vault root itself.
@@ -109,6 +127,53 @@ impl VaultFs {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Reads a whole file of at most `max` bytes (any content) after the read policy, as
+    /// `read_text` does; a larger one is refused (`TOO_LARGE`) without being read.
+    pub fn read_bytes(&self, path: &VaultPath, max: u64) -> Result<(Vec<u8>, SystemTime), FsError> {
+        self.layout.check_read(path)?;
+        let file = self.open_checked(path)?;
+        let meta = file.metadata()?;
+        if meta.len() > max {
+            return Err(FsError::TooLarge);
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(max + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max {
+            return Err(FsError::TooLarge);
+        }
+        Ok((bytes, modified(&meta)))
+    }
+
+    /// The first bytes (at most `n`) of a readable regular file, for telling its type.
+    pub fn read_head(&self, path: &VaultPath, n: usize) -> Result<Vec<u8>, FsError> {
+        self.layout.check_read(path)?;
+        let file = self.open_checked(path)?;
+        let mut head = Vec::with_capacity(n);
+        file.take(n as u64).read_to_end(&mut head)?;
+        Ok(head)
+    }
+
+    /// Opens the regular file `path` names, resolved and checked as `read_text` does it.
+    fn open_checked(&self, path: &VaultPath) -> Result<cap_std::fs::File, FsError> {
+        let resolved = self.resolve_checked(path.segments())?;
+        let Target::File { parent, name } = resolved.target else {
+            return Err(FsError::NotFound);
+        };
+        if !resolved.meta.is_file() {
+            return Err(FsError::NotFound);
+        }
+        let parent = parent.as_ref().unwrap_or(&self.dir);
+        let mut options = OpenOptions::new();
+        // SECURITY(T-PATH): no-follow and non-blocking, as in `read_text`.
+        options.read(true).follow(FollowSymlinks::No).nonblock(true);
+        let file = parent.open_with(&name, &options).map_err(not_found)?;
+        // SECURITY(T-PATH): the type of the handle we read, not of the name we resolved.
+        if !file.metadata()?.is_file() {
+            return Err(FsError::NotFound);
+        }
+        Ok(file)
     }
 
     /// Reads a whole UTF-8 file of at most `MAX_READ_BYTES` after the read policy.
@@ -220,6 +285,16 @@ impl VaultFs {
     /// vault, and listed under the link's name; a symlinked folder whose target is the folder
     /// being walked or one of its ancestors is not entered, so cycles are impossible.
     pub fn walk_markdown(&self, folders: &[FolderPath]) -> Vec<DirEntry> {
+        self.walk(folders, Walk::Notes)
+    }
+
+    /// Every readable file below `folders` that is not a note (`list_attachments`), walked and
+    /// sorted as `walk_markdown` does, of any size.
+    pub fn walk_attachments(&self, folders: &[FolderPath]) -> Vec<DirEntry> {
+        self.walk(folders, Walk::Attachments)
+    }
+
+    fn walk(&self, folders: &[FolderPath], want: Walk) -> Vec<DirEntry> {
         let mut out = Vec::new();
         for (i, f) in folders.iter().enumerate() {
             // A folder inside another listed, wholly readable folder is walked with it (depth
@@ -235,7 +310,7 @@ impl VaultFs {
             };
             let dir = dir.as_ref().unwrap_or(&self.dir);
             let mut chain = Vec::new();
-            self.walk_into(dir, logical.as_ref(), &real, &mut chain, &mut out);
+            self.walk_into(want, dir, logical.as_ref(), &real, &mut chain, &mut out);
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         out.dedup_by(|a, b| a.path == b.path);
@@ -247,6 +322,7 @@ impl VaultFs {
     /// entered: with `real`, every folder being walked is one of them or an ancestor of one.
     fn walk_into(
         &self,
+        want: Walk,
         dir: &Dir,
         logical: Option<&VaultPath>,
         real: &[String],
@@ -261,12 +337,12 @@ impl VaultFs {
             };
             match found {
                 Found::Plain { path, is_dir: false } => {
-                    // Only notes cost a stat; other files are skipped on the entry's type alone.
-                    if !path.is_markdown() {
+                    // Only wanted files cost a stat; others are skipped on the entry's name alone.
+                    if !want.wants(&path) {
                         continue;
                     }
                     let Ok(meta) = item.metadata() else { continue };
-                    if meta.len() <= MAX_READ_BYTES {
+                    if want.fits(meta.len()) {
                         out.push(entry(path, EntryKind::File, &meta));
                     }
                 }
@@ -282,14 +358,11 @@ impl VaultFs {
                     let mut sub_real = real.to_vec();
                     sub_real.push(name);
                     // A plain subfolder cannot close a cycle: only symlinks can.
-                    self.walk_into(&sub, Some(&path), &sub_real, chain, out);
+                    self.walk_into(want, &sub, Some(&path), &sub_real, chain, out);
                 }
                 Found::Link { path, resolved } => match resolved.target {
                     Target::File { .. } => {
-                        if path.is_markdown()
-                            && resolved.meta.is_file()
-                            && resolved.meta.len() <= MAX_READ_BYTES
-                        {
+                        if want.wants(&path) && resolved.meta.is_file() && want.fits(resolved.meta.len()) {
                             out.push(entry(path, EntryKind::File, &resolved.meta));
                         }
                     }
@@ -305,7 +378,7 @@ impl VaultFs {
                             continue;
                         }
                         chain.push(real.to_vec());
-                        self.walk_into(&sub, Some(&path), &resolved.real, chain, out);
+                        self.walk_into(want, &sub, Some(&path), &resolved.real, chain, out);
                         chain.pop();
                     }
                 },

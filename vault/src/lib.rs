@@ -8,6 +8,7 @@
 //! on its own is its cache, `.vaultgate/index.sqlite` (`index`).
 #![forbid(unsafe_code)]
 
+pub mod attach;
 pub mod data;
 pub mod fmedit;
 pub mod frontmatter;

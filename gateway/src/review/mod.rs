@@ -421,6 +421,7 @@ fn in_session(
         (true, ["credentials", id, "revoke"]) => Ok(ctx.revoke(id)),
         (false, ["audit"]) => ctx.audit(),
         (false, ["vaults"]) => Ok(ctx.vaults()),
+        (true, ["vaults", v, "pdf-text"]) => Ok(ctx.pdf_text(v)),
         (false, ["tunnel"]) => Ok(ctx.tunnel_page()),
         (true, ["tunnel", "start"]) => Ok(ctx.tunnel_switch(true)),
         (true, ["tunnel", "stop"]) => Ok(ctx.tunnel_switch(false)),
@@ -748,6 +749,19 @@ impl Ctx<'_> {
         self.decided(r, &back)
     }
 
+    fn pdf_text(&self, vault: &str) -> Response {
+        let back = format!("{}/vaults", self.f.base);
+        let on = first(&self.a.form, "on") == Some("1");
+        let r = self.core.operator_pdf_text(self.op, vault, on).map(|on| {
+            if on {
+                format!("PDF text is on for vault '{vault}': agents may read the text of its PDFs")
+            } else {
+                format!("PDF text is off for vault '{vault}'")
+            }
+        });
+        self.decided(r, &back)
+    }
+
     fn revoke(&self, id: &str) -> Response {
         let back = format!("{}/credentials", self.f.base);
         let r = self.core.revoke_credential(self.op, id);
@@ -849,6 +863,7 @@ impl Ctx<'_> {
                     v.name.clone(),
                     self.core.overview(v).map_err(|e| e.client_message()),
                     self.core.git_status(v).map_err(|e| e.client_message()),
+                    self.core.pdf_text_on(&v.id),
                 )
             })
             .collect();

@@ -561,21 +561,22 @@ pub fn audit(
     page(f, "Audit", body)
 }
 
-/// One row of the Vaults page: id, name, overview, git status (SPEC §16).
+/// One row of the Vaults page: id, name, overview, git status (SPEC §16), PDF text on (§18).
 pub type VaultRow = (
     String,
     String,
     Result<OverviewOut, String>,
     Result<engine::changelog::GitStatus, String>,
+    bool,
 );
 
 pub fn vaults(f: &Frame<'_>, rows: &[VaultRow]) -> Markup {
     let body = html! {
         h1 { "Vaults" }
         table #vaults {
-            thead { tr { th { "Vault" } th { "Notes" } th { "Standards" } th { "Tags" } th { "Pending" } th { "Revision" } th { "Index" } th { "Undo top" } th { "Git" } } }
+            thead { tr { th { "Vault" } th { "Notes" } th { "Standards" } th { "Tags" } th { "Pending" } th { "Revision" } th { "Index" } th { "Undo top" } th { "Git" } th { "PDF text" } } }
             tbody {
-                @for (id, name, o, git) in rows {
+                @for (id, name, o, git, pdf) in rows {
                     tr.vault data-id=(id) {
                         td { a href={ (f.base) "/v/" (id) "/inbox" } { (t(name)) } br; span.muted { (id) } }
                         @match o {
@@ -604,6 +605,21 @@ pub fn vaults(f: &Frame<'_>, rows: &[VaultRow]) -> Markup {
                                 }
                             }
                             Err(e) => { td.git.warning { (t(e)) } }
+                        }
+                        // Turning it on sends document text to clients (a tunnel included).
+                        td.pdf data-pdf-text=(if *pdf { "on" } else { "off" }) {
+                            form.pdf-text method="post" action={ (f.base) "/vaults/" (id) "/pdf-text" } {
+                                (f.csrf_field())
+                                @if *pdf {
+                                    "on" br;
+                                    input type="hidden" name="on" value="0";
+                                    button.reject type="submit" { "Turn off" }
+                                } @else {
+                                    span.muted { "off" } br;
+                                    input type="hidden" name="on" value="1";
+                                    button type="submit" title="Agents may then read the text of this vault's PDFs; it leaves this machine through their client" { "Turn on" }
+                                }
+                            }
                         }
                     }
                 }

@@ -1,0 +1,243 @@
+//! `list_attachments` and `read_attachment_text` (SPEC §18). The engine decides what may be
+//! read — the vault's opt-in, the path policy, the size, that it is a PDF at all — and hands the
+//! bytes to the edge's [`PdfWorker`], which parses them in a separate process. Nothing here
+//! parses a PDF.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use pdftext::wire::{Document, Failure, FailureKind, Request};
+use policy::ErrorCode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::core::{Core, PageCall, VaultHandle};
+use crate::cursor::Position;
+use crate::error::GatewayError;
+
+/// PDFs larger than this are not read (`TOO_LARGE`).
+pub const MAX_PDF_BYTES: u64 = 64 * 1024 * 1024;
+/// Pages answered when `pages` is absent.
+pub const DEFAULT_PAGES: u32 = 10;
+/// `maxChars`: default and most, per page.
+pub const DEFAULT_MAX_CHARS: u32 = 20_000;
+pub const MAX_MAX_CHARS: u32 = 50_000;
+/// Worker runs at once per process; more wait for a slot.
+const WORKER_SLOTS: usize = 2;
+/// How long a call waits for a slot before it is refused.
+const SLOT_WAIT: Duration = Duration::from_secs(60);
+
+/// Runs a PDF through the worker process; the edge provides it (it knows the binary).
+pub trait PdfWorker: Send + Sync {
+    fn extract(&self, pdf: &[u8], req: &Request) -> Result<Document, Failure>;
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListAttachmentsArgs {
+    pub vault: Option<String>,
+    /// Only files under this folder (default: the whole vault).
+    pub dir: Option<String>,
+    /// Maximum files (default 200, at most 500).
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page of this same listing.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReadAttachmentArgs {
+    pub vault: Option<String>,
+    /// The PDF, e.g. `papers/attention.pdf`.
+    pub path: String,
+    /// 1-based page numbers (at most 50; default: the first 10); a page past the end is absent.
+    pub pages: Option<Vec<u32>>,
+    /// Characters per page (default 20,000, at most 50,000); longer pages are cut and marked.
+    pub max_chars: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentTextOut {
+    pub path: String,
+    pub page_count: u32,
+    pub pages: Vec<PageText>,
+    /// A page was cut at `maxChars`, or pages were left out to stay within the output limit.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PageText {
+    /// 1-based.
+    pub page: u32,
+    pub text: String,
+    pub truncated: bool,
+}
+
+/// At most `WORKER_SLOTS` worker processes at once: a burst of calls cannot fork-bomb the
+/// machine or multiply the workers' memory limit.
+#[derive(Default)]
+pub(crate) struct Slots {
+    busy: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Slot<'a>(&'a Slots);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut n = self
+            .0
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+        self.0.freed.notify_one();
+    }
+}
+
+impl Slots {
+    fn take(&self, wait: Duration) -> Option<Slot<'_>> {
+        let until = Instant::now() + wait;
+        let mut n = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *n >= WORKER_SLOTS {
+            let left = until.checked_duration_since(Instant::now())?;
+            n = self
+                .freed
+                .wait_timeout(n, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        *n += 1;
+        Some(Slot(self))
+    }
+}
+
+impl Core {
+    /// `list_attachments`: a page of the vault's non-note files after the cursor's path.
+    pub fn list_attachments(
+        &self,
+        v: &VaultHandle,
+        page: &PageCall<'_>,
+        args: &ListAttachmentsArgs,
+    ) -> Result<vault::attach::ListAttachments, GatewayError> {
+        let after = match self.open_cursor(v, page, args.cursor.as_deref())? {
+            None => None,
+            Some(Position::Attachments(p)) => Some(p),
+            Some(_) => return Err(crate::core::not_this_cursor()),
+        };
+        let (mut out, next) =
+            v.reader
+                .list_attachments_page(args.dir.as_deref(), args.limit, after.as_ref())?;
+        out.next_cursor = next.map(|p| self.seal(v, page, &Position::Attachments(p)));
+        Ok(out)
+    }
+
+    /// Sets the edge's PDF worker; without one, `read_attachment_text` answers `INTERNAL`.
+    pub fn set_pdf_worker(&self, worker: Arc<dyn PdfWorker>) {
+        let _ = self.pdf_worker.set(worker);
+    }
+
+    /// Whether the vault's `gateway.toml` entry has `pdf_text = true`, read now so that turning
+    /// it off takes effect at the next call; a file that cannot be read counts as off.
+    pub fn pdf_text_on(&self, vault: &str) -> bool {
+        self.home
+            .load_config()
+            .ok()
+            .and_then(|c| c.vaults.into_iter().find(|v| v.id == vault))
+            .is_some_and(|v| v.pdf_text)
+    }
+
+    /// `read_attachment_text`: a PDF's text page by page, parsed by the worker process.
+    pub fn read_attachment_text(
+        &self,
+        v: &VaultHandle,
+        args: &ReadAttachmentArgs,
+    ) -> Result<AttachmentTextOut, GatewayError> {
+        let max_chars = args.max_chars.unwrap_or(DEFAULT_MAX_CHARS);
+        if !(1..=MAX_MAX_CHARS).contains(&max_chars) {
+            return Err(GatewayError::InvalidArgument(format!(
+                "maxChars is 1 to {MAX_MAX_CHARS}, got {max_chars}"
+            )));
+        }
+        if let Some(pages) = &args.pages
+            && pages.contains(&0)
+        {
+            return Err(GatewayError::InvalidArgument("pages are numbered from 1".into()));
+        }
+        // SECURITY(T-PDF): the opt-in comes first, so a vault that has not turned PDF text on
+        // answers the same whatever the path names.
+        if !self.pdf_text_on(&v.id) {
+            return Err(GatewayError::CapabilityDenied(format!(
+                "PDF text is off for vault '{}' (pdf_text in gateway.toml): the text would leave this \
+                 machine through the client. The operator turns it on with `vaultgate vault pdf-text {} on` \
+                 or on the review page's Vaults page",
+                v.id, v.id
+            )));
+        }
+        let (bytes, _) = v
+            .reader
+            .read_pdf(&args.path, MAX_PDF_BYTES)
+            .map_err(|e| match e.code() {
+                ErrorCode::NOT_TEXT => GatewayError::Attachment(
+                    ErrorCode::NOT_TEXT,
+                    format!("{} is not a PDF: only PDF text can be read", args.path),
+                ),
+                ErrorCode::TOO_LARGE => GatewayError::Attachment(
+                    ErrorCode::TOO_LARGE,
+                    format!(
+                        "{} is larger than {} MiB, the most a PDF may be to be read",
+                        args.path,
+                        MAX_PDF_BYTES >> 20
+                    ),
+                ),
+                _ => GatewayError::Vault(e),
+            })?;
+        let worker = self
+            .pdf_worker
+            .get()
+            .ok_or_else(|| GatewayError::Internal("no PDF worker is configured".into()))?;
+        let req = Request {
+            pages: args.pages.clone(),
+            default_pages: DEFAULT_PAGES,
+            max_chars,
+            // The text appears twice in a result (structured and as text), JSON-escaped.
+            max_total_bytes: (self.read_limits().max_output_bytes / 4) as u64,
+        };
+        let Some(_slot) = self.pdf_slots.take(SLOT_WAIT) else {
+            return Err(GatewayError::Attachment(
+                ErrorCode::NOT_TEXT,
+                "every PDF worker stayed busy for a minute; try again later".into(),
+            ));
+        };
+        let doc = worker.extract(&bytes, &req).map_err(|f| {
+            let why = match f.kind {
+                FailureKind::Encrypted => "it is encrypted",
+                FailureKind::Corrupt => "it could not be parsed",
+                FailureKind::Limit => "reading it went past the worker's limits",
+            };
+            tracing::info!(kind = ?f.kind, "PDF text refused");
+            GatewayError::Attachment(
+                ErrorCode::NOT_TEXT,
+                format!("{} has no readable text: {why} ({})", args.path, f.reason),
+            )
+        })?;
+        Ok(AttachmentTextOut {
+            path: args.path.clone(),
+            page_count: doc.page_count,
+            truncated: doc.truncated,
+            pages: doc
+                .pages
+                .into_iter()
+                .map(|p| PageText {
+                    page: p.page,
+                    text: p.text,
+                    truncated: p.truncated,
+                })
+                .collect(),
+        })
+    }
+}
