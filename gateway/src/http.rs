@@ -482,6 +482,13 @@ pub fn serve_std(
     crate::serve::runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let local = listener.local_addr()?;
+        // An answer leaves in several small writes (SSE): with Nagle's algorithm on, each call on
+        // a kept-alive connection would wait for the client's delayed ACK (~40 ms).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "TCP_NODELAY could not be set on an accepted connection");
+            }
+        });
         let _watches = engine::changes::start(&core);
         let pid = std::process::id();
         engine::review::write_server_record(

@@ -1504,3 +1504,113 @@ async fn one_credential_holds_at_most_64_sessions_the_longest_idle_closed_first(
     .await;
     assert!(v["result"]["tools"].is_array(), "{v}");
 }
+
+// ---- keep-alive latency -----------------------------------------------------------------------------
+
+/// One HTTP/1.1 exchange on a kept-alive connection, read the plain way: the status, the
+/// headers, then a `Content-Length` body or chunks up to the last one.
+fn exchange(conn: &mut TcpStream, port: u16, headers: &[(&str, &str)], body: &str) -> (String, String) {
+    let mut req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        conn.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let mut out = Vec::new();
+    if let Some(n) = header("content-length") {
+        out.resize(n.parse().unwrap(), 0);
+        conn.read_exact(&mut out).unwrap();
+    } else {
+        assert_eq!(header("transfer-encoding").as_deref(), Some("chunked"), "{head}");
+        loop {
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                conn.read_exact(&mut byte).unwrap();
+                line.push(byte[0]);
+            }
+            let size = usize::from_str_radix(std::str::from_utf8(&line).unwrap().trim(), 16).unwrap();
+            let mut chunk = vec![0u8; size + 2];
+            conn.read_exact(&mut chunk).unwrap();
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&chunk[..size]);
+        }
+    }
+    (head, String::from_utf8(out).unwrap())
+}
+
+/// A client that keeps its connection open and reads each answer the ordinary way must not wait
+/// for its own delayed ACK (Nagle's algorithm on the server's small writes: ~40 ms a call). A
+/// correctness check of the socket setup, with a bound far above the expected figure; the
+/// benchmark measures the real one.
+#[test]
+fn fifty_calls_on_one_kept_alive_connection_answer_without_waiting_for_acks() {
+    let env = Env::new();
+    let (_, token) = env.token("keepalive", "read");
+    let srv = Server::start(&env);
+    let auth = bearer(&token);
+    let mut conn = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    conn.set_read_timeout(Some(WAIT)).unwrap();
+    let version = "2025-06-18";
+    let (head, _) = exchange(
+        &mut conn,
+        srv.port,
+        &[("Authorization", &auth)],
+        &initialize(1, version).to_string(),
+    );
+    let sid = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
+        })
+        .map(|(_, v)| v.trim().to_owned())
+        .expect("a legacy initialize opens a session");
+    let session = [
+        ("Authorization", auth.as_str()),
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", version),
+    ];
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    exchange(&mut conn, srv.port, &session, &note.to_string());
+    let mut times = Vec::new();
+    for id in 2..52 {
+        let call = request(
+            id,
+            "tools/call",
+            json!({"name": "read_note", "arguments": {"path": "z/attention.md"}}),
+        );
+        let t = Instant::now();
+        let (head, body) = exchange(&mut conn, srv.port, &session, &call.to_string());
+        times.push(t.elapsed());
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            body.contains(&format!("\"id\":{id}")) && body.contains("Attention"),
+            "{body}"
+        );
+    }
+    times.sort();
+    assert!(
+        times[25] < Duration::from_millis(10),
+        "median {:?} on a kept-alive connection (all: {times:?})",
+        times[25]
+    );
+}
