@@ -71,7 +71,12 @@ pub struct PageText {
     /// 1-based.
     pub page: u32,
     pub text: String,
+    /// Cut at `maxChars`, or to keep the result within the output limit.
     pub truncated: bool,
+    /// Why this page has no text although the document opened (it could not be read); the
+    /// other pages are unaffected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// At most `WORKER_SLOTS` worker processes at once: a burst of calls cannot fork-bomb the
@@ -236,6 +241,7 @@ impl Core {
                     page: p.page,
                     text: p.text,
                     truncated: p.truncated,
+                    error: p.error,
                 })
                 .collect(),
         })

@@ -118,7 +118,7 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         read_tool::<engine::attachments::ReadAttachmentArgs, engine::attachments::AttachmentTextOut>(
             "read_attachment_text",
             "Read a PDF's text",
-            "The text of a PDF attachment, page by page: pageCount and pages[] {page (1-based), text, truncated}. pages: at most 50 page numbers (default: the first 10); a page past the end is simply absent. maxChars per page: default 20000, at most 50000; a longer page is cut and marked truncated (and so is the result). Off unless the operator turned PDF text on for the vault (CAPABILITY_DENIED names the setting). Other file types answer NOT_TEXT, as do corrupt and encrypted PDFs (with the reason); PDFs over 64 MiB answer TOO_LARGE.",
+            "The text of a PDF attachment, page by page: pageCount and pages[] {page (1-based), text, truncated}. pages: at most 50 page numbers (default: the first 10); a page past the end is simply absent. maxChars per page: default 20000, at most 50000; a longer page is cut and marked truncated (and so is the result), as are pages past the output limit (later ones are left out). A page that could not be read has empty text and error. Off unless the operator turned PDF text on for the vault (CAPABILITY_DENIED names the setting). Other file types answer NOT_TEXT, as do corrupt and encrypted PDFs (with the reason); PDFs over 64 MiB answer TOO_LARGE.",
         ),
         read_tool::<ListProposalsArgs, ListProposalsOut>(
             "list_proposals",

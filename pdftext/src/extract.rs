@@ -43,11 +43,11 @@ pub(crate) fn extract(pdf: &[u8], req: &Request) -> Result<Document, Failure> {
             truncated = true;
             break;
         }
-        let raw = match page_text(&doc, number) {
-            Ok(raw) => raw,
+        let (raw, error) = match page_text(&doc, number) {
+            Ok(raw) => (raw, None),
             Err(failure) => {
                 failures.push(failure);
-                String::new()
+                (String::new(), Some(failure.reason().to_owned()))
             }
         };
         let mut text = normalise(&raw);
@@ -63,6 +63,7 @@ pub(crate) fn extract(pdf: &[u8], req: &Request) -> Result<Document, Failure> {
             page: number,
             text,
             truncated: cut,
+            error,
         });
     }
 
@@ -104,9 +105,27 @@ enum PageFailure {
     Unreadable,
 }
 
+impl PageFailure {
+    fn reason(self) -> &'static str {
+        match self {
+            PageFailure::Limit => "this page would inflate past the worker's limit",
+            PageFailure::Unreadable => "this page could not be read",
+        }
+    }
+}
+
 /// The raw text of one page. lopdf answers in chunks, one per font run; a chunk it could not
-/// decode is skipped, and the page fails only when nothing but errors came back.
+/// decode is skipped, and the page fails only when nothing but errors came back. A page whose
+/// own dictionary did not load (lopdf skips an object it cannot parse, so the page would read as
+/// blank) fails too.
 fn page_text(doc: &lopdf::Document, number: u32) -> Result<String, PageFailure> {
+    let loaded = doc
+        .get_pages()
+        .get(&number)
+        .is_some_and(|id| doc.get_dictionary(*id).is_ok());
+    if !loaded {
+        return Err(PageFailure::Unreadable);
+    }
     let chunks = doc.extract_text_chunks_with_limit(&[number], MAX_DECOMPRESSED_BYTES);
     let mut text = String::new();
     let mut any_ok = false;

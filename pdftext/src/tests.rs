@@ -212,6 +212,7 @@ fn one_page_with_known_text() {
                 page: 1,
                 text: "Hello, vault.".into(),
                 truncated: false,
+                error: None
             }],
             truncated: false,
         }
@@ -276,11 +277,13 @@ fn max_chars_cuts_on_a_char_boundary() {
                 page: 1,
                 text: "café".into(),
                 truncated: true,
+                error: None
             },
             Page {
                 page: 2,
                 text: "shor".into(),
                 truncated: true,
+                error: None
             },
         ]
     );
@@ -313,16 +316,19 @@ fn total_budget_leaves_out_later_pages() {
                 page: 1,
                 text: "page 01 text".into(),
                 truncated: false,
+                error: None
             },
             Page {
                 page: 2,
                 text: "page 02 text".into(),
                 truncated: false,
+                error: None
             },
             Page {
                 page: 3,
                 text: "page 0".into(),
                 truncated: true,
+                error: None
             },
         ]
     );

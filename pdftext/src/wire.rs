@@ -32,6 +32,10 @@ pub struct Page {
     pub text: String,
     /// The text was cut (at `max_chars`, or at the total budget).
     pub truncated: bool,
+    /// Why this page has no text although the document opened (its objects could not be read);
+    /// absent for a page that was read, blank or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The text of the pages asked for.

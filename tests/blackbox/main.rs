@@ -5,6 +5,7 @@
 mod util;
 
 mod approval;
+mod attachments;
 mod audit_closed;
 mod browser;
 mod crash;

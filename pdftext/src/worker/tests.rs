@@ -192,6 +192,7 @@ fn doc() -> Document {
             page: 2,
             text: "from the worker: \"quoted\", tab\t, é".into(),
             truncated: true,
+            error: None,
         }],
         truncated: true,
     }
