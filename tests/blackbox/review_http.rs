@@ -1638,12 +1638,19 @@ async fn the_vaults_page_switches_pdf_text_for_a_running_server() {
         .await
         .expect(403, "the switch without csrf");
     let still = agent.call("read_attachment_text", read.clone()).await.code();
-    assert_eq!(still, "CAPABILITY_DENIED", "the refused switch changed the setting");
+    assert_eq!(
+        still, "CAPABILITY_DENIED",
+        "the refused switch changed the setting"
+    );
 
     let csrf = vaults.csrf();
     let on = post_form(&srv, &path, &headers, &[("on", "1"), ("csrf", &csrf)]).await;
     on.expect(200, "turning PDF text on");
-    assert!(open_tag(&on.body, "result").contains("data-outcome=\"ok\""), "{}", on.body);
+    assert!(
+        open_tag(&on.body, "result").contains("data-outcome=\"ok\""),
+        "{}",
+        on.body
+    );
     let text = agent.call("read_attachment_text", read.clone()).await.ok();
     assert!(
         text["pages"][0]["text"]
