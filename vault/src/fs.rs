@@ -129,15 +129,15 @@ impl VaultFs {
         &self.root
     }
 
-    /// Reads a whole file of at most `max` bytes (any content) after the read policy, as
-    /// `read_text` does; a larger one is refused (`TOO_LARGE`) without being read.
+    /// Reads a whole file of at most `max` bytes (any content) after the read policy; a larger
+    /// one is refused (`TOO_LARGE`) without being read.
     pub fn read_bytes(&self, path: &VaultPath, max: u64) -> Result<(Vec<u8>, SystemTime), FsError> {
         self.layout.check_read(path)?;
-        let file = self.open_checked(path)?;
-        let meta = file.metadata()?;
+        let (file, meta) = self.open_checked(path)?;
         if meta.len() > max {
             return Err(FsError::TooLarge);
         }
+        // The file may grow after the fstat: read at most one byte past the limit.
         let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
         file.take(max + 1).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > max {
@@ -149,36 +149,15 @@ impl VaultFs {
     /// The first bytes (at most `n`) of a readable regular file, for telling its type.
     pub fn read_head(&self, path: &VaultPath, n: usize) -> Result<Vec<u8>, FsError> {
         self.layout.check_read(path)?;
-        let file = self.open_checked(path)?;
+        let (file, _) = self.open_checked(path)?;
         let mut head = Vec::with_capacity(n);
         file.take(n as u64).read_to_end(&mut head)?;
         Ok(head)
     }
 
-    /// Opens the regular file `path` names, resolved and checked as `read_text` does it.
-    fn open_checked(&self, path: &VaultPath) -> Result<cap_std::fs::File, FsError> {
-        let resolved = self.resolve_checked(path.segments())?;
-        let Target::File { parent, name } = resolved.target else {
-            return Err(FsError::NotFound);
-        };
-        if !resolved.meta.is_file() {
-            return Err(FsError::NotFound);
-        }
-        let parent = parent.as_ref().unwrap_or(&self.dir);
-        let mut options = OpenOptions::new();
-        // SECURITY(T-PATH): no-follow and non-blocking, as in `read_text`.
-        options.read(true).follow(FollowSymlinks::No).nonblock(true);
-        let file = parent.open_with(&name, &options).map_err(not_found)?;
-        // SECURITY(T-PATH): the type of the handle we read, not of the name we resolved.
-        if !file.metadata()?.is_file() {
-            return Err(FsError::NotFound);
-        }
-        Ok(file)
-    }
-
-    /// Reads a whole UTF-8 file of at most `MAX_READ_BYTES` after the read policy.
-    pub fn read_text(&self, path: &VaultPath) -> Result<TextFile, FsError> {
-        self.layout.check_read(path)?;
+    /// Opens the regular file `path` names once resolved (the caller applied the read policy),
+    /// with the metadata of the opened handle.
+    fn open_checked(&self, path: &VaultPath) -> Result<(cap_std::fs::File, Metadata), FsError> {
         let resolved = self.resolve_checked(path.segments())?;
         let Target::File { parent, name } = resolved.target else {
             return Err(FsError::NotFound);
@@ -198,22 +177,19 @@ impl VaultFs {
         if !meta.is_file() {
             return Err(FsError::NotFound);
         }
-        if meta.len() > MAX_READ_BYTES {
-            return Err(FsError::TooLarge);
-        }
-        // The file may grow after the fstat: read at most one byte past the limit.
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 > MAX_READ_BYTES {
-            return Err(FsError::TooLarge);
-        }
+        Ok((file, meta))
+    }
+
+    /// Reads a whole UTF-8 file of at most `MAX_READ_BYTES` after the read policy.
+    pub fn read_text(&self, path: &VaultPath) -> Result<TextFile, FsError> {
+        let (bytes, modified) = self.read_bytes(path, MAX_READ_BYTES)?;
         let text = std::str::from_utf8(&bytes)
             .map_err(|_| FsError::NotText)?
             .to_owned();
         Ok(TextFile {
             bytes,
             text,
-            modified: modified(&meta),
+            modified,
         })
     }
 
