@@ -354,6 +354,8 @@ pub(crate) fn tag_matches(tag: &str, wanted: &str) -> bool {
 /// One candidate row: a catalog note with its data.
 #[derive(Debug, Clone, Copy)]
 pub struct Row<'a> {
+    /// The row's place in the [`Columns`] given with it (unused without).
+    pub at: usize,
     pub path: &'a VaultPath,
     /// Nanoseconds since the Unix epoch.
     pub mtime: i64,
@@ -709,6 +711,121 @@ pub fn holds(c: &Cond, row: &Row<'_>) -> bool {
     }
 }
 
+// ---- key columns --------------------------------------------------------------------------------
+
+/// What one frontmatter key holds in a row, as far as a condition or a sort key can be decided
+/// without reading the note. A broad query reads one of these per row, in order, instead of each
+/// note's own scattered fields; text, lists and dates' spellings still come from the note.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyCell {
+    Missing,
+    Null,
+    Num(f64),
+    /// Split as a `Cell::Date` is, so a cell stays 16 bytes.
+    Date {
+        secs: i64,
+        nanos: u32,
+    },
+    Bool(bool),
+    Text,
+    List,
+    Other,
+}
+
+impl KeyCell {
+    pub fn of(v: Option<Val<'_>>) -> KeyCell {
+        match v {
+            None => KeyCell::Missing,
+            Some(Val::Null) => KeyCell::Null,
+            Some(Val::Num(n)) => KeyCell::Num(n),
+            Some(Val::Date(t, _)) => KeyCell::Date {
+                secs: i64::try_from(t.div_euclid(1_000_000_000)).unwrap_or(i64::MAX),
+                nanos: u32::try_from(t.rem_euclid(1_000_000_000)).unwrap_or(0),
+            },
+            Some(Val::Bool(b)) => KeyCell::Bool(b),
+            Some(Val::Text(_)) => KeyCell::Text,
+            Some(Val::List(_)) => KeyCell::List,
+            Some(Val::Other) => KeyCell::Other,
+        }
+    }
+
+    /// The sort key, when the cell alone gives it (`Some(None)`: sorts last).
+    fn sort_key(self) -> Option<Option<Scalar<'static>>> {
+        match self {
+            KeyCell::Num(n) => Some(Some(Scalar::Num(n))),
+            KeyCell::Date { secs, nanos } => Some(Some(Scalar::Date(
+                i128::from(secs) * 1_000_000_000 + i128::from(nanos),
+            ))),
+            KeyCell::Bool(b) => Some(Some(Scalar::Bool(b))),
+            KeyCell::Text => None,
+            KeyCell::Missing | KeyCell::Null | KeyCell::List | KeyCell::Other => Some(None),
+        }
+    }
+}
+
+/// Whether `c` holds for a row whose key holds `cell`, exactly as [`holds`] decides it; `None`
+/// when that needs the note (a text compared with a text, a substring, a list's elements).
+fn holds_cell(c: &Cond, cell: KeyCell) -> Option<bool> {
+    use KeyCell as K;
+    match c.op {
+        QueryOp::Exists => {
+            let present = !matches!(cell, K::Missing | K::Null);
+            Some(present == (c.want == Want::Bool(true)))
+        }
+        QueryOp::Contains => match cell {
+            K::Missing | K::Null | K::Other | K::Num(_) | K::Bool(_) => Some(false),
+            K::Date { .. } | K::Text | K::List => None,
+        },
+        op => {
+            if cell == K::Text && matches!(c.want, Want::Text(_)) {
+                return None;
+            }
+            let order = cell
+                .sort_key()
+                .flatten()
+                .and_then(|s| compare(&s, &want_scalar(&c.want)));
+            Some(match op {
+                QueryOp::Eq => order == Some(Ordering::Equal),
+                QueryOp::Ne => order != Some(Ordering::Equal),
+                QueryOp::Lt => order == Some(Ordering::Less),
+                QueryOp::Lte => matches!(order, Some(Ordering::Less | Ordering::Equal)),
+                QueryOp::Gt => order == Some(Ordering::Greater),
+                QueryOp::Gte => matches!(order, Some(Ordering::Greater | Ordering::Equal)),
+                QueryOp::Exists | QueryOp::Contains => return None,
+            })
+        }
+    }
+}
+
+/// Key columns for one call's rows (by `Row::at`): those of the keys its conditions and sort
+/// name that the caller has.
+#[derive(Default)]
+pub struct Columns<'c> {
+    pub keys: Vec<(&'c str, &'c [KeyCell])>,
+}
+
+impl Columns<'_> {
+    fn get(&self, key: &str, at: usize) -> Option<KeyCell> {
+        self.keys
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, col)| col.get(at).copied())
+    }
+}
+
+/// The frontmatter keys a query's conditions and sort read, each once.
+pub fn column_keys(q: &Query) -> Vec<&str> {
+    let mut keys: Vec<&str> = Vec::new();
+    for f in q.conds.iter().map(|c| &c.field).chain([&q.sort]) {
+        if let Field::Key(k) = f
+            && !keys.contains(&k.as_str())
+        {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
 // ---- sorting and paging -------------------------------------------------------------------------
 
 /// A row's sort key: `None` sorts last in both orders.
@@ -870,17 +987,34 @@ pub struct QueryNotes {
 pub fn page<E>(
     q: &Query,
     rows: &[Row<'_>],
+    cols: &Columns<'_>,
     after: Option<&QueryPos>,
     max_bytes: usize,
     frontmatter: &mut dyn FnMut(usize) -> Result<Option<Map<String, Value>>, E>,
 ) -> Result<(QueryNotes, Option<QueryPos>), E> {
     let take = q.limit + 1;
+    let holds_in = |c: &Cond, r: &Row<'_>| match &c.field {
+        Field::Key(k) => cols
+            .get(k, r.at)
+            .and_then(|cell| holds_cell(c, cell))
+            .unwrap_or_else(|| holds(c, r)),
+        _ => holds(c, r),
+    };
     let passes = |i: usize| {
         let r = &rows[i];
-        if !q.admits(r) {
+        let admitted = q.prefix.contains(r.path)
+            && q.tags.iter().all(|t| r.data.carries(t))
+            && q.conds.iter().all(|c| holds_in(c, r));
+        if !admitted {
             return None;
         }
-        let key = sort_key(r, &q.sort);
+        let key = match &q.sort {
+            Field::Key(k) => {
+                let known: Option<Option<Scalar<'_>>> = cols.get(k, r.at).and_then(KeyCell::sort_key);
+                known.unwrap_or_else(|| sort_key(r, &q.sort))
+            }
+            f => sort_key(r, f),
+        };
         (after.is_none_or(|p| is_after(q, p, &key, r.path.as_str()))).then_some((key, i))
     };
     let mut picked: Vec<(Option<Scalar<'_>>, usize)> = if q.sort == Field::Path {
@@ -986,6 +1120,7 @@ mod tests {
         let d = data(fm);
         let path = VaultPath::parse("z/Note.md").unwrap();
         let row = Row {
+            at: 0,
             path: &path,
             mtime: 1_700_000_000_000_000_000,
             size: 1234,

@@ -460,13 +460,16 @@ impl Vault {
         let rows: Vec<crate::data::Row<'_>> = notes
             .iter()
             .map(|(path, mtime, size, data, _)| crate::data::Row {
+                at: 0,
                 path,
                 mtime: *mtime,
                 size: *size,
                 data,
             })
             .collect();
-        crate::data::page(&q, &rows, after, max_bytes, &mut |i| {
+        // Without the index every note was just read: no columns to gain from.
+        let cols = crate::data::Columns::default();
+        crate::data::page(&q, &rows, &cols, after, max_bytes, &mut |i| {
             Ok::<_, VaultError>(notes.get(i).map(|n| n.4.clone()))
         })
     }

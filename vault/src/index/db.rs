@@ -163,7 +163,13 @@ pub struct Catalog {
     /// Per-generation answers that read every tag (computed on first use).
     pub tag_counts: OnceLock<Vec<(String, String, usize)>>,
     pub distinct_tags: OnceLock<usize>,
+    /// `query_notes` key columns of this generation, built on first use (at most
+    /// `MAX_COLUMNS`, the oldest dropped first).
+    columns: Mutex<Vec<(String, Arc<Vec<crate::data::KeyCell>>)>>,
 }
+
+/// Key columns a generation keeps: each is 16 bytes a note.
+const MAX_COLUMNS: usize = 8;
 
 /// After this many notes added or removed since the base, the base is read again from
 /// `entries` (an O(n) step, so once per this many changes).
@@ -294,7 +300,35 @@ impl Catalog {
             resolver,
             tag_counts: OnceLock::new(),
             distinct_tags: OnceLock::new(),
+            columns: Mutex::default(),
         }
+    }
+
+    /// What the frontmatter key `key` holds in every entry, by position (`Missing` for entries
+    /// without typed data); built once per generation and key.
+    pub fn column(&self, key: &str) -> Arc<Vec<crate::data::KeyCell>> {
+        if let Some((_, c)) = lock(&self.columns).iter().find(|(k, _)| k == key) {
+            return c.clone();
+        }
+        // Built outside the lock: a query on another key need not wait for it.
+        let built: Arc<Vec<crate::data::KeyCell>> = Arc::new(
+            self.entries
+                .iter()
+                .map(|e| {
+                    e.data.as_ref().map_or(crate::data::KeyCell::Missing, |d| {
+                        crate::data::KeyCell::of(d.field(key))
+                    })
+                })
+                .collect(),
+        );
+        let mut held = lock(&self.columns);
+        if !held.iter().any(|(k, _)| k == key) {
+            if held.len() >= MAX_COLUMNS {
+                held.remove(0);
+            }
+            held.push((key.to_owned(), built.clone()));
+        }
+        built
     }
 
     pub fn find(&self, path: &VaultPath) -> Option<&Entry> {
@@ -942,6 +976,7 @@ fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexErro
         resolver: OnceLock::new(),
         tag_counts: OnceLock::new(),
         distinct_tags: OnceLock::new(),
+        columns: Mutex::default(),
     })
 }
 
@@ -956,6 +991,7 @@ impl Catalog {
             resolver: OnceLock::new(),
             tag_counts: OnceLock::new(),
             distinct_tags: OnceLock::new(),
+            columns: Mutex::default(),
         }
     }
 }

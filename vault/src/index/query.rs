@@ -603,16 +603,19 @@ pub fn query_notes(
 ) -> Result<(data::QueryNotes, Option<data::QueryPos>), IndexError> {
     let cat = &snap.catalog;
     let range = prefix_range(cat, &q.prefix);
+    let start = range.start;
     let mut ids = Vec::new();
     let rows: Vec<data::Row<'_>> = cat
         .entries
         .focus()
         .narrow(range)
         .into_iter()
-        .filter_map(|e| {
+        .enumerate()
+        .filter_map(|(j, e)| {
             let d = e.data.as_ref()?;
             ids.push(e.id);
             Some(data::Row {
+                at: start + j,
                 path: &e.path,
                 mtime: e.mtime,
                 size: e.size,
@@ -620,7 +623,17 @@ pub fn query_notes(
             })
         })
         .collect();
-    data::page(q, &rows, after, max_bytes, &mut |i| snap.frontmatter(ids[i]))
+    // By catalog position, so `Row::at` indexes them.
+    let held: Vec<(&str, std::sync::Arc<Vec<data::KeyCell>>)> = data::column_keys(q)
+        .into_iter()
+        .map(|k| (k, cat.column(k)))
+        .collect();
+    let cols = data::Columns {
+        keys: held.iter().map(|(k, c)| (*k, c.as_slice())).collect(),
+    };
+    data::page(q, &rows, &cols, after, max_bytes, &mut |i| {
+        snap.frontmatter(ids[i])
+    })
 }
 
 /// Catalog counts for the overview.
