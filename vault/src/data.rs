@@ -273,6 +273,11 @@ impl NoteData {
             bytes: [0; 14],
         };
         for (k, v) in frontmatter {
+            // A built-in wins over a key of its name (SPEC §18), so such a key is never looked
+            // up: its cells would be memory for nothing (`title` and `tags` are in most notes).
+            if matches!(Field::parse(k), Ok(f) if !matches!(f, Field::Key(_))) {
+                continue;
+            }
             let key = FieldKey::new(k, &mut p);
             let cell = match v {
                 Value::Array(list) => {
@@ -1298,6 +1303,8 @@ mod tests {
         let items: Vec<Val<'_>> = items.iter().collect();
         assert_eq!(items, [Val::Text("one"), Val::Num(2.0), Val::Other]);
         assert_eq!(d.field("missing"), None);
+        // Shadowed by the built-in `title`, so not kept.
+        assert_eq!(d.field("title"), None);
         assert_eq!(d.field("yea"), None);
         assert_eq!(d.title(), "My Title");
         assert_eq!(d.tags().collect::<Vec<_>>(), ["Project/Alpha", "ML"]);
