@@ -183,6 +183,14 @@ impl Core {
                 v.id, v.id
             )));
         }
+        // SECURITY(T-PDF): the slot first, so calls waiting for a worker hold no document: at
+        // most WORKER_SLOTS PDFs (64 MiB each) are in memory at once, however many calls come.
+        let Some(_slot) = self.pdf_slots.take(SLOT_WAIT) else {
+            return Err(GatewayError::Attachment(
+                ErrorCode::NOT_TEXT,
+                "every PDF worker stayed busy for a minute; try again later".into(),
+            ));
+        };
         let (bytes, _) = v
             .reader
             .read_pdf(&args.path, MAX_PDF_BYTES)
@@ -211,12 +219,6 @@ impl Core {
             max_chars,
             // The text appears twice in a result (structured and as text), JSON-escaped.
             max_total_bytes: (self.read_limits().max_output_bytes / 4) as u64,
-        };
-        let Some(_slot) = self.pdf_slots.take(SLOT_WAIT) else {
-            return Err(GatewayError::Attachment(
-                ErrorCode::NOT_TEXT,
-                "every PDF worker stayed busy for a minute; try again later".into(),
-            ));
         };
         let doc = worker.extract(&bytes, &req).map_err(|f| {
             let why = match f.kind {

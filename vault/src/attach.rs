@@ -162,12 +162,8 @@ impl Vault {
     /// not a PDF by extension and content is `NOT_TEXT` before more than its head is read.
     pub fn read_pdf(&self, path: &str, max: u64) -> Result<(Vec<u8>, SystemTime), VaultError> {
         let path = VaultPath::parse(path)?;
-        let fs = self.fs();
-        let head = fs.read_head(&path, HEAD)?;
-        if media_type(&path, &head) != PDF {
-            return Err(VaultError::Fs(FsError::NotText));
-        }
-        Ok(fs.read_bytes(&path, max)?)
+        let is_pdf = |head: &[u8]| media_type(&path, head) == PDF;
+        Ok(self.fs().read_bytes_if(&path, max, HEAD, is_pdf)?)
     }
 }
 

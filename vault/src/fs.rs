@@ -146,6 +146,36 @@ impl VaultFs {
         Ok((bytes, modified(&meta)))
     }
 
+    /// As `read_bytes`, from one open: the first `head` bytes are read and shown to `accept`
+    /// before the rest is (`NOT_TEXT` when it refuses), so a file of the wrong type is refused
+    /// without being read whole, and what is read is the file that was checked.
+    pub fn read_bytes_if(
+        &self,
+        path: &VaultPath,
+        max: u64,
+        head: usize,
+        accept: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<(Vec<u8>, SystemTime), FsError> {
+        self.layout.check_read(path)?;
+        let (mut file, meta) = self.open_checked(path)?;
+        let mut bytes = Vec::with_capacity(head);
+        (&mut file).take(head as u64).read_to_end(&mut bytes)?;
+        if !accept(&bytes) {
+            return Err(FsError::NotText);
+        }
+        if meta.len() > max {
+            return Err(FsError::TooLarge);
+        }
+        bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
+        // The file may grow after the fstat: read at most one byte past the limit.
+        let rest = (max + 1).saturating_sub(bytes.len() as u64);
+        file.take(rest).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max {
+            return Err(FsError::TooLarge);
+        }
+        Ok((bytes, modified(&meta)))
+    }
+
     /// The first bytes (at most `n`) of a readable regular file, for telling its type.
     pub fn read_head(&self, path: &VaultPath, n: usize) -> Result<Vec<u8>, FsError> {
         self.layout.check_read(path)?;
