@@ -709,7 +709,8 @@ pub(crate) fn add_vault(home: &Home, args: VaultAdd) -> Result<VaultConfig, Gate
         standards,
         inbox: args.inbox.unwrap_or_else(|| "inbox".into()),
         readable: None,
-        pdf_text: args.pdf_text,
+        // Off until `operator_pdf_text` turns it on: the one audited way to change it.
+        pdf_text: false,
     };
     vc.layout()?;
     if args.default || config.vaults.is_empty() {
@@ -728,7 +729,6 @@ pub(crate) struct VaultAdd {
     pub standards: Vec<String>,
     pub inbox: Option<String>,
     pub default: bool,
-    pub pdf_text: bool,
 }
 
 fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
@@ -748,7 +748,6 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
                     standards: a.standards,
                     inbox: a.inbox,
                     default: a.default,
-                    pdf_text: a.pdf_text,
                 },
             )?;
             out(&format!(
@@ -757,8 +756,10 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
                 vc.name,
                 vc.path.display()
             ));
-            if vc.pdf_text {
-                out(&describe_pdf_text(&vc.id, true));
+            if a.pdf_text {
+                let core = open_core(home)?;
+                let on = core.operator_pdf_text(&Operator::cli(user), &vc.id, true)?;
+                out(&describe_pdf_text(&vc.id, on));
             }
             if a.git {
                 let core = open_core(home)?;

@@ -73,12 +73,14 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
                 standards: vec!["docs".into()],
                 inbox: None,
                 default: true,
-                // The demo's own PDF, so read_attachment_text can be tried; a real vault starts off.
-                pdf_text: true,
             },
         )?;
     }
     let core = crate::cli::open_core(&home)?;
+    // The demo's own PDF, so read_attachment_text can be tried; a real vault starts off.
+    if !core.pdf_text_on("demo") {
+        core.operator_pdf_text(&engine::core::Operator::cli(&user), "demo", true)?;
+    }
     let name = format!("demo-{}", uuid::Uuid::now_v7().simple());
     let (cred, token) = core.issue_credential(
         &engine::core::Operator::cli(&user),

@@ -270,6 +270,9 @@ fn pdf_env() -> Env {
         Some(&toml::Value::Boolean(true)),
         "vault add --pdf-text writes pdf_text = true"
     );
+    // Turning PDF text on is an operator change like any other: it has its audit record.
+    let tail = env.ok(&["audit", "tail", "-n", "3", "--json"]);
+    assert!(tail.contains("vault_pdf_text"), "vault add --pdf-text is not audited: {tail}");
     env
 }
 
