@@ -85,6 +85,21 @@ pub fn current(v: &VaultHandle, p: &VaultPath) -> Result<Option<(Vec<u8>, String
     Ok(v.reader.fs().read_for_write(Area::Note, p)?)
 }
 
+/// A patch's base: the note's text now, refused as stale unless its hash is `base_hash`.
+fn based_text(
+    v: &VaultHandle,
+    target: &VaultPath,
+    base_hash: &str,
+) -> Result<(String, String), GatewayError> {
+    let (bytes, hash) = current(v, target)?.ok_or_else(|| not_found(target))?;
+    if hash != base_hash {
+        return Err(stale(target, base_hash, Some(&hash)));
+    }
+    let old = String::from_utf8(bytes)
+        .map_err(|_| GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotText)))?;
+    Ok((old, hash))
+}
+
 fn stale(p: &VaultPath, expected: &str, actual: Option<&str>) -> GatewayError {
     GatewayError::Proposal(
         policy::ErrorCode::PROPOSAL_STALE_BASE,
@@ -295,12 +310,7 @@ impl Core {
         self.check_quota(call.actor(), v, incoming)?;
         require_reason(&args.reason)?;
         let target = target_path(v, &args.path)?;
-        let (bytes, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
-        if hash != args.base_hash {
-            return Err(stale(&target, &args.base_hash, Some(&hash)));
-        }
-        let old = String::from_utf8(bytes)
-            .map_err(|_| GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotText)))?;
+        let (old, hash) = based_text(v, &target, &args.base_hash)?;
         let new = match (args.content, args.edits) {
             (Some(c), None) => c,
             (None, Some(edits)) => {
@@ -333,12 +343,7 @@ impl Core {
         self.check_quota(call.actor(), v, 0)?;
         require_reason(&args.reason)?;
         let target = target_path(v, &args.path)?;
-        let (bytes, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
-        if hash != args.base_hash {
-            return Err(stale(&target, &args.base_hash, Some(&hash)));
-        }
-        let old = String::from_utf8(bytes)
-            .map_err(|_| GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotText)))?;
+        let (old, hash) = based_text(v, &target, &args.base_hash)?;
         let update = vault::fmedit::Update {
             set: args.set.unwrap_or_default(),
             unset: args.unset.unwrap_or_default(),
