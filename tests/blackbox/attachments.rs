@@ -272,7 +272,10 @@ fn pdf_env() -> Env {
     );
     // Turning PDF text on is an operator change like any other: it has its audit record.
     let tail = env.ok(&["audit", "tail", "-n", "3", "--json"]);
-    assert!(tail.contains("vault_pdf_text"), "vault add --pdf-text is not audited: {tail}");
+    assert!(
+        tail.contains("vault_pdf_text"),
+        "vault add --pdf-text is not audited: {tail}"
+    );
     env
 }
 
