@@ -246,13 +246,13 @@ pub(crate) fn initialize(id: i64, version: &str) -> Value {
     }})
 }
 
-fn request(id: i64, method: &str, params: Value) -> Value {
+pub(crate) fn request(id: i64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
 /// The JSON-RPC answer with this `id`, from a JSON or an SSE response; waits at most `WAIT`
 /// (an SSE stream may stay open after the answer).
-async fn reply(resp: reqwest::Response, id: i64) -> Value {
+pub(crate) async fn reply(resp: reqwest::Response, id: i64) -> Value {
     let status = resp.status();
     let is_sse = resp
         .headers()
@@ -710,21 +710,22 @@ async fn body_over_the_configured_limit_is_413() {
     let body = big.to_string();
     let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
-    write!(
-        s,
+    let mut wire = format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {auth}\r\n\
          Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
          Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
         srv.port
     )
-    .unwrap();
+    .into_bytes();
     for chunk in body.as_bytes().chunks(512) {
-        write!(s, "{:x}\r\n", chunk.len()).unwrap();
-        s.write_all(chunk).unwrap();
-        s.write_all(b"\r\n").unwrap();
+        wire.extend(format!("{:x}\r\n", chunk.len()).as_bytes());
+        wire.extend(chunk);
+        wire.extend(b"\r\n");
     }
-    // The server may answer and close before reading everything; a failed write is fine.
-    let _ = s.write_all(b"0\r\n\r\n");
+    wire.extend(b"0\r\n\r\n");
+    // One write (a few KiB, within the socket's buffer): a server that answers and closes as
+    // soon as the limit is passed cannot cut the request short under us.
+    s.write_all(&wire).unwrap();
     let mut head = [0u8; 12];
     s.read_exact(&mut head).unwrap();
     assert_eq!(&head, b"HTTP/1.1 413", "chunked oversize body");
@@ -770,7 +771,7 @@ async fn healthz_answers_without_auth_and_reveals_nothing() {
 // ---- 3. session binding -----------------------------------------------------------------------------
 
 /// Opens a legacy session with a raw `initialize` (+ `notifications/initialized`); returns its id.
-async fn open_session(srv: &Server, auth: &str, version: &str) -> String {
+pub(crate) async fn open_session(srv: &Server, auth: &str, version: &str) -> String {
     let resp = post(srv, Some(auth), &[], &initialize(1, version)).await;
     assert_eq!(resp.status().as_u16(), 200);
     let sid = resp
@@ -902,7 +903,7 @@ async fn legacy_initialize_sessions_serve_tool_calls() {
     }
 }
 
-fn stateless_meta() -> Value {
+pub(crate) fn stateless_meta() -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "raw-http-test", "version": "1.0"},
