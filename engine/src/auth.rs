@@ -30,7 +30,7 @@ impl std::fmt::Debug for Token {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
     pub iss: String,
     pub aud: String,

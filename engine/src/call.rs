@@ -61,6 +61,9 @@ pub struct Call<'a> {
     event: &'static str,
     vault: Option<String>,
     recorded: Option<u64>,
+    /// The call ran without [`Core::audit_preflight`] (a read): its record checks the free space
+    /// itself, and without room the answer is refused.
+    reserve: bool,
 }
 
 impl<'a> Call<'a> {
@@ -79,7 +82,13 @@ impl<'a> Call<'a> {
             event,
             vault: None,
             recorded: None,
+            reserve: false,
         }
+    }
+
+    /// Marks a call that skipped [`Core::audit_preflight`]: its record makes the check instead.
+    pub(crate) fn check_space_at_record(&mut self) {
+        self.reserve = true;
     }
 
     pub fn actor(&self) -> &Actor {
@@ -227,7 +236,12 @@ impl<'a> Call<'a> {
                 entry.challenge_id = v.challenge_id();
             }
         }
-        match self.core.append_audit(entry, durability) {
+        let appended = if self.reserve {
+            self.core.append_audit_reserving(entry, durability)
+        } else {
+            self.core.append_audit(entry, durability)
+        };
+        match appended {
             Ok(seq) => Audited {
                 value: result,
                 seq: Some(seq),

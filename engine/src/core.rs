@@ -179,6 +179,8 @@ pub struct Core {
     pub(crate) asking: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The `git` vaults with git on are committed with (SPEC §16).
     pub(crate) git: crate::git::Program,
+    /// Verified tokens and credential rows, checked against the generation on every request.
+    auth_cache: crate::authcache::AuthCache,
 }
 
 /// A credential's name (it reaches audit records, git authors and a reviewer's screen): 1 to
@@ -255,6 +257,7 @@ impl Core {
             own_writes: Default::default(),
             asking: Default::default(),
             git: Default::default(),
+            auth_cache: Default::default(),
         })
     }
 
@@ -278,8 +281,9 @@ impl Core {
 
     // ---- authentication ---------------------------------------------------------------------
 
-    /// Verifies the token and reads the credential row fresh: revocation, expiry and tier changes
-    /// apply to the very next call. Refusals are audited (aggregated, SPEC §9); one whose record
+    /// Verifies the token and reads the credential fresh (its row, or the row kept from an
+    /// earlier request while the credentials' generation has not moved): revocation, expiry and
+    /// tier changes apply to the very next call. Refusals are audited (aggregated, SPEC §9); one whose record
     /// cannot be written answers `AUDIT_UNAVAILABLE`.
     pub fn authenticate(&self, token: &Token, transport: Transport) -> Result<Caller, GatewayError> {
         self.authenticate_from(token, transport, None)
@@ -299,11 +303,39 @@ impl Core {
         result
     }
 
+    /// [`Core::authenticate`] when it needs no write: the token verified before, the row from the
+    /// cache or one read, nothing to record. `None` when the answer is a refusal (its record must
+    /// be written) or the credential's last use is due to be noted: then call
+    /// [`Core::authenticate_from`], on a thread that may block. Cheap enough to run on an async
+    /// worker: memory, and one read of the credentials' generation.
+    pub fn authenticate_without_writing(&self, token: &Token, transport: Transport) -> Option<Caller> {
+        match self.check_credential(token, transport) {
+            Ok((caller, false)) => Some(caller),
+            _ => None,
+        }
+    }
+
     fn authenticate_inner(&self, token: &Token, transport: Transport) -> Result<Caller, GatewayError> {
-        let claims = auth::verify(&self.secret, &self.config.gateway_id, token.expose())?;
+        let (caller, touch) = self.check_credential(token, transport)?;
+        // Last use to the minute (the Credentials page): the row was read anyway, so at most
+        // one write a minute per credential, never one per request.
+        if touch && let Err(e) = self.state.touch_credential(&caller.credential.id, now_unix()) {
+            tracing::warn!(error = %e, "noting a credential's last use failed");
+        }
+        Ok(caller)
+    }
+
+    /// The caller a token names, checked fresh, and whether its last use is due to be noted.
+    fn check_credential(&self, token: &Token, transport: Transport) -> Result<(Caller, bool), GatewayError> {
+        let now = now_unix();
+        let claims = self
+            .auth_cache
+            .claims(&self.secret, &self.config.gateway_id, token.expose(), now)?;
+        // SECURITY(T-AUTH3): the row as the table holds it now (the generation is read on every
+        // request; a cached row is used only while it has not moved).
         let credential = self
-            .state
-            .credential(&claims.sub)?
+            .auth_cache
+            .credential(&self.state, &claims.sub)?
             .ok_or(GatewayError::Unauthorized("unknown credential"))?;
         // SECURITY(T-AUTH2): a token names one issuance; a re-issued or forged jti is refused.
         if credential.jti != claims.jti {
@@ -312,23 +344,19 @@ impl Core {
         if credential.is_revoked() {
             return Err(GatewayError::CredentialRevoked);
         }
-        let now = now_unix();
         if credential.is_expired(now) {
             return Err(GatewayError::CredentialExpired);
         }
-        // Last use to the minute (the Credentials page): the row was read anyway, so at most
-        // one write a minute per credential, never one per request.
-        if credential
+        let touch = credential
             .last_used_at
-            .is_none_or(|t| now.saturating_sub(t) >= 60)
-            && let Err(e) = self.state.touch_credential(&credential.id, now)
-        {
-            tracing::warn!(error = %e, "noting a credential's last use failed");
-        }
-        Ok(Caller {
-            credential,
-            transport,
-        })
+            .is_none_or(|t| now.saturating_sub(t) >= 60);
+        Ok((
+            Caller {
+                credential,
+                transport,
+            },
+            touch,
+        ))
     }
 
     /// Audits a refusal decided before a credential was known (a missing token, a bad Origin).
@@ -411,14 +439,36 @@ impl Core {
         entry: Entry,
         durability: Durability,
     ) -> Result<inbox::AuditHead, GatewayError> {
+        self.append_audit_with(entry, durability, false)
+    }
+
+    /// As [`Core::append_audit`], for a call that skipped [`Core::audit_preflight`]: the append
+    /// makes its free-space check (SPEC §9: no room, no record, no answer).
+    pub(crate) fn append_audit_reserving(
+        &self,
+        entry: Entry,
+        durability: Durability,
+    ) -> Result<u64, GatewayError> {
+        self.append_audit_with(entry, durability, true).map(|h| h.seq)
+    }
+
+    fn append_audit_with(
+        &self,
+        entry: Entry,
+        durability: Durability,
+        reserve: bool,
+    ) -> Result<inbox::AuditHead, GatewayError> {
         // Test-only: the log refuses appends as a full disk would.
         if self.failpoints.fails("audit_append") {
             return Err(GatewayError::AuditUnavailable);
         }
-        match self
-            .audit
-            .append(entry, time::OffsetDateTime::now_utc(), durability)
-        {
+        let now = time::OffsetDateTime::now_utc();
+        let appended = if reserve {
+            self.audit.append_reserving(entry, now, durability)
+        } else {
+            self.audit.append(entry, now, durability)
+        };
+        match appended {
             Ok(rec) => Ok(inbox::AuditHead {
                 seq: rec.seq,
                 hash: rec.hash,
@@ -467,10 +517,16 @@ impl Core {
             && caller.credential.tier.approval_lifts(spec.capability());
         let result = if caller.credential.tier.allows(spec.capability()) || lifted {
             // Reads too: a line written into the last free bytes could be cut short, so every
-            // call is refused while the log's disk is (almost) full, not only the unlucky one.
-            self.audit_preflight()
-                .and_then(|()| op(&mut call))
-                .and_then(to_value)
+            // call is refused while the log's disk is (almost) full, not only the unlucky one. A
+            // read changes nothing, so its record makes the check (one lock, not two).
+            if spec.is_mutating() {
+                self.audit_preflight()
+                    .and_then(|()| op(&mut call))
+                    .and_then(to_value)
+            } else {
+                call.check_space_at_record();
+                op(&mut call).and_then(to_value)
+            }
         } else {
             Err(GatewayError::CapabilityDenied(format!(
                 "the '{}' tier may not call {}; ask the vault owner for a higher tier",

@@ -14,6 +14,7 @@ pub mod approval;
 pub mod attachments;
 pub mod audit_log;
 pub mod auth;
+mod authcache;
 mod call;
 pub mod changelog;
 pub mod changes;

@@ -88,43 +88,43 @@ fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, Gate
 
 /// The bytes of a result on the wire: its JSON, and that JSON as a JSON string.
 fn result_len(v: &Value) -> usize {
-    let first = json_len(v);
+    let (first, escaped) = json_lens(v);
     if first.saturating_mul(2) <= 4096 {
-        // Small: the escaped copy cannot matter; skip building the text.
+        // Small: the escaped copy cannot matter.
         return first.saturating_mul(2);
     }
-    // The text block is this JSON as a JSON string: its length follows from one scan of the
-    // bytes (serde_json escapes `"`, `\\` and C0 controls), without building the second copy.
-    let escaped: usize = match serde_json::to_vec(v) {
-        Ok(text) => text
-            .iter()
-            .map(|b| match b {
-                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-                0..=0x1f => 6,
-                _ => 1,
-            })
-            .sum(),
-        Err(_) => return first.saturating_mul(2),
-    };
     first + escaped + 2
 }
 
-/// The length of `v` as compact JSON, without building the text.
-fn json_len(v: &Value) -> usize {
-    struct Count(usize);
+/// The length of `v` as compact JSON, and of that JSON as a JSON string's contents (serde_json
+/// escapes `"`, `\\` and C0 controls), from one serialization into a counter: neither text is
+/// built.
+fn json_lens(v: &Value) -> (usize, usize) {
+    struct Count {
+        plain: usize,
+        escaped: usize,
+    }
     impl std::io::Write for Count {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
+            self.plain += b.len();
+            self.escaped += b
+                .iter()
+                .map(|b| match b {
+                    b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+                    0..=0x1f => 6,
+                    _ => 1,
+                })
+                .sum::<usize>();
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let mut c = Count(0);
+    let mut c = Count { plain: 0, escaped: 0 };
     // Writing to a counter cannot fail; a failure would only under-count.
     let _ = serde_json::to_writer(&mut c, v);
-    c.0
+    (c.plain, c.escaped)
 }
 
 fn run(

@@ -173,7 +173,10 @@ pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tun
         // Our own Origin check runs first (loopback origins on any port plus the configured list).
         .disable_allowed_origins()
         .with_max_request_body_bytes(max_body)
-        .with_legacy_session_mode(true);
+        .with_legacy_session_mode(true)
+        // A stateless (2026-07-28) answer that is one terminal message leaves as one JSON body
+        // instead of an SSE stream (fewer writes); legacy sessions keep their SSE streams.
+        .with_json_response(true);
     config.sse_keep_alive = Some(Duration::from_secs(15));
     let mcp_core = core.clone();
     let service = StreamableHttpService::new(move || Ok(McpServer::http(mcp_core.clone())), manager, config);
@@ -367,28 +370,35 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
         return unauthenticated(&gate, remote, StatusCode::UNAUTHORIZED, e).await;
     };
     let core = gate.core.clone();
-    let caller =
-        match tokio::task::spawn_blocking(move || core.authenticate_from(&token, Transport::Http, remote))
-            .await
-        {
-            Ok(Ok(c)) => c,
-            // A refusal's record could not be written: no record, no (other) answer.
-            Ok(Err(e @ GatewayError::AuditUnavailable)) => {
-                return refuse(StatusCode::SERVICE_UNAVAILABLE, &e);
-            }
-            Ok(Err(e)) => {
-                if oversize {
-                    return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
+    // Most requests are decided from memory and one read, here; a refusal (its record) or a due
+    // note of last use writes, so those go to a thread that may block.
+    let fast = core.authenticate_without_writing(&token, Transport::Http);
+    let caller = match fast {
+        Some(c) => c,
+        None => {
+            match tokio::task::spawn_blocking(move || core.authenticate_from(&token, Transport::Http, remote))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                // A refusal's record could not be written: no record, no (other) answer.
+                Ok(Err(e @ GatewayError::AuditUnavailable)) => {
+                    return refuse(StatusCode::SERVICE_UNAVAILABLE, &e);
                 }
-                return refuse(StatusCode::UNAUTHORIZED, &e);
+                Ok(Err(e)) => {
+                    if oversize {
+                        return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
+                    }
+                    return refuse(StatusCode::UNAUTHORIZED, &e);
+                }
+                Err(_) => {
+                    return refuse(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &GatewayError::Internal("auth".into()),
+                    );
+                }
             }
-            Err(_) => {
-                return refuse(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &GatewayError::Internal("auth".into()),
-                );
-            }
-        };
+        }
+    };
     // SECURITY(T-HTTP3): declared oversize bodies are refused before reading (rmcp enforces the
     // same limit while streaming a body without a length); audited as this caller's refusal.
     if oversize {

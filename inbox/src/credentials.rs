@@ -128,6 +128,15 @@ impl State {
         Ok(stmt.query_row([id], from_row).optional()?)
     }
 
+    /// The credentials' generation: it moves with every change to any credential, committed in
+    /// that change's transaction (a trigger), so an unchanged value means every row read at it
+    /// is still what the table holds.
+    pub fn credential_generation(&self) -> Result<i64, StateError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached("SELECT n FROM credential_generation WHERE id = 1")?;
+        Ok(stmt.query_row([], |r| r.get(0))?)
+    }
+
     /// Finds by id or, failing that, by exact name.
     pub fn find_credential(&self, id_or_name: &str) -> Result<Credential, StateError> {
         let conn = self.conn()?;
@@ -254,6 +263,48 @@ mod tests {
             expires_at: None,
             approve_in_client: false,
         }
+    }
+
+    #[test]
+    fn every_change_to_a_credential_moves_the_generation_seen_by_another_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let writer = State::open(&path).unwrap();
+        // Another process's server: its own connection to the same file.
+        let server = State::open(&path).unwrap();
+        let mut seen = server.credential_generation().unwrap();
+        let mut moved = |what: &str| {
+            let now = server.credential_generation().unwrap();
+            assert!(now > seen, "{what} did not move the generation ({seen} -> {now})");
+            seen = now;
+        };
+        let c = writer.create_credential(new("claude", Tier::Auto)).unwrap();
+        moved("issuing");
+        writer.set_credential_tier(&c.id, Tier::Read).unwrap();
+        moved("a tier change");
+        writer.touch_credential(&c.id, 150).unwrap();
+        moved("noting a use");
+        writer.revoke_credential(&c.id, 200).unwrap();
+        moved("revoking");
+        writer
+            .conn()
+            .unwrap()
+            .execute(
+                "UPDATE credentials SET expires_at = 1 WHERE id = ?1",
+                [c.id.as_str()],
+            )
+            .unwrap();
+        moved("any other update, by any code path");
+        writer
+            .conn()
+            .unwrap()
+            .execute("DELETE FROM credentials WHERE id = ?1", [c.id.as_str()])
+            .unwrap();
+        moved("deleting");
+        let before = server.credential_generation().unwrap();
+        let _ = server.credential(c.id.as_str()).unwrap();
+        let _ = writer.list_credentials().unwrap();
+        assert_eq!(server.credential_generation().unwrap(), before, "reads moved it");
     }
 
     #[test]

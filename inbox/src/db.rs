@@ -223,6 +223,20 @@ const MIGRATIONS: &[&str] = &[
         change_seq INTEGER NOT NULL,
         PRIMARY KEY (vault, path, change_seq)
     ) WITHOUT ROWID;",
+    // 12: the credentials' generation (SPEC §5): any change to the credentials table moves it, in
+    // the change's own commit, whichever process or code path made it. A server keeps the rows it
+    // read and reads only this per request; a new value makes it read the row again.
+    "CREATE TABLE credential_generation (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        n INTEGER NOT NULL
+    );
+    INSERT INTO credential_generation (id, n) VALUES (1, 0);
+    CREATE TRIGGER credentials_inserted AFTER INSERT ON credentials
+    BEGIN UPDATE credential_generation SET n = n + 1 WHERE id = 1; END;
+    CREATE TRIGGER credentials_updated AFTER UPDATE ON credentials
+    BEGIN UPDATE credential_generation SET n = n + 1 WHERE id = 1; END;
+    CREATE TRIGGER credentials_deleted AFTER DELETE ON credentials
+    BEGIN UPDATE credential_generation SET n = n + 1 WHERE id = 1; END;",
 ];
 
 /// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with

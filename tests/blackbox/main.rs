@@ -16,6 +16,7 @@ mod history;
 mod http;
 mod index;
 mod limits;
+mod load;
 mod notify;
 mod operator;
 mod paging;

@@ -33,6 +33,30 @@ pub struct Note {
     pub links: Vec<Link>,
 }
 
+/// What `read_note` answers beside the text: the title and the frontmatter, without the links,
+/// tags and prose lines [`Note::parse`] also works out (the read path's cost is mostly those).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoteHeader {
+    pub title: String,
+    pub frontmatter: Map<String, Value>,
+    pub frontmatter_error: Option<FrontmatterError>,
+}
+
+impl NoteHeader {
+    /// The same title and frontmatter [`Note::parse`] gives for `text`.
+    pub fn parse(text: &str, stem: &str) -> NoteHeader {
+        let fm = split_frontmatter(text);
+        let title = field_string(&fm.fields, "title")
+            .or_else(|| first_heading(&prose_lines(text, fm.body_line)))
+            .unwrap_or_else(|| stem.to_owned());
+        NoteHeader {
+            title,
+            frontmatter: fm.fields,
+            frontmatter_error: fm.error,
+        }
+    }
+}
+
 impl Note {
     /// Parses a note's whole text; `stem` is the file name without `.md` (the last-resort title).
     pub fn parse(text: &str, stem: &str) -> Note {
@@ -384,6 +408,34 @@ mod tests {
 
     fn parse(text: &str) -> Note {
         Note::parse(text, "stem")
+    }
+
+    proptest::proptest! {
+        /// `read_note`'s light parse answers exactly what the full parse does.
+        #[test]
+        fn the_header_parse_agrees_with_the_full_parse(
+            parts in proptest::collection::vec(proptest::prop_oneof![
+                proptest::strategy::Just("---\n".to_owned()),
+                proptest::strategy::Just("title: T\n".to_owned()),
+                proptest::strategy::Just("title: [a, b]\n".to_owned()),
+                proptest::strategy::Just("tags: [x]\n".to_owned()),
+                proptest::strategy::Just("# Heading\n".to_owned()),
+                proptest::strategy::Just("```\n".to_owned()),
+                proptest::strategy::Just("~~~\n".to_owned()),
+                proptest::strategy::Just("    # indented\n".to_owned()),
+                proptest::strategy::Just("a: &x [1]\nb: *x\n".to_owned()),
+                proptest::strategy::Just(": bad: yaml\n".to_owned()),
+                proptest::strategy::Just("\r\n".to_owned()),
+                "[a-z #`\\[\\]:-]{0,12}\n",
+            ], 0..14)
+        ) {
+            let text: String = parts.concat();
+            let full = Note::parse(&text, "stem");
+            let header = NoteHeader::parse(&text, "stem");
+            proptest::prop_assert_eq!(header.title, full.title);
+            proptest::prop_assert_eq!(header.frontmatter, full.frontmatter);
+            proptest::prop_assert_eq!(header.frontmatter_error, full.frontmatter_error);
+        }
     }
 
     #[test]

@@ -154,7 +154,7 @@ impl Vault {
     pub fn read_note(&self, path: &str) -> Result<ReadNote, VaultError> {
         let path = VaultPath::parse(path)?;
         let file = self.fs.read_text(&path)?;
-        let note = Note::parse(&file.text, stem(path.file_name()));
+        let note = crate::note::NoteHeader::parse(&file.text, stem(path.file_name()));
         Ok(ReadNote {
             path: path.to_string(),
             title: note.title,
@@ -176,7 +176,7 @@ impl Vault {
             return Err(FsError::TooLarge.into());
         }
         let text = String::from_utf8(bytes).map_err(|_| FsError::NotText)?;
-        let note = Note::parse(&text, stem(path.file_name()));
+        let note = crate::note::NoteHeader::parse(&text, stem(path.file_name()));
         Ok(ReadNote {
             path: path.to_string(),
             title: note.title,

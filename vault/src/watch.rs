@@ -26,7 +26,13 @@ pub fn watch(
 ) -> notify::Result<Watch> {
     let root = root.to_path_buf();
     let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();
-    let mut watcher = notify::recommended_watcher(tx)?;
+    // Access events (every open of a note, ours included) are dropped on notify's own thread:
+    // sent on, each read would wake the worker for nothing.
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if !matches!(&event, Ok(e) if matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = tx.send(event);
+        }
+    })?;
     watcher.watch(&root, RecursiveMode::Recursive)?;
     std::thread::Builder::new()
         .name("vault-watch".into())
@@ -59,9 +65,6 @@ fn worker(
         };
         match rx.recv_timeout(wait) {
             Ok(Ok(event)) => {
-                if matches!(event.kind, notify::EventKind::Access(_)) {
-                    continue;
-                }
                 for p in &event.paths {
                     if let Some(rel) = relevant(root, p) {
                         pending.push(rel);
