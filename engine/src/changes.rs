@@ -100,6 +100,7 @@ pub fn fingerprint_of(files: &[DirEntry]) -> String {
 /// search index up to date, and announces the change. Used for each watcher batch, with the
 /// vault-relative paths it reported.
 pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
+    tracing::debug!(vault = %v.id, paths = changed.len(), "watcher batch");
     // SPEC §6 "Cost follows the change": a batch holding nothing but vaultgate's own writes (and
     // inbox or machine files) is no change on disk to count, so it costs no walk and no lock.
     let mut theirs = false;

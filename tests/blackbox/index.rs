@@ -123,6 +123,97 @@ async fn a_note_edited_on_disk_while_serving_is_found_within_a_second() {
 }
 
 #[tokio::test]
+async fn an_edit_that_keeps_size_and_mtime_becomes_searchable() {
+    let env = Env::new();
+    let (_, token) = env.token("reader", "read");
+    let c = env.stdio(&token).await;
+    wait_fresh(&c).await;
+    let path = env.vault.join("z/softmax.md");
+    let before = std::fs::read_to_string(&path).unwrap();
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // The same number of bytes, one word swapped, and the old mtime put back: an editor saving
+    // within the file system's timestamp granularity looks exactly like this to a size and
+    // mtime check.
+    let word = "exponentiating";
+    assert!(before.contains(word));
+    let swapped = "q".repeat(word.len() - 4) + "zyxw";
+    let after = before.replacen(word, &swapped, 1);
+    assert_eq!(after.len(), before.len());
+    assert!(search(&c, &swapped).await["hits"].as_array().unwrap().is_empty());
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut &f, after.as_bytes()).unwrap();
+    f.set_modified(modified).unwrap();
+    drop(f);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        (meta.len(), meta.modified().unwrap()),
+        (before.len() as u64, modified)
+    );
+
+    time_until_found(&c, &swapped, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("{swapped}, written with the old size and mtime, is never found"));
+    c.close().await;
+}
+
+#[test]
+fn processes_starting_at_once_on_a_never_indexed_vault_build_its_index_once() {
+    let env = Env::new();
+    let extra = 3000;
+    for i in 0..extra {
+        let dir = env.vault.join(format!("gen/{:02}", i % 50));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("note-{i:05}.md")),
+            format!("# Note {i}\n\nGenerated text {i} for the build lock.\n"),
+        )
+        .unwrap();
+    }
+    let notes = extra + 11;
+    let runs: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            std::process::Command::new(crate::util::bin())
+                .arg("--home")
+                .arg(&env.home)
+                .arg("index")
+                .env_remove("VAULTGATE_HOME")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut added = Vec::new();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // "updated vault 'basic': N notes in the index (A added, U updated, R removed, K unchanged)"
+        let n: usize = stdout
+            .split_once('(')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no count of added notes in {stdout:?}"));
+        assert!(
+            stdout.contains(&format!("{notes} notes in the index")),
+            "{stdout}"
+        );
+        added.push(n);
+    }
+    added.sort_unstable();
+    assert_eq!(
+        added,
+        vec![0, 0, notes],
+        "each of three processes started at once reports the notes it indexed"
+    );
+}
+
+#[tokio::test]
 async fn the_index_cli_builds_then_rebuilds_and_servers_use_it() {
     let env = Env::new();
     let out = env.ok(&["index"]);

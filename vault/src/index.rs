@@ -414,6 +414,18 @@ impl Index {
         lock(&self.queue.state).ready = true;
         let mut report = SyncReport::default();
         if p.full || p.walk.is_some() || force {
+            // One full pass at a time across processes: a server that starts while another
+            // builds waits, then walks and finds the notes indexed (only the walk is repeated).
+            let db = self.db()?;
+            let mut build = if p.full || force {
+                Some(db.build_lock()?)
+            } else {
+                None
+            };
+            let _building = match build.as_mut() {
+                Some(l) => Some(l.write()?),
+                None => None,
+            };
             let walk = match p.walk {
                 Some(w) if !p.full => w,
                 _ => catalog_walk(&self.fs),
@@ -582,14 +594,12 @@ impl Index {
             }
             let have = catalog.find(p);
             match meta.filter(|m| in_catalog(&self.fs, m)) {
+                // A path named here is read again even when its size and mtime are what the
+                // index holds: a watcher saw it change, and an edit can keep both (the same
+                // length saved within the file system's mtime granularity, or mtime restored).
                 Some(m) => {
                     let class = self.fs.layout().classify(p);
-                    let same = have.is_some_and(|h| {
-                        h.size == m.size && h.mtime == nanos(m.modified) && h.class == class
-                    });
-                    if !same {
-                        jobs.push(Job { entry: m, class });
-                    }
+                    jobs.push(Job { entry: m, class });
                 }
                 None if have.is_some() => ops.push(Op::Remove(p.clone())),
                 None => {}

@@ -30,6 +30,10 @@ use crate::write::MACHINE_DIR;
 pub const FILE: &str = "index.sqlite";
 /// Held while a broken index file is replaced.
 const LOCK_FILE: &str = "index.lock";
+/// Held for a whole pass over every note, so that servers starting at once on a vault build its
+/// index once: the others wait, then find it up to date. Apart from `index.lock`, which a pass
+/// may need to take (a file found broken) and which a process would otherwise wait for itself.
+const BUILD_LOCK_FILE: &str = "index-build.lock";
 /// Bumped on any change of the schema below: an index of another version is rebuilt.
 /// 2: `fields` (each note's tags and frontmatter, for `query_notes`).
 const SCHEMA_VERSION: i64 = 2;
@@ -545,6 +549,11 @@ impl Db {
         self.abandoned.store(true, Ordering::SeqCst);
     }
 
+    /// The cross-process lock a full pass holds (see `BUILD_LOCK_FILE`); take it with `write()`.
+    pub fn build_lock(&self) -> Result<fd_lock::RwLock<std::fs::File>, IndexError> {
+        lock_file(&self.dir, BUILD_LOCK_FILE)
+    }
+
     /// Replaces the index file with an empty one (a broken file), under the cross-process lock.
     pub fn replace(&self) -> Result<(), IndexError> {
         self.abandon();
@@ -790,17 +799,21 @@ impl Drop for Db {
     }
 }
 
-/// Removes the index file and its companions, unless another process already replaced the one
-/// found broken (`broken`), all under `.vaultgate/index.lock`.
-fn replace_file(dir: &Dir, broken: Option<FileId>) -> Result<(), IndexError> {
+/// A lock file in `.vaultgate/` (created if missing, never through a symlink).
+fn lock_file(dir: &Dir, name: &str) -> Result<fd_lock::RwLock<std::fs::File>, IndexError> {
     let mut options = OpenOptions::new();
     options
         .read(true)
         .write(true)
         .create(true)
         .follow(FollowSymlinks::No);
-    let file = dir.open_with(LOCK_FILE, &options)?.into_std();
-    let mut lock = fd_lock::RwLock::new(file);
+    Ok(fd_lock::RwLock::new(dir.open_with(name, &options)?.into_std()))
+}
+
+/// Removes the index file and its companions, unless another process already replaced the one
+/// found broken (`broken`), all under `.vaultgate/index.lock`.
+fn replace_file(dir: &Dir, broken: Option<FileId>) -> Result<(), IndexError> {
+    let mut lock = lock_file(dir, LOCK_FILE)?;
     let _held = lock.write()?;
     if file_id(dir) != broken && file_id(dir).is_some() {
         // Someone else replaced it meanwhile.
@@ -1020,10 +1033,22 @@ fn put(conn: &Connection, rec: &NoteRecord) -> Result<Option<i64>, IndexError> {
     let size = i64::try_from(rec.size).unwrap_or(i64::MAX);
     let class = class_code(rec.class);
     let readable = rec.content.is_some();
-    if let Some((_, s, m, c, r)) = existing
+    // Already as the record says (another process indexed the same file): unless the text
+    // differs, which an edit that keeps size and mtime leaves (SPEC §10), the row stays.
+    if let Some((id, s, m, c, r)) = existing
         && (s, m, c, r) == (size, rec.mtime, class, readable)
     {
-        return Ok(None);
+        let same_text = match &rec.content {
+            None => true,
+            Some(content) => conn
+                .prepare_cached("SELECT body = ?2 FROM bodies WHERE id = ?1")?
+                .query_row(params![id, content.body], |r| r.get::<_, bool>(0))
+                .optional()?
+                .unwrap_or(false),
+        };
+        if same_text {
+            return Ok(None);
+        }
     }
     let stem = crate::note::stem(rec.path.file_name());
     let (title, aliases, description) = match &rec.content {
