@@ -6,7 +6,7 @@
 #
 # Builds vaultgate and the harness in release mode, installs the peers where they install
 # (ripgrep from apt, the filesystem MCP server from npm, basic-memory from PyPI into a venv) and
-# strace (apt, to count the sync calls of a write),
+# strace (apt, to count the sync calls of a write) and wrk (apt, the lean HTTP load generator),
 # records each install that fails as "did not install: <reason>", then runs the harness, which
 # writes BENCHMARKS.md and bench/out/results.json. Never fakes a peer: one that is missing is
 # reported as missing.
@@ -59,6 +59,18 @@ if ! command -v strace >/dev/null 2>&1; then
         fi
     else
         fail strace "no strace on PATH and no apt-get to install it"
+    fi
+fi
+
+# ---- wrk (apt): the lean HTTP load generator the read targets are judged with; not a peer ----
+if ! command -v wrk >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        note "installing wrk with apt-get"
+        if ! { apt-get update -q && apt-get install -y -q wrk; } >"$OUT/install-wrk.log" 2>&1; then
+            fail wrk "apt-get install -y wrk failed: $(tail_of "$OUT/install-wrk.log")"
+        fi
+    else
+        fail wrk "no wrk on PATH and no apt-get to install it"
     fi
 fi
 

@@ -13,6 +13,7 @@ mod run;
 mod stats;
 mod synth;
 mod vaultgate;
+mod wrk;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -378,8 +378,15 @@ async fn size(
     );
 
     let all = cfg.only == Only::All;
-    let mut hwm_single = None;
-    let mut hwm_throughput = None;
+    // The server's peak resident memory in each phase (VmHWM is reset between phases).
+    let mut peaks: Vec<(&str, Option<f64>)> = vec![(
+        "start and connect",
+        vaultgate::memory_mib(server.pid()).map(|m| m.0),
+    )];
+    vaultgate::reset_peak(server.pid());
+    if all {
+        first_answer(&gate, &paths, &mut r).await;
+    }
     if all {
         // ---- vaultgate reads, one client per transport ----
         verify_search(&http, &manifest, &mut r).await;
@@ -387,10 +394,19 @@ async fn size(
             vaultgate_reads(cfg, client, transport, &paths, &manifest, &mut r).await;
         }
         pdf_text(cfg, &gate, &stdio, &mut r).await;
-        hwm_single = vaultgate::memory_mib(server.pid()).map(|m| m.0);
-        // ---- throughput, 1 and 8 clients ----
+        peaks.push((
+            "one-client reads and searches",
+            vaultgate::memory_mib(server.pid()).map(|m| m.0),
+        ));
+        vaultgate::reset_peak(server.pid());
+        // ---- throughput, 1 and 8 clients; then the lean load generator ----
         throughput(cfg, &gate, &server, &paths, &mut r).await;
-        hwm_throughput = vaultgate::memory_mib(server.pid()).map(|m| m.0);
+        lean_http(cfg, &gate, &server, &paths, &base, &mut r);
+        peaks.push((
+            "throughput (rmcp clients, then wrk)",
+            vaultgate::memory_mib(server.pid()).map(|m| m.0),
+        ));
+        vaultgate::reset_peak(server.pid());
 
         // ---- peers on the same vault and queries ----
         if let Avail::Ready { path, .. } = &peers.ripgrep {
@@ -437,7 +453,29 @@ async fn size(
     }
 
     // ---- memory ----
-    let mut procs = vec![("vaultgate serve", "rss_serve_mib", Some(server.pid()))];
+    peaks.push((
+        "writes and freshness",
+        vaultgate::memory_mib(server.pid()).map(|m| m.0),
+    ));
+    let phases: Vec<String> = peaks
+        .iter()
+        .map(|(phase, m)| format!("{phase} {}", m.map_or("?".to_owned(), |m| format!("{m:.0} MiB"))))
+        .collect();
+    let now = vaultgate::memory_mib(server.pid()).map(|m| m.1);
+    match peaks.iter().filter_map(|(_, m)| *m).reduce(f64::max) {
+        Some(peak) => r.fact(
+            "rss_serve_mib",
+            "vaultgate serve peak RSS over the whole run (the largest VmHWM of its phases)",
+            format!(
+                "{peak:.1} MiB (now {:.1} MiB); by phase: {}",
+                now.unwrap_or(f64::NAN),
+                phases.join(", ")
+            ),
+            Some(peak),
+        ),
+        None => r.check("vaultgate serve: could not read /proc/<pid>/status".to_owned()),
+    }
+    let mut procs = Vec::new();
     // With `--only writes` the main stdio process was the writing one, already reported by `writes`.
     if all {
         procs.push(("vaultgate stdio", "rss_stdio_mib", stdio.pid));
@@ -454,20 +492,6 @@ async fn size(
         }
     }
 
-    if all {
-        let fmt = |m: Option<f64>| m.map_or("?".to_owned(), |m| format!("{m:.0} MiB"));
-        r.fact(
-        "rss_serve_phases",
-        "`vaultgate serve` VmHWM after: one-client reads and searches / 1- and 8-client throughput / writes",
-        format!(
-            "{} / {} / {}",
-            fmt(hwm_single),
-            fmt(hwm_throughput),
-            fmt(vaultgate::memory_mib(server.pid()).map(|m| m.0))
-        ),
-        None,
-    );
-    }
     let (foreign, wall) = watch.finish();
     r.fact(
         "foreign_cores",
@@ -795,6 +819,89 @@ async fn vaultgate_reads(
             s,
             "",
         );
+    }
+}
+
+/// `read_note` over HTTP with `wrk` (bench/src/wrk.rs): both protocols at 1, 8 and 32
+/// connections, each beside the server's CPU per call.
+fn lean_http(
+    cfg: &Config,
+    gate: &Gate,
+    server: &Server,
+    paths: &Arc<Vec<String>>,
+    base: &Path,
+    r: &mut SizeResult,
+) {
+    match crate::wrk::available() {
+        Ok(version) => r.fact("wrk_version", "lean HTTP load generator", version, None),
+        Err(e) => {
+            r.check(format!("wrk did not run: {e}"));
+            return;
+        }
+    }
+    let logs = base.join("logs");
+    for (dkey, legacy) in [("wrk-2026", false), ("wrk-legacy", true)] {
+        for &conns in crate::wrk::CONNECTIONS {
+            let cpu = CpuSplit::start(&[server.pid()]);
+            match crate::wrk::one(gate, server, paths, cfg.throughput_secs, &logs, legacy, conns) {
+                Ok(run) => {
+                    let calls = run.summary.calls + run.summary.errors;
+                    cpu.finish(r, "cpu", "vaultgate", "read_note", dkey, conns, calls);
+                    r.row(
+                        "vaultgate",
+                        "HTTP",
+                        "read_note",
+                        dkey,
+                        run.detail,
+                        conns,
+                        run.summary,
+                        "wrk; bearer auth + audit",
+                    );
+                }
+                Err(e) => r.check(format!("wrk {dkey} with {conns} connection(s): {e}")),
+            }
+        }
+    }
+}
+
+/// Start-up to the first answer on the indexed vault: a new `vaultgate serve` (spawn to its first
+/// `read_note` answer over HTTP), and a new `vaultgate stdio` (spawn, initialize, first answer).
+async fn first_answer(gate: &Gate, paths: &Arc<Vec<String>>, r: &mut SizeResult) {
+    let path = paths.first().cloned().unwrap_or_default();
+    let t = Instant::now();
+    match gate
+        .serve()
+        .and_then(|s| crate::wrk::first_read(&s, &gate.token, &path).map(|()| s))
+    {
+        Ok(s) => {
+            let secs = t.elapsed().as_secs_f64();
+            r.fact(
+                "first_answer_http_secs",
+                "a new `vaultgate serve`: spawn to its first `read_note` answer (HTTP)",
+                format!("{:.0} ms", secs * 1e3),
+                Some(secs),
+            );
+            drop(s);
+        }
+        Err(e) => r.check(format!("start-up to the first answer (HTTP): {e}")),
+    }
+    let t = Instant::now();
+    match gate.stdio("first-answer").await {
+        Ok(c) => {
+            let reply = c.call("read_note", json!({"path": path})).await;
+            let secs = t.elapsed().as_secs_f64();
+            match reply {
+                Ok(_) => r.fact(
+                    "first_answer_stdio_secs",
+                    "a new `vaultgate stdio`: spawn, initialize and its first `read_note` answer",
+                    format!("{:.0} ms", secs * 1e3),
+                    Some(secs),
+                ),
+                Err(e) => r.check(format!("start-up to the first answer (stdio): {e}")),
+            }
+            c.close().await;
+        }
+        Err(e) => r.check(format!("start-up to the first answer (stdio): {e}")),
     }
 }
 

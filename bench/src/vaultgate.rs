@@ -226,6 +226,13 @@ pub fn memory_mib(pid: u32) -> Option<(f64, f64)> {
     Some((field("VmHWM:")?, field("VmRSS:")?))
 }
 
+/// Resets the peak resident memory (`VmHWM`) of `pid` to its current one, so that the next read
+/// gives the peak of what ran since (`/proc/<pid>/clear_refs`, Linux, own processes). Best
+/// effort: where it fails, later peaks include the earlier ones.
+pub fn reset_peak(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
 /// CPU seconds (user + system) a live process has used, from `/proc/<pid>/stat` (ticks of 1/100 s).
 pub fn cpu_secs(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -65,6 +65,10 @@ impl McpServer {
     async fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, GatewayError> {
         match &self.token {
             Some(token) => {
+                // As over HTTP: decided here when it needs no write (memory and one read).
+                if let Some(caller) = self.core.authenticate_without_writing(token, Transport::Stdio) {
+                    return Ok(caller);
+                }
                 let core = self.core.clone();
                 let token = token.clone();
                 blocking(move || core.authenticate(&token, Transport::Stdio))
