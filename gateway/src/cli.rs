@@ -130,14 +130,6 @@ enum VaultCmd {
     Remove { id: String },
     /// Make a vault the default for clients that do not name one.
     SetDefault { id: String },
-    /// Commit every change vaultgate makes to a vault to its git repository.
-    ///
-    /// `on` needs the vault folder inside a git work tree and adds `.vaultgate/` and the inbox
-    /// to the repository's `.git/info/exclude`. Each apply, undo, redo and executed critical call
-    /// then makes one commit of exactly the notes it wrote or removed (no hook, filter or signing
-    /// runs; nothing is pushed). While the repository is busy (another git's `index.lock`, a merge
-    /// or rebase) commits queue and are made at the next change or start. `off` refuses while
-    /// commits are queued unless `--drop-queue`.
     /// Let agents read the text of the vault's PDFs (`read_attachment_text`), or stop them.
     ///
     /// Off unless turned on: the text of a document then goes to whatever is on the other side of
@@ -149,6 +141,14 @@ enum VaultCmd {
         #[arg(value_enum)]
         action: OnOff,
     },
+    /// Commit every change vaultgate makes to a vault to its git repository.
+    ///
+    /// `on` needs the vault folder inside a git work tree and adds `.vaultgate/` and the inbox
+    /// to the repository's `.git/info/exclude`. Each apply, undo, redo and executed critical call
+    /// then makes one commit of exactly the notes it wrote or removed (no hook, filter or signing
+    /// runs; nothing is pushed). While the repository is busy (another git's `index.lock`, a merge
+    /// or rebase) commits queue and are made at the next change or start. `off` refuses while
+    /// commits are queued unless `--drop-queue`.
     Git {
         /// The vault id.
         id: String,
@@ -1628,4 +1628,33 @@ fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), Gate
         v.index_file().display()
     ));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command says what it does in its own words: a doc comment attached to the wrong
+    /// variant shows up as one command without help and a sibling with another's.
+    #[test]
+    fn every_command_has_its_own_help() {
+        fn walk(cmd: &clap::Command, path: &str, problems: &mut Vec<String>) {
+            let mut seen = std::collections::HashMap::new();
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                match sub.get_about() {
+                    None => problems.push(format!("`{name}` has no help")),
+                    Some(about) => {
+                        if let Some(other) = seen.insert(about.to_string(), name.clone()) {
+                            problems.push(format!("`{name}` and `{other}` say the same: {about}"));
+                        }
+                    }
+                }
+                walk(sub, &name, problems);
+            }
+        }
+        let mut problems = Vec::new();
+        walk(&super::Cli::command(), "vaultgate", &mut problems);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
 }
