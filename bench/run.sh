@@ -38,41 +38,25 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
     BUILT="$BUILT plus uncommitted changes"
 fi
 
-# ---- ripgrep (apt) ----
-if ! command -v rg >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-        note "installing ripgrep with apt-get"
-        if ! { apt-get update -q && apt-get install -y -q ripgrep; } >"$OUT/install-ripgrep.log" 2>&1; then
-            fail ripgrep "apt-get install -y ripgrep failed: $(tail_of "$OUT/install-ripgrep.log")"
-        fi
-    else
-        fail ripgrep "no rg on PATH and no apt-get to install it"
+# apt_tool COMMAND PACKAGE: installs PACKAGE with apt when COMMAND is missing; a failure is
+# recorded for the report under PACKAGE.
+apt_tool() {
+    command -v "$1" >/dev/null 2>&1 && return
+    if ! command -v apt-get >/dev/null 2>&1; then
+        fail "$2" "no $1 on PATH and no apt-get to install it"
+        return
     fi
-fi
+    note "installing $2 with apt-get"
+    if ! { apt-get update -q && apt-get install -y -q "$2"; } >"$OUT/install-$2.log" 2>&1; then
+        fail "$2" "apt-get install -y $2 failed: $(tail_of "$OUT/install-$2.log")"
+    fi
+}
 
-# ---- strace (apt): counts the sync calls of a write; not a peer ----
-if ! command -v strace >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-        note "installing strace with apt-get"
-        if ! { apt-get update -q && apt-get install -y -q strace; } >"$OUT/install-strace.log" 2>&1; then
-            fail strace "apt-get install -y strace failed: $(tail_of "$OUT/install-strace.log")"
-        fi
-    else
-        fail strace "no strace on PATH and no apt-get to install it"
-    fi
-fi
-
-# ---- wrk (apt): the lean HTTP load generator the read targets are judged with; not a peer ----
-if ! command -v wrk >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-        note "installing wrk with apt-get"
-        if ! { apt-get update -q && apt-get install -y -q wrk; } >"$OUT/install-wrk.log" 2>&1; then
-            fail wrk "apt-get install -y wrk failed: $(tail_of "$OUT/install-wrk.log")"
-        fi
-    else
-        fail wrk "no wrk on PATH and no apt-get to install it"
-    fi
-fi
+# ripgrep, a peer; strace counts the sync calls of a write and wrk is the lean HTTP load generator
+# the read targets are judged with (neither is a peer).
+apt_tool rg ripgrep
+apt_tool strace strace
+apt_tool wrk wrk
 
 # ---- the official filesystem MCP server (npm) ----
 FS_JS="$PEERS/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"

@@ -155,6 +155,29 @@ async fn change_under_load(
     (load.await.unwrap(), changed)
 }
 
+/// Asserts that enough calls were sent after `changed` (when `command` had returned) and that every
+/// one of them was refused with `code`.
+fn every_later_call_is_refused(seen: &[Seen], changed: Instant, code: &str, command: &str) {
+    let after: Vec<&Seen> = seen.iter().filter(|s| s.sent > changed).collect();
+    assert!(
+        after.len() >= CLIENTS,
+        "only {} calls were sent after `{command}` returned",
+        after.len()
+    );
+    let wrong: Vec<&Result<Value, String>> = after
+        .iter()
+        .map(|s| &s.outcome)
+        .filter(|o| o.as_ref().err().is_none_or(|e| e != code))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} calls sent after `{command}` returned were not refused with {code}: {:?}",
+        wrong.len(),
+        after.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
 #[tokio::test]
 async fn a_token_revoked_while_eight_clients_use_it_has_no_call_succeed_after_the_revocation() {
     let env = Env::new();
@@ -178,29 +201,7 @@ async fn a_token_revoked_while_eight_clients_use_it_has_no_call_succeed_after_th
         before >= CLIENTS,
         "only {before} calls succeeded before the revocation"
     );
-    let after: Vec<&Seen> = seen.iter().filter(|s| s.sent > revoked).collect();
-    assert!(
-        after.len() >= CLIENTS,
-        "only {} calls were sent after the revocation",
-        after.len()
-    );
-    let wrong: Vec<String> = after
-        .iter()
-        .filter(|s| {
-            s.outcome
-                .as_ref()
-                .err()
-                .is_none_or(|e| e != "CREDENTIAL_REVOKED (HTTP 401)")
-        })
-        .map(|s| format!("{:?}", s.outcome.as_ref().map(|v| v["path"].clone())))
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "{} of {} calls sent after `token revoke` returned were not refused as revoked: {:?}",
-        wrong.len(),
-        after.len(),
-        &wrong[..wrong.len().min(5)]
-    );
+    every_later_call_is_refused(&seen, revoked, "CREDENTIAL_REVOKED (HTTP 401)", "token revoke");
 }
 
 #[tokio::test]
@@ -228,24 +229,7 @@ async fn a_tier_lowered_while_eight_clients_use_it_applies_to_every_later_call()
         "no call before the change got past the capability check: {:?}",
         before.first().map(|s| &s.outcome)
     );
-    let after: Vec<&Seen> = seen.iter().filter(|s| s.sent > lowered).collect();
-    assert!(
-        after.len() >= CLIENTS,
-        "only {} calls were sent after the change",
-        after.len()
-    );
-    let wrong: Vec<&Result<Value, String>> = after
-        .iter()
-        .map(|s| &s.outcome)
-        .filter(|o| o.as_ref().err().is_none_or(|e| e != "CAPABILITY_DENIED"))
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "{} of {} calls sent after `token set-tier … read` returned were not capability-denied: {:?}",
-        wrong.len(),
-        after.len(),
-        &wrong[..wrong.len().min(5)]
-    );
+    every_later_call_is_refused(&seen, lowered, "CAPABILITY_DENIED", "token set-tier … read");
 }
 
 #[tokio::test]

@@ -423,7 +423,13 @@ impl Index {
                 None
             };
             let _building = match build.as_mut() {
-                Some(l) => Some(l.write()?),
+                Some(l) => {
+                    if l.try_write().is_err() {
+                        // A `vaultgate index` waiting here would otherwise sit silent.
+                        tracing::warn!(root = %self.fs.root().display(), "another process is building this vault's index; waiting for it");
+                    }
+                    Some(l.write()?)
+                }
                 None => None,
             };
             let walk = match p.walk {
