@@ -116,7 +116,7 @@ pub struct RecentArgs {
     pub cursor: Option<String>,
 }
 
-/// `query_notes` (SPEC §18; the exact rules are in `vault::data`).
+/// `query_notes` (the exact rules are in `vault::data`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueryNotesArgs {
@@ -216,7 +216,7 @@ pub struct ProposePatchArgs {
     pub edits: Option<Vec<EditArg>>,
 }
 
-/// `propose_frontmatter_update` (SPEC §18): a patch that changes only the frontmatter block.
+/// `propose_frontmatter_update`: a patch that changes only the frontmatter block.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ProposeFrontmatterArgs {
@@ -395,7 +395,7 @@ pub struct ApplyOut {
     pub audit_seq: u64,
     /// "updated" or "failed" (the note is written either way).
     pub index: String,
-    /// "committed", "queued" or "off" (SPEC §16): the git commit of this change.
+    /// "committed", "queued" or "off": the git commit of this change.
     #[serde(default = "git_off")]
     pub git: String,
     pub replayed: bool,

@@ -107,7 +107,7 @@ pub struct ChallengeOut {
     pub revision: u64,
     /// RFC 3339 UTC.
     pub expires_at: String,
-    /// Where the vault has git on (SPEC §7, §16): earlier versions stay in the user's git
+    /// Where the vault has git on: earlier versions stay in the user's git
     /// history, which vaultgate never rewrites.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_history: Option<String>,
@@ -126,7 +126,7 @@ pub struct CriticalOut {
     /// `empty_trash`: how many files were removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removed: Option<u64>,
-    /// Once executed: "committed", "queued" or "off", its git commit (SPEC §16).
+    /// Once executed: "committed", "queued" or "off", its git commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<String>,
 }

@@ -57,7 +57,7 @@ pub struct HistoryStatusOut {
     pub stale_top: Option<String>,
     /// An undo or redo was interrupted; the next undo or redo finishes (or rolls back) it first.
     pub transition_in_progress: bool,
-    /// After an undo or redo: "committed", "queued" or "off", its git commit (SPEC §16).
+    /// After an undo or redo: "committed", "queued" or "off", its git commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<String>,
 }

@@ -26,27 +26,33 @@ impl std::fmt::Debug for SecretKey {
 }
 
 /// `gateway.toml`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The token audience: tokens of another home are refused.
     pub gateway_id: String,
+    /// The vault a call uses when it names none and the credential sees several (`vault set-default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_vault: Option<String>,
+    /// Streamable HTTP (`vaultgate serve`).
     #[serde(default)]
     pub server: ServerConfig,
+    /// Bounds on every input and output.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// The review page.
     #[serde(default)]
     pub review: ReviewConfig,
+    /// ChatGPT's tunnel.
     #[serde(default)]
     pub tunnel: TunnelConfig,
+    /// The registered vaults (`vault add`).
     #[serde(default)]
     pub vaults: Vec<VaultConfig>,
 }
 
-/// `gateway.toml [tunnel]` (SPEC §17): written by `vaultgate tunnel setup`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// `gateway.toml [tunnel]`: written by `vaultgate tunnel setup`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TunnelConfig {
     /// `tunnel_<32 hex>`, from the OpenAI platform.
@@ -59,8 +65,8 @@ pub struct TunnelConfig {
     pub autostart: bool,
 }
 
-/// `gateway.toml [review]` (SPEC §15).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `gateway.toml [review]`.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReviewConfig {
     /// `serve` also serves `/review/`.
@@ -81,11 +87,14 @@ impl Default for ReviewConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
+    /// The loopback port `serve` binds (`--port` overrides it).
     pub port: u16,
+    /// Origins allowed besides loopback ones, e.g. a tunnel's; a request with another `Origin` is refused.
     pub allowed_origins: Vec<String>,
+    /// A larger request body is answered 413.
     pub max_body_bytes: usize,
 }
 
@@ -99,60 +108,62 @@ impl Default for ServerConfig {
     }
 }
 
-/// `gateway.toml [limits]` (SPEC §14). Every field has its SPEC default, so an older
+/// `gateway.toml [limits]`. Every field has its documented default, so an older
 /// `gateway.toml` (or one that names a few) loads; a limit may be lowered or raised per home.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
+    /// How long a critical tool's challenge can be confirmed.
     pub challenge_ttl_seconds: u64,
-    /// A search `query`: at most this many terms…
+    /// Terms in a search `query`.
     pub max_query_terms: u64,
-    /// …each at most this many bytes.
+    /// Bytes in one search term.
     pub max_term_bytes: u64,
-    /// `tag[]` items.
+    /// Items in a search's `tag[]`.
     pub max_tags: u64,
-    /// `pathPrefix` and every path.
+    /// Bytes in `pathPrefix` and in every path.
     pub max_path_bytes: u64,
-    /// `query_notes.where[]` conditions.
+    /// Conditions in `query_notes.where[]`.
     pub max_where: u64,
-    /// `query_notes.fields[]`.
+    /// Names in `query_notes.fields[]`.
     pub max_fields: u64,
-    /// `set`, `unset`, `addTags`, `removeTags` entries…
+    /// Entries in each of `set`, `unset`, `addTags` and `removeTags`.
     pub max_entries: u64,
-    /// …each value at most this many bytes (also each `tag[]` item).
+    /// Bytes in each of those values, and in each `tag[]` item.
     pub max_value_bytes: u64,
-    /// `read_attachment_text.pages` page numbers.
+    /// Page numbers in `read_attachment_text.pages`.
     pub max_pages: u64,
-    /// `reason`, in characters.
+    /// Characters in a `reason`.
     pub max_reason_chars: u64,
-    /// `idempotencyKey`, in bytes (at least 1, of `[A-Za-z0-9._:-]`).
+    /// Bytes in an `idempotencyKey` (at least 1, of `[A-Za-z0-9._:-]`).
     pub max_key_bytes: u64,
-    /// Ids (`id`, `challengeId`, `expectedHistoryEntryId`, `cursor`), hashes and `vault`.
+    /// Bytes in an id (`id`, `challengeId`, `expectedHistoryEntryId`, `cursor`), a hash or `vault`.
     pub max_id_bytes: u64,
-    /// `edits[]` items.
+    /// Items in `edits[]`.
     pub max_edits: u64,
-    /// `delete_permanent.paths[]` items.
+    /// Items in `delete_permanent.paths[]`.
     pub max_delete_paths: u64,
-    /// A proposal's content (the read limit: a larger note could never be read back).
+    /// Bytes of a proposal's content (the read limit: a larger note could never be read back).
     pub max_proposal_bytes: u64,
-    /// Pending proposals one credential may hold in a vault's inbox…
+    /// Pending proposals one credential may hold in a vault's inbox.
     pub max_pending_per_credential: u64,
-    /// …and their bytes.
+    /// Bytes of the pending proposals one credential may hold.
     pub max_pending_bytes_per_credential: u64,
     /// Bytes of pending proposals in one vault's inbox.
     pub max_inbox_bytes: u64,
-    /// A tool result.
+    /// Bytes of a tool result; a larger list is cut (`truncated`).
     pub max_output_bytes: u64,
     /// How long a search examines candidates before answering what it found.
     pub search_budget_ms: u64,
-    /// Legacy HTTP sessions open at once…
+    /// Legacy HTTP sessions open at once.
     pub max_sessions: u64,
-    /// …per credential…
+    /// Legacy HTTP sessions open at once for one credential (its longest idle one is closed first).
     pub max_sessions_per_credential: u64,
-    /// …and how long one may stay idle.
+    /// Seconds a legacy HTTP session may stay idle before it is closed.
     pub session_idle_seconds: u64,
+    /// Unauthenticated refusals are audited once a window, with a count.
     pub refusal_window_seconds: u64,
-    /// How long an in-client approval (SPEC §15) waits for the person's answer.
+    /// How long an in-client approval waits for the person's answer.
     pub approval_timeout_seconds: u64,
 }
 
@@ -192,23 +203,31 @@ impl Default for LimitsConfig {
 }
 
 /// One registered vault.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VaultConfig {
+    /// The id clients name (`vault`); letters, digits, `-` and `_`.
     pub id: String,
+    /// The name shown to people.
     pub name: String,
+    /// The vault folder, absolute.
     pub path: PathBuf,
+    /// Folders whose `*.md` notes proposals may write; `.` is the whole vault.
     #[serde(default = "default_notes")]
     pub notes: Vec<String>,
+    /// Standards folders, listed by `list_standards` and served as resources.
     #[serde(default)]
     pub standards: Vec<String>,
+    /// The folder where proposals land, inside the vault.
     #[serde(default = "default_inbox")]
     pub inbox: String,
+    /// The folders agents may read; unset, the notes, standards and inbox folders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readable: Option<Vec<String>>,
-    /// `read_attachment_text` may send this vault's PDF text to clients (SPEC §18); off unless
+    /// `read_attachment_text` may send this vault's PDF text to clients; off unless
     /// set, because the text then leaves the machine with whatever the client sends on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
     pub pdf_text: bool,
 }
 

@@ -65,6 +65,7 @@ enum Command {
     Inbox(InboxCmd),
     /// Apply pending proposals: shows each diff and asks y/N on a terminal (without one, needs --yes).
     Apply {
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
         /// Apply only this proposal (id or slug).
@@ -83,6 +84,7 @@ enum Command {
     /// Bring a vault's search index (<vault>/.vaultgate/index.sqlite) up to date, or rebuild it;
     /// prints the counts and the time taken (a progress bar on a terminal).
     Index {
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
         /// Re-read every note, not only those whose size or time changed.
@@ -115,6 +117,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script on stdout, e.g.
+    /// `vaultgate completions bash > ~/.local/share/bash-completion/completions/vaultgate`.
+    Completions {
+        /// The shell the script is for.
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+    /// Print the man page (roff) on stdout, e.g. `vaultgate man | man -l -`; with --dir, write one
+    /// page per command into DIR instead (vaultgate.1, vaultgate-token-issue.1, …).
+    Man {
+        /// Write the pages into this folder (created if missing) instead of printing one.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Subcommand)]
@@ -123,13 +146,20 @@ enum VaultCmd {
     Add(VaultAddArgs),
     /// List registered vaults.
     List {
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Unregister a vault (its files are not touched).
-    Remove { id: String },
+    Remove {
+        /// The vault id.
+        id: String,
+    },
     /// Make a vault the default for clients that do not name one.
-    SetDefault { id: String },
+    SetDefault {
+        /// The vault id.
+        id: String,
+    },
     /// Let agents read the text of the vault's PDFs (`read_attachment_text`), or stop them.
     ///
     /// Off unless turned on: the text of a document then goes to whatever is on the other side of
@@ -138,6 +168,7 @@ enum VaultCmd {
     PdfText {
         /// The vault id.
         id: String,
+        /// on: agents may read PDF text; off: they may not.
         #[arg(value_enum)]
         action: OnOff,
     },
@@ -152,6 +183,7 @@ enum VaultCmd {
     Git {
         /// The vault id.
         id: String,
+        /// on: commit each change; off: stop; status: the repository, the git used and the queue.
         #[arg(value_enum)]
         action: GitAction,
         /// With `off`: turn git off even though commits are queued (they are never made).
@@ -253,6 +285,7 @@ enum TokenCmd {
         /// Expiry: 90s, 15m, 12h, 30d (default: never; at most 3650d).
         #[arg(long, value_parser = parse_duration)]
         expires: Option<i64>,
+        /// What to print: the token with a client configuration (default), or one of these.
         #[arg(long, value_enum)]
         format: Option<TokenFormat>,
         /// Confirm a `full` tier without asking.
@@ -267,15 +300,22 @@ enum TokenCmd {
     },
     /// List credentials (never tokens).
     List {
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Revoke a credential by id or name; running servers refuse it on the next call.
-    Revoke { id: String },
+    Revoke {
+        /// The credential's id or name.
+        id: String,
+    },
     /// Change a credential's tier; applies to the next call of running servers.
     SetTier {
+        /// The credential's id or name.
         id: String,
+        /// read | propose | auto | full.
         tier: Tier,
+        /// Confirm a `full` tier without asking.
         #[arg(long)]
         yes: bool,
     },
@@ -306,6 +346,7 @@ enum TunnelCmd {
     },
     /// Show the tunnel's phase: missing | stopped | starting | connected | failed.
     Status {
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -315,8 +356,10 @@ enum TunnelCmd {
 enum InboxCmd {
     /// List proposals (pending by default).
     List {
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
+        /// Which proposals to list.
         #[arg(long, value_enum, default_value_t = StatusArg::Pending)]
         status: StatusArg,
         /// One JSON array of list_proposals items.
@@ -325,17 +368,23 @@ enum InboxCmd {
     },
     /// Show one proposal with its diff.
     Show {
+        /// The proposal's id or slug.
         id: String,
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Reject a pending proposal (its files move to rejected/<date>/).
     Reject {
+        /// The proposal's id or slug.
         id: String,
+        /// Why it is rejected; recorded with it and audited.
         #[arg(long)]
         reason: String,
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
     },
@@ -363,6 +412,7 @@ impl StatusArg {
 enum HistoryCmd {
     /// The undo and redo tops, whether the undo top went stale, and any interrupted undo/redo.
     Status {
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
         /// One JSON object, as the history_status tool returns it.
@@ -371,6 +421,7 @@ enum HistoryCmd {
     },
     /// Undo the newest applied change: shows it and asks y/N on a terminal (without one, needs --yes).
     Undo {
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
         /// Undo without asking.
@@ -379,6 +430,7 @@ enum HistoryCmd {
     },
     /// Redo the most recently undone change: shows it and asks y/N on a terminal (without one, needs --yes).
     Redo {
+        /// The vault id (default: the default vault).
         #[arg(long)]
         vault: Option<String>,
         /// Redo without asking.
@@ -396,8 +448,10 @@ enum AuditCmd {
     Repair,
     /// Show the last records.
     Tail {
+        /// How many records.
         #[arg(short = 'n', default_value_t = 20)]
         n: usize,
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -525,11 +579,89 @@ fn cli_user(env: &BTreeMap<String, String>) -> String {
 }
 
 fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
+    // Neither needs a home: they describe the binary.
+    match cli.command {
+        Command::Completions { shell } => {
+            completions(shell);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man { dir } => {
+            man(dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let home = Home::resolve(cli.home.as_deref(), env)?;
     if let Command::Doctor { json } = cli.command {
         return doctor_cmd(&home, json, env);
     }
     run_command(cli.command, home, env).map(|()| ExitCode::SUCCESS)
+}
+
+/// The clap tree of the whole CLI, for completions, the man pages and the generated reference.
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
+}
+
+fn completions(shell: CompletionShell) {
+    use clap_complete::Shell;
+    let shell = match shell {
+        CompletionShell::Bash => Shell::Bash,
+        CompletionShell::Zsh => Shell::Zsh,
+        CompletionShell::Fish => Shell::Fish,
+    };
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut command(), "vaultgate", &mut buf);
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(&buf);
+    let _ = o.flush();
+}
+
+/// One roff page per command, the top one first: `(file name, page)`.
+pub(crate) fn man_pages() -> Result<Vec<(String, Vec<u8>)>, GatewayError> {
+    fn walk(cmd: clap::Command, name: String, pages: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+        // The page's name is the file's; the synopsis keeps the spaced `bin_name` from `build`.
+        let mut cmd = cmd.name(name.clone());
+        // `help` is a pseudo-command: no page of its own, so no page may name one.
+        if cmd.find_subcommand("help").is_some() {
+            cmd = cmd.mut_subcommand("help", |h| h.hide(true));
+        }
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        pages.push((format!("{name}.1"), page));
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            walk(sub.clone(), format!("{name}-{}", sub.get_name()), pages)?;
+        }
+        Ok(())
+    }
+    let mut pages = Vec::new();
+    let mut top = command();
+    top.build();
+    walk(top, "vaultgate".into(), &mut pages)
+        .map_err(|e| GatewayError::Internal(format!("man page: {e}")))?;
+    Ok(pages)
+}
+
+fn man(dir: Option<&std::path::Path>) -> Result<(), GatewayError> {
+    let pages = man_pages()?;
+    let Some(dir) = dir else {
+        let mut o = std::io::stdout().lock();
+        if let Some((_, page)) = pages.first() {
+            let _ = o.write_all(page);
+        }
+        let _ = o.flush();
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(GatewayError::Io)?;
+    for (name, page) in &pages {
+        std::fs::write(dir.join(name), page).map_err(GatewayError::Io)?;
+    }
+    out(&format!("wrote {} man pages to {}", pages.len(), dir.display()));
+    Ok(())
 }
 
 /// `vaultgate doctor`: the engine checks, this prints. Exit 1 when a check failed.
@@ -628,6 +760,9 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
         Command::Index { vault, rebuild } => index_cmd(&home, vault.as_deref(), rebuild),
         Command::Review { open, port } => review_cmd(&home, open, port, &user),
         Command::Doctor { .. } => Err(GatewayError::Internal("doctor is handled by run".into())),
+        Command::Completions { .. } | Command::Man { .. } => Err(GatewayError::Internal(
+            "completions and man are handled by run".into(),
+        )),
         Command::Describe { json } => {
             let d = crate::describe::describe();
             if json {

@@ -36,12 +36,17 @@ pub fn describe() -> Value {
         })
         .collect();
     let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    let errors: Vec<Value> = ErrorCode::ALL
+        .iter()
+        .map(|c| json!({ "code": c.as_str(), "retryable": c.retryable(), "meaning": c.meaning(), "next": c.next_step() }))
+        .collect();
     json!({
         "name": "vaultgate",
         "version": env!("CARGO_PKG_VERSION"),
         "tools": tools,
         "tiers": tiers,
         "errorCodes": codes,
+        "errors": errors,
     })
 }
 

@@ -16,6 +16,9 @@ pub mod http;
 mod logging;
 pub mod mcp;
 mod pdf;
+// The generated pages of docs/reference/, held equal to the code by its test.
+#[cfg(test)]
+mod reference;
 mod resources;
 mod review;
 mod serve;

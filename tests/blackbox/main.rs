@@ -25,6 +25,7 @@ mod query;
 mod review_browser;
 mod review_http;
 mod security;
+mod shell;
 mod smoke;
 mod stdio;
 mod tunnel;

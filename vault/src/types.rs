@@ -14,7 +14,7 @@ pub struct ReadNote {
     pub path: String,
     pub title: String,
     /// The parsed YAML frontmatter; `{}` when there is none; absent when the block was not
-    /// parsed (SPEC §14), and then `frontmatter_error` says why.
+    /// parsed (over the frontmatter limits), and then `frontmatter_error` says why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frontmatter: Option<Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,7 +122,7 @@ pub struct RelatedCounts {
 }
 
 impl Related {
-    /// Related lists, each cut to `max` items (SPEC §14), counts kept exact.
+    /// Related lists, each cut to `max` items, counts kept exact.
     pub fn capped(
         outlinks: Vec<NoteRef>,
         backlinks: Vec<NoteRef>,
