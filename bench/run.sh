@@ -4,8 +4,8 @@
 #   bash bench/run.sh                      # sizes 1k, 10k, 100k (about 10 minutes on 2 cores)
 #   bash bench/run.sh --sizes 1000,10000   # any harness option passes through (--help lists them)
 #
-# Builds vaultgate and the harness in release mode, installs the peers where they install
-# (ripgrep from apt, the filesystem MCP server from npm, basic-memory from PyPI into a venv) and
+# Builds vaultgate (the release code with line tables: the `profiling` profile) and the harness,
+# installs the peers where they install (ripgrep from apt, the filesystem MCP server from npm, basic-memory from PyPI into a venv) and
 # strace (apt, to count the sync calls of a write) and wrk (apt, the lean HTTP load generator),
 # records each install that fails as "did not install: <reason>", then runs the harness, which
 # writes BENCHMARKS.md and bench/out/results.json. Never fakes a peer: one that is missing is
@@ -28,11 +28,13 @@ fail() {
 # The last lines of an install log, on one line.
 tail_of() { tail -n 4 "$1" | tr '\n\t' '  ' | sed 's/  */ /g' | cut -c1-300; }
 
-note "building vaultgate and vaultgate-bench (release)"
-cargo build --release -p vaultgate --bin vaultgate || exit 1
+note "building vaultgate (profile profiling) and vaultgate-bench (release)"
+# `profiling` is the release build with line tables kept, so perf can name the code it samples;
+# the release profile itself strips them (Cargo.toml). The code generated is the same.
+cargo build --profile profiling -p vaultgate --bin vaultgate || exit 1
 cargo build --release -p vaultgate-bench || exit 1
 # Measure a snapshot of the binary, so a rebuild during the run cannot swap it underneath.
-cp target/release/vaultgate "$OUT/vaultgate" || exit 1
+cp target/profiling/vaultgate "$OUT/vaultgate" || exit 1
 BUILT="built by bench/run.sh from the working tree at commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo '?')"
 if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
     BUILT="$BUILT plus uncommitted changes"
