@@ -103,7 +103,8 @@ impl Default for ServerConfig {
         ServerConfig {
             port: 8765,
             allowed_origins: Vec::new(),
-            max_body_bytes: 4 * 1024 * 1024,
+            // A 2 MiB proposal of any text fits once JSON-escaped.
+            max_body_bytes: 8 * 1024 * 1024,
         }
     }
 }

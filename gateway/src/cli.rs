@@ -823,6 +823,26 @@ pub(crate) fn add_vault(home: &Home, args: VaultAdd) -> Result<VaultConfig, Gate
             "a vault with id '{id}' exists; pass --id"
         )));
     }
+    // SECURITY(T-VAULT): one file, one vault. Nested vaults would give a note two path policies,
+    // two write locks and two histories, and a vault's `.vaultgate/` would be another's note.
+    for v in &config.vaults {
+        let other = std::fs::canonicalize(&v.path).unwrap_or_else(|_| v.path.clone());
+        let relation = if path == other {
+            "is"
+        } else if path.starts_with(&other) {
+            "is inside"
+        } else if other.starts_with(&path) {
+            "contains"
+        } else {
+            continue;
+        };
+        return Err(GatewayError::InvalidArgument(format!(
+            "{} {relation} vault '{}' ({}); a folder can belong to one vault only",
+            path.display(),
+            v.id,
+            other.display()
+        )));
+    }
     let standards = if args.standards.is_empty() {
         if path.join("docs").is_dir() {
             vec!["docs".to_owned()]

@@ -610,6 +610,21 @@ async fn foreign_host_or_wrong_port_is_403() {
     for host in [evil.as_str(), "127.0.0.1:1", "localhost", rebinding.as_str()] {
         let resp = post(&srv, Some(&auth), &[("Host", host)], &initialize(1, "2025-06-18")).await;
         refusal(resp, 403).await;
+        // Every route checks Host first: a rebinding page cannot even tell a server is there.
+        for path in [
+            "/healthz",
+            "/.well-known/oauth-authorization-server",
+            "/review/",
+            "/nowhere",
+        ] {
+            let resp = http()
+                .get(format!("{}{path}", srv.base()))
+                .header("Host", host)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 403, "GET {path} with Host {host}");
+        }
     }
     // Control: the loopback names with our port are served.
     for host in [
@@ -733,6 +748,45 @@ async fn body_over_the_configured_limit_is_413() {
     // Control: a small request is served.
     let resp = post(&srv, Some(&auth), &[], &initialize(2, "2025-06-18")).await;
     assert_eq!(resp.status().as_u16(), 200);
+}
+
+/// The default body limit holds the largest proposal there is: 2 MiB of text that JSON must
+/// escape byte for byte (`"` becomes `\"`) is over 4 MiB on the wire.
+#[tokio::test]
+async fn the_largest_proposal_fits_the_default_body_limit_even_when_every_byte_is_escaped() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "propose");
+    let srv = Server::start(&env);
+    let content = "\"".repeat(2 * 1024 * 1024);
+    let call = request(
+        7,
+        "tools/call",
+        json!({"name": "propose_new_note", "arguments": {"path": "z/quotes.md", "content": content, "reason": "the largest note"}, "_meta": stateless_meta()}),
+    );
+    assert!(call.to_string().len() > 4 * 1024 * 1024);
+    let h = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "propose_new_note"),
+    ];
+    let resp = post(&srv, Some(&bearer(&token)), &h, &call).await;
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "a 2 MiB proposal was refused at the door"
+    );
+    let v = reply(resp, 7).await;
+    assert_eq!(
+        v["result"]["isError"],
+        json!(false),
+        "{}",
+        &v.to_string()[..v.to_string().len().min(400)]
+    );
+    assert_eq!(
+        v["result"]["structuredContent"]["target"],
+        json!("z/quotes.md"),
+        "{v}"
+    );
 }
 
 #[tokio::test]

@@ -499,3 +499,42 @@ fn approve_in_client_is_opt_in_shown_in_token_list_and_warned_about() {
         ]
     );
 }
+
+/// SECURITY(T-VAULT): a folder belongs to one vault. The same folder under another id (also
+/// through a symlink), a folder inside a vault and one around it are all refused, and
+/// `gateway.toml` is left as it was.
+#[test]
+fn vault_add_refuses_a_folder_that_is_inside_or_around_a_registered_vault() {
+    let env = Env::new();
+    let config = env.home.join("gateway.toml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    let link = env.tmp.path().join("link-to-vault");
+    std::os::unix::fs::symlink(&env.vault, &link).unwrap();
+    let cases = [
+        (env.vault.clone(), "is vault 'basic'"),
+        (link, "is vault 'basic'"),
+        (env.vault.join("z"), "is inside vault 'basic'"),
+        (env.tmp.path().to_path_buf(), "contains vault 'basic'"),
+    ];
+    for (i, (path, says)) in cases.iter().enumerate() {
+        let id = format!("other{i}");
+        let out = env.run(&["vault", "add", path.to_str().unwrap(), "--id", &id]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", path.display());
+        assert!(
+            stderr.contains("INVALID_ARGUMENT") && stderr.contains(says),
+            "{}: {stderr}",
+            path.display()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            before,
+            "{} changed gateway.toml",
+            path.display()
+        );
+    }
+    // Control: a folder beside the vault is a vault of its own.
+    let beside = env.tmp.path().join("beside");
+    std::fs::create_dir(&beside).unwrap();
+    env.ok(&["vault", "add", beside.to_str().unwrap(), "--id", "beside"]);
+}
