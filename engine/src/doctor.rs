@@ -334,13 +334,14 @@ fn check_audit(
             format!("audit chain broken at seq {} (line {}): {}", b.seq, b.line, b.reason),
             "keep audit.jsonl as evidence (copy it aside), find out who changed it, then vaultgate audit restart --yes",
         )),
-        None => {
-            let n = report.as_ref().map_or(0, |r| r.records);
-            checks.push(Check::ok(format!("audit chain holds ({n} records)")));
-        }
-    }
-    if let Some(c) = audit_head_check(&path, state, report.as_ref()) {
-        checks.push(c);
+        None => match audit_head_check(&path, state, report.as_ref()) {
+            // A missing or replaced log "holds" trivially; say only what is wrong with it.
+            Some(problem) => checks.push(problem),
+            None => {
+                let n = report.as_ref().map_or(0, |r| r.records);
+                checks.push(Check::ok(format!("audit chain holds ({n} records)")));
+            }
+        },
     }
     if report.is_some() {
         rolled_back_since(&path, now - ROLLBACK_WINDOW, checks);
@@ -482,6 +483,42 @@ mod tests {
         assert!(!r.ok);
         let c = r.checks.iter().find(|c| c.status == Status::Fail).unwrap();
         assert!(c.next.starts_with("chmod 600 "), "{c:?}");
+    }
+
+    /// A deleted log is one failure, not an "ok, the chain holds" beside it.
+    #[test]
+    fn a_deleted_audit_log_is_reported_once_as_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        let log = audit::AuditLog::open(&home.audit_path()).unwrap();
+        let e = audit::Entry::new(
+            "cli.test",
+            audit::Actor::Cli { user: "me".into() },
+            audit::Outcome::Ok,
+        );
+        let record = log
+            .append(e, time::OffsetDateTime::now_utc(), audit::Durability::Flush)
+            .unwrap();
+        let head = inbox::AuditHead {
+            seq: record.seq,
+            hash: record.hash,
+        };
+        inbox::State::open(&home.state_path())
+            .unwrap()
+            .note_audit_head(&head)
+            .unwrap();
+        std::fs::remove_file(home.audit_path()).unwrap();
+        let r = doctor(&home, time::OffsetDateTime::now_utc());
+        assert!(!r.ok);
+        let audit: Vec<_> = statuses(&r)
+            .into_iter()
+            .filter(|(_, w)| w.contains("audit"))
+            .collect();
+        assert_eq!(audit.len(), 1, "{audit:?}");
+        assert_eq!(audit[0].0, Status::Fail, "{audit:?}");
     }
 
     #[test]
