@@ -583,7 +583,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
         if run.has_index_command {
             let _ = writeln!(
                 s,
-                "\nThis build has a search index (SPEC §10: candidates from the index, then the exact check). \
+                "\nThis build has a search index ([Search and the index](docs/contract.md#search-and-the-index): candidates from the index, then the exact check). \
                  By query at the judged size (p50, stdio, and how many notes hold every term):\n"
             );
             if let Some(z) = sizes.last() {
@@ -619,7 +619,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
                  `search_note_content` cannot beat ripgrep by 20×, because both do a full scan; ripgrep's \
                  is simply better optimized (memchr/SIMD literal search, parallel directory walk). \
                  The rare query costs as much as the common one: the scan, not the answer, dominates. \
-                 The index of SPEC §10 (candidates from FTS5, then the exact check on a few files) is what \
+                 The index ([Search and the index](docs/contract.md#search-and-the-index): candidates from FTS5, then the exact check on a few files) is what \
                  removes the per-note term.\n"
             );
         }
@@ -719,7 +719,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
             "\nOn 2 cores the benchmark's own rmcp client shares the CPU with the server, so with 8 clients the \
              throughput is bounded by (client + server) CPU per call: 2 cores ÷ calls/s gives that cost; `wrk` \
              needs far less CPU per call, which is why the targets are judged on its rows. Each call also \
-             appends one audit record (SPEC §9) and reads the credentials' generation from SQLite (the row \
+             appends one audit record ([The audit log](docs/contract.md#the-audit-log)) and reads the credentials' generation from SQLite (the row \
              itself only when it moved); the profile below shows how the server's share divides.\n"
         );
     }
@@ -780,7 +780,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
              the proposal files and their metadata, the state database (SQLite commits), the intent record, \
              the target note and its folder, the history object, the move of the proposal files to \
              `applied/`, `_applied.jsonl` and the audit log (each mutating call's audit line is fsynced \
-             before it answers, SPEC §9).\n"
+             before it answers: [The audit log](docs/contract.md#the-audit-log)).\n"
         );
         let counted = sizes.iter().rev().find(|z| z.num("syncs_per_pair").is_some());
         if let Some(z) = counted

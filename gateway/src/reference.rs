@@ -120,7 +120,7 @@ fn errors() -> String {
     let mut s = format!("{GENERATED}\n\n# Error codes\n\n");
     s.push_str(
         "A call that fails answers `{\"ok\": false, \"code\", \"message\", \"retryable\"}` (over MCP, a tool \
-result with `isError: true` and this object as its structured content). The codes are stable: one is never \
+result with `isError: true` whose one text block is this object as JSON; never `structuredContent`). The codes are stable: one is never \
 renamed or removed. The message says what happened in this case; the table says what the code means and \
 what to do next. `retryable` is true when the very same call may succeed later without any change. The CLI \
 prints `error[CODE]: message` and exits 1.\n\n| code | retryable | what it means | what to do next |\n|---|---|---|---|\n",

@@ -77,7 +77,7 @@ impl ErrorCode {
             CREDENTIAL_REVOKED => "The token was valid, but its credential has been revoked.",
             CREDENTIAL_EXPIRED => "The token's credential has passed its expiry.",
             CAPABILITY_DENIED => {
-                "The credential's tier does not allow this tool, or the credential is not scoped to this vault; also a client that cannot ask its user when the apply needs an in-client approval."
+                "The credential's tier does not allow this tool or this apply (a vault outside its scope is `VAULT_NOT_FOUND` instead); also a client that cannot ask its user when the apply needs an in-client approval."
             }
             VAULT_TARGET_REQUIRED => {
                 "Several vaults are open to this credential and no default is set, so the call must name one."
