@@ -267,6 +267,8 @@ pub enum TokenFormat {
     Codex,
     /// Cursor `.cursor/mcp.json` entry.
     Cursor,
+    /// VS Code `.vscode/mcp.json` entry (`servers`).
+    Vscode,
 }
 
 #[derive(Subcommand)]

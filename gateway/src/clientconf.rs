@@ -75,6 +75,25 @@ pub fn cursor_http(t: &Target<'_>, token: &Token) -> String {
     }}}))
 }
 
+/// VS Code `.vscode/mcp.json` (or the profile's `mcp.json`): its key is `servers`, stdio.
+pub fn vscode_stdio(t: &Target<'_>, token: &Token) -> String {
+    pretty(&json!({ "servers": { "vaultgate": {
+        "type": "stdio",
+        "command": t.exe.display().to_string(),
+        "args": ["stdio", "--home", t.home.display().to_string()],
+        "env": { "VAULTGATE_TOKEN": token.expose() },
+    }}}))
+}
+
+/// VS Code `.vscode/mcp.json`, Streamable HTTP.
+pub fn vscode_http(t: &Target<'_>, token: &Token) -> String {
+    pretty(&json!({ "servers": { "vaultgate": {
+        "type": "http",
+        "url": t.url(),
+        "headers": { "Authorization": format!("Bearer {}", token.expose()) },
+    }}}))
+}
+
 /// Codex `~/.codex/config.toml`, stdio.
 pub fn codex_stdio(t: &Target<'_>, token: &Token) -> String {
     format!(
@@ -135,6 +154,12 @@ pub fn render(format: Option<TokenFormat>, t: &Target<'_>, c: &Credential, token
             mcp_servers_stdio(t, token),
             cursor_http(t, token)
         ),
+        Some(TokenFormat::Vscode) => format!(
+            "# stdio (.vscode/mcp.json, or mcp.json of your VS Code profile)\n{}\n\n\
+             # Streamable HTTP (.vscode/mcp.json; start `vaultgate serve` first)\n{}",
+            vscode_stdio(t, token),
+            vscode_http(t, token)
+        ),
         Some(TokenFormat::Codex) => format!(
             "# stdio (~/.codex/config.toml)\n{}\n\n# Streamable HTTP (instead of the above; start `vaultgate serve` first)\n{}",
             codex_stdio(t, token),
@@ -146,6 +171,7 @@ pub fn render(format: Option<TokenFormat>, t: &Target<'_>, c: &Credential, token
              Claude Desktop / Claude Code / Cursor, stdio (mcpServers JSON):\n{}\n\n\
              Claude Code, HTTP (.mcp.json):\n{}\n\n\
              Cursor, HTTP (.cursor/mcp.json):\n{}\n\n\
+             VS Code, stdio (.vscode/mcp.json):\n{}\n\nVS Code, HTTP:\n{}\n\n\
              Codex (~/.codex/config.toml), stdio:\n{}\n\nCodex, HTTP:\n{}\n\n\
              MCP Inspector:\n{}",
             c.id.as_str(),
@@ -156,6 +182,8 @@ pub fn render(format: Option<TokenFormat>, t: &Target<'_>, c: &Credential, token
             mcp_servers_stdio(t, token),
             claude_http(t, token),
             cursor_http(t, token),
+            vscode_stdio(t, token),
+            vscode_http(t, token),
             codex_stdio(t, token),
             codex_http(t, token),
             inspector(t, token)

@@ -1354,14 +1354,136 @@ fn printed_http_config(format: &str, printed: &str) -> (String, String) {
         )
     } else {
         let doc: Value = serde_json::from_str(&section).unwrap_or_else(|e| panic!("{e}\n{section}"));
-        let entry = &doc["mcpServers"]["vaultgate"];
-        if format == "claude" {
+        // VS Code names its table `servers`; the others `mcpServers`.
+        let table = if format == "vscode" {
+            "servers"
+        } else {
+            "mcpServers"
+        };
+        let entry = &doc[table]["vaultgate"];
+        if format == "claude" || format == "vscode" {
             assert_eq!(entry["type"], "http", "{entry}");
         }
         (
             entry["url"].as_str().unwrap().to_owned(),
             entry["headers"]["Authorization"].as_str().unwrap().to_owned(),
         )
+    }
+}
+
+/// Every printed stdio configuration, run exactly as the client would run it: its command, its
+/// args and its env (nothing else but PATH), answering a real `read_note` over JSON-RPC lines.
+#[test]
+fn printed_stdio_client_configs_start_and_answer() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    for format in ["claude", "cursor", "codex", "vscode"] {
+        let printed = env.ok(&[
+            "token",
+            "issue",
+            "--name",
+            &format!("s-{format}"),
+            "--tier",
+            "read",
+            "--format",
+            format,
+        ]);
+        let section: String = printed
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with("# Streamable HTTP"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let (command, args, vars): (String, Vec<String>, Vec<(String, String)>) = if format == "codex" {
+            let doc: toml::Table = toml::from_str(&section).unwrap_or_else(|e| panic!("{e}\n{section}"));
+            let e = &doc["mcp_servers"]["vaultgate"];
+            let args = e["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect();
+            let vars = e["env"]
+                .as_table()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect();
+            (e["command"].as_str().unwrap().to_owned(), args, vars)
+        } else {
+            let doc: Value = serde_json::from_str(&section).unwrap_or_else(|e| panic!("{e}\n{section}"));
+            let table = if format == "vscode" {
+                "servers"
+            } else {
+                "mcpServers"
+            };
+            let e = &doc[table]["vaultgate"];
+            if format == "vscode" {
+                assert_eq!(e["type"], "stdio", "{e}");
+            }
+            let args = e["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect();
+            let vars = e["env"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect();
+            (e["command"].as_str().unwrap().to_owned(), args, vars)
+        };
+        assert_eq!(
+            PathBuf::from(&command),
+            crate::util::bin(),
+            "{format}: the printed binary"
+        );
+        let mut child = std::process::Command::new(&command)
+            .args(&args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(vars)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        for msg in [
+            initialize(1, "2025-06-18"),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            request(
+                2,
+                "tools/call",
+                json!({"name": "read_note", "arguments": {"path": "welcome.md"}}),
+            ),
+        ] {
+            writeln!(stdin, "{msg}").unwrap();
+        }
+        let mut answers = Vec::new();
+        while answers.len() < 2 {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "{format}: stdout closed early"
+            );
+            answers.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        assert_eq!(answers[1]["id"], 2, "{format}: {}", answers[1]);
+        assert_eq!(
+            answers[1]["result"]["structuredContent"]["hash"], HASHES[0].1,
+            "{format}: {}",
+            answers[1]
+        );
+        drop(stdin);
+        assert!(
+            child.wait().unwrap().success(),
+            "{format}: the server did not end cleanly"
+        );
     }
 }
 
@@ -1373,7 +1495,7 @@ async fn printed_http_client_configs_connect_and_work() {
         s.insert("port".into(), toml::Value::Integer(i64::from(port)));
     });
     let mut configs = Vec::new();
-    for format in ["claude", "cursor", "codex"] {
+    for format in ["claude", "cursor", "codex", "vscode"] {
         let printed = env.ok(&[
             "token",
             "issue",
