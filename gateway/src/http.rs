@@ -189,19 +189,22 @@ pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tun
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
         );
     // SECURITY(T-REVIEW2): the review page has its own guard (session cookie), never /mcp's bearer.
-    let app = if core.config.review.enabled {
+    let review = core.config.review.enabled;
+    let app = if review {
         app.merge(crate::review::router(core, served, tunnel))
     } else {
         app
     };
-    app.layer(middleware::from_fn_with_state(port, host_everywhere))
+    app.layer(middleware::from_fn_with_state((port, review), host_everywhere))
 }
 
-/// SECURITY(T-HTTP2): the Host check comes first on every route — `/healthz`, unknown paths and
-/// the review page too — so a rebinding page learns nothing, not even that a server is there.
-/// `/mcp`'s own guard makes the same check and audits the refusal.
-async fn host_everywhere(State(port): State<u16>, req: Request, next: Next) -> Response {
-    if req.uri().path() != "/mcp" && !host_ok(req.headers(), port) {
+/// SECURITY(T-HTTP2): the Host check comes first on every route — `/healthz` and unknown paths
+/// too — so a rebinding page learns nothing, not even that a server is there. `/mcp`'s guard and
+/// the review page's make the same check themselves (the one audited, the other an HTML page).
+async fn host_everywhere(State((port, review)): State<(u16, bool)>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let guarded = path == "/mcp" || (review && (path == "/review" || path.starts_with("/review/")));
+    if !guarded && !host_ok(req.headers(), port) {
         let e =
             GatewayError::Forbidden("Host must be 127.0.0.1, localhost or [::1] with the served port".into());
         return refuse(StatusCode::FORBIDDEN, &e);
