@@ -50,10 +50,13 @@ const AUTOMERGE: i64 = 16;
 const BULK_CACHE_KIB: i64 = -32 * 1024;
 /// SQLite's default, for the small updates of a serving process.
 const DEFAULT_CACHE_KIB: i64 = -2000;
-/// Each reader's page cache, in KiB.
-const READER_CACHE_KIB: i64 = -8 * 1024;
-/// Readers kept open for reuse (the most recently used is taken first).
-const MAX_IDLE_READERS: usize = 2;
+/// Each reader's page cache, in KiB: the exact step reads candidates' bodies, and the OS keeps
+/// the file's pages anyway, so a few MiB per connection do (there is one per concurrent read).
+const READER_CACHE_KIB: i64 = -2 * 1024;
+/// Readers kept open for reuse (the most recently used is taken first): as many as concurrent
+/// reads commonly are, so that a busy server does not open, warm and drop connections (their
+/// caches, freed on other threads, leave the allocator holding memory it rarely gives back).
+const MAX_IDLE_READERS: usize = 8;
 
 const TABLES: &[&str] = &[
     "meta",
