@@ -1402,6 +1402,32 @@ mod tests {
     }
 
     #[test]
+    fn packed_strings_of_any_length_and_case_read_back() {
+        let d = NoteData::default();
+        assert_eq!((d.title(), d.tags().count(), d.field("x")), ("", 0, None));
+        // Lengths past one LEB128 byte; strings that fold to themselves are stored once.
+        let long_key = "k".repeat(300);
+        let long_value = "Ä".repeat(200);
+        let mut m = Map::new();
+        m.insert(long_key.clone(), json!(long_value));
+        m.insert("list".into(), json!(["x".repeat(130), {"a": 1}, false, null]));
+        let d = NoteData::new("already folded".into(), vec!["lower".into(), "Upper".into()], &m);
+        assert_eq!(d.title(), "already folded");
+        assert_eq!(d.folded_title(), "already folded");
+        assert_eq!(d.tags().collect::<Vec<_>>(), ["lower", "Upper"]);
+        assert!(d.carries("lower") && d.carries("upper"));
+        assert_eq!(d.field(&long_key), Some(Val::Text(&"ä".repeat(200))));
+        let Some(Val::List(items)) = d.field("list") else {
+            panic!()
+        };
+        let x = "x".repeat(130);
+        assert_eq!(
+            items.iter().collect::<Vec<_>>(),
+            [Val::Text(&x), Val::Other, Val::Bool(false), Val::Null]
+        );
+    }
+
+    #[test]
     fn sorting_puts_absent_last_both_ways() {
         // Rows are in path order: their position is the tie-break.
         let paths = ["a", "a2", "b", "c", "d"];
