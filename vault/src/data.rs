@@ -67,97 +67,212 @@ pub enum Val<'a> {
 /// A list value's elements.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Items<'a> {
-    cells: &'a [(FieldKey, Cell)],
-    text: &'a str,
+    /// The encoded elements (see [`NoteData`]).
+    bytes: &'a [u8],
+    len: u32,
 }
 
 impl<'a> Items<'a> {
     pub fn iter(self) -> impl Iterator<Item = Val<'a>> {
-        self.cells.iter().map(move |(_, c)| c.view(self.text, &[]))
+        let mut r = Reader(self.bytes);
+        (0..self.len).map_while(move |_| r.value())
     }
 }
 
-/// A frontmatter key: up to 14 bytes inline (most keys), so finding a field reads no string
-/// elsewhere in memory; longer keys in the note's text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FieldKey {
-    Short { len: u8, bytes: [u8; 14] },
-    Long(Span),
-}
+// ---- the packed form ----------------------------------------------------------------------------
+//
+// A `NoteData` is one byte buffer (one allocation per note: there is one per readable note in
+// memory). Integers are little-endian; a "str" is a LEB128 length then its UTF-8 bytes.
+//
+//   header   u32 field count, u32 tag count, u32 offset of the first field
+//   title    str as spelled, then u8 1 and the folded str, or u8 0 when folding changes nothing
+//   tags     as the title, one after the other
+//   offsets  only with more than `SCAN_MAX` fields: u32 offset of each field, for binary search
+//   fields   sorted by key: str key, then a value
+//
+// A value is a tag byte and its payload: Null, Other, False, True (none); Num (f64 bits, u64);
+// Date (i64 seconds, u32 nanoseconds, folded str); Text (folded str); List (LEB128 count, then
+// that many values, none of them a list).
 
-impl FieldKey {
-    fn new(k: &str, p: &mut Packer) -> FieldKey {
-        let b = k.as_bytes();
-        if b.len() <= 14 {
-            let mut bytes = [0; 14];
-            bytes[..b.len()].copy_from_slice(b);
-            FieldKey::Short {
-                len: b.len() as u8,
-                bytes,
+const T_NULL: u8 = 0;
+const T_OTHER: u8 = 1;
+const T_FALSE: u8 = 2;
+const T_TRUE: u8 = 3;
+const T_NUM: u8 = 4;
+const T_DATE: u8 = 5;
+const T_TEXT: u8 = 6;
+const T_LIST: u8 = 7;
+const HEADER: usize = 12;
+/// Up to this many fields a lookup scans them in order (memory read in order, which the cache
+/// fetches ahead); beyond, it binary-searches an offset table.
+const SCAN_MAX: usize = 16;
+
+/// Reads a packed buffer from the front. Every read of a short or bad buffer ends (`None`);
+/// the buffers are only ever written by [`Writer`], so that never happens.
+#[derive(Clone, Copy)]
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (a, b) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = b;
+        Some(a)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)?.try_into().ok().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
+    }
+
+    fn len(&mut self) -> Option<usize> {
+        let mut n: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            n |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return usize::try_from(n).ok();
             }
+        }
+        None
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.len()?;
+        self.take(n)
+    }
+
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+
+    /// A string as spelled and folded.
+    fn folding(&mut self) -> Option<(&'a str, &'a str)> {
+        let spelled = self.str()?;
+        match self.byte()? {
+            0 => Some((spelled, spelled)),
+            _ => Some((spelled, self.str()?)),
+        }
+    }
+
+    fn value(&mut self) -> Option<Val<'a>> {
+        Some(match self.byte()? {
+            T_NULL => Val::Null,
+            T_FALSE => Val::Bool(false),
+            T_TRUE => Val::Bool(true),
+            T_NUM => Val::Num(f64::from_bits(self.u64()?)),
+            T_DATE => {
+                let secs = self.u64()? as i64;
+                let nanos = self.u32()?;
+                Val::Date(i128::from(secs) * 1_000_000_000 + i128::from(nanos), self.str()?)
+            }
+            T_TEXT => Val::Text(self.str()?),
+            T_LIST => {
+                let len = u32::try_from(self.len()?).ok()?;
+                let start = self.0;
+                for _ in 0..len {
+                    self.value()?;
+                }
+                let used = start.len() - self.0.len();
+                Val::List(Items {
+                    bytes: start.get(..used)?,
+                    len,
+                })
+            }
+            _ => Val::Other,
+        })
+    }
+}
+
+/// Builds a packed buffer.
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, n: u32) {
+        self.0.extend_from_slice(&n.to_le_bytes());
+    }
+
+    fn len(&mut self, mut n: usize) {
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                self.0.push(b);
+                return;
+            }
+            self.0.push(b | 0x80);
+        }
+    }
+
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
+    fn folding(&mut self, s: &str) {
+        self.str(s);
+        let folded = fold(s);
+        if folded == s {
+            self.0.push(0);
         } else {
-            FieldKey::Long(p.push(k))
+            self.0.push(1);
+            self.str(&folded);
         }
     }
 
-    /// The key's bytes (byte order is `str` order).
-    fn bytes<'a>(&'a self, text: &'a str) -> &'a [u8] {
-        match self {
-            FieldKey::Short { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(&[]),
-            FieldKey::Long(s) => Span::of(text, *s).as_bytes(),
+    /// A scalar (its folded text only: values as spelled are read from the index's copy of the
+    /// frontmatter). Lists inside a list are `Other`.
+    fn scalar(&mut self, v: &Value) {
+        match (v, typed(v)) {
+            (Value::Null, _) => self.0.push(T_NULL),
+            (_, Some(Typed::Bool(b))) => self.0.push(if b { T_TRUE } else { T_FALSE }),
+            (_, Some(Typed::Num(n))) => {
+                self.0.push(T_NUM);
+                self.0.extend_from_slice(&n.to_bits().to_le_bytes());
+            }
+            (_, Some(Typed::Str(Some(t), folded))) => {
+                self.0.push(T_DATE);
+                let secs = i64::try_from(t.div_euclid(1_000_000_000)).unwrap_or(i64::MAX);
+                let nanos = u32::try_from(t.rem_euclid(1_000_000_000)).unwrap_or(0);
+                self.0.extend_from_slice(&secs.to_le_bytes());
+                self.u32(nanos);
+                self.str(&folded);
+            }
+            (_, Some(Typed::Str(None, folded))) => {
+                self.0.push(T_TEXT);
+                self.str(&folded);
+            }
+            _ => self.0.push(T_OTHER),
         }
     }
-}
 
-/// Where a string lies in a [`NoteData`]'s text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Span {
-    at: u32,
-    len: u32,
-}
-
-impl Span {
-    fn of(text: &str, s: Span) -> &str {
-        text.get(s.at as usize..(s.at + s.len) as usize).unwrap_or("")
+    fn value(&mut self, v: &Value) {
+        match v {
+            Value::Array(list) => {
+                self.0.push(T_LIST);
+                self.len(list.len());
+                for item in list {
+                    self.scalar(item);
+                }
+            }
+            v => self.scalar(v),
+        }
     }
-}
 
-/// A stored value: 24 bytes, its strings in the note's text.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Cell {
-    Num(f64),
-    /// The instant as whole seconds and nanoseconds (an `i128` would double the cell).
-    Date {
-        secs: i64,
-        nanos: u32,
-        text: Span,
-    },
-    Text(Span),
-    Bool(bool),
-    List {
-        at: u32,
-        len: u32,
-    },
-    Null,
-    Other,
-}
+    fn at(&self) -> u32 {
+        u32::try_from(self.0.len()).unwrap_or(u32::MAX)
+    }
 
-impl Cell {
-    fn view<'a>(&self, text: &'a str, items: &'a [(FieldKey, Cell)]) -> Val<'a> {
-        match *self {
-            Cell::Num(n) => Val::Num(n),
-            Cell::Date { secs, nanos, text: t } => Val::Date(
-                i128::from(secs) * 1_000_000_000 + i128::from(nanos),
-                Span::of(text, t),
-            ),
-            Cell::Text(t) => Val::Text(Span::of(text, t)),
-            Cell::Bool(b) => Val::Bool(b),
-            Cell::List { at, len } => Val::List(Items {
-                cells: items.get(at as usize..(at + len) as usize).unwrap_or(&[]),
-                text,
-            }),
-            Cell::Null => Val::Null,
-            Cell::Other => Val::Other,
+    fn set_u32(&mut self, at: usize, n: u32) {
+        if let Some(slot) = self.0.get_mut(at..at + 4) {
+            slot.copy_from_slice(&n.to_le_bytes());
         }
     }
 }
@@ -200,154 +315,122 @@ pub fn date_of(s: &str) -> Option<i128> {
 /// What the index keeps of a readable note for queries: its title, tags and typed frontmatter.
 ///
 /// One of these lives in memory for every readable note (inline in its catalog entry, so a
-/// generation's copy of an entry shares it), so it is packed: every string (title, tags, long
-/// keys, folded values) in one shared text, a string that folds to itself stored once, keys of up
-/// to 14 bytes and values inline in one slice of fields. Finding a field reads that slice only.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// generation's copy of an entry shares it), so it is packed into one shared buffer (see "the
+/// packed form" above): a string that folds to itself stored once, keys and values inline,
+/// fields sorted by key. Finding a field reads that buffer only.
+#[derive(Debug, Clone, PartialEq)]
 pub struct NoteData {
-    text: Arc<str>,
-    /// As spelled, and folded.
-    title: (Span, Span),
-    /// `Note::tags` as spelled, and folded.
-    tags: Arc<[(Span, Span)]>,
-    /// The top-level frontmatter keys with their values, sorted by key (the first `fields`),
-    /// then the elements of list values (their keys unused).
-    cells: Arc<[(FieldKey, Cell)]>,
-    fields: u32,
+    buf: Arc<[u8]>,
 }
 
-/// Builds a [`NoteData`]'s text.
-#[derive(Default)]
-struct Packer {
-    text: String,
-}
-
-impl Packer {
-    fn push(&mut self, s: &str) -> Span {
-        let at = self.text.len();
-        self.text.push_str(s);
-        Span {
-            at: u32::try_from(at).unwrap_or(u32::MAX),
-            len: u32::try_from(s.len()).unwrap_or(0),
-        }
-    }
-
-    /// The string and its folded form (the same span when folding changes nothing).
-    fn push_folding(&mut self, s: &str) -> (Span, Span) {
-        let spelled = self.push(s);
-        let folded = fold(s);
-        if folded == s {
-            (spelled, spelled)
-        } else {
-            (spelled, self.push(&folded))
-        }
-    }
-
-    /// A scalar's cell (its folded text only: values as spelled are read from the index's copy
-    /// of the frontmatter).
-    fn cell(&mut self, v: &Value) -> Cell {
-        match (v, typed(v)) {
-            (Value::Null, _) => Cell::Null,
-            (_, Some(Typed::Bool(b))) => Cell::Bool(b),
-            (_, Some(Typed::Num(n))) => Cell::Num(n),
-            (_, Some(Typed::Str(Some(t), folded))) => Cell::Date {
-                secs: i64::try_from(t.div_euclid(1_000_000_000)).unwrap_or(i64::MAX),
-                nanos: u32::try_from(t.rem_euclid(1_000_000_000)).unwrap_or(0),
-                text: self.push(&folded),
-            },
-            (_, Some(Typed::Str(None, folded))) => Cell::Text(self.push(&folded)),
-            _ => Cell::Other,
-        }
+impl Default for NoteData {
+    fn default() -> NoteData {
+        NoteData::new(String::new(), Vec::new(), &Map::new())
     }
 }
 
 impl NoteData {
     pub fn new(title: String, tags: Vec<String>, frontmatter: &Map<String, Value>) -> NoteData {
-        let mut p = Packer::default();
-        let title = p.push_folding(&title);
-        let tags = tags.iter().map(|t| p.push_folding(t)).collect();
-        let mut fields: Vec<(FieldKey, Cell)> = Vec::with_capacity(frontmatter.len());
-        let mut items: Vec<(FieldKey, Cell)> = Vec::new();
-        let unused = FieldKey::Short {
-            len: 0,
-            bytes: [0; 14],
-        };
-        for (k, v) in frontmatter {
-            // A built-in wins over a key of its name (SPEC §18), so such a key is never looked
-            // up: its cells would be memory for nothing (`title` and `tags` are in most notes).
-            if matches!(Field::parse(k), Ok(f) if !matches!(f, Field::Key(_))) {
-                continue;
+        // A built-in wins over a key of its name (SPEC §18), so such a key is never looked up:
+        // its value would be memory for nothing (`title` and `tags` are in most notes).
+        let mut fields: Vec<(&String, &Value)> = frontmatter
+            .iter()
+            .filter(|(k, _)| !matches!(Field::parse(k), Ok(f) if !matches!(f, Field::Key(_))))
+            .collect();
+        fields.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let mut w = Writer(Vec::with_capacity(64 + title.len() * 2 + 32 * fields.len()));
+        w.u32(u32::try_from(fields.len()).unwrap_or(u32::MAX));
+        w.u32(u32::try_from(tags.len()).unwrap_or(u32::MAX));
+        w.u32(0);
+        w.folding(&title);
+        for t in &tags {
+            w.folding(t);
+        }
+        let table = w.0.len();
+        if fields.len() > SCAN_MAX {
+            w.0.resize(table + 4 * fields.len(), 0);
+        }
+        let first = w.at();
+        w.set_u32(8, first);
+        for (i, (k, v)) in fields.iter().enumerate() {
+            if fields.len() > SCAN_MAX {
+                let at = w.at();
+                w.set_u32(table + 4 * i, at);
             }
-            let key = FieldKey::new(k, &mut p);
-            let cell = match v {
-                Value::Array(list) => {
-                    let at = u32::try_from(items.len()).unwrap_or(u32::MAX);
-                    for item in list {
-                        let c = p.cell(item);
-                        items.push((unused, c));
-                    }
-                    Cell::List {
-                        at,
-                        len: u32::try_from(list.len()).unwrap_or(0),
-                    }
-                }
-                v => p.cell(v),
-            };
-            fields.push((key, cell));
+            w.str(k);
+            w.value(v);
         }
-        let text: Arc<str> = p.text.into();
-        fields.sort_by(|a, b| a.0.bytes(&text).cmp(b.0.bytes(&text)));
-        let n = u32::try_from(fields.len()).unwrap_or(u32::MAX);
-        // List positions count from the end of the fields.
-        for (_, c) in &mut fields {
-            if let Cell::List { at, .. } = c {
-                *at = at.saturating_add(n);
-            }
-        }
-        fields.extend(items);
-        NoteData {
-            text,
-            title,
-            tags,
-            cells: fields.into(),
-            fields: n,
-        }
+        NoteData { buf: Arc::from(w.0) }
+    }
+
+    fn header(&self) -> (usize, usize, usize) {
+        let mut r = Reader(&self.buf);
+        let mut n = || r.u32().map_or(0, |n| n as usize);
+        (n(), n(), n())
+    }
+
+    fn title_pair(&self) -> (&str, &str) {
+        Reader(self.buf.get(HEADER..).unwrap_or(&[]))
+            .folding()
+            .unwrap_or(("", ""))
     }
 
     pub fn title(&self) -> &str {
-        Span::of(&self.text, self.title.0)
+        self.title_pair().0
     }
 
     fn folded_title(&self) -> &str {
-        Span::of(&self.text, self.title.1)
+        self.title_pair().1
+    }
+
+    /// `Note::tags` as spelled and folded.
+    fn tag_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        let (_, n, _) = self.header();
+        let mut r = Reader(self.buf.get(HEADER..).unwrap_or(&[]));
+        let title = r.folding();
+        (0..n).map_while(move |_| title.and(r.folding()))
     }
 
     /// `Note::tags`, as spelled.
     pub fn tags(&self) -> impl Iterator<Item = &str> {
-        self.tags.iter().map(|t| Span::of(&self.text, t.0))
+        self.tag_pairs().map(|t| t.0)
     }
 
     pub fn field(&self, key: &str) -> Option<Val<'_>> {
-        let fields = self.cells.get(..self.fields as usize).unwrap_or(&[]);
-        // Few keys (the usual case): a forward scan reads memory in order, which the cache
-        // fetches ahead; a binary search would jump between lines.
-        let found = if fields.len() <= 16 {
-            fields
-                .iter()
-                .position(|(k, _)| k.bytes(&self.text) == key.as_bytes())
-        } else {
-            fields
-                .binary_search_by(|(k, _)| k.bytes(&self.text).cmp(key.as_bytes()))
-                .ok()
+        let (n, _, first) = self.header();
+        let want = key.as_bytes();
+        if n <= SCAN_MAX {
+            let mut r = Reader(self.buf.get(first..)?);
+            for _ in 0..n {
+                let k = r.bytes()?;
+                let v = r.value()?;
+                if k == want {
+                    return Some(v);
+                }
+            }
+            return None;
+        }
+        let table = first.checked_sub(4 * n)?;
+        let at = |i: usize| -> Option<Reader<'_>> {
+            let mut t = Reader(self.buf.get(table + 4 * i..)?);
+            Some(Reader(self.buf.get(t.u32()? as usize..)?))
         };
-        found.map(|i| fields[i].1.view(&self.text, &self.cells))
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let mut r = at(mid)?;
+            match r.bytes()?.cmp(want) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return r.value(),
+            }
+        }
+        None
     }
 
     /// `Note::has_tag` with `wanted` already folded and without `#`.
     fn carries(&self, wanted: &str) -> bool {
-        self.tags
-            .iter()
-            .any(|t| tag_matches(Span::of(&self.text, t.1), wanted))
+        self.tag_pairs().any(|t| tag_matches(t.1, wanted))
     }
 }
 
@@ -1316,6 +1399,32 @@ mod tests {
             assert_eq!(d.field(&format!("k{i:02}")), Some(Val::Num(f64::from(i))));
         }
         assert_eq!(d.field("k40"), None);
+    }
+
+    #[test]
+    fn packed_strings_of_any_length_and_case_read_back() {
+        let d = NoteData::default();
+        assert_eq!((d.title(), d.tags().count(), d.field("x")), ("", 0, None));
+        // Lengths past one LEB128 byte; strings that fold to themselves are stored once.
+        let long_key = "k".repeat(300);
+        let long_value = "Ä".repeat(200);
+        let mut m = Map::new();
+        m.insert(long_key.clone(), json!(long_value));
+        m.insert("list".into(), json!(["x".repeat(130), {"a": 1}, false, null]));
+        let d = NoteData::new("already folded".into(), vec!["lower".into(), "Upper".into()], &m);
+        assert_eq!(d.title(), "already folded");
+        assert_eq!(d.folded_title(), "already folded");
+        assert_eq!(d.tags().collect::<Vec<_>>(), ["lower", "Upper"]);
+        assert!(d.carries("lower") && d.carries("upper"));
+        assert_eq!(d.field(&long_key), Some(Val::Text(&"ä".repeat(200))));
+        let Some(Val::List(items)) = d.field("list") else {
+            panic!()
+        };
+        let x = "x".repeat(130);
+        assert_eq!(
+            items.iter().collect::<Vec<_>>(),
+            [Val::Text(&x), Val::Other, Val::Bool(false), Val::Null]
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 mod db;
 mod grams;
+mod pool;
 mod query;
 mod record;
 
@@ -375,6 +376,28 @@ impl Index {
     fn read<T>(&self, f: impl FnOnce(&Snapshot<'_>) -> Result<T, IndexError>) -> Option<T> {
         let db = self.live()?;
         let result = db.snapshot().and_then(|snap| {
+            if snap.building {
+                return Ok(None);
+            }
+            f(&snap).map(Some)
+        });
+        match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.failed(&e);
+                None
+            }
+        }
+    }
+
+    /// As `read`, with the snapshot taken and `f` run on a search thread (see `pool`).
+    fn read_on_pool<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Snapshot<'_>) -> Result<T, IndexError> + Send + 'static,
+    ) -> Option<T> {
+        let db = self.live()?;
+        let result = pool::run(move || {
+            let snap = db.snapshot()?;
             if snap.building {
                 return Ok(None);
             }
@@ -816,10 +839,21 @@ impl Index {
         tags: &[String],
         page: &SearchPage,
     ) -> Option<(ContentHits, Option<SearchPos>)> {
-        let mut stale = Vec::new();
-        let out = self
-            .read(|snap| query::search_content(&self.fs, snap, terms, limit, prefix, tags, page, &mut stale));
-        self.hint_stale(stale);
+        let (fs, terms, prefix, tags, page) = (
+            self.fs.clone(),
+            terms.to_vec(),
+            prefix.clone(),
+            tags.to_vec(),
+            page.clone(),
+        );
+        let (out, stale) = self
+            .read_on_pool(move |snap| {
+                let mut stale = Vec::new();
+                let out = query::search_content(&fs, snap, &terms, limit, &prefix, &tags, &page, &mut stale)?;
+                Ok((out, stale))
+            })
+            .unzip();
+        self.hint_stale(stale.unwrap_or_default());
         out
     }
 
@@ -830,7 +864,8 @@ impl Index {
         limit: usize,
         page: &SearchPage,
     ) -> Option<(KnowledgeHits, Option<SearchPos>)> {
-        self.read(|snap| query::search_knowledge(snap, terms, tags, limit, page))
+        let (terms, tags, page) = (terms.to_vec(), tags.to_vec(), page.clone());
+        self.read_on_pool(move |snap| query::search_knowledge(snap, &terms, &tags, limit, &page))
     }
 
     pub(crate) fn list_tags(&self) -> Option<ListTags> {

@@ -50,10 +50,13 @@ const AUTOMERGE: i64 = 16;
 const BULK_CACHE_KIB: i64 = -32 * 1024;
 /// SQLite's default, for the small updates of a serving process.
 const DEFAULT_CACHE_KIB: i64 = -2000;
-/// Each reader's page cache, in KiB.
-const READER_CACHE_KIB: i64 = -8 * 1024;
-/// Readers kept open for reuse (the most recently used is taken first).
-const MAX_IDLE_READERS: usize = 2;
+/// Each reader's page cache, in KiB: the exact step reads candidates' bodies, and the OS keeps
+/// the file's pages anyway, so a few MiB per connection do (there is one per concurrent read).
+const READER_CACHE_KIB: i64 = -2 * 1024;
+/// Readers kept open for reuse (the most recently used is taken first): as many as concurrent
+/// reads commonly are, so that a busy server does not open, warm and drop connections (their
+/// caches, freed on other threads, leave the allocator holding memory it rarely gives back).
+const MAX_IDLE_READERS: usize = 8;
 
 const TABLES: &[&str] = &[
     "meta",
@@ -436,6 +439,10 @@ pub struct Db {
     writer: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     catalog: Mutex<Option<Arc<Catalog>>>,
+    /// Held while a whole catalog is read: a snapshot that finds none current waits for the
+    /// read under way and shares its result, so concurrent first reads (the start pass and a
+    /// call) never hold two copies of every note at once.
+    loading: Mutex<()>,
     /// Set when the file was replaced under us: connections are then never closed (see `Drop`).
     abandoned: AtomicBool,
 }
@@ -511,6 +518,7 @@ impl Db {
             writer: Mutex::new(Some(conn)),
             readers: Mutex::new(Vec::new()),
             catalog: Mutex::new(None),
+            loading: Mutex::new(()),
             abandoned: AtomicBool::new(false),
         })
     }
@@ -620,12 +628,20 @@ impl Db {
                     next
                 }
                 _ => {
-                    let fresh = Arc::new(load_catalog(conn, generation)?);
-                    let mut slot = lock(&self.catalog);
-                    if slot.as_ref().is_none_or(|c| c.generation < generation) {
-                        *slot = Some(fresh.clone());
+                    let _one = lock(&self.loading);
+                    // Another snapshot may have read this generation while we waited.
+                    let done = lock(&self.catalog).clone().filter(|c| c.generation == generation);
+                    match done {
+                        Some(c) => c,
+                        None => {
+                            let fresh = Arc::new(load_catalog(conn, generation)?);
+                            let mut slot = lock(&self.catalog);
+                            if slot.as_ref().is_none_or(|c| c.generation < generation) {
+                                *slot = Some(fresh.clone());
+                            }
+                            fresh
+                        }
                     }
-                    fresh
                 }
             };
             (catalog, building, epoch)
@@ -959,16 +975,20 @@ fn entry_of(r: &rusqlite::Row<'_>, path: VaultPath) -> rusqlite::Result<Entry> {
 fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexError> {
     let mut stmt = conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} ORDER BY n.path"))?;
     let mut rows = stmt.query([])?;
-    let mut entries = Vec::new();
+    // Straight into the persistent vector: a `Vec` first would hold every entry twice at the
+    // peak (and, once freed, leave the allocator's thresholds raised to its size).
+    let mut entries = imbl::Vector::new();
+    let mut ids: Vec<(i64, usize)> = Vec::new();
     while let Some(r) = rows.next()? {
         let path: String = r.get(1)?;
         // Only parsed paths are ever stored; anything else is not ours to serve.
         let Ok(path) = VaultPath::parse(&path) else {
             continue;
         };
-        entries.push(entry_of(r, path)?);
+        let e = entry_of(r, path)?;
+        ids.push((e.id, entries.len()));
+        entries.push_back(e);
     }
-    let mut ids: Vec<(i64, usize)> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     ids.sort_unstable();
     let base = Arc::new(ids.iter().copied().collect());
     let mut ordered_upto = 0;
@@ -982,7 +1002,7 @@ fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexErro
     }
     Ok(Catalog {
         generation,
-        entries: entries.into_iter().collect(),
+        entries,
         base,
         shifts: Arc::default(),
         ordered_upto,
