@@ -99,12 +99,14 @@ pub fn fingerprint_of(files: &[DirEntry]) -> String {
 /// Compares the vault with its recorded fingerprint, moves the revision if it changed, brings the
 /// search index up to date, and announces the change. Used for each watcher batch, with the
 /// vault-relative paths it reported.
-pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
-    tracing::debug!(vault = %v.id, paths = changed.len(), "watcher batch");
+pub fn rescan(core: &Core, v: &VaultHandle, batch: &vault::watch::Changes) {
+    let changed: &[PathBuf] = &batch.paths;
+    tracing::debug!(vault = %v.id, paths = changed.len(), lost = batch.lost, "watcher batch");
     // SPEC §6 "Cost follows the change": a batch holding nothing but vaultgate's own writes (and
     // inbox or machine files) is no change on disk to count, so it costs no walk and no lock.
+    // A batch that lost events may hide anything: it is always walked.
     let mut theirs = false;
-    if !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
+    if !batch.lost && !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
         if theirs {
             // Another vaultgate process wrote (and counted) it. It may have no index of its own
             // (the CLI): the named notes are indexed here (unchanged ones cost a lookup), and our
@@ -138,7 +140,7 @@ pub fn rescan(core: &Core, v: &VaultHandle, changed: &[PathBuf]) {
         // A write another process had not committed yet when the watcher saw its files is
         // committed now (it held this lock): if that explains every path, nothing is walked.
         let mut theirs = false;
-        if !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
+        if !batch.lost && !changed.iter().any(|p| needs_rescan(core, v, p, &mut theirs)) {
             drop(lock);
             if let Ok(revision) = core.state.revision(&v.id) {
                 core.announce(VaultChanged {
@@ -190,9 +192,9 @@ pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
         v.reader.start_index();
         let weak = Arc::downgrade(core);
         let handle = v.clone();
-        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |paths| {
+        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |batch| {
             if let Some(core) = weak.upgrade() {
-                rescan(&core, &handle, &paths);
+                rescan(&core, &handle, &batch);
             }
         }) {
             Ok(w) => watches.push(w),

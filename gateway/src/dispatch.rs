@@ -51,6 +51,10 @@ pub fn call_tool(
 /// client must read as one message (rmcp's own line limit is 16 MiB). Lists are cut before this (every list is
 /// paged or capped), so what is left over is one item too large: refused, naming a narrower call.
 fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, GatewayError> {
+    // Most results are far under the limit, which a bound shows without serializing them.
+    if wire_bound(&out) <= max {
+        return Ok(out);
+    }
     let size = result_len(&out);
     if size <= max {
         return Ok(out);
@@ -84,6 +88,29 @@ fn within_output_limit(tool: &str, out: Value, max: usize) -> Result<Value, Gate
     };
     // SECURITY(T-PAGE3): no answer is larger than max_output_bytes.
     Err(GatewayError::OutputLimitExceeded(format!("{what}; {next}")))
+}
+
+/// At least `result_len(v)`, from a walk that reads no string's bytes: a string's byte is at most
+/// 6 in compact JSON (`\u001f`), and each byte of that JSON at most 2 once it is escaped again
+/// (only `"` and `\` are, since the first copy holds no control characters).
+fn wire_bound(v: &Value) -> usize {
+    fn first(v: &Value) -> usize {
+        match v {
+            // `-1.7976931348623157e308` is 24 bytes; `false` 5.
+            Value::Null | Value::Bool(_) | Value::Number(_) => 24,
+            Value::String(s) => s.len().saturating_mul(6).saturating_add(2),
+            Value::Array(items) => items
+                .iter()
+                .fold(2usize, |n, i| n.saturating_add(first(i)).saturating_add(1)),
+            Value::Object(map) => map.iter().fold(2usize, |n, (k, v)| {
+                n.saturating_add(k.len().saturating_mul(6))
+                    .saturating_add(4)
+                    .saturating_add(first(v))
+            }),
+        }
+    }
+    // `result_len`: the JSON plus its escaped copy (at most twice as long) and two quotes.
+    first(v).saturating_mul(3).saturating_add(2)
 }
 
 /// The bytes of a result on the wire: its JSON, and that JSON as a JSON string.
@@ -328,6 +355,17 @@ mod output_len_tests {
     #![allow(clippy::unwrap_used)]
     use serde_json::{Value, json};
 
+    /// The bound is never under the length, however the text is made up.
+    #[test]
+    fn the_wire_bound_is_never_under_the_length() {
+        let pieces = ["\u{1}", "\"", "\\", "\n", "é", "文", "x", "\u{1f}", "/"];
+        for n in 0..200usize {
+            let text: String = (0..n).map(|i| pieces[(i * 7 + n) % pieces.len()]).collect();
+            let v = json!({"content": text, "n": [n, -1.5e300, null, true], "k\"\u{1}": {"e": ""}});
+            assert!(super::wire_bound(&v) >= super::result_len(&v), "{v}");
+        }
+    }
+
     /// The length counted equals both copies as a client receives them.
     #[test]
     fn result_len_is_both_copies_on_the_wire() {
@@ -342,6 +380,7 @@ mod output_len_tests {
         ] {
             let text = serde_json::to_string(&v).unwrap();
             let wire = text.len() + serde_json::to_string(&Value::String(text.clone())).unwrap().len();
+            assert!(super::wire_bound(&v) >= wire.max(text.len() * 2), "{v}");
             if wire > 4096 {
                 assert_eq!(super::result_len(&v), wire, "{v}");
             } else {

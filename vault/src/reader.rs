@@ -160,8 +160,8 @@ impl Vault {
             title: note.title,
             frontmatter_error: note.frontmatter_error.as_ref().map(ToString::to_string),
             frontmatter: note.frontmatter_error.is_none().then_some(note.frontmatter),
-            hash: hex::encode(Sha256::digest(&file.bytes)),
-            bytes: file.bytes.len() as u64,
+            hash: hex::encode(Sha256::digest(file.bytes())),
+            bytes: file.text.len() as u64,
             content: file.text,
             modified: rfc3339(file.modified),
         })
@@ -452,7 +452,7 @@ impl Vault {
             notes.push((
                 e.path,
                 nanos_of(file.modified),
-                file.bytes.len() as u64,
+                file.text.len() as u64,
                 data,
                 note.frontmatter,
             ));

@@ -96,7 +96,7 @@ impl Vault {
             plan.push(LinkRewrite {
                 path: source.clone(),
                 count,
-                base_hash: hex::encode(Sha256::digest(&file.bytes)),
+                base_hash: hex::encode(Sha256::digest(file.bytes())),
                 new_text,
             });
         }

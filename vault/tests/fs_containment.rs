@@ -136,7 +136,7 @@ fn ordinary_and_harmless_symlinked_notes_are_read() {
         "# Standard\n"
     );
     let file = vfs.read_text(&p("docs/std.md")).unwrap();
-    assert_eq!(file.bytes, b"# Standard\n");
+    assert_eq!(file.bytes(), b"# Standard\n");
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn size_and_encoding_limits() {
     let tmp = build();
     let vfs = open(&tmp, notes_layout());
     let exact = vfs.read_text(&p("notes/exact.md")).unwrap();
-    assert_eq!(exact.bytes.len() as u64, MAX_READ_BYTES);
+    assert_eq!(exact.bytes().len() as u64, MAX_READ_BYTES);
     assert!(matches!(read_err(&vfs, "notes/big.md"), FsError::TooLarge));
     assert!(matches!(read_err(&vfs, "notes/bad.md"), FsError::NotText));
 }

@@ -75,7 +75,7 @@ impl NoteRecord {
         NoteRecord {
             path,
             class,
-            size: file.bytes.len() as u64,
+            size: file.text.len() as u64,
             mtime: nanos(file.modified),
             content: Some(Content {
                 title: note.title,
