@@ -627,13 +627,23 @@ impl Db {
                     }
                     next
                 }
-                _ => {
+                (stale, None) => {
+                    drop(stale);
                     let _one = lock(&self.loading);
                     // Another snapshot may have read this generation while we waited.
                     let done = lock(&self.catalog).clone().filter(|c| c.generation == generation);
                     match done {
                         Some(c) => c,
                         None => {
+                            // A catalog too far behind to catch up is of no further use: it goes
+                            // before the new one is read, so one full catalog is held, not two
+                            // (a reader still holding it keeps it until it is done).
+                            {
+                                let mut slot = lock(&self.catalog);
+                                if slot.as_ref().is_some_and(|c| c.generation < generation) {
+                                    *slot = None;
+                                }
+                            }
                             let fresh = Arc::new(load_catalog(conn, generation)?);
                             let mut slot = lock(&self.catalog);
                             if slot.as_ref().is_none_or(|c| c.generation < generation) {
