@@ -744,7 +744,7 @@ impl Core {
         Ok((
             vault::SearchPage {
                 from,
-                deadline: Some(self.read_limits().search_deadline()),
+                budget: Some(self.read_limits().search_budget),
             },
             revision,
         ))

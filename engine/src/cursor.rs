@@ -7,7 +7,7 @@
 //! Wire form: base64url (no padding) of `payload ‖ mac[..16]`, at most 128 characters; long keys
 //! are cut to a head and a hash (`vault::Key`) to fit.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ring::hmac;
 use serde_json::Value;
@@ -39,11 +39,6 @@ impl ReadLimits {
         max_output_bytes: 16 * 1024 * 1024,
         search_budget: Duration::from_millis(2000),
     };
-
-    /// The deadline of a search that starts now.
-    pub fn search_deadline(&self) -> Instant {
-        Instant::now() + self.search_budget
-    }
 }
 
 impl Default for ReadLimits {

@@ -232,7 +232,7 @@ impl<T> Ranker<T> {
             start: page.from.start.clone(),
             after,
             top,
-            deadline: page.deadline,
+            deadline: page.budget.map(|b| Instant::now() + b),
             buckets: BTreeMap::new(),
             total: 0,
             limit_th: None,
@@ -370,8 +370,8 @@ mod tests {
         for _ in 0..10_000 {
             let page = SearchPage {
                 from: from.clone(),
-                // Already passed: every page stops after its first examined note.
-                deadline: budget.then(Instant::now),
+                // Spent at once: every page stops after its first examined note.
+                budget: budget.then_some(std::time::Duration::ZERO),
             };
             let mut r: Ranker<()> = Ranker::new(&page, limit, 3);
             for (path, hits) in notes {
@@ -396,6 +396,29 @@ mod tests {
             }
         }
         panic!("the pages never ended");
+    }
+
+    /// The budget counts from when the examination begins: time a search spent waiting for a
+    /// thread (the page was made, the ranker not yet) is not taken from it.
+    #[test]
+    fn the_budget_starts_with_the_examination() {
+        let page = SearchPage {
+            from: SearchPos::default(),
+            budget: Some(std::time::Duration::from_millis(300)),
+        };
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let mut r: Ranker<()> = Ranker::new(&page, 10, 3);
+        for path in ["a.md", "b.md", "c.md"] {
+            assert!(
+                matches!(r.before_note(path), Step::Examine),
+                "{path} not examined"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(
+            matches!(r.before_note("d.md"), Step::Stop),
+            "the budget never ran out"
+        );
     }
 
     fn rank(v: &mut [(u32, String, u32)]) {

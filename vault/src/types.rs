@@ -211,12 +211,13 @@ pub struct ContentQuery {
 /// Every other list in a result carries at most this many items (SPEC §14).
 pub const MAX_LIST_ITEMS: usize = 1000;
 
-/// One page of a search: where it starts, and until when it may examine candidates.
+/// One page of a search: where it starts, and how long it may examine candidates.
 #[derive(Debug, Clone, Default)]
 pub struct SearchPage {
     pub from: SearchPos,
-    /// Once passed, the search answers what it found so far (`truncated`, with a position).
-    pub deadline: Option<std::time::Instant>,
+    /// Counted from when the examination begins (a search queued behind others has not begun):
+    /// once spent, the search answers what it found so far (`truncated`, with a position).
+    pub budget: Option<std::time::Duration>,
 }
 
 /// A sort key as a cursor carries it: the whole key, or, for a long one, its first bytes and a
