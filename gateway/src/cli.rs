@@ -534,6 +534,10 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    // Before anything else runs: a server re-executes itself once with glibc's allocator tuned.
+    if matches!(cli.command, Command::Serve { .. } | Command::Stdio) {
+        crate::malloc::settle();
+    }
     let env: BTreeMap<String, String> = std::env::vars().collect();
     crate::logging::init(&env);
     let _ = FAILPOINTS.set(failpoints(&env));

@@ -14,6 +14,7 @@ mod describe;
 mod dispatch;
 pub mod http;
 mod logging;
+mod malloc;
 pub mod mcp;
 mod pdf;
 // The generated pages of docs/reference/, held equal to the code by its test.

@@ -1791,3 +1791,29 @@ fn fifty_calls_on_one_kept_alive_connection_answer_without_waiting_for_acks() {
         times[25]
     );
 }
+
+/// `serve` re-executes itself once with glibc's mmap threshold fixed (gateway/src/malloc.rs): the
+/// process started is the one that serves (same pid, the same binary), and its environment names
+/// the tunable exactly once.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn serve_is_the_process_started_with_the_allocator_tunable_set_once() {
+    let env = Env::new();
+    let s = Server::start(&env);
+    let pid = s.child.id();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let tunables: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter_map(|v| v.strip_prefix(b"GLIBC_TUNABLES="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    assert_eq!(tunables.len(), 1, "{tunables:?}");
+    let named: Vec<&str> = tunables[0]
+        .split(':')
+        .filter(|t| t.starts_with("glibc.malloc.mmap_threshold="))
+        .collect();
+    assert_eq!(named, ["glibc.malloc.mmap_threshold=131072"], "{tunables:?}");
+    let exe = std::fs::canonicalize(format!("/proc/{pid}/exe")).unwrap();
+    assert_eq!(exe, std::fs::canonicalize(bin()).unwrap());
+    assert!(raw_get(&s.host, s.port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+}
