@@ -98,7 +98,8 @@ impl GatewayError {
             GatewayError::NoHome(_) => ErrorCode::NOT_FOUND,
             GatewayError::Config(_) => ErrorCode::INVALID_ARGUMENT,
             GatewayError::Io(_) => ErrorCode::INTERNAL,
-            GatewayError::AuditBroken(_) => ErrorCode::INTERNAL,
+            // The contract's code for a log that cannot be written to: broken, missing or replaced.
+            GatewayError::AuditBroken(_) => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
             GatewayError::Proposal(code, _) => *code,
             GatewayError::Attachment(code, _) => *code,

@@ -326,14 +326,18 @@ async fn a_missing_or_replaced_log_is_never_silently_restarted() {
         let (code, stderr) = must_exit(&env, &args, t);
         assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert!(
-            stderr.contains("vaultgate audit restart --yes"),
+            stderr.contains("error[AUDIT_UNAVAILABLE]") && stderr.contains("vaultgate audit restart --yes"),
             "{args:?}: {stderr}"
         );
     }
     assert!(!log.exists(), "no new chain was started");
     let verify = env.run(&["audit", "verify"]);
     assert_eq!(verify.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&verify.stderr).contains("missing"));
+    let verify_err = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify_err.contains("missing") && verify_err.contains("error[AUDIT_UNAVAILABLE]"),
+        "{verify_err}"
+    );
     let without_yes = env.run(&["audit", "restart"]);
     assert_eq!(without_yes.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&without_yes.stderr).contains("--yes"));
