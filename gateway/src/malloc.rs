@@ -4,8 +4,8 @@
 //! its trim threshold to twice that. After a server frees one walk of a large vault or one broad
 //! query's rows, each of its arenas keeps megabytes it no longer uses. A serve on 100,000 notes
 //! held 128–131 MiB after a few searches and queries, against 94 MiB with the threshold fixed.
-//! The only way to fix it without unsafe code is glibc's tunables, which are read once at
-//! start-up. So `serve` and `stdio` re-execute themselves once with the tunable set, before
+//! The crates here make no foreign calls, so `mallopt` is out of reach; glibc's tunables, read
+//! once at start-up, are the way in. So `serve` and `stdio` re-execute themselves once with the tunable set, before
 //! anything else has run (no thread, no file opened, no byte read from stdin).
 
 use std::ffi::OsString;

@@ -7,8 +7,9 @@
 //! absolute target, or a `..` above the root, is `PATH_OUTSIDE_VAULT`, and the real path must pass
 //! the read policy again. The file is then opened relative to the held parent handle with
 //! no-follow, and size and type come from the opened handle, so what is read is what was checked.
-//! On Linux a file read first tries one `openat2` that refuses every symlink and every step out of
-//! the root; only a path that fails it (a link on the way, a missing file) takes the walk.
+//! On Linux a file read first opens its folder with one `openat2` that refuses every symlink and
+//! every step out of the root; only a path that fails it (a link on the way, a missing file, a
+//! name that is not a regular file) takes the walk.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -475,26 +476,47 @@ impl VaultFs {
         })
     }
 
-    /// The common case of `open_checked` in one system call: `openat2` from the root handle with
-    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`. `None` sends the caller down the walk, which
-    /// decides every other case (a symlink anywhere on the path, a missing file, a folder, a
-    /// FIFO, a kernel without `openat2`).
+    /// The common case of `open_checked` in a few system calls: the parent folder opened with
+    /// one `openat2` from the root handle (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), then, as the
+    /// walk does, the name `lstat`ed there and opened only if it is a regular file. `None` sends
+    /// the caller down the walk, which decides every other case (a symlink anywhere on the path,
+    /// a missing file, a folder, a FIFO or device, a kernel without `openat2`).
     ///
-    /// SECURITY(T-PATH): the kernel refuses a symlink in any component and any step out of the
-    /// root, so what opens is the file `path` names with no link followed: the real path is
-    /// `path`, which the caller's read policy (hard deny-list included) already checked, as the
-    /// walk would have. No-follow and non-blocking as in the walk; type and size come from the
-    /// opened handle.
+    /// SECURITY(T-PATH): the kernel refuses a symlink in any folder on the way and any step out of
+    /// the root, and the last component is checked and opened no-follow, so what opens is the file
+    /// `path` names with no link followed: the real path is `path`, which the caller's read policy
+    /// (hard deny-list included) already checked, as the walk would have. A FIFO or device is
+    /// never opened here (its type is read first); type and size come from the opened handle.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn open_direct(&self, path: &VaultPath) -> Option<(cap_std::fs::File, Metadata)> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        let fd = rustix::fs::openat2(
-            &self.dir,
-            path.as_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
+        use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+        let parent = match path.as_str().rsplit_once('/') {
+            Some((folder, _)) => Some(
+                rustix::fs::openat2(
+                    &self.dir,
+                    folder,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+                )
+                .ok()?,
+            ),
+            None => None,
+        };
+        let name = path.file_name();
+        let stat = match &parent {
+            Some(fd) => rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW),
+            None => rustix::fs::statat(&self.dir, name, AtFlags::SYMLINK_NOFOLLOW),
+        }
+        .ok()?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return None;
+        }
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match &parent {
+            Some(dir) => rustix::fs::openat(dir, name, flags, Mode::empty()),
+            None => rustix::fs::openat(&self.dir, name, flags, Mode::empty()),
+        }
         .ok()?;
         let file = cap_std::fs::File::from_std(std::fs::File::from(fd));
         let meta = file.metadata().ok()?;

@@ -24,6 +24,9 @@ pub struct Changes {
 
 /// Longest a burst of events is held back before it is reported.
 const MAX_HOLD: Duration = Duration::from_millis(800);
+/// Paths one burst names at most; beyond them (a checkout, an unpacked archive) the burst is
+/// reported as lost, and the walk it starts finds every change anyway.
+const MAX_PATHS: usize = 10_000;
 
 /// What the event source hands the debouncer.
 enum Signal {
@@ -57,6 +60,10 @@ fn debounce(rx: &mpsc::Receiver<Signal>, quiet: Duration, on_change: impl Fn(Cha
                     Signal::Paths(paths) if paths.is_empty() => continue,
                     Signal::Paths(paths) => pending.paths.extend(paths),
                     Signal::Lost => pending.lost = true,
+                }
+                if pending.lost || pending.paths.len() > MAX_PATHS {
+                    pending.lost = true;
+                    pending.paths = Vec::new();
                 }
                 started.get_or_insert_with(Instant::now);
             }
@@ -464,6 +471,42 @@ mod tests {
         std::fs::write(root.join("b.md"), "b").unwrap();
         let batch = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(batch.paths, vec![PathBuf::from("b.md")]);
+    }
+
+    /// A burst naming more than `MAX_PATHS` is reported as lost, holding no paths.
+    #[test]
+    fn a_huge_burst_is_reported_as_lost_without_its_paths() {
+        let (tx, rx) = mpsc::channel();
+        let (out_tx, out_rx) = mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            debounce(&rx, Duration::from_millis(50), move |c| {
+                let _ = out_tx.send(c);
+            })
+        });
+        for i in 0..3 {
+            let paths = (0..MAX_PATHS / 2)
+                .map(|j| PathBuf::from(format!("{i}/{j}.md")))
+                .collect();
+            tx.send(Signal::Paths(paths)).unwrap();
+        }
+        let batch = out_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(
+            batch.lost && batch.paths.is_empty(),
+            "{} paths, lost {}",
+            batch.paths.len(),
+            batch.lost
+        );
+        tx.send(Signal::Paths(vec![PathBuf::from("a.md")])).unwrap();
+        let batch = out_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            batch,
+            Changes {
+                paths: vec![PathBuf::from("a.md")],
+                lost: false
+            }
+        );
+        drop(tx);
+        worker.join().unwrap();
     }
 
     #[test]

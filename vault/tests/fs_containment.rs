@@ -457,6 +457,40 @@ fn a_fifo_is_not_read_and_does_not_block() {
     assert!(!names(&vfs.walk_markdown(&[folder("notes")])).contains("notes/pipe.md"));
 }
 
+/// SECURITY(T-PATH): a FIFO is never even opened: a writer waiting for a reader is not let
+/// through by a read of its name (opening is itself an act on a FIFO, as on a device).
+#[test]
+fn a_fifo_is_never_opened_by_a_read() {
+    let tmp = build();
+    let fifo = tmp.path().join("vault/notes/waiting.md");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        return; // no mkfifo on this system
+    }
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (fifo, opened) = (fifo.clone(), opened.clone());
+        // Blocks in open until some reader opens the FIFO.
+        std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(&fifo);
+            opened.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(f);
+        })
+    };
+    let vfs = open(&tmp, notes_layout());
+    for _ in 0..5 {
+        assert!(matches!(read_err(&vfs, "notes/waiting.md"), FsError::NotFound));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !opened.load(std::sync::atomic::Ordering::SeqCst),
+        "a read opened the FIFO"
+    );
+    // Let the writer go: this reader pairs with it.
+    drop(std::fs::File::open(&fifo).unwrap());
+    writer.join().unwrap();
+}
+
 #[test]
 fn nested_readable_folders_are_walked_even_beside_an_unreadable_root() {
     let tmp = tempfile::tempdir().unwrap();
