@@ -809,7 +809,7 @@ impl Supervisor {
             let why = health
                 .pointer("/control_plane_poll/error")
                 .and_then(Value::as_str)
-                .map(|e| format!("not connected yet: {}", policy::escape_controls(e)));
+                .map(|e| format!("not connected yet: {}", policy::text::escape(e)));
             (Phase::Starting, Some(health), why)
         }
     }

@@ -13,6 +13,6 @@ pub mod tools;
 
 pub use code::ErrorCode;
 pub use path::{FolderPath, Layout, NoteClass, PathError, VaultPath};
-pub use text::escape_controls;
+
 pub use tier::{Capability, Tier};
 pub use tools::{TOOLS, ToolKind, ToolSpec};

@@ -4,8 +4,16 @@
 //! alone, before the file system is touched, so a refusal reveals nothing about what exists.
 //! Symlink resolution (`PATH_OUTSIDE_VAULT`) lives in `vault::fs`.
 
+use icu_properties::props::{
+    CanonicalCombiningClass, Emoji, EmojiModifier, ExtendedPictographic, GeneralCategory, JoiningType,
+};
+use icu_properties::{
+    CodePointMapData, CodePointMapDataBorrowed, CodePointSetData, CodePointSetDataBorrowed,
+};
 use serde::Serialize;
 use unicode_normalization::UnicodeNormalization;
+
+use crate::text::{CATEGORY, is_hidden};
 
 /// Longest accepted path, in bytes (SPEC §5).
 pub const MAX_PATH_BYTES: usize = 1024;
@@ -153,14 +161,13 @@ pub fn validate_segment(seg: &str) -> Result<(), PathError> {
             ':' => return Err(PathError::Invalid("':' (drive letter or alternate data stream)")),
             // NUL, C0, DEL and C1: truncate C strings, forge log lines, break terminals.
             c if c.is_control() => return Err(PathError::Invalid("control character")),
-            // SECURITY(T-PATH): invisible or reordering characters make a path read as another.
-            c if is_invisible_or_bidi(c) => {
-                return Err(PathError::Invalid(
-                    "zero-width or bidirectional-control character",
-                ));
-            }
             _ => {}
         }
+    }
+    // SECURITY(T-PATH): invisible, blank, reordering, unassigned or private-use characters make
+    // a path read as another (or as nothing) to the person who approves it.
+    if let Some(why) = hidden_in_segment(seg) {
+        return Err(PathError::Invalid(why));
     }
     // Windows strips a trailing dot or space, so `a.md.` and `a.md ` would alias `a.md`.
     if seg.ends_with('.') || seg.ends_with(' ') {
@@ -178,17 +185,73 @@ pub fn validate_segment(seg: &str) -> Result<(), PathError> {
     Ok(())
 }
 
-/// Zero-width, line-separator and bidirectional-control characters (Trojan Source, CVE-2021-42574).
-fn is_invisible_or_bidi(c: char) -> bool {
-    matches!(
-        c,
-        '\u{061C}'                      // Arabic letter mark
-            | '\u{180E}'                // Mongolian vowel separator (formerly zero-width)
-            | '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
-            | '\u{2028}'..='\u{202E}'   // line/paragraph separators, bidi embeddings and overrides
-            | '\u{2060}'..='\u{206F}'   // word joiner, invisible operators, bidi isolates
-            | '\u{FEFF}' // zero-width no-break space (BOM)
-    )
+/// Why `seg` holds a character no path may hold beyond the controls: one that a person sees
+/// escaped ([`crate::text::is_hidden`]: bidi controls, Cf, default-ignorable, blank letters; Trojan
+/// Source, CVE-2021-42574), an unassigned code point or a private-use one. U+200C and U+200D are
+/// kept where IDNA's CONTEXTJ rules (RFC 5892 A.1, A.2) allow them — Persian, Indic scripts — and
+/// U+200D and U+FE0F inside an emoji sequence.
+fn hidden_in_segment(seg: &str) -> Option<&'static str> {
+    if seg.is_ascii() {
+        return None;
+    }
+    let chars: Vec<char> = seg.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii() {
+            continue;
+        }
+        match CATEGORY.get(c) {
+            GeneralCategory::Unassigned => return Some("unassigned code point"),
+            GeneralCategory::PrivateUse => return Some("private-use character"),
+            _ => {}
+        }
+        if is_hidden(c) && !joiner_in_context(&chars, i) {
+            return Some("invisible, blank or bidirectional-control character");
+        }
+    }
+    None
+}
+
+/// Whether the joiner or variation selector at `chars[i]` is one a word or an emoji needs.
+fn joiner_in_context(chars: &[char], i: usize) -> bool {
+    const CCC: CodePointMapDataBorrowed<'static, CanonicalCombiningClass> =
+        CodePointMapData::<CanonicalCombiningClass>::new();
+    const JOINING: CodePointMapDataBorrowed<'static, JoiningType> = CodePointMapData::<JoiningType>::new();
+    const EMOJI: CodePointSetDataBorrowed<'static> = CodePointSetData::new::<Emoji>();
+    const PICTOGRAPHIC: CodePointSetDataBorrowed<'static> = CodePointSetData::new::<ExtendedPictographic>();
+    const MODIFIER: CodePointSetDataBorrowed<'static> = CodePointSetData::new::<EmojiModifier>();
+    let before = i.checked_sub(1).map(|j| chars[j]);
+    let after = chars.get(i + 1).copied();
+    let after_virama = before.is_some_and(|b| CCC.get(b) == CanonicalCombiningClass::Virama);
+    match chars[i] {
+        // ZWNJ: after a virama, or between a left- or dual-joining and a right- or dual-joining
+        // letter with only transparent ones in between.
+        '\u{200C}' => {
+            let jt = |c: &char| JOINING.get(*c);
+            let left = chars[..i]
+                .iter()
+                .rev()
+                .find(|c| jt(c) != JoiningType::Transparent)
+                .is_some_and(|c| matches!(jt(c), JoiningType::LeftJoining | JoiningType::DualJoining));
+            let right = chars[i + 1..]
+                .iter()
+                .find(|c| jt(c) != JoiningType::Transparent)
+                .is_some_and(|c| matches!(jt(c), JoiningType::RightJoining | JoiningType::DualJoining));
+            after_virama || (left && right)
+        }
+        // ZWJ: after a virama, or joining two pictographs (a modifier or U+FE0F may follow the first).
+        '\u{200D}' => {
+            let base = chars[..i]
+                .iter()
+                .rev()
+                .find(|c| **c != '\u{FE0F}' && !MODIFIER.contains(**c));
+            after_virama
+                || (base.is_some_and(|b| PICTOGRAPHIC.contains(*b))
+                    && after.is_some_and(|a| PICTOGRAPHIC.contains(a)))
+        }
+        // VS16: the emoji presentation of the character before it.
+        '\u{FE0F}' => before.is_some_and(|b| EMOJI.contains(b)),
+        _ => false,
+    }
 }
 
 /// Windows device names, matched on the whole segment or its stem (before the first dot, trailing
@@ -543,6 +606,32 @@ mod tests {
         ("notes/a\u{2060}.md", "IIII"),
         ("notes/a\u{2028}.md", "IIII"),
         ("\u{200B}.git/config", "IIII"),
+        // What the red-team passed: format, default-ignorable, blank letters (SECURITY(T-PATH)).
+        ("notes/a\u{0600}.md", "IIII"),
+        ("notes/b\u{1D173}\u{FE0F}.md", "IIII"),
+        ("notes/a\u{FE0F}.md", "IIII"),
+        ("notes/a\u{E0100}.md", "IIII"),
+        ("notes/a\u{034F}.md", "IIII"),
+        ("notes/\u{115F}.md", "IIII"),
+        ("notes/a\u{1160}.md", "IIII"),
+        ("notes/\u{3164}.md", "IIII"),
+        ("notes/a\u{FFA0}.md", "IIII"),
+        ("notes/a\u{2800}.md", "IIII"),
+        ("notes/a\u{17B5}.md", "IIII"),
+        ("notes/a\u{180B}.md", "IIII"),
+        ("notes/a\u{00AD}b.md", "IIII"),
+        ("notes/a\u{E0041}.md", "IIII"),
+        // Unassigned and private use.
+        ("notes/a\u{0378}.md", "IIII"),
+        ("notes/a\u{E000}.md", "IIII"),
+        ("notes/a\u{F0000}.md", "IIII"),
+        ("notes/a\u{FFFF}.md", "IIII"),
+        // Joiners out of their context: after a Latin letter, between unjoined letters, alone.
+        ("notes/a\u{200C}b.md", "IIII"),
+        ("notes/\u{200D}\u{1F600}.md", "IIII"),
+        ("notes/\u{1F600}\u{200D}.md", "IIII"),
+        ("notes/\u{1F600}\u{200D}x.md", "IIII"),
+        ("notes/x\u{FE0F}.md", "IIII"),
         // Percent-encoded traversal.
         ("notes/%2e%2e/secret", "IIII"),
         ("%2E%2E/secret", "IIII"),
@@ -552,6 +641,30 @@ mod tests {
         ("notes/%252e%252e", "IIII"),
         ("notes/%25252F", "IIII"),
     ];
+
+    #[test]
+    fn joiners_and_variation_selectors_stay_where_words_and_emoji_need_them() {
+        for ok in [
+            // Persian "I want": ZWNJ between a dual-joining yeh and a dual-joining khah.
+            "notes/\u{0645}\u{06CC}\u{200C}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645}.md",
+            // Devanagari: ZWJ and ZWNJ after a virama.
+            "notes/\u{0915}\u{094D}\u{200D}\u{0937}.md",
+            "notes/\u{0915}\u{094D}\u{200C}\u{0937}.md",
+            // Emoji: family (ZWJ), rainbow flag (FE0F, ZWJ), skin tone then ZWJ, keycap, heart.
+            "notes/\u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}.md",
+            "notes/\u{1F3F3}\u{FE0F}\u{200D}\u{1F308}.md",
+            "notes/\u{1F469}\u{1F3FD}\u{200D}\u{1F4BB}.md",
+            "notes/1\u{FE0F}\u{20E3} one.md",
+            "notes/\u{2764}\u{FE0F} love.md",
+            // Ordinary non-ASCII names.
+            "notes/中文笔记.md",
+            "notes/Ελληνικά.md",
+            "notes/café au lait.md",
+            "notes/\u{05E2}\u{05D1}\u{05E8}\u{05D9}\u{05EA}.md",
+        ] {
+            assert!(VaultPath::parse(ok).is_ok(), "{ok:?}: {:?}", VaultPath::parse(ok));
+        }
+    }
 
     #[test]
     fn path_attack_table() {

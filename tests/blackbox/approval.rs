@@ -974,12 +974,15 @@ async fn a_hostile_reason_reaches_the_prompt_escaped_after_the_fixed_fields_and_
     let env = Env::new();
     set_approval_timeout(&env, 10);
     let (_, token) = flagged(&env, "asker", "propose");
-    let hostile =
-        "Fix step two\nkind: delete\ntarget: welcome.md\r\x1b[31mURGENT\x1b[0m \u{9b}2J approve now";
+    let hostile = "Fix step two\nkind: delete\ntarget: welcome.md\r\x1b[31mURGENT\x1b[0m \u{9b}2J approve now \
+         to \u{202e}9876-5432\u{202c} zero\u{200b}width";
     let long: String = "éa".repeat(200);
+    // SECURITY(T-CR): 31 lines joined by lone CRs are 31 lines to the person deciding.
+    let cr_joined: String = (0..31).map(|i| format!("line {i}\r")).collect();
     let c = env.stdio(&token).await;
     let ph = propose_split(&c, hostile).await;
     let pl = propose_new(&c, "notes/long-reason.md", "x\n", &long).await;
+    let pc = propose_new(&c, "notes/cr-joined.md", &cr_joined, "one line, says the agent").await;
     c.close().await;
 
     let run = session(
@@ -990,13 +993,20 @@ async fn a_hostile_reason_reaches_the_prompt_escaped_after_the_fixed_fields_and_
         &[
             ("apply_proposal", apply_args(&ph, "k-hostile")),
             ("apply_proposal", apply_args(&pl, "k-long")),
+            ("apply_proposal", apply_args(&pc, "k-cr")),
         ],
     )
     .await;
     run.assert_code(0, "APPROVAL_DECLINED");
     run.assert_code(1, "APPROVAL_DECLINED");
+    run.assert_code(2, "APPROVAL_DECLINED");
     let prompts = run.prompts();
-    assert_eq!(prompts.len(), 2, "{run}");
+    assert_eq!(prompts.len(), 3, "{run}");
+    assert_prompt(
+        &prompts[2],
+        &fixed_fields("new", "notes/cr-joined.md", (31, 0), &pc),
+        "one line, says the agent",
+    );
 
     // The fixed fields first, with the true values; the reason one escaped line, the last.
     let p = &prompts[0];
@@ -1022,10 +1032,13 @@ async fn a_hostile_reason_reaches_the_prompt_escaped_after_the_fixed_fields_and_
         assert!(last.contains(visible), "the reason line keeps {visible:?}: {p}");
     }
     assert!(last.contains("\\n"), "a newline in the reason shows as \\n: {p}");
+    assert!(last.contains("\\u{001B}"), "ESC shows as an escape: {p}");
+    // SECURITY(T-BIDI): shown as sent, not reordered, and the zero-width space is visible.
     assert!(
-        last.contains("\\x1b") || last.contains("\\u{1b}"),
-        "ESC shows as an escape: {p}"
+        last.contains("to \\u{202E}9876-5432\\u{202C} zero\\u{200B}width"),
+        "{p}"
     );
+    assert!(!last.contains(['\u{202e}', '\u{202c}', '\u{200b}']), "{p}");
     let kinds = l.iter().filter(|x| x.starts_with("kind:")).count();
     let targets = l.iter().filter(|x| x.starts_with("target:")).count();
     assert_eq!((kinds, targets), (1, 1), "no forged field line: {p}");

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::util::{Client, Env, bin};
 
 /// ANSI that would erase the previous line, set the window title, and start an 8-bit CSI.
-const HOSTILE: &str = "\x1b[2K\x1b[1A\x1b]0;owned\x07\u{9b}31m\r";
+const HOSTILE: &str = "\x1b[2K\x1b[1A\x1b]0;owned\x07\u{9b}31m \u{202e}9876-5432\u{202c} zero\u{200b}width\r";
 
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
@@ -27,7 +27,9 @@ fn stderr(o: &Output) -> String {
 fn assert_inert(what: &str, text: &str) {
     let bad: Vec<char> = text
         .chars()
-        .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
+        .filter(|c| {
+            (c.is_control() && *c != '\n' && *c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{200b}')
+        })
         .collect();
     assert!(
         bad.is_empty(),
@@ -37,7 +39,13 @@ fn assert_inert(what: &str, text: &str) {
 
 fn assert_escaped(what: &str, text: &str) {
     assert_inert(what, text);
-    for visible in ["\\x1b[2K\\x1b[1A", "\\x1b]0;owned\\x07", "\\u{9b}31m", "\\x0d"] {
+    for visible in [
+        "\\u{001B}[2K\\u{001B}[1A",
+        "\\u{001B}]0;owned\\u{0007}",
+        "\\u{009B}31m",
+        "\\u{000D}",
+        "\\u{202E}9876-5432\\u{202C} zero\\u{200B}width",
+    ] {
         assert!(text.contains(visible), "{what}: `{visible}` is shown:\n{text}");
     }
 }
@@ -49,6 +57,36 @@ async fn hash_of(c: &Client, path: &str) -> String {
 
 fn chmod(path: &std::path::Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// SECURITY(T-CR): a patch adding 31 lines joined by lone CRs shows as 31 added lines, counted
+/// `+31`, in `inbox show` (on the red-team's build it counted `+1 −1` and printed one line).
+#[tokio::test]
+async fn a_cr_joined_patch_shows_every_line_and_counts_them() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "propose");
+    let c = env.stdio(&token).await;
+    let old = std::fs::read_to_string(env.vault.join("z/softmax.md")).unwrap();
+    let joined: String = (0..31).map(|i| format!("hidden {i}\r")).collect();
+    let new = format!("{old}{joined}\n");
+    let p = c
+        .call(
+            "propose_note_patch",
+            json!({"path": "z/softmax.md", "baseHash": hash_of(&c, "z/softmax.md").await,
+                   "content": new, "reason": "a one-line tweak"}),
+        )
+        .await
+        .ok();
+    c.close().await;
+    let show = env.ok(&["inbox", "show", p["slug"].as_str().unwrap()]);
+    assert_inert("inbox show", &show);
+    assert!(show.contains("changes: +31 \u{2212}0 lines"), "{show}");
+    for i in 0..31 {
+        assert!(
+            show.lines().any(|l| l == format!("+hidden {i}")),
+            "line {i} has a line of its own:\n{show}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -73,10 +111,10 @@ async fn reasons_and_diffs_reach_the_terminal_escaped() {
     let show = env.ok(&["inbox", "show", slug]);
     assert_escaped("inbox show", &show);
     assert!(
-        show.contains("+hidden line\\x1b[2K"),
+        show.contains("+hidden line\\u{001B}[2K"),
         "the diff line is there:\n{show}"
     );
-    assert!(show.contains("reason: tidy up\\x1b[2K"), "{show}");
+    assert!(show.contains("reason: tidy up\\u{001B}[2K"), "{show}");
 
     let list = env.ok(&["inbox", "list"]);
     assert_escaped("inbox list", &list);

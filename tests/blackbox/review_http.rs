@@ -461,6 +461,84 @@ async fn a_login_code_works_once_and_made_up_codes_are_403() {
     assert_unauthenticated(&env, before, 6, "refused login codes").await;
 }
 
+/// `review --open` with a stand-in opener on PATH that records its argv: the argv names a file in
+/// the home (mode 0600) and holds no login code; that file's link logs in once.
+// SECURITY(T-REVIEW6): any local user reads `/proc/*/cmdline`; the first use of a code wins.
+#[tokio::test]
+async fn review_open_hands_the_browser_a_private_file_never_the_code() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let bin_dir = env.tmp.path().join("opener");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let argv_file = env.tmp.path().join("opener-argv");
+    let opener = bin_dir.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > '{}'\n",
+            argv_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new(crate::util::bin())
+        .arg("--home")
+        .arg(&env.home)
+        .args(["review", "--open"])
+        .env_remove("VAULTGATE_HOME")
+        .env("PATH", path)
+        .env("USER", "tester")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The printed link stays for people who copy it.
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let link = printed
+        .split_whitespace()
+        .find(|t| t.contains("/review/login?code="))
+        .unwrap_or_else(|| panic!("no link printed: {printed}"))
+        .to_owned();
+    let code = code_of(&link);
+    // The opener is spawned, not waited for: wait for its record.
+    let until = Instant::now() + WAIT;
+    while !argv_file.exists() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let argv = std::fs::read_to_string(&argv_file).unwrap();
+    assert!(
+        !argv.contains(&code) && !argv.contains("code="),
+        "the code is in the opener's argv: {argv}"
+    );
+    let args: Vec<&str> = argv.lines().skip(1).collect();
+    assert_eq!(args.len(), 1, "one argument, the page: {argv}");
+    let page = std::path::Path::new(args[0]);
+    assert!(
+        page.starts_with(&env.home),
+        "{} is not in the home",
+        page.display()
+    );
+    let meta = std::fs::symlink_metadata(page).unwrap();
+    assert!(meta.is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "the page's mode");
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(html.contains(&link), "the page leads to the printed link: {html}");
+    // And that link logs in, once.
+    let session = use_link(&srv, &link, &[]).await;
+    assert!(session.location.starts_with("/review/s/"));
+    assert_no_login(
+        &get(&srv, &login_path(&srv, &link), &[]).await,
+        403,
+        "a second use",
+    );
+}
+
 #[tokio::test]
 async fn a_login_code_raced_by_eight_requests_opens_one_session() {
     let env = Env::new();
@@ -1051,7 +1129,7 @@ fn assert_no_markup(what: &str, html: &str) {
 /// No raw markup or control character of the hostile text survives into `html`.
 fn assert_inert(what: &str, html: &str) {
     assert_no_markup(what, html);
-    for c in ['\u{7}', '\u{9b}', '\u{1b}'] {
+    for c in ['\u{7}', '\u{9b}', '\u{1b}', '\u{202e}', '\u{202c}', '\u{200b}'] {
         assert!(!html.contains(c), "{what} holds a raw control {c:?}: {html}");
     }
 }
@@ -1060,8 +1138,14 @@ fn assert_inert(what: &str, html: &str) {
 fn assert_shown_escaped(what: &str, html: &str) {
     assert!(html.contains("&lt;script&gt;alert(1)"), "{what}: {html}");
     assert!(html.contains("&lt;img src=x"), "{what}: {html}");
-    // policy::escape_controls: C0 as \xNN, C1 as \u{NN}.
-    for esc in ["\\x07", "\\u{9b}", "\\x1b[31m"] {
+    // policy::text::escape: every hidden character as \u{XXXX}.
+    for esc in [
+        "\\u{0007}",
+        "\\u{009B}",
+        "\\u{001B}[31m",
+        "\\u{202E}9876-5432\\u{202C}",
+        "zero\\u{200B}width",
+    ] {
         assert!(html.contains(esc), "{what} lacks the visible {esc}: {html}");
     }
 }
@@ -1070,7 +1154,11 @@ fn assert_shown_escaped(what: &str, html: &str) {
 async fn hostile_proposal_text_is_shown_escaped_never_as_markup() {
     let env = Env::new();
     let srv = Server::start(&env);
-    let hostile = format!("{SCRIPT} {IMG} bell\u{7} csi\u{9b}31m esc\u{1b}[31m red");
+    // SECURITY(T-BIDI): the red-team's account number, reordered by U+202E unless escaped.
+    let hostile = format!(
+        "{SCRIPT} {IMG} bell\u{7} csi\u{9b}31m esc\u{1b}[31m red \
+         Transfer to account: \u{202e}9876-5432\u{202c} zero\u{200b}width"
+    );
     let (_, token) = env.token("agent", "propose");
     let c = env.stdio(&token).await;
     let (patch, _) = propose(&c, &format!("# Attention\n\n{hostile}\n"), &hostile).await;
@@ -1128,7 +1216,11 @@ async fn hostile_proposal_text_is_shown_escaped_never_as_markup() {
 async fn hostile_strings_an_agent_put_in_the_audit_log_are_inert_on_the_audit_page() {
     let env = Env::new();
     let srv = Server::start(&env);
-    let hostile = format!("{SCRIPT} {IMG} bell\u{7} csi\u{9b}31m esc\u{1b}[31m red");
+    // SECURITY(T-BIDI): the red-team's account number, reordered by U+202E unless escaped.
+    let hostile = format!(
+        "{SCRIPT} {IMG} bell\u{7} csi\u{9b}31m esc\u{1b}[31m red \
+         Transfer to account: \u{202e}9876-5432\u{202c} zero\u{200b}width"
+    );
     let (_, token) = env.token("agent", "read");
     let c = env.stdio(&token).await;
     // Refused, and audited with the strings echoed (cut) in `vault` and `target`.

@@ -1268,3 +1268,68 @@ async fn audit_verify_detects_a_deleted_line() {
         seq_k + 1
     );
 }
+
+/// SECURITY(T-PATH): the invisible characters the red-team passed the path check with, in a
+/// proposal's target and a read: each is `PATH_INVALID`, and nothing reaches the inbox. The same
+/// name without it, a Persian word with its ZWNJ and an emoji with its U+FE0F are proposed.
+#[tokio::test]
+async fn invisible_characters_in_a_target_are_path_invalid() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "propose");
+    let c = env.stdio(&token).await;
+    let hidden = [
+        '\u{0600}',
+        '\u{1D173}',
+        '\u{FE0F}',
+        '\u{E0100}',
+        '\u{034F}',
+        '\u{115F}',
+        '\u{3164}',
+        '\u{2800}',
+        '\u{17B5}',
+        '\u{180B}',
+        '\u{200B}',
+        '\u{202E}',
+        '\u{E000}',
+        '\u{0378}',
+    ];
+    for h in hidden {
+        let path = format!("notes/b{h}.md");
+        let what = format!("U+{:04X}", h as u32);
+        let r = c
+            .call(
+                "propose_new_note",
+                json!({"path": path, "content": "x\n", "reason": "r"}),
+            )
+            .await;
+        assert_eq!(r.code(), "PATH_INVALID", "propose {what}");
+        let r = c.call("read_note", json!({"path": path})).await;
+        assert_eq!(r.code(), "PATH_INVALID", "read {what}");
+    }
+    // The red-team's own target: U+1D173 then U+FE0F.
+    let r = c
+        .call(
+            "propose_new_note",
+            json!({"path": "notes/b\u{1D173}\u{FE0F}.md", "content": "x\n", "reason": "r"}),
+        )
+        .await;
+    assert_eq!(r.code(), "PATH_INVALID");
+    let listed = c.call("list_proposals", json!({})).await.ok();
+    assert_eq!(listed["proposals"].as_array().unwrap().len(), 0, "{listed}");
+    // Controls: legitimate names go through.
+    for ok in [
+        "notes/b.md",
+        "notes/\u{0645}\u{06CC}\u{200C}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645}.md",
+        "notes/\u{2764}\u{FE0F}.md",
+    ] {
+        let r = c
+            .call(
+                "propose_new_note",
+                json!({"path": ok, "content": "x\n", "reason": "r"}),
+            )
+            .await
+            .ok();
+        assert_eq!(r["target"], ok);
+    }
+    c.close().await;
+}

@@ -12,7 +12,7 @@ use engine::history::{HistoryEntryView, HistoryStatusOut};
 /// escaped; maud escapes the HTML.
 // SECURITY(T-REVIEW4): agent and note text is inert on the page.
 pub fn t(s: &str) -> String {
-    policy::text::escape_controls(s).into_owned()
+    policy::text::escape(s).into_owned()
 }
 
 /// What every page of a session knows.
