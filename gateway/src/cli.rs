@@ -472,24 +472,27 @@ enum AuditCmd {
 /// never calls this.
 // SECURITY(T-TERM): every human line of the CLI passes here or through `err`.
 pub(crate) fn out(s: &str) {
-    raw_out(&policy::escape_controls(s));
+    raw_out(&policy::text::escape(s));
 }
 
-/// Writes one JSON document to stdout. serde_json escapes C0 controls; DEL and C1 are escaped here
-/// as `\u00XX` too, which leaves the same JSON value and nothing a terminal acts on.
+/// Writes one JSON document to stdout. serde_json escapes C0 controls; every other character a
+/// person would see escaped (DEL, C1, bidi controls, invisible ones: `policy::text::is_hidden`)
+/// is written as a JSON `\uXXXX` escape here, which leaves the same JSON value and nothing a
+/// terminal acts on or hides.
 fn out_json_text(s: &str) {
     raw_out(&json_controls(s));
 }
 
 fn json_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    let c1 = |c: char| matches!(c, '\u{7f}'..='\u{9f}');
-    if !s.contains(c1) {
+    if !s.contains(policy::text::is_hidden) {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut o = String::with_capacity(s.len() + 16);
     for c in s.chars() {
-        if c1(c) {
-            o.push_str(&format!("\\u{:04x}", c as u32));
+        if policy::text::is_hidden(c) {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                o.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             o.push(c);
         }
@@ -507,7 +510,7 @@ fn raw_out(s: &str) {
 /// Writes text for a person to stderr, escaped like [`out`] (errors echo names and ids).
 pub(crate) fn err(s: &str) {
     let mut e = std::io::stderr().lock();
-    let _ = writeln!(e, "{}", policy::escape_controls(s));
+    let _ = writeln!(e, "{}", policy::text::escape(s));
 }
 
 /// Entry point of the binary.
@@ -1428,7 +1431,11 @@ fn show_proposal(p: &engine::api::GetProposalOut) {
         it.proposal_hash
     ));
     if !p.diff.is_empty() {
-        out(&p.diff);
+        // The size a reviewer decides on, and the diff a line per terminal line: a lone CR ends
+        // a line here as it does in the count (SECURITY(T-CR)).
+        let (added, removed) = engine::diff::counts(&engine::diff::hunks(&p.diff));
+        out(&format!("  changes: +{added} \u{2212}{removed} lines"));
+        out(&policy::text::lines(&p.diff).collect::<Vec<_>>().join("\n"));
     }
 }
 
@@ -1689,9 +1696,44 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
         core.config.review.login_code_ttl_seconds
     ));
     if open {
-        open_in_browser(&url);
+        let page = write_login_redirect(home, &url)?;
+        open_in_browser(&page);
     }
     Ok(())
+}
+
+/// The file `review --open` hands the browser: a page that redirects to the login link, written
+/// with mode 0600 into the home (mode 0700), as Jupyter does.
+// SECURITY(T-REVIEW6): the one-time code never stands in an argv, which every local user can read
+// in `/proc/*/cmdline`; only the owner can read this file.
+fn write_login_redirect(home: &Home, url: &str) -> Result<std::path::PathBuf, GatewayError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let href = url
+        .replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;");
+    let page = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0;url={href}\">\
+         <title>vaultgate review</title></head>\n<body><p>Opening the review page… \
+         If nothing happens, <a href=\"{href}\">open it here</a>. The link works once.</p></body></html>\n"
+    );
+    let path = home.dir.join("review-login.html");
+    // A new file (never one planted in its place), then renamed over the last one.
+    let tmp = home.dir.join(format!(".review-login.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(page.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    Ok(path)
 }
 
 /// Asks the server on `addr` for its proof of `nonce` (`GET /review/identify`); `None` when
@@ -1726,15 +1768,15 @@ fn process_alive(pid: u32) -> bool {
     !proc.is_dir() || proc.join(pid.to_string()).exists()
 }
 
-fn open_in_browser(url: &str) {
+/// Opens `page` (a file) with the desktop's opener. Only the file's path is in the opener's argv.
+fn open_in_browser(page: &std::path::Path) {
     let opener = if cfg!(target_os = "macos") {
         "open"
     } else {
         "xdg-open"
     };
-    // The URL travels as an argument of a short-lived local process; the code in it is one-time.
     match std::process::Command::new(opener)
-        .arg(url)
+        .arg(page)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

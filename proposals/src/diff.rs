@@ -72,11 +72,13 @@ impl Hunk {
 
 /// The hunks of a diff written by [`unified_diff`], with line numbers: what a reviewer's page
 /// renders, so it shows exactly the diff the CLI prints. Headers and anything that is not a
-/// hunk line are skipped.
+/// hunk line are skipped. Lines split as `similar` wrote them, at `\n`, `\r\n` or a lone `\r`
+/// ([`policy::text::lines`]), so a CR-joined run of lines counts as the lines it is.
+// SECURITY(T-CR): a lone CR can neither hide added lines from `+N −M` nor swallow a hunk header.
 pub fn hunks(diff: &str) -> Vec<Hunk> {
     let mut out: Vec<Hunk> = Vec::new();
     let (mut old_no, mut new_no) = (0u64, 0u64);
-    for line in diff.lines() {
+    for line in policy::text::lines(diff) {
         if let Some(rest) = line.strip_prefix("@@ -") {
             let mut ranges = rest.split(' ');
             let start = |r: Option<&str>| -> u64 {
@@ -152,6 +154,27 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_lone_cr_is_a_line_break_in_hunks_and_counts() {
+        let old = "# Note\nkeep\n";
+        let added: String = (0..31).map(|i| format!("hidden {i}\r")).collect();
+        let new = format!("# Note\n{added}\n");
+        let h = hunks(&unified_diff("n.md", old, &new));
+        // 31 CR-joined lines are added (the last ends in CR LF); "keep" goes.
+        assert_eq!(counts(&h), (31, 1));
+        let texts: Vec<&str> = h[0].lines.iter().map(|l| l.text.as_str()).collect();
+        assert!(
+            texts.contains(&"hidden 0") && texts.contains(&"hidden 30"),
+            "{texts:?}"
+        );
+        // A second hunk after a CR-ended line is still its own hunk.
+        let long: String = (0..20).map(|i| format!("l{i}\r")).collect();
+        let changed = long.replace("l1\r", "L1\r").replace("l18\r", "L18\r");
+        let h = hunks(&unified_diff("n.md", &long, &changed));
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(counts(&h), (2, 2));
+    }
 
     #[test]
     fn identical_texts_have_no_hunks() {

@@ -149,14 +149,15 @@ pub fn block_span(text: &str) -> Option<BlockSpan> {
     }
     let yaml_start = first.len();
     let mut pos = yaml_start;
-    for (i, seg) in segs.enumerate() {
+    for seg in segs {
         let t = line_of(seg).trim_end();
         if t == "---" || t == "..." {
             return Some(BlockSpan {
                 yaml_start,
                 yaml_end: pos,
                 body_start: pos + seg.len(),
-                body_line: i + 2,
+                // Counted as every line number is (a lone CR ends a line too).
+                body_line: policy::text::lines(&text[..pos + seg.len()]).count(),
             });
         }
         pos += seg.len();
@@ -272,7 +273,7 @@ pub struct ProseLine<'a> {
 pub fn prose_lines(text: &str, body_line: usize) -> Vec<ProseLine<'_>> {
     let mut out = Vec::new();
     let mut fence: Option<(u8, usize)> = None;
-    for (idx, raw) in text.lines().enumerate().skip(body_line) {
+    for (idx, raw) in policy::text::lines(text).enumerate().skip(body_line) {
         if let Some((ch, len)) = fence {
             if is_fence_close(raw, ch, len) {
                 fence = None;

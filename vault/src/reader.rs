@@ -515,7 +515,7 @@ impl Vault {
             let Some(text) = cat.read(e) else { continue };
             let mut seen = vec![false; terms.len()];
             let mut lines = Vec::new();
-            for (i, line) in text.lines().enumerate() {
+            for (i, line) in policy::text::lines(&text).enumerate() {
                 let mask = terms_in_line(line, &terms);
                 let score = mask.iter().filter(|m| **m).count();
                 if score > 0 {

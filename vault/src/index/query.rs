@@ -98,7 +98,11 @@ impl<'t> Matcher<'t> {
         }
         let mut seen = vec![false; self.terms.len()];
         let mut out = Vec::new();
-        for (n, (line, folded)) in body.lines().zip(self.folded.lines()).enumerate() {
+        // Lines as people and diffs count them: a lone CR ends one too (policy::text::lines).
+        for (n, (line, folded)) in policy::text::lines(body)
+            .zip(policy::text::lines(&self.folded))
+            .enumerate()
+        {
             let mut score = 0;
             for (s, t) in seen.iter_mut().zip(self.terms) {
                 if folded.contains(t.as_str()) {
@@ -661,7 +665,7 @@ mod tests {
     fn scan_lines<'b>(body: &'b str, terms: &[String]) -> Option<Vec<(usize, usize, &'b str)>> {
         let mut seen = vec![false; terms.len()];
         let mut out = Vec::new();
-        for (n, line) in body.lines().enumerate() {
+        for (n, line) in policy::text::lines(body).enumerate() {
             let mask = terms_in_line(line, terms);
             let score = mask.iter().filter(|m| **m).count();
             if score > 0 {
