@@ -33,7 +33,20 @@ const OVERRIDES: &[(&str, &str)] = &[
     ("maintenance.auto", "false"),
     ("credential.helper", ""),
     ("core.sshCommand", ""),
+    // SECURITY(T-GIT5): a repository's `protocol.<name>.allow = always` beats the general
+    // `protocol.allow`, so every transport git has is named too (and GIT_ALLOW_PROTOCOL, below,
+    // allows none, whatever the name); beside GIT_NO_LAZY_FETCH, a hostile promisor
+    // (`ext::sh -c …`) has two locks to pass.
     ("protocol.allow", "never"),
+    ("protocol.ext.allow", "never"),
+    ("protocol.fd.allow", "never"),
+    ("protocol.file.allow", "never"),
+    ("protocol.git.allow", "never"),
+    ("protocol.ssh.allow", "never"),
+    ("protocol.http.allow", "never"),
+    ("protocol.https.allow", "never"),
+    ("protocol.ftp.allow", "never"),
+    ("protocol.ftps.allow", "never"),
     ("trace2.normalTarget", "0"),
     ("trace2.perfTarget", "0"),
     ("trace2.eventTarget", "0"),
@@ -116,7 +129,9 @@ fn base_command(program: &Path, dir: &Path, extra: &[(String, String)]) -> Comma
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_NO_REPLACE_OBJECTS", "1")
-        .env("GIT_NO_LAZY_FETCH", "1");
+        .env("GIT_NO_LAZY_FETCH", "1")
+        // Set and empty: git then ignores every `protocol.*` setting and allows no transport.
+        .env("GIT_ALLOW_PROTOCOL", "");
     let all = OVERRIDES
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -726,6 +741,56 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// SECURITY(T-GIT5): a repository that allows the `ext` transport for itself and names an
+    /// `ext::sh -c …` remote gets no transport from a command vaultgate runs: a fetch (what a
+    /// lazy fetch of a partial clone would do) never runs the remote's command.
+    #[test]
+    fn no_transport_runs_whatever_the_repository_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        let marker = d.join("ran");
+        git(d, &["config", "protocol.ext.allow", "always"]);
+        git(d, &["config", "protocol.allow", "always"]);
+        git(
+            d,
+            &[
+                "config",
+                "remote.origin.url",
+                &format!("ext::sh -c touch% {}", marker.display()),
+            ],
+        );
+        git(
+            d,
+            &[
+                "config",
+                "remote.origin.fetch",
+                "+refs/heads/*:refs/remotes/origin/*",
+            ],
+        );
+        let program = Program::default();
+        for args in [vec!["fetch", "origin"], vec!["ls-remote", "origin"]] {
+            let mut cmd = base_command(program.path(), d, &[]);
+            cmd.args(&args);
+            let out = cmd.output().unwrap();
+            assert!(!out.status.success(), "git {args:?} succeeded");
+            assert!(!marker.exists(), "git {args:?} ran the remote's command");
+        }
+        // Control: the same fetch with the repository's own settings runs it.
+        let _ = Command::new("git")
+            .arg("-C")
+            .arg(d)
+            .args(["fetch", "origin"])
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", d)
+            .output()
+            .unwrap();
+        assert!(
+            marker.exists(),
+            "the control fetch did not run the remote's command"
+        );
     }
 
     #[test]

@@ -262,10 +262,14 @@ async fn ask_while_calling(
     }
 }
 
-/// Tools run on the async worker itself: one note read (bounded by the read limit), its
-/// frontmatter parsed (bounded, SPEC §14), and the call's record appended (no sync for a read).
-/// Searches, queries, lists, PDFs and every write stay on blocking threads.
-const INLINE_TOOLS: &[&str] = &["read_note"];
+/// Whether a call runs on the async worker itself: `read_note` of the current note only — one
+/// file read (bounded by the read limit), its frontmatter parsed (bounded), and the call's record
+/// appended (no sync for a read). An earlier version (`hash`) reads history objects or runs git,
+/// so it goes to a blocking thread with searches, queries, lists, PDFs and every write.
+// SECURITY(T-LIMIT3): a `read` client cannot stall the async workers with git subprocesses.
+fn runs_inline(name: &str, args: &serde_json::Map<String, serde_json::Value>) -> bool {
+    name == "read_note" && !args.contains_key("hash")
+}
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, McpError> {
     tokio::task::spawn_blocking(f)
@@ -415,7 +419,7 @@ impl ServerHandler for McpServer {
             crate::approval::Mode::Ask => ask_while_calling(core, caller, name, args, &context).await?,
             // A call whose work is small and bounded runs here, not on a blocking thread: the
             // hand-off would cost more than the call (about 25 µs each way on 2 cores).
-            crate::approval::Mode::Unavailable if INLINE_TOOLS.contains(&name.as_str()) => {
+            crate::approval::Mode::Unavailable if runs_inline(&name, &args) => {
                 crate::dispatch::call_tool(&core, &caller, &name, args, &ClientApproval::Unavailable)
             }
             mode => {

@@ -2238,3 +2238,141 @@ async fn a_removed_vault_leaves_no_git_setting_or_history_for_the_next_one_of_it
     assert_eq!(h["entries"], json!([]), "{h}");
     c.close().await;
 }
+
+/// SECURITY(T-GIT5): a partial clone whose promisor remote is an `ext::sh -c …` command the
+/// repository itself allows, with a blob missing so that git wants to fetch it: `vault git on`,
+/// an apply of that note and a read of its earlier version never run the command. A plain `git`
+/// of the user's, as the control, runs it.
+#[tokio::test]
+async fn a_hostile_partial_clone_never_runs_its_promisor() {
+    let lab = Lab::with_git().await;
+    let (_, writer) = lab.env.token("writer", "auto");
+    let marker = lab.env.tmp.path().join("promisor-ran");
+    let blob = lab.git(&["rev-parse", "HEAD:z/softmax.md"]).trim().to_owned();
+    lab.vg_ok(&["vault", "git", "basic", "off"]).await;
+    for (k, v) in [
+        ("core.repositoryformatversion", "1".to_owned()),
+        ("extensions.partialClone", "origin".to_owned()),
+        (
+            "remote.origin.url",
+            format!("ext::sh -c touch% {}", marker.display()),
+        ),
+        ("remote.origin.promisor", "true".to_owned()),
+        ("remote.origin.partialclonefilter", "blob:none".to_owned()),
+        ("protocol.ext.allow", "always".to_owned()),
+        ("protocol.allow", "always".to_owned()),
+    ] {
+        lab.git(&["config", k, &v]);
+    }
+    let object = lab.vault().join(".git/objects").join(&blob[..2]).join(&blob[2..]);
+    std::fs::remove_file(&object).unwrap_or_else(|e| panic!("{}: {e}", object.display()));
+
+    lab.vg_ok(&["vault", "git", "basic", "on"]).await;
+    let c = lab.stdio_with(&writer, &[]).await;
+    let mut patched = lab.read("z/softmax.md");
+    patched.extend_from_slice(b"\npatched in a hostile partial clone\n");
+    let p = propose_patch(
+        &c,
+        "z/softmax.md",
+        std::str::from_utf8(&patched).unwrap(),
+        "promisor test",
+    )
+    .await;
+    let _ = apply(&c, &p).await;
+    let history = c
+        .call("get_note_history", json!({"path": "z/softmax.md"}))
+        .await
+        .ok();
+    if let Some(before) = history["entries"][0]["hashBefore"].as_str() {
+        let _ = c
+            .call("read_note", json!({"path": "z/softmax.md", "hash": before}))
+            .await;
+    }
+    c.close().await;
+    assert!(
+        !marker.exists(),
+        "vaultgate ran the repository's promisor command"
+    );
+
+    // Control: the user's own git, without vaultgate's settings, fetches the blob lazily and so
+    // runs the command — the trap was live.
+    let out = lab
+        .git_cmd_in(lab.vault(), &["cat-file", "-p", &blob])
+        .output()
+        .unwrap();
+    let _ = out;
+    assert!(marker.exists(), "the control did not run the promisor command");
+}
+
+/// SECURITY(T-LIMIT3): `read_note {hash}` runs git off the async workers. With a `git` that takes
+/// seconds, eight reads of an earlier version at once (more than the server has async workers)
+/// do not hold up a plain read: it answers first. (When they ran on the workers, it waited.)
+#[tokio::test]
+async fn slow_version_reads_never_stall_a_plain_read() {
+    let lab = Lab::with_git().await;
+    let (_, writer) = lab.env.token("writer", "auto");
+    let c = lab.stdio_with(&writer, &[]).await;
+    let before = hash_of(&c, "z/softmax.md").await.as_str().unwrap().to_owned();
+    let mut patched = lab.read("z/softmax.md");
+    patched.extend_from_slice(b"\npatched for the slow read\n");
+    let p = propose_patch(&c, "z/softmax.md", std::str::from_utf8(&patched).unwrap(), "slow").await;
+    assert_eq!(apply(&c, &p).await["git"], "committed");
+    c.close().await;
+    // Only git holds the earlier version now.
+    let object = lab
+        .vault()
+        .join(".vaultgate/objects")
+        .join(&before[..2])
+        .join(&before);
+    std::fs::remove_file(&object).unwrap_or_else(|e| panic!("{}: {e}", object.display()));
+
+    // A git that answers after 4 s (serve finds git on its PATH and runs it with no environment).
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    let slow_dir = lab.env.tmp.path().join("slow-git");
+    write_script(
+        &slow_dir.join("git"),
+        &format!("/bin/sleep 4\nexec '{real}' \"$@\""),
+    );
+    let path = format!(
+        "{}:{}",
+        slow_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let srv = crate::http::Server::start_with_vars(&lab.env, &[("PATH", &path)]);
+    let (_, reader) = lab.env.token("reader", "read");
+    let client = std::sync::Arc::new(srv.client(&reader).await);
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (client, order, before) = (client.clone(), order.clone(), before.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = client
+                .call("read_note", json!({"path": "z/softmax.md", "hash": before}))
+                .await
+                .ok();
+            assert_eq!(r["hash"], before.as_str());
+            order.lock().unwrap().push(format!("version {i}"));
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = client
+        .call("read_note", json!({"path": "z/attention.md"}))
+        .await
+        .ok();
+    assert!(r["content"].as_str().is_some());
+    order.lock().unwrap().push("plain".to_owned());
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order[0], "plain", "a plain read waited for git: {order:?}");
+}

@@ -116,6 +116,19 @@ impl Server {
         Server::spawn(env, &["--port", &port.to_string()], "127.0.0.1", port)
     }
 
+    /// Serves this Env on a free 127.0.0.1 port with `vars` added to serve's environment.
+    pub(crate) fn start_with_vars(env: &Env, vars: &[(&str, &str)]) -> Server {
+        let port = free_port("127.0.0.1");
+        Server::spawn_with(
+            env,
+            &["--port", &port.to_string()],
+            "127.0.0.1",
+            port,
+            "warn",
+            vars,
+        )
+    }
+
     /// Runs `vaultgate --home H serve ARGS` and waits until `GET /healthz` answers on `host:port`.
     fn spawn(env: &Env, args: &[&str], host: &str, port: u16) -> Server {
         Server::spawn_logging(env, args, host, port, "warn")
@@ -123,6 +136,17 @@ impl Server {
 
     /// As `spawn`, with `VAULTGATE_LOG=log` (e.g. `trace`, to check what the logs may ever hold).
     fn spawn_logging(env: &Env, args: &[&str], host: &str, port: u16, log: &str) -> Server {
+        Server::spawn_with(env, args, host, port, log, &[])
+    }
+
+    fn spawn_with(
+        env: &Env,
+        args: &[&str],
+        host: &str,
+        port: u16,
+        log: &str,
+        vars: &[(&str, &str)],
+    ) -> Server {
         let stderr = env.tmp.path().join(format!("serve-{port}.stderr"));
         let child = Command::new(bin())
             .arg("--home")
@@ -132,6 +156,7 @@ impl Server {
             .env_remove("VAULTGATE_HOME")
             .env_remove("VAULTGATE_TOKEN")
             .env("VAULTGATE_LOG", log)
+            .envs(vars.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap())
@@ -173,7 +198,7 @@ impl Server {
     }
 
     /// An rmcp Streamable HTTP client (legacy `initialize`, like most clients today).
-    async fn client(&self, token: &str) -> Client {
+    pub(crate) async fn client(&self, token: &str) -> Client {
         let cfg = StreamableHttpClientTransportConfig::with_uri(self.url()).auth_header(token);
         let transport = StreamableHttpClientTransport::from_config(cfg);
         Client {
