@@ -43,6 +43,9 @@ pub fn describe() -> Value {
     json!({
         "name": "vaultgate",
         "version": env!("CARGO_PKG_VERSION"),
+        // The Unicode version of the path rules (which code points are unassigned) and of what
+        // people see escaped.
+        "unicodeVersion": policy::text::UNICODE_VERSION,
         "tools": tools,
         "tiers": tiers,
         "errorCodes": codes,
@@ -59,7 +62,11 @@ fn tiers_allowing(cap: Capability) -> Vec<&'static str> {
 }
 
 pub fn human(d: &Value) -> String {
-    let mut s = format!("vaultgate {}\n\nTools:\n", d["version"].as_str().unwrap_or(""));
+    let mut s = format!(
+        "vaultgate {} (Unicode {})\n\nTools:\n",
+        d["version"].as_str().unwrap_or(""),
+        d["unicodeVersion"].as_str().unwrap_or("")
+    );
     for t in d["tools"].as_array().into_iter().flatten() {
         let tiers: Vec<&str> = t["tiers"]
             .as_array()

@@ -255,6 +255,22 @@ mod tests {
         }
     }
 
+    /// `UNICODE_VERSION` names the data Cargo.lock pins: an upgrade of `icu_properties_data` must
+    /// come with a look at its Unicode version (its README says it) and this constant.
+    #[test]
+    fn the_named_unicode_version_is_the_pinned_datas() {
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
+        let pinned = lock
+            .split("[[package]]")
+            .find(|p| p.contains("name = \"icu_properties_data\""))
+            .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+            .unwrap();
+        assert_eq!((pinned, UNICODE_VERSION), ("\"2.4.0\"", "18.0.0"));
+        // A code point the data assigns: U+1FAE9 (Unicode 16), and one it does not: U+0378.
+        assert_ne!(CATEGORY.get('\u{1FAE9}'), GeneralCategory::Unassigned);
+        assert_eq!(CATEGORY.get('\u{0378}'), GeneralCategory::Unassigned);
+    }
+
     #[test]
     fn a_lone_cr_is_a_line_break() {
         assert_eq!(lines("a\rb\r\nc\nd").collect::<Vec<_>>(), ["a", "b", "c", "d"]);

@@ -1333,3 +1333,12 @@ async fn invisible_characters_in_a_target_are_path_invalid() {
     }
     c.close().await;
 }
+
+/// The path rules' Unicode version (which code points are unassigned) is the one `describe` names.
+#[test]
+fn describe_names_the_unicode_version_of_the_path_rules() {
+    let env = Env::new();
+    let d: Value = serde_json::from_str(&env.ok(&["describe", "--json"])).unwrap();
+    assert_eq!(d["unicodeVersion"], "18.0.0", "{d}");
+    assert!(env.ok(&["describe"]).contains("(Unicode 18.0.0)"));
+}

@@ -669,11 +669,14 @@ mod tests {
 
     #[test]
     fn hostile_text_is_escaped_as_html_and_its_controls_shown() {
-        let m = html! { pre { (t("<script>x</script> \"><img onerror=a> \u{1b}[2K \u{9b}")) } };
+        let m = html! { pre { (t("<script>x</script> \"><img onerror=a> \u{1b}[2K \u{9b} \u{202e}1-2\u{202c}")) } };
         let s = m.into_string();
         assert!(!s.contains("<script>") && !s.contains("<img"), "{s}");
         assert!(
-            s.contains("&lt;script&gt;") && s.contains("\\x1b[2K") && s.contains("\\u{9b}"),
+            s.contains("&lt;script&gt;")
+                && s.contains("\\u{001B}[2K")
+                && s.contains("\\u{009B}")
+                && s.contains("\\u{202E}1-2\\u{202C}"),
             "{s}"
         );
     }
