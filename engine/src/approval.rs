@@ -392,7 +392,7 @@ mod tests {
             ]
         );
         assert_eq!(lines.len(), 7, "{m}");
-        assert!(lines[6].contains("ok\\nkind: delete\\x1b[31m"), "{m}");
+        assert!(lines[6].contains("ok\\nkind: delete\\u{001B}[31m"), "{m}");
         assert!(lines[6].starts_with("reason: \"ok"));
         assert!(lines[6].ends_with('"'));
         assert!(!m.contains('\x1b') && !m.contains('\u{9b}'));
