@@ -695,6 +695,10 @@ fn doctor_cmd(home: &Home, json: bool, env: &BTreeMap<String, String>) -> Result
         };
         report.ok &= check.status != Status::Fail;
         report.checks.push(check);
+        // SECURITY(T-TUNNEL4): a profile folder the tunnel cannot use, and why.
+        let folder = crate::tunnel::doctor_check(&config, env);
+        report.ok &= folder.status != Status::Fail;
+        report.checks.push(folder);
     }
     if json {
         json_out(&report)?;

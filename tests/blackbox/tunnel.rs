@@ -58,12 +58,19 @@ const ALLOWED: [&str; 22] = [
     "http_proxy",
     "no_proxy",
 ];
-/// The two variables vaultgate itself gives the child.
-const GIVEN: [&str; 2] = ["CONTROL_PLANE_API_KEY", "VAULTGATE_TUNNEL_AUTHORIZATION"];
+/// The variables vaultgate itself gives the child: the key, the header, and the mark by which a
+/// later `serve` knows its orphan (`child.json`'s `mark`).
+const GIVEN: [&str; 3] = [
+    "CONTROL_PLANE_API_KEY",
+    "VAULTGATE_TUNNEL_AUTHORIZATION",
+    MARK_VAR,
+];
+/// The variable that marks a process as the child vaultgate started.
+const MARK_VAR: &str = "VAULTGATE_TUNNEL_CHILD";
 
-/// Set in `vaultgate serve`'s environment; none may reach the child (the last two must be replaced
-/// by vaultgate's own values).
-const HOSTILE: [(&str, &str); 7] = [
+/// Set in `vaultgate serve`'s environment; none may reach the child (the last three must be
+/// replaced by vaultgate's own values).
+const HOSTILE: [(&str, &str); 8] = [
     ("LOG_HTTP_RAW_UNSAFE", "1"),
     ("OPENAI_API_KEY", "sk-should-not-pass"),
     ("MCP_EXTRA_HEADERS", "x"),
@@ -71,6 +78,7 @@ const HOSTILE: [(&str, &str); 7] = [
     ("VAULTGATE_TOKEN", "vg-token-should-not-pass"),
     ("CONTROL_PLANE_API_KEY", "hostile-key-from-serve-env"),
     ("VAULTGATE_TUNNEL_AUTHORIZATION", "Bearer hostile-from-serve-env"),
+    ("VAULTGATE_TUNNEL_CHILD", "hostile-mark-from-serve-env"),
 ];
 
 // ---- processes ---------------------------------------------------------------------------------------
@@ -447,9 +455,30 @@ impl Tunnel {
 
     /// `vaultgate serve --port P ARGS` with this fixture's environment plus `extra`.
     fn serve(&self, args: &[&str], extra: &[(&str, &str)]) -> Server {
+        self.serve_with_umask(None, args, extra)
+    }
+
+    /// As [`Tunnel::serve`], started through `sh -c 'umask U; exec …'` when `umask` is given.
+    fn serve_with_umask(&self, umask: Option<&str>, args: &[&str], extra: &[(&str, &str)]) -> Server {
         let port = free_port();
         let stderr = self.env.tmp.path().join(format!("serve-{port}.stderr"));
-        let mut cmd = self.command(&["serve", "--port", &port.to_string()]);
+        let direct = self.command(&["serve", "--port", &port.to_string()]);
+        let mut cmd = match umask {
+            None => direct,
+            Some(u) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", "umask \"$0\" && exec \"$@\"", u])
+                    .arg(direct.get_program())
+                    .args(direct.get_args());
+                for (k, v) in direct.get_envs() {
+                    match v {
+                        Some(v) => sh.env(k, v),
+                        None => sh.env_remove(k),
+                    };
+                }
+                sh
+            }
+        };
         cmd.args(args)
             .envs(extra.iter().copied())
             .env("VAULTGATE_LOG", "debug")
@@ -886,6 +915,25 @@ async fn serve_tunnel_is_starting_until_the_control_plane_polls_then_connected()
         record["exe"].as_str().is_some_and(|e| !e.is_empty()) && !record["startTime"].is_null(),
         "{record}"
     );
+    // The record names the program vaultgate ran (the fake is a script: its interpreter is the
+    // executable), when the child started, and the mark in the child's environment (not the one
+    // in serve's).
+    {
+        use std::os::unix::fs::MetadataExt;
+        let client = std::fs::metadata(t.client_path()).unwrap();
+        let mut want = json!({
+            "pid": pid,
+            "exe": t.client_path(),
+            "exeDev": client.dev(),
+            "exeIno": client.ino(),
+            "startTime": start_ticks(pid).unwrap(),
+        });
+        want["mark"] = record["mark"].clone();
+        assert_eq!(record, want);
+    }
+    assert_eq!(child_env[MARK_VAR], record["mark"], "{record}");
+    assert!(record["mark"].as_str().is_some_and(|m| m.len() >= 32), "{record}");
+    assert_eq!(mode(&dir.join("child.json")), 0o600, "child.json is 0600");
 
     // The fake's one forwarded MCP call went through as chatgpt-tunnel.
     let forwarded = dir.join("fake-forwarded.json");
@@ -1031,7 +1079,8 @@ async fn the_next_serve_ends_the_orphan_of_a_killed_serve_but_not_a_stranger_wit
         orphan_start,
         start_ticks(stranger.id()).unwrap(),
     );
-    std::fs::write(dir.join("child.json"), forged.to_string()).unwrap();
+    // Planted as vaultgate writes it (the user's own, 0600): only the process check refuses it.
+    write_mode(&dir.join("child.json"), &forged.to_string(), 0o600);
     edit_config(&t.env, "tunnel", |tunnel| {
         tunnel.insert("autostart".into(), toml::Value::Boolean(true));
     });
@@ -1254,4 +1303,376 @@ async fn a_second_serve_of_the_home_leaves_the_running_tunnel_alone() {
     );
     a.terminate();
     wait_gone(child, "after SIGTERM to the serve that runs it");
+}
+
+// ---- 6. the profile folder: made private whatever the umask, refused when it is not ------------------
+
+/// These tests hand files and folders to another user (`nobody`), which only root can do; CI
+/// runs them as root.
+fn assert_root() {
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata("/proc/self").unwrap().uid(),
+        0,
+        "these tests chown to nobody and run a process as nobody: run them as root"
+    );
+}
+
+const NOBODY: u32 = 65534;
+
+fn chown_nobody(p: &Path) {
+    std::os::unix::fs::lchown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Writes `text` to a new file `p` with exactly `mode`, whatever the umask.
+fn write_mode(p: &Path, text: &str, mode: u32) {
+    let _ = std::fs::remove_file(p);
+    std::fs::write(p, text).unwrap();
+    set_mode(p, mode);
+}
+
+/// A `child.json` naming `pid` (a binary, not a script) exactly as vaultgate records the child it
+/// starts: its pid, its executable (path, device and inode), its start time in clock ticks and the
+/// mark vaultgate put in its environment.
+fn record_of(pid: u32, mark: &str) -> Value {
+    use std::os::unix::fs::MetadataExt;
+    let exe = format!("/proc/{pid}/exe");
+    let meta = std::fs::metadata(&exe).unwrap();
+    json!({
+        "pid": pid,
+        "exe": std::fs::read_link(&exe).unwrap(),
+        "exeDev": meta.dev(),
+        "exeIno": meta.ino(),
+        "startTime": start_ticks(pid).unwrap(),
+        "mark": mark,
+    })
+}
+
+impl Tunnel {
+    /// Removes the profile folder, whatever it is now (a symlink, someone else's folder).
+    fn remove_profile(&self) {
+        let dir = self.profile_dir();
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&dir).unwrap(),
+            Ok(_) => std::fs::remove_dir_all(&dir).unwrap(),
+            Err(_) => {}
+        }
+        let parent = dir.parent().unwrap();
+        if parent.exists() {
+            set_mode(parent, 0o700);
+        }
+    }
+
+    /// A profile folder as vaultgate makes it (0700, the user's own), empty.
+    fn fresh_profile(&self) -> PathBuf {
+        self.remove_profile();
+        let dir = self.profile_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        set_mode(&dir, 0o700);
+        dir
+    }
+}
+
+/// Every folder under `root` (and `root` itself) with its mode, and every file.
+fn tree(root: &Path) -> (Vec<(PathBuf, u32)>, Vec<PathBuf>) {
+    let mut dirs = vec![(root.to_owned(), mode(root))];
+    let mut files = Vec::new();
+    let mut i = 0;
+    while i < dirs.len() {
+        let d = dirs[i].0.clone();
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                dirs.push((p.clone(), mode(&p)));
+            } else {
+                files.push(p);
+            }
+        }
+        i += 1;
+    }
+    (dirs, files)
+}
+
+/// SECURITY(T-TUNNEL4): with `umask 000`, every folder `serve` creates on the way to the profile
+/// folder (here `XDG_CACHE_HOME` itself and a folder above it as well) is 0700, and its files 0600.
+#[test]
+fn serve_under_umask_000_creates_every_profile_folder_0700_and_its_files_0600() {
+    let mut t = Tunnel::new(true);
+    let root = t.env.tmp.path().canonicalize().unwrap();
+    // Neither folder exists: vaultgate creates both, then vaultgate/mcp-tunnel/<gateway id>.
+    t.cache = Some(root.join("cache/xdg"));
+    t.setup_ok(&[]);
+    let mut srv = t.serve_with_umask(Some("000"), &["--tunnel"], &[]);
+    let pid = run_pid(&t.wait_new_run(&[], "serve --tunnel under umask 000"));
+    let _cleanup = KillOnDrop(vec![pid]);
+    let dir = t.profile_dir();
+    let deadline = Instant::now() + WAIT;
+    while !dir.join("child.json").exists() {
+        assert!(Instant::now() < deadline, "no child.json within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (dirs, _) = tree(&root.join("cache"));
+    assert_eq!(
+        dirs.len(),
+        5,
+        "cache, xdg, vaultgate, mcp-tunnel, the gateway's: {dirs:?}"
+    );
+    for (d, m) in &dirs {
+        assert_eq!(*m, 0o700, "{} is {m:o} under umask 000", d.display());
+    }
+    for name in [
+        "child.json",
+        "profile.yaml",
+        "status.json",
+        "supervisor.lock",
+        "tunnel-client.log",
+    ] {
+        assert_eq!(mode(&dir.join(name)), 0o600, "{name} under umask 000");
+    }
+    srv.terminate();
+    wait_gone(pid, "after SIGTERM to serve");
+    let (_, files) = tree(&root.join("cache"));
+    for f in files.iter().filter(|f| {
+        f.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| ["status.json", "supervisor.lock", "tunnel-client.log"].contains(&n))
+    }) {
+        assert_eq!(mode(f), 0o600, "{} after serve ended", f.display());
+    }
+}
+
+/// `serve --tunnel` with the profile folder in a state it must refuse: no child starts, and
+/// `tunnel status --json`, `doctor` and serve's own announcement say why.
+fn assert_refused(t: &Tunnel, what: &str, why: &str) {
+    let dir = t.profile_dir();
+    let mut srv = t.serve(&["--tunnel"], &[]);
+    // The fake records its start within milliseconds; give it a second.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        t.runs().is_empty(),
+        "{what}: a tunnel-client was started in a refused profile folder\n{}",
+        srv.stderr()
+    );
+    let s = t.status();
+    assert_eq!(s["phase"], "failed", "{what}: {s}");
+    assert_eq!(s["pid"], Value::Null, "{what}: {s}");
+    let err = s["lastError"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(why) && err.contains(dir.parent().unwrap().to_str().unwrap()),
+        "{what}: the last error names the folder and says {why:?}: {s}"
+    );
+    let doctor = t.run(&["doctor"]);
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert_eq!(doctor.status.code(), Some(1), "{what}: doctor fails: {report}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("fail") && l.contains("tunnel profile folder") && l.contains(why)),
+        "{what}: doctor says {why:?}: {report}"
+    );
+    srv.terminate();
+    assert!(
+        srv.stderr().contains("tunnel: not started") && srv.stderr().contains(why),
+        "{what}: serve says why: {}",
+        srv.stderr()
+    );
+}
+
+/// SECURITY(T-TUNNEL4): the profile folder is opened without following links and used only when
+/// the user owns it and nobody else can write to it (nor to a folder above it).
+#[test]
+fn a_symlinked_foreign_or_group_writable_profile_folder_is_refused_and_status_says_why() {
+    assert_root();
+    let t = Tunnel::new(true);
+    t.setup_ok(&[]);
+    let dir = t.profile_dir();
+    let parent = dir.parent().unwrap().to_owned();
+
+    // A symlink in place of the folder, to a folder of the user's that looks right.
+    t.remove_profile();
+    let elsewhere = t.env.tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    set_mode(&elsewhere, 0o700);
+    std::fs::create_dir_all(&parent).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    assert_refused(&t, "a symlinked profile folder", "is a symbolic link");
+    assert!(
+        std::fs::read_dir(&elsewhere).unwrap().next().is_none(),
+        "nothing was written through the symlink"
+    );
+
+    // Another user's folder.
+    chown_nobody(&t.fresh_profile());
+    assert_refused(&t, "a profile folder of another user", "owned by uid 65534");
+
+    // The user's, but group-writable: left as it is, not tightened and used.
+    set_mode(&t.fresh_profile(), 0o770);
+    assert_refused(&t, "a group-writable profile folder", "writable by other users");
+    assert_eq!(mode(&dir), 0o770, "a refused folder is not touched");
+
+    // The folder is fine, the one above it is writable by anyone.
+    t.fresh_profile();
+    set_mode(&parent, 0o777);
+    assert_refused(&t, "a world-writable folder above it", "writable by other users");
+
+    // Put right, the same home starts the tunnel.
+    t.fresh_profile();
+    let mut srv = t.serve(&["--tunnel"], &[]);
+    let pid = run_pid(&t.wait_new_run(&[], "serve --tunnel in a private profile folder"));
+    let _cleanup = KillOnDrop(vec![pid]);
+    let s = t.wait_phase("starting", "a private profile folder");
+    assert_eq!(s["lastError"], Value::Null, "{s}");
+    let report = t.ok(&["doctor"]);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("tunnel profile folder")),
+        "{report}"
+    );
+    srv.terminate();
+    wait_gone(pid, "after SIGTERM to serve");
+}
+
+// ---- 7. vaultgate never signals a process it did not start ---------------------------------------------
+
+/// Runs a plain `serve` (the orphan sweep runs on every start, with or without `--tunnel`), stops
+/// it, asks `tunnel status`, and checks that every process in `spared` still runs.
+fn assert_spared(t: &Tunnel, what: &str, spared: &[u32]) {
+    let mut srv = t.serve(&[], &[]);
+    // The sweep is over before serve answers /healthz; a signal would have landed by now.
+    std::thread::sleep(Duration::from_millis(300));
+    srv.terminate();
+    let s = t.status();
+    assert_eq!(s["pid"], Value::Null, "{what}: {s}");
+    for pid in spared {
+        assert!(
+            alive(*pid),
+            "{what}: vaultgate signalled pid {pid}, a process it did not start\n{}",
+            srv.stderr()
+        );
+    }
+    assert!(
+        !srv.stderr().contains("ending the tunnel-client"),
+        "{what}: {}",
+        srv.stderr()
+    );
+}
+
+/// SECURITY(T-TUNNEL5): a record is honoured only when it is the user's own file, 0600, in a
+/// private profile folder, and the process it names runs that executable, as this user, since
+/// that time, with the mark vaultgate gave its child. Each forged record below differs from a
+/// genuine one in one thing only (the last, genuine in every respect, is honoured: the forgeries
+/// are well-formed, each is refused for its own reason).
+#[test]
+fn vaultgate_never_signals_a_process_it_did_not_start() {
+    use std::os::unix::process::CommandExt;
+    assert_root();
+    let t = Tunnel::new(true);
+    t.setup_ok(&[]);
+    let mark = "5f0c6a1e9b7d4e2a8c3f1b6d0e9a7c4b";
+    let sleep = |marked: bool, uid: Option<u32>| {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600").stdin(Stdio::null());
+        if marked {
+            cmd.env(MARK_VAR, mark);
+        }
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        cmd.spawn().unwrap()
+    };
+    // As vaultgate's child would be: its mark in the environment, this user.
+    let mut marked = sleep(true, None);
+    // The user's own `sleep`, nothing of vaultgate's about it.
+    let mut plain = sleep(false, None);
+    // Marked, but another user's.
+    let mut foreign = sleep(true, Some(NOBODY));
+    let all = [marked.id(), plain.id(), foreign.id()];
+    let _cleanup = KillOnDrop(all.to_vec());
+    let dir = t.profile_dir();
+    let parent = dir.parent().unwrap().to_owned();
+    let genuine = record_of(marked.id(), mark);
+    let plant = |record: &Value, m: u32| {
+        let dir = t.fresh_profile();
+        write_mode(&dir.join("child.json"), &record.to_string(), m);
+        dir
+    };
+
+    chown_nobody(&plant(&genuine, 0o600).join("child.json"));
+    assert_spared(&t, "child.json owned by another user", &all);
+
+    plant(&genuine, 0o644);
+    assert_spared(&t, "child.json readable by others (0644)", &all);
+
+    plant(&genuine, 0o400);
+    assert_spared(&t, "child.json of mode 0400", &all);
+
+    use std::os::unix::fs::MetadataExt;
+    let truth = std::fs::canonicalize("/bin/true").unwrap();
+    let meta = std::fs::metadata(&truth).unwrap();
+    let mut other_exe = genuine.clone();
+    other_exe["exe"] = json!(truth);
+    other_exe["exeDev"] = json!(meta.dev());
+    other_exe["exeIno"] = json!(meta.ino());
+    plant(&other_exe, 0o600);
+    assert_spared(&t, "a record of another executable", &all);
+
+    let mut other_time = genuine.clone();
+    other_time["startTime"] = json!(genuine["startTime"].as_u64().unwrap() + 1);
+    plant(&other_time, 0o600);
+    assert_spared(&t, "a record of another start time", &all);
+
+    plant(&record_of(plain.id(), mark), 0o600);
+    assert_spared(&t, "a record of the user's own process, without the mark", &all);
+
+    plant(&record_of(foreign.id(), mark), 0o600);
+    assert_spared(&t, "a record of another user's process", &all);
+
+    let elsewhere = t.env.tmp.path().join("elsewhere");
+    let _ = std::fs::remove_dir_all(&elsewhere);
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    set_mode(&elsewhere, 0o700);
+    write_mode(&elsewhere.join("child.json"), &genuine.to_string(), 0o600);
+    let dir_now = t.fresh_profile();
+    std::os::unix::fs::symlink(elsewhere.join("child.json"), dir_now.join("child.json")).unwrap();
+    assert_spared(&t, "child.json a symlink to a genuine record", &all);
+
+    t.remove_profile();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    assert_spared(
+        &t,
+        "the profile folder a symlink to a folder with a genuine record",
+        &all,
+    );
+
+    chown_nobody(&plant(&genuine, 0o600));
+    assert_spared(&t, "a genuine record in another user's folder", &all);
+
+    set_mode(&plant(&genuine, 0o600), 0o770);
+    assert_spared(&t, "a genuine record in a group-writable folder", &all);
+
+    plant(&genuine, 0o600);
+    set_mode(&parent, 0o777);
+    assert_spared(&t, "a genuine record below a world-writable folder", &all);
+
+    // The control: the same record, where and as vaultgate writes it, is honoured.
+    plant(&genuine, 0o600);
+    let mut srv = t.serve(&[], &[]);
+    wait_gone(marked.id(), "a genuine record in a private folder");
+    assert!(
+        srv.stderr().contains("ending the tunnel-client"),
+        "{}",
+        srv.stderr()
+    );
+    srv.terminate();
+    assert!(alive(plain.id()) && alive(foreign.id()));
+    for c in [&mut marked, &mut plain, &mut foreign] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }
