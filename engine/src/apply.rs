@@ -27,14 +27,19 @@ fn refusal(code: ErrorCode, msg: impl Into<String>) -> GatewayError {
     GatewayError::Proposal(code, msg.into())
 }
 
+/// `PROPOSAL_HASH_MISMATCH` as the client reads it.
+pub(crate) fn hash_mismatch() -> GatewayError {
+    refusal(
+        ErrorCode::PROPOSAL_HASH_MISMATCH,
+        "proposalHash does not match this proposal; use the one propose_* or get_proposal returned",
+    )
+}
+
 /// The wire refusal of each decision.
 fn refused(d: Decision, p: &Proposal) -> GatewayError {
     match d {
         Decision::Path(e) => GatewayError::Path(e),
-        Decision::Refused(Refusal::HashMismatch) => refusal(
-            ErrorCode::PROPOSAL_HASH_MISMATCH,
-            "proposalHash does not match this proposal; use the one propose_* or get_proposal returned",
-        ),
+        Decision::Refused(Refusal::HashMismatch) => hash_mismatch(),
         Decision::Refused(Refusal::Tampered(what)) => refusal(
             ErrorCode::PROPOSAL_TAMPERED,
             format!("{what}; the proposal cannot be applied, propose again"),

@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use policy::Capability;
 use serde::{Deserialize, Serialize};
 
 use crate::call::Call;
@@ -142,8 +141,8 @@ impl Core {
             inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
             inbox::ProposalStatus::Pending => {}
         }
-        let cap = Capability::to_decide(row.created_by == cred.id.as_str());
-        if cred.tier.allows(cap) || !cred.tier.approval_lifts(cap) {
+        let own = row.created_by == cred.id.as_str();
+        if policy::may_apply(cred.tier, cred.approve_in_client, own) != policy::MayApply::NeedsPersonYes {
             return Ok(None);
         }
         let recorded_hash = row
@@ -151,14 +150,9 @@ impl Core {
             .get("proposalHash")
             .and_then(|h| h.as_str())
             .unwrap_or_default();
-        if recorded_hash != given_hash.as_str() {
-            // Check 3, early: a person is asked only about the proposal the call names exactly.
-            return Err(GatewayError::Proposal(
-                policy::ErrorCode::PROPOSAL_HASH_MISMATCH,
-                "proposalHash does not match this proposal; use the one propose_* or get_proposal returned"
-                    .into(),
-            ));
-        }
+        // Check 3, early: a person is asked only about the proposal the call names exactly.
+        proposals::plan::check_given_hash(recorded_hash, given_hash.as_str())
+            .map_err(|_| crate::apply::hash_mismatch())?;
         let approved = || Approved {
             proposal_id: row.id.clone(),
             proposal_hash: recorded_hash.to_owned(),

@@ -512,10 +512,7 @@ impl Core {
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
         // SPEC §6: a tier that cannot apply at all is refused before any state is read, unless
         // a person's approval in the client may lift it one step (SPEC §15).
-        let lifted = spec.name == "apply_proposal"
-            && caller.credential.approve_in_client
-            && caller.credential.tier.approval_lifts(spec.capability());
-        let result = if caller.credential.tier.allows(spec.capability()) || lifted {
+        let result = if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
             // Reads too: a line written into the last free bytes could be cut short, so every
             // call is refused while the log's disk is (almost) full, not only the unlucky one. A
             // read changes nothing, so its record makes the check (one lock, not two).

@@ -688,8 +688,8 @@ impl Core {
         if fresh.is_expired(crate::core::now_unix()) {
             return Err(GatewayError::CredentialExpired);
         }
-        let cap = policy::Capability::to_decide(fresh.id.as_str() == created_by);
-        if fresh.tier.allows(cap) || (fresh.approve_in_client && fresh.tier.approval_lifts(cap)) {
+        let own = fresh.id.as_str() == created_by;
+        if policy::may_apply(fresh.tier, fresh.approve_in_client, own) != policy::MayApply::Deny {
             return Ok(());
         }
         Err(GatewayError::CapabilityDenied(format!(
@@ -702,8 +702,9 @@ impl Core {
         match actor {
             Actor::Operator(_) => Ok(()),
             Actor::Caller(c) => {
-                let cap = policy::Capability::to_decide(c.credential.id.as_str() == created_by);
-                if c.credential.tier.allows(cap) {
+                // Deciding without a person's yes: the tier alone (rejects never take one).
+                let own = c.credential.id.as_str() == created_by;
+                if policy::may_apply(c.credential.tier, false, own) == policy::MayApply::Allow {
                     Ok(())
                 } else {
                     Err(GatewayError::CapabilityDenied(format!(

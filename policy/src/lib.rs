@@ -14,5 +14,5 @@ pub mod tools;
 pub use code::ErrorCode;
 pub use path::{FolderPath, Layout, NoteClass, PathError, VaultPath};
 
-pub use tier::{Capability, Tier};
+pub use tier::{Capability, MayApply, Tier, may_apply};
 pub use tools::{TOOLS, ToolKind, ToolSpec};

@@ -41,6 +41,33 @@ impl Capability {
     }
 }
 
+/// What a credential may do about applying one proposal: the one authorization rule of applying
+/// (docs/contract.md#tiers-and-capabilities, and in-client approval in
+/// docs/contract.md#the-review-page-and-in-client-approval).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MayApply {
+    /// The tier alone allows it.
+    Allow,
+    /// Only with a person's yes in the client: the tier one step up, for a credential that opted
+    /// in (`--approve-in-client`).
+    NeedsPersonYes,
+    Deny,
+}
+
+/// May a credential of `tier` apply a proposal (`own`: one it made itself)? `approve_in_client`
+/// is its opt-in to a person's yes lifting the tier exactly one step ([`Tier::approval_lifts`]).
+// SECURITY(T-APPROVE1): the lift is decided here and nowhere else.
+pub fn may_apply(tier: Tier, approve_in_client: bool, own: bool) -> MayApply {
+    let cap = Capability::to_decide(own);
+    if tier.allows(cap) {
+        MayApply::Allow
+    } else if approve_in_client && tier.approval_lifts(cap) {
+        MayApply::NeedsPersonYes
+    } else {
+        MayApply::Deny
+    }
+}
+
 impl Tier {
     pub const ALL: [Tier; 4] = [Tier::Read, Tier::Propose, Tier::Auto, Tier::Full];
 
@@ -99,6 +126,26 @@ impl std::str::FromStr for Tier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn may_apply_is_the_tier_table_with_one_opted_in_step() {
+        use MayApply::*;
+        let table = [
+            // (tier, own) -> without the opt-in, with it
+            ((Tier::Read, true), (Deny, Deny)),
+            ((Tier::Read, false), (Deny, Deny)),
+            ((Tier::Propose, true), (Deny, NeedsPersonYes)),
+            ((Tier::Propose, false), (Deny, Deny)),
+            ((Tier::Auto, true), (Allow, Allow)),
+            ((Tier::Auto, false), (Deny, NeedsPersonYes)),
+            ((Tier::Full, true), (Allow, Allow)),
+            ((Tier::Full, false), (Allow, Allow)),
+        ];
+        for ((tier, own), (plain, opted)) in table {
+            assert_eq!(may_apply(tier, false, own), plain, "{tier} own={own}");
+            assert_eq!(may_apply(tier, true, own), opted, "{tier} own={own} opted in");
+        }
+    }
 
     #[test]
     fn approval_lifts_exactly_one_step_and_only_for_applying() {

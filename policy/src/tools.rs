@@ -21,9 +21,21 @@ pub enum ToolKind {
 pub struct ToolSpec {
     pub name: &'static str,
     pub kind: ToolKind,
+    /// A person's yes in the client may stand in for the tier ([`crate::tier::may_apply`]):
+    /// `apply_proposal` only — never reject, undo, redo or critical tools.
+    pub person_may_approve: bool,
 }
 
 impl ToolSpec {
+    /// Whether `tier` may call this tool at all, before any state is looked at: its capability,
+    /// or for a tool a person may approve, the chance of a person's yes on the caller's own
+    /// proposal (the proposal's own rule is decided once it is read).
+    pub fn allowed_for(&self, tier: crate::Tier, approve_in_client: bool) -> bool {
+        tier.allows(self.capability())
+            || (self.person_may_approve
+                && crate::tier::may_apply(tier, approve_in_client, true) != crate::tier::MayApply::Deny)
+    }
+
     /// The capability checked before any state is looked at.
     pub fn capability(&self) -> Capability {
         match self.kind {
@@ -41,7 +53,20 @@ impl ToolSpec {
 }
 
 const fn t(name: &'static str, kind: ToolKind) -> ToolSpec {
-    ToolSpec { name, kind }
+    ToolSpec {
+        name,
+        kind,
+        person_may_approve: false,
+    }
+}
+
+/// A tool a person's yes in the client may allow beyond the tier.
+const fn approvable(name: &'static str) -> ToolSpec {
+    ToolSpec {
+        name,
+        kind: ToolKind::Decide,
+        person_may_approve: true,
+    }
 }
 
 /// Every tool of SPEC §4, in catalog order.
@@ -68,7 +93,7 @@ pub const TOOLS: &[ToolSpec] = &[
     t("propose_frontmatter_update", ToolKind::Propose),
     t("propose_move", ToolKind::Propose),
     t("propose_delete", ToolKind::Propose),
-    t("apply_proposal", ToolKind::Decide),
+    approvable("apply_proposal"),
     t("reject_proposal", ToolKind::Decide),
     t("history_undo", ToolKind::History),
     t("history_redo", ToolKind::History),

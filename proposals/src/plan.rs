@@ -1,5 +1,5 @@
-//! The apply decision of SPEC §6, checks 3–5, as one pure function shared by the gateway's apply
-//! transaction and the CLI: the caller gathers the facts (the hash the client sent, the content file,
+//! The apply decision of SPEC §6, checks 3–5, as one pure function of the engine's apply
+//! transaction (whoever calls it: an MCP tool, the CLI, the review page): the engine gathers the facts (the hash the client sent, the content file,
 //! the state of the paths involved), [`check`] decides.
 //!
 //! Checks 1–2 (the proposal exists and is pending; the tier may apply it) and 6 (the target is a
@@ -48,6 +48,17 @@ pub enum Refusal {
     },
 }
 
+/// Check 3 on its own: the client's `proposalHash` is the recorded one. The one comparison of a
+/// given proposal hash (the engine runs it early too, before it asks a person about a proposal).
+/// The proposal hash is public, so a plain comparison is fine.
+pub fn check_given_hash(recorded: &str, given: &str) -> Result<(), Refusal> {
+    if given == recorded {
+        Ok(())
+    } else {
+        Err(Refusal::HashMismatch)
+    }
+}
+
 /// SPEC §6 checks 3–5, in order; the first failure is the answer.
 ///
 /// - `given_hash`: the `proposalHash` the client sent; must equal `p.proposal_hash` (`HashMismatch`).
@@ -71,10 +82,7 @@ pub fn check(
     current: &TargetState,
     destination: Option<&TargetState>,
 ) -> Result<(), Refusal> {
-    // Check 3. The proposal hash is public, so a plain comparison is fine.
-    if given_hash != p.proposal_hash {
-        return Err(Refusal::HashMismatch);
-    }
+    check_given_hash(&p.proposal_hash, given_hash)?;
 
     // Check 4.
     p.check_shape().map_err(Refusal::Tampered)?;
