@@ -305,9 +305,9 @@ async fn propose_kind(c: &Client, env: &Env, kind: &str) -> Proposed {
 type Snapshot = BTreeMap<String, Vec<u8>>;
 
 fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, PathBuf)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
+    // A folder that cannot be read fails the test: an empty snapshot would make every
+    // before/after comparison pass.
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for e in entries {
         let e = e.unwrap();
         let name = e.file_name().to_string_lossy().into_owned();

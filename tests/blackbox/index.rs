@@ -274,7 +274,10 @@ async fn a_corrupted_index_file_does_not_break_the_server() {
     // Rebuilt in the background.
     wait_fresh(&c).await;
     assert_eq!(hit_lines(&search(&c, "numerical stability").await), expected);
-    assert!(std::fs::read(&file).unwrap().starts_with(b"SQLite format 3\0") || file.is_file());
+    assert!(
+        std::fs::read(&file).unwrap().starts_with(b"SQLite format 3\0"),
+        "the broken index was rebuilt as a database"
+    );
 
     // Broken again while serving, then a note changes: reads stay right, the index recovers.
     std::fs::write(&file, b"garbage again ".repeat(4000)).unwrap();
