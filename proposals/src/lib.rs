@@ -4,8 +4,8 @@
 //! `secret.key`) pins everything else, so a separate apply step can tell an intact proposal from an
 //! altered one. This crate holds that model and its canonical JSON and hashes, patch edits
 //! ([`apply_edits`]), review diffs ([`unified_diff`]), the hash chain of `_applied.jsonl`
-//! ([`AppliedLine`]), and the apply decision ([`plan::check`]) that the gateway's transaction and
-//! the CLI share (SPEC §6).
+//! ([`AppliedLine`]), and the apply decision ([`plan::check`], [`plan::decide`]) that the engine's
+//! write transaction runs for the MCP tools, the CLI and the review page alike (SPEC §6).
 //!
 //! It must never do I/O, read a clock or draw randomness: ids, times and file states are parameters.
 #![forbid(unsafe_code)]

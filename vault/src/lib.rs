@@ -3,7 +3,7 @@
 //! moves, a change watcher, and the contained durable write primitives (`write`) that the apply
 //! transaction uses.
 //!
-//! It never decides to write: only the gateway's apply transaction calls `write`, and every vault
+//! It never decides to write: only the engine's write transaction calls `write`, and every vault
 //! file it opens or writes goes through `fs::VaultFs` and the path policy. The one file it writes
 //! on its own is its cache, `.vaultgate/index.sqlite` (`index`).
 #![forbid(unsafe_code)]
