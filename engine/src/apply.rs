@@ -53,6 +53,10 @@ fn refused(d: Decision, p: &Proposal) -> GatewayError {
                 p.from.as_deref().unwrap_or(&p.target)
             ),
         ),
+        Decision::Refused(Refusal::RewriteStale { path }) => refusal(
+            ErrorCode::PROPOSAL_STALE_BASE,
+            format!("{path} changed while the move was planned; apply again"),
+        ),
         Decision::Refused(Refusal::StaleBase { .. }) => refusal(
             ErrorCode::PROPOSAL_STALE_BASE,
             format!(
@@ -85,7 +89,7 @@ impl Core {
         // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
         // does nothing; other arguments under a used key are refused.
         if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
-            return replay(rec, &args_hash);
+            return replay(rec, call.tool(), &args_hash);
         }
         // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the answer
         // counts only for this proposal and hash, and every check below runs again.
@@ -95,7 +99,7 @@ impl Core {
         let _lock = fs.write_lock()?;
         // Another process may have finished the same key while we waited for the lock.
         if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
-            return replay(rec, &args_hash);
+            return replay(rec, call.tool(), &args_hash);
         }
         self.recover(v)?;
 
@@ -175,21 +179,20 @@ impl Core {
                         moved = r.new_text.clone().into_bytes();
                         continue;
                     }
-                    // SECURITY(T-PROP7): each rewrite replaces exactly the bytes it was computed
-                    // from; the before blob is those bytes, or the apply is refused now.
+                    // What is on disk now; plan::decide refuses a rewrite computed from other
+                    // bytes (SECURITY(T-PROP7)).
                     let now = files.read(Zone::Note, r.path.as_str())?;
-                    let Some((bytes, hash)) = now.filter(|(_, h)| *h == r.base_hash) else {
-                        return Err(refusal(
-                            ErrorCode::PROPOSAL_STALE_BASE,
-                            format!("{} changed while the move was planned; apply again", r.path),
-                        ));
-                    };
+                    let now_hash = now.as_ref().map(|(_, h)| h.clone());
+                    if let Some(before) = now {
+                        let (bytes, hash) = before;
+                        blobs.push((hash, bytes));
+                    }
                     let after = proposals::sha256_hex(r.new_text.as_bytes());
-                    blobs.push((hash.clone(), bytes));
                     blobs.push((after.clone(), r.new_text.clone().into_bytes()));
                     facts.rewrites.push(PlannedRewrite {
                         path: r.path.to_string(),
-                        before: hash,
+                        before: r.base_hash.clone(),
+                        now: now_hash,
                         after,
                     });
                 }
@@ -300,8 +303,10 @@ impl Core {
     }
 }
 
-fn replay(rec: inbox::IdemRecord, args_hash: &str) -> Result<ApplyOut, GatewayError> {
-    if rec.tool != "apply_proposal" || rec.args_hash != args_hash {
+/// The first answer to a key used again: only for the same tool (the one recording this call) and
+/// arguments.
+fn replay(rec: inbox::IdemRecord, tool: &str, args_hash: &str) -> Result<ApplyOut, GatewayError> {
+    if rec.tool != tool || rec.args_hash != args_hash {
         return Err(refusal(
             ErrorCode::IDEMPOTENCY_CONFLICT,
             "this idempotencyKey was used with other arguments; use a new key for a new apply",

@@ -69,8 +69,11 @@ pub(crate) struct Approved {
 }
 
 impl Approved {
+    /// Whether the person approved this proposal, as it is now (the id, and check 3 on the hash
+    /// they were shown).
     pub(crate) fn covers(&self, proposal_id: &str, proposal_hash: &str) -> bool {
-        self.proposal_id == proposal_id && self.proposal_hash == proposal_hash
+        self.proposal_id == proposal_id
+            && proposals::plan::check_given_hash(proposal_hash, &self.proposal_hash).is_ok()
     }
 }
 

@@ -46,6 +46,10 @@ pub enum Refusal {
         expected: String,
         actual: Option<String>,
     },
+    /// `PROPOSAL_STALE_BASE` too: a note whose links a move rewrites changed (or vanished) since
+    /// the rewrite was computed from it.
+    #[error("{path} changed while the move was planned")]
+    RewriteStale { path: String },
 }
 
 /// Check 3 on its own: the client's `proposalHash` is the recorded one. The one comparison of a
@@ -156,6 +160,8 @@ pub struct PlannedRewrite {
     pub path: String,
     /// The hash of the bytes the rewrite was computed from.
     pub before: String,
+    /// The hash of the note on disk now, under the lock (`None`: it is gone).
+    pub now: Option<String>,
     pub after: String,
 }
 
@@ -227,6 +233,10 @@ pub fn decide(
                 after: facts.moved_hash.clone().unwrap_or(base()?),
             });
             for r in facts.rewrites.iter().filter(|r| r.path != from) {
+                // SECURITY(T-PROP7): each rewrite replaces exactly the bytes it was computed from.
+                if r.now.as_deref() != Some(r.before.as_str()) {
+                    return Err(Decision::Refused(Refusal::RewriteStale { path: r.path.clone() }));
+                }
                 ops.push(FileOp::Put {
                     zone: Zone::Note,
                     path: r.path.clone(),
@@ -607,5 +617,45 @@ mod tests {
     fn refusal_messages_carry_hashes_not_text() {
         let msg = stale(Some(b"secret body")).to_string();
         assert!(msg.contains(&sha256_hex(BASE)) && !msg.contains("secret"));
+    }
+
+    /// A move's rewrite of another note applies only over the bytes it was computed from: the
+    /// decision, not the engine, compares (T-PROP7).
+    #[test]
+    fn a_rewrite_computed_from_other_bytes_is_stale() {
+        let c = Case::ok(Kind::Move);
+        let inbox = policy::VaultPath::parse("inbox").unwrap();
+        let layout = policy::Layout::new(vec![policy::FolderPath::Root], vec![], inbox, None);
+        let rewrite = |now: Option<&[u8]>| PlannedRewrite {
+            path: "z/linker.md".into(),
+            before: sha256_hex(b"[[old]]"),
+            now: now.map(sha256_hex),
+            after: sha256_hex(b"[[attention]]"),
+        };
+        let facts = |now| ApplyFacts {
+            rewrites: vec![rewrite(now)],
+            ..ApplyFacts::default()
+        };
+        let run = |f: &ApplyFacts| {
+            decide(
+                SECRET,
+                &layout,
+                &c.p,
+                &c.given,
+                None,
+                &c.current,
+                c.destination.as_ref(),
+                f,
+            )
+        };
+        assert!(run(&facts(Some(b"[[old]]"))).is_ok());
+        for now in [Some(&b"[[old]] edited"[..]), None] {
+            assert_eq!(
+                run(&facts(now)),
+                Err(Decision::Refused(Refusal::RewriteStale {
+                    path: "z/linker.md".into()
+                }))
+            );
+        }
     }
 }
