@@ -226,7 +226,7 @@ async def _check_error(
     """Call a tool that must be refused; return the error JSON when the envelope is right.
 
     `challenge=True`: a refused second call of a critical tool, whose error JSON must also carry a
-    fresh `challenge` object (SPEC §7). `challenge="optional"`: a replay whose targets are gone, where
+    fresh `challenge` object (docs/contract.md#critical-operations). `challenge="optional"`: a replay whose targets are gone, where
     no challenge can be planned any more; a `challenge`, if present, must still be well-formed."""
     rep.exercised.add(tool)
     try:
@@ -311,7 +311,7 @@ def _absent(key: str):
 
 
 def _check_annotations(rep: Report, tools: dict[str, Any]) -> None:
-    """SPEC §4 annotations: read tools readOnly; propose_* not readOnly, not destructive;
+    """docs/contract.md#the-mcp-surface annotations: read tools readOnly; propose_* not readOnly, not destructive;
     apply/reject/undo/redo and critical tools destructive; critical tools carry the risk `_meta`."""
     read_tools = set(READ_TOOLS)
     propose = {"propose_new_note", "propose_note_patch", "propose_move", "propose_delete"}
@@ -335,7 +335,7 @@ def _check_annotations(rep: Report, tools: dict[str, Any]) -> None:
     if problems:
         rep.fail("annotations", "; ".join(problems))
     else:
-        rep.ok("annotations", "read/propose/destructive hints and critical _meta as in SPEC §4")
+        rep.ok("annotations", "read/propose/destructive hints and critical _meta as in docs/contract.md#the-mcp-surface")
 
 
 READ_TOOLS = [
@@ -651,7 +651,7 @@ async def run_checks(session: ClientSession, rep: Report, mode: str, tag: str) -
     for name in sorted(rep.exercised - set(tools)):
         rep.fail(f"tool {name}", "called but not listed by the server")
 
-    # an unknown tool stays a JSON-RPC error (SPEC §4)
+    # an unknown tool stays a JSON-RPC error (docs/contract.md#the-mcp-surface)
     try:
         r = await session.call_tool("no_such_tool", {})
         rep.fail("unknown tool", f"expected a JSON-RPC error, got result isError={r.is_error}")

@@ -301,3 +301,61 @@ fn the_link_checker_finds_what_it_should() {
     }
     assert_eq!(percent_decode("a%20b.md"), "a b.md");
 }
+
+/// Every text file the repository tracks, outside build output (code, scripts, manifests, docs).
+fn tracked_text_files() -> Vec<(String, String)> {
+    let root = root();
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["ls-files", "-z"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git ls-files failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split('\0')
+        .filter(|f| !f.is_empty())
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(root.join(f)).ok()?;
+            Some((f.to_owned(), text))
+        })
+        .collect()
+}
+
+/// Code and documents cite the contract in the repository (its path, `#`, a heading's anchor), never a
+/// numbered section of a text outside it (no section sign before a number, with or without the
+/// word SPEC), and every anchor of the contract a file names is a heading of it.
+#[test]
+fn the_code_cites_the_contract_in_the_repository() {
+    let contract = anchors(&std::fs::read_to_string(root().join("docs/contract.md")).unwrap());
+    let mut bad = Vec::new();
+    let mut cited = 0;
+    for (file, text) in tracked_text_files() {
+        for (i, line) in text.lines().enumerate() {
+            let at = format!("{file}:{}", i + 1);
+            if line.contains(concat!("SPEC ", "\u{a7}")) {
+                bad.push(format!("{at}: cites the SPEC: {}", line.trim()));
+            }
+            let numbered = line
+                .match_indices('§')
+                .any(|(j, _)| line[j + '§'.len_utf8()..].starts_with(|c: char| c.is_ascii_digit()));
+            if numbered {
+                bad.push(format!("{at}: cites a numbered section: {}", line.trim()));
+            }
+            let cite = concat!("contract.md", "#");
+            for (j, _) in line.match_indices(cite) {
+                let anchor: String = line[j + cite.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                    .collect();
+                cited += 1;
+                if !contract.contains(&anchor) {
+                    bad.push(format!("{at}: docs/contract.md has no heading #{anchor}"));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(cited > 100, "the code cites the contract ({cited} citations)");
+}

@@ -112,7 +112,7 @@ fn canonical_map(map: &Map<String, Value>) -> String {
     out
 }
 
-/// Longest echoed client string a record keeps whole (SPEC §9).
+/// Longest echoed client string a record keeps whole (docs/contract.md#the-audit-log).
 pub const MAX_ECHO_BYTES: usize = 256;
 
 /// `s` itself when it has at most [`MAX_ECHO_BYTES`] bytes; otherwise its longest prefix of at

@@ -59,7 +59,7 @@ pub enum AuditError {
 
     /// `audit.jsonl` is no longer the file this handle opened (deleted, renamed or replaced).
     /// Appending would silently start a new chain, so appends are refused until an operator runs
-    /// `vaultgate audit restart --yes` (SPEC §9).
+    /// `vaultgate audit restart --yes` (docs/contract.md#the-audit-log).
     #[error(
         "{0} was deleted or replaced while in use; appends are refused (restart vaultgate; \
          if the log is gone for good, `vaultgate audit restart --yes` opens a new chain)"

@@ -2,7 +2,7 @@
 //! credential change and every CLI action becomes one line of `<home>/audit.jsonl`, a JSON
 //! object chained to the line before it by SHA-256 (`prev` → `hash`), so that altering,
 //! deleting, inserting or reordering a line is detected by [`verify`], which names the first
-//! line that fails (SPEC §9). [`AuditLog`] is the writer shared by every process of one home
+//! line that fails (docs/contract.md#the-audit-log). [`AuditLog`] is the writer shared by every process of one home
 //! (HTTP server, stdio servers, CLI): it serialises appends with a cross-process file lock and
 //! can make each line durable before the audited call answers. This crate depends on no other
 //! workspace crate.

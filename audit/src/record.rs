@@ -16,7 +16,7 @@ pub enum Outcome {
 ///
 /// On the wire a credential is the object `{credentialId, name, tier, transport}` and the local
 /// CLI user is the string `"cli:<user>"`, the same user on the review page `"review:<user>"`
-/// (SPEC §9, §15).
+/// (docs/contract.md#the-audit-log, docs/contract.md#the-review-page-and-in-client-approval).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "ActorRepr", into = "ActorRepr")]
 pub enum Actor {
@@ -29,7 +29,7 @@ pub enum Actor {
     Cli {
         user: String,
     },
-    /// The OS user acting on the review page (SPEC §15).
+    /// The OS user acting on the review page (docs/contract.md#the-review-page-and-in-client-approval).
     Review {
         user: String,
     },
@@ -106,7 +106,7 @@ impl TryFrom<ActorRepr> for Actor {
 
 /// What a caller supplies; `seq`, `ts`, `prev` and `hash` are filled in by the log.
 ///
-/// It must never hold tokens or note contents (SPEC §9): `target` is a path or id,
+/// It must never hold tokens or note contents (docs/contract.md#the-audit-log): `target` is a path or id,
 /// `args_hash` a hash ([`crate::args_hash`]), never the arguments themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -120,9 +120,9 @@ pub struct Entry {
     pub outcome: Outcome,
     pub code: Option<String>,
     pub args_hash: Option<String>,
-    /// How many events one record stands for (aggregated refusals, SPEC §9); `None` is one.
+    /// How many events one record stands for (aggregated refusals, docs/contract.md#the-audit-log); `None` is one.
     pub count: Option<u64>,
-    /// Who approved the change beyond the caller's tier: `"client"` (in-client approval, SPEC §15).
+    /// Who approved the change beyond the caller's tier: `"client"` (in-client approval, docs/contract.md#the-review-page-and-in-client-approval).
     pub approval: Option<String>,
 }
 

@@ -120,7 +120,7 @@ fn sync_parent(path: &Path) -> Result<(), AuditError> {
     Ok(())
 }
 
-/// Opens a new chain at `path` (SPEC §9 `vaultgate audit restart --yes`): whatever file is there
+/// Opens a new chain at `path` (docs/contract.md#the-audit-log `vaultgate audit restart --yes`): whatever file is there
 /// now (a replacement, an empty file) is first moved aside as `audit.jsonl.replaced-<n>` and
 /// kept, then `entry` is written as seq 1 and made durable. Returns where the old file went.
 ///

@@ -271,7 +271,7 @@ impl AuditLog {
     /// Whether a record could be appended now, without writing one: the log is the file this
     /// handle opened, its last line is a record (no torn tail), and its file system has at least
     /// [`RESERVE_BYTES`] free. A mutating call asks first, so that a full disk refuses it before
-    /// it changes anything (SPEC §9); the append itself still decides.
+    /// it changes anything (docs/contract.md#the-audit-log); the append itself still decides.
     pub fn check_appendable(&self) -> Result<(), AuditError> {
         let mut state = self.lock_state();
         let State { log, lock, head } = &mut *state;
@@ -303,7 +303,7 @@ impl AuditLog {
         Ok(())
     }
 
-    /// At the start of a process (SPEC §9): a torn last line (a crash or a full disk cut an
+    /// At the start of a process (docs/contract.md#the-audit-log): a torn last line (a crash or a full disk cut an
     /// append short, so no caller was told about it) is dropped and `record(dropped)` is appended
     /// in its place, under one exclusive lock. A fragment that is a whole record lacking only its
     /// newline gets the newline instead. `Ok(None)`: nothing was torn.
@@ -442,7 +442,7 @@ fn read_head(log: &File, len: u64) -> Result<(u64, String), AuditError> {
 }
 
 /// SECURITY(T-AUDIT7): if `audit.jsonl` was deleted or replaced since we opened it, appends are
-/// refused: following the path would silently start a new chain (SPEC §9 — only
+/// refused: following the path would silently start a new chain (docs/contract.md#the-audit-log — only
 /// `vaultgate audit restart --yes` may), and writing to the old inode would write into the void.
 #[cfg(unix)]
 /// Refuses when `path` no longer names the file this handle appends to; else that file's

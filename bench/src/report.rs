@@ -916,7 +916,7 @@ fn analysis(run: &RunResult, verdicts: &[Verdict]) -> String {
     s
 }
 
-/// `query_notes` by size: the selective and the broad filter (stdio p50), against SPEC §18's
+/// `query_notes` by size: the selective and the broad filter (stdio p50), against docs/contract.md#notes-as-data-and-attachments's
 /// "answered from the index" (the target: at most 10 ms p50 at 100,000 notes).
 fn query_paragraph(s: &mut String, sizes: &[&SizeResult]) {
     let key = |k: &str| format!("vaultgate/stdio/query_notes/{k}/1");
@@ -949,7 +949,7 @@ fn query_paragraph(s: &mut String, sizes: &[&SizeResult]) {
     let _ = writeln!(s);
 }
 
-/// `read_attachment_text` (SPEC §18): pages per second and the worker's start cost, by size (the
+/// `read_attachment_text` (docs/contract.md#notes-as-data-and-attachments): pages per second and the worker's start cost, by size (the
 /// vault's size should not matter: each call parses one document in a fresh worker).
 fn pdf_paragraph(s: &mut String, sizes: &[&SizeResult]) {
     let long = "vaultgate/stdio/read_attachment_text/50-pages/1";

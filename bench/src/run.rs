@@ -517,7 +517,7 @@ async fn size(
     r
 }
 
-/// `vaultgate index --rebuild` (SPEC §12), when this build has it; then one changed note.
+/// `vaultgate index --rebuild` (docs/contract.md#the-command-line), when this build has it; then one changed note.
 async fn index_build(gate: &Gate, g: &Generator, r: &mut SizeResult) {
     if !gate.has_index_command() {
         let why = "no index command in this build (`vaultgate --help` lists none): searches scan the files per call".to_owned();
@@ -617,7 +617,7 @@ async fn verify_search(c: &Client, m: &Manifest, r: &mut SizeResult) {
 /// Pages of the long PDF `pdf_text` reads.
 pub const PDF_PAGES: u32 = 50;
 
-/// `read_attachment_text` (SPEC §18): pages per second over a 50-page PDF, a one-page PDF through
+/// `read_attachment_text` (docs/contract.md#notes-as-data-and-attachments): pages per second over a 50-page PDF, a one-page PDF through
 /// the server, and the worker's own start cost (spawn, limits, a one-page parse, exit), measured
 /// without the server as `worker::run` runs it.
 async fn pdf_text(cfg: &Config, gate: &Gate, c: &Client, r: &mut SizeResult) {

@@ -93,7 +93,7 @@ impl Gate {
             .unwrap_or_else(|e| e)
     }
 
-    /// Whether this build has `vaultgate index` (SPEC §12); the search index may not exist yet.
+    /// Whether this build has `vaultgate index` (docs/contract.md#the-command-line); the search index may not exist yet.
     pub fn has_index_command(&self) -> bool {
         self.cli(&["--help"])
             .is_ok_and(|h| h.lines().any(|l| l.split_whitespace().next() == Some("index")))

@@ -1,4 +1,4 @@
-//! The typed requests and answers of every operation (SPEC §4): what the edges parse tool
+//! The typed requests and answers of every operation (docs/contract.md#the-mcp-surface): what the edges parse tool
 //! arguments into and what the engine answers with. Schemas are derived here; the edge turns them
 //! into its catalog.
 
@@ -188,7 +188,7 @@ pub struct HistoryTops {
     pub redo_top: Option<String>,
 }
 
-// ---- proposals (SPEC §6) ------------------------------------------------------------------------
+// ---- proposals (docs/contract.md#proposals) ------------------------------------------------------------------------
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

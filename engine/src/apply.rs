@@ -1,4 +1,4 @@
-//! `apply_proposal` (SPEC §6): the engine gathers the facts under the vault's write lock,
+//! `apply_proposal` (docs/contract.md#proposals): the engine gathers the facts under the vault's write lock,
 //! [`proposals::plan::decide`] decides checks 3–6 and the file operations, and the one
 //! transaction of [`crate::txn`] runs them. Nothing here compares a hash.
 
@@ -69,7 +69,7 @@ fn refused(d: Decision, p: &Proposal) -> GatewayError {
 
 impl Core {
     /// `apply_proposal` for MCP callers and the CLI alike. `approval` is how the caller's
-    /// client can ask a person (SPEC §15); operators pass [`ClientApproval::Unavailable`].
+    /// client can ask a person (docs/contract.md#the-review-page-and-in-client-approval); operators pass [`ClientApproval::Unavailable`].
     pub fn apply_proposal(
         &self,
         call: &mut Call<'_>,

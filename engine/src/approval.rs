@@ -1,4 +1,4 @@
-//! In-client approval (SPEC §15): a credential issued with `--approve-in-client` may have one
+//! In-client approval (docs/contract.md#the-review-page-and-in-client-approval): a credential issued with `--approve-in-client` may have one
 //! proposal applied one tier step above its own, once a person approved exactly that proposal
 //! in the caller's client. The engine decides whether to ask, what the question says and whether
 //! an answer counts; the edge only carries the question (MCP elicitation) and the answer back.
@@ -17,7 +17,7 @@ use crate::error::GatewayError;
 use crate::ids::{ProposalHash, ProposalId};
 use crate::proposing::{already_applied, proposal_not_found, rejected};
 
-/// The reason is cut to this many characters in the question (SPEC §15).
+/// The reason is cut to this many characters in the question (docs/contract.md#the-review-page-and-in-client-approval).
 const REASON_CHARS: usize = 300;
 /// A sealed request state longer than this is not ours.
 const MAX_STATE_BYTES: usize = 2048;
@@ -104,7 +104,7 @@ impl Drop for Asking<'_> {
     }
 }
 
-/// What the sealed state binds (SPEC §15): the credential, the call's arguments (vault, id,
+/// What the sealed state binds (docs/contract.md#the-review-page-and-in-client-approval): the credential, the call's arguments (vault, id,
 /// proposal hash, idempotency key), a nonce for single use, and an expiry.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,7 +134,7 @@ impl Core {
         if !cred.approve_in_client {
             return Ok(None);
         }
-        // SPEC §6 check 1, early: nobody is asked about a proposal that cannot be applied.
+        // docs/contract.md#applying-a-proposal check 1, early: nobody is asked about a proposal that cannot be applied.
         let row = self
             .state
             .proposal(&v.id, id.as_str())?
@@ -320,7 +320,7 @@ fn declined(timeout: Duration) -> GatewayError {
     ))
 }
 
-/// SPEC §15: the fixed fields first, one per line, then the agent's reason, last, quoted, cut to
+/// docs/contract.md#the-review-page-and-in-client-approval: the fixed fields first, one per line, then the agent's reason, last, quoted, cut to
 /// 300 characters and with every control character escaped, so no reason can pose as a field.
 pub fn approval_message(
     vault: &str,

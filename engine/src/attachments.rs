@@ -1,4 +1,4 @@
-//! `list_attachments` and `read_attachment_text` (SPEC §18). The engine decides what may be
+//! `list_attachments` and `read_attachment_text` (docs/contract.md#notes-as-data-and-attachments). The engine decides what may be
 //! read — the vault's opt-in, the path policy, the size, that it is a PDF at all — and hands the
 //! bytes to the edge's [`PdfWorker`], which parses them in a separate process. Nothing here
 //! parses a PDF.

@@ -1,6 +1,6 @@
 //! The audit log's operator side, for `vaultgate audit` and `vaultgate doctor`: read it back,
 //! repair it, and check (or restart) its chain against the head the state database last saw
-//! (SPEC §9). Appending stays the engine's.
+//! (docs/contract.md#the-audit-log). Appending stays the engine's.
 
 use std::path::{Path, PathBuf};
 
@@ -68,7 +68,7 @@ pub enum ChainStatus {
 /// Checks the head against the state database, then every line's hash and link.
 pub fn chain_status(home: &Home) -> Result<ChainStatus, GatewayError> {
     // A log that lost its later records verifies as a shorter chain: the head the state
-    // database saw tells (SPEC §9).
+    // database saw tells (docs/contract.md#the-audit-log).
     if let Some(problem) = head_check(home)?.problem() {
         return Ok(ChainStatus::Broken(problem));
     }

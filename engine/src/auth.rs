@@ -1,4 +1,4 @@
-//! Tokens: HS256 JWTs signed with `secret.key`, algorithm, issuer and audience pinned (SPEC §1).
+//! Tokens: HS256 JWTs signed with `secret.key`, algorithm, issuer and audience pinned (docs/contract.md#concepts).
 //! A valid signature only names a credential; the database row decides everything else.
 
 use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};

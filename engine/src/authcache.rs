@@ -1,4 +1,4 @@
-//! What makes authenticating every request cheap without making it less fresh (SPEC §5).
+//! What makes authenticating every request cheap without making it less fresh (docs/contract.md#paths).
 //!
 //! Two caches, each bounded:
 //! - tokens whose signature, issuer and audience were verified, by their exact text (a token

@@ -3,7 +3,7 @@
 //! Every operation an edge can start runs inside a [`Call`]: [`crate::Core::call`] for MCP tools,
 //! [`crate::Core::cli_call`] for the CLI. The call learns on the way what its record names (the
 //! vault it resolved to, the proposal or challenge), and either a transaction writes the record
-//! itself — inside the transaction, before its commit (SPEC §6, §9) — or [`Call::finish`] writes it
+//! itself — inside the transaction, before its commit (docs/contract.md#proposals, docs/contract.md#the-audit-log) — or [`Call::finish`] writes it
 //! at the end. The answer leaves as [`Audited`], which only this module builds: nothing can answer
 //! without its record, and nothing can write a second one for the same call.
 
@@ -48,7 +48,7 @@ pub(crate) struct TxnRecord {
     pub target: Option<String>,
     pub proposal_id: Option<String>,
     pub challenge_id: Option<String>,
-    /// `"client"`: the change was approved in the caller's client (SPEC §15).
+    /// `"client"`: the change was approved in the caller's client (docs/contract.md#the-review-page-and-in-client-approval).
     pub approval: Option<String>,
 }
 
@@ -113,7 +113,7 @@ impl<'a> Call<'a> {
         audit::args_hash(self.args)
     }
 
-    /// Resolves the vault the call acts on (SPEC §4) and remembers it for the record.
+    /// Resolves the vault the call acts on (docs/contract.md#the-mcp-surface) and remembers it for the record.
     pub fn vault(&mut self, requested: Option<&str>) -> Result<Arc<VaultHandle>, GatewayError> {
         if let Some(id) = requested {
             self.vault = Some(id.to_owned());
@@ -170,7 +170,7 @@ impl<'a> Call<'a> {
         self.record_txn_head(r).map(|h| h.seq)
     }
 
-    /// As [`Call::record_txn`], with the line's hash (a git commit names it, SPEC §16).
+    /// As [`Call::record_txn`], with the line's hash (a git commit names it, docs/contract.md#git-history).
     pub(crate) fn record_txn_head(&mut self, r: TxnRecord) -> Result<inbox::AuditHead, GatewayError> {
         let head = self.record_head(r)?;
         self.core.note_head(&head);

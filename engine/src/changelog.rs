@@ -1,5 +1,5 @@
 //! Every change vaultgate commits, kept for `get_note_history` and `read_note {hash}`, and the
-//! git commit each makes where the vault has git on (SPEC §16).
+//! git commit each makes where the vault has git on (docs/contract.md#git-history).
 //!
 //! The change's row, with its commit queued, is written in the transaction's own state commit, so
 //! a crash between the engine's commit and git's leaves a queued commit that the next change or
@@ -22,7 +22,7 @@ use crate::files::Files;
 use crate::git::{FILE_MODE, GitError, Identity, Repo, TreeEntry};
 use crate::txn::{Intent, TxnKind};
 
-/// A subject line is at most this many characters (SPEC §16).
+/// A subject line is at most this many characters (docs/contract.md#git-history).
 const SUBJECT_CHARS: usize = 72;
 /// How many queued commits one drain looks at per query.
 const QUEUE_BATCH: usize = 64;
@@ -756,7 +756,7 @@ impl Core {
             let walk = self.walk_history(v, &mut cur, &mut before, HISTORY_MAX)?;
             let done = walk.len() < HISTORY_MAX;
             for ((seq, _), item) in walk {
-                // SPEC §7: what a permanent deletion removed is not readable again.
+                // docs/contract.md#critical-operations: what a permanent deletion removed is not readable again.
                 if is_barrier(&item.kind) {
                     continue;
                 }
@@ -850,7 +850,7 @@ fn hashes_in(text: &str, out: &mut std::collections::HashSet<String>) {
 }
 
 impl Core {
-    /// SPEC §7: after a permanent deletion, the history objects that only the deleted notes'
+    /// docs/contract.md#critical-operations: after a permanent deletion, the history objects that only the deleted notes'
     /// versions use are removed, so `read_note {hash}` (or anyone with the vault folder) cannot
     /// bring them back. A hash any other change or history entry names is kept.
     pub(crate) fn purge_deleted_versions(

@@ -1,7 +1,7 @@
 //! Vault change detection and announcement: a start-up scan and a file watcher per vault move the
-//! revision (once per real change, across processes), keep the search index fresh (SPEC §10), and
+//! revision (once per real change, across processes), keep the search index fresh (docs/contract.md#search-and-the-index), and
 //! broadcast `VaultChanged` to every connection, which forwards it to clients that subscribed or
-//! asked for log messages (SPEC §4).
+//! asked for log messages (docs/contract.md#the-mcp-surface).
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -54,7 +54,7 @@ impl FpEntry {
 
 /// A digest of every note's path, size and modification time (notes and standards folders):
 /// the XOR of one SHA-256 per note, so a write can swap the entries of the notes it touched
-/// without walking the vault (SPEC §6 "Cost follows the change").
+/// without walking the vault (docs/contract.md#proposals "Cost follows the change").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fingerprint([u8; 32]);
 
@@ -102,7 +102,7 @@ pub fn fingerprint_of(files: &[DirEntry]) -> String {
 pub fn rescan(core: &Core, v: &VaultHandle, batch: &vault::watch::Changes) {
     let changed: &[PathBuf] = &batch.paths;
     tracing::debug!(vault = %v.id, paths = changed.len(), lost = batch.lost, "watcher batch");
-    // SPEC §6 "Cost follows the change": a batch holding nothing but vaultgate's own writes (and
+    // docs/contract.md#proposals "Cost follows the change": a batch holding nothing but vaultgate's own writes (and
     // inbox or machine files) is no change on disk to count, so it costs no walk and no lock.
     // A batch that lost events may hide anything: it is always walked.
     let mut theirs = false;

@@ -43,7 +43,7 @@ pub struct Caller {
     pub transport: Transport,
 }
 
-/// Where the operator acts from: the terminal or the review page (SPEC §12, §15).
+/// Where the operator acts from: the terminal or the review page (docs/contract.md#the-command-line, docs/contract.md#the-review-page-and-in-client-approval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Surface {
     Cli,
@@ -166,7 +166,7 @@ pub struct Core {
     secret: SecretKey,
     pub state: State,
     pub audit: Arc<AuditLog>,
-    /// Unauthenticated refusals, aggregated (SPEC §9).
+    /// Unauthenticated refusals, aggregated (docs/contract.md#the-audit-log).
     refusals: crate::refusals::Refusals,
     vaults: BTreeMap<String, Arc<VaultHandle>>,
     changes: tokio::sync::broadcast::Sender<VaultChanged>,
@@ -175,9 +175,9 @@ pub struct Core {
     pub(crate) pdf_worker: std::sync::OnceLock<Arc<dyn crate::attachments::PdfWorker>>,
     pub(crate) pdf_slots: crate::attachments::Slots,
     pub(crate) own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
-    /// Credentials with an in-client approval question waiting for a person (SPEC §15).
+    /// Credentials with an in-client approval question waiting for a person (docs/contract.md#the-review-page-and-in-client-approval).
     pub(crate) asking: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// The `git` vaults with git on are committed with (SPEC §16).
+    /// The `git` vaults with git on are committed with (docs/contract.md#git-history).
     pub(crate) git: crate::git::Program,
     /// Verified tokens and credential rows, checked against the generation on every request.
     auth_cache: crate::authcache::AuthCache,
@@ -283,7 +283,7 @@ impl Core {
 
     /// Verifies the token and reads the credential fresh (its row, or the row kept from an
     /// earlier request while the credentials' generation has not moved): revocation, expiry and
-    /// tier changes apply to the very next call. Refusals are audited (aggregated, SPEC §9); one whose record
+    /// tier changes apply to the very next call. Refusals are audited (aggregated, docs/contract.md#the-audit-log); one whose record
     /// cannot be written answers `AUDIT_UNAVAILABLE`.
     pub fn authenticate(&self, token: &Token, transport: Transport) -> Result<Caller, GatewayError> {
         self.authenticate_from(token, transport, None)
@@ -414,7 +414,7 @@ impl Core {
     }
 
     /// Refuses, before anything changes, a mutating call whose record could not be appended
-    /// (SPEC §9): the log is not the file this process opened, ends torn, or its disk is (almost)
+    /// (docs/contract.md#the-audit-log): the log is not the file this process opened, ends torn, or its disk is (almost)
     /// full. The append itself still decides; this keeps a full disk from half-doing a call.
     pub(crate) fn audit_preflight(&self) -> Result<(), GatewayError> {
         // SECURITY(T-AUDIT4): fail closed before the first change, not after it.
@@ -443,7 +443,7 @@ impl Core {
     }
 
     /// As [`Core::append_audit`], for a call that skipped [`Core::audit_preflight`]: the append
-    /// makes its free-space check (SPEC §9: no room, no record, no answer).
+    /// makes its free-space check (docs/contract.md#the-audit-log: no room, no record, no answer).
     pub(crate) fn append_audit_reserving(
         &self,
         entry: Entry,
@@ -481,7 +481,7 @@ impl Core {
     }
 
     /// Notes a head this process wrote in the state database, so a later replaced log is
-    /// noticed (SPEC §9). Best effort: the head only guards against a lost log, and the next
+    /// noticed (docs/contract.md#the-audit-log). Best effort: the head only guards against a lost log, and the next
     /// mutating commit or start notes it again.
     pub(crate) fn note_head(&self, head: &inbox::AuditHead) {
         if let Err(e) = self.state.note_audit_head(head) {
@@ -495,7 +495,7 @@ impl Core {
     /// then `op`, then exactly one audit record. The edge parses the arguments inside `op`, so a
     /// malformed call is recorded like any other refusal. A call whose transaction wrote its own
     /// record (a committed or rolled-back write) is not recorded again; a call whose record
-    /// cannot be written answers `AUDIT_UNAVAILABLE` (SPEC §9).
+    /// cannot be written answers `AUDIT_UNAVAILABLE` (docs/contract.md#the-audit-log).
     pub fn call<T: serde::Serialize>(
         &self,
         caller: &Caller,
@@ -503,15 +503,15 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<Value, GatewayError>> {
-        // Bounds first (SPEC §14): an argument over a limit is refused, and recorded, before
+        // Bounds first (docs/contract.md#limits-and-pagination): an argument over a limit is refused, and recorded, before
         // anything else runs.
         if let Err(e) = crate::limits::check_args(spec.name, args, &self.config.limits) {
             return Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call")
                 .finish(Err(e), Durability::Sync);
         }
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
-        // SPEC §6: a tier that cannot apply at all is refused before any state is read, unless
-        // a person's approval in the client may lift it one step (SPEC §15).
+        // docs/contract.md#proposals: a tier that cannot apply at all is refused before any state is read, unless
+        // a person's approval in the client may lift it one step (docs/contract.md#the-review-page-and-in-client-approval).
         let result = if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
             // Reads too: a line written into the last free bytes could be cut short, so every
             // call is refused while the log's disk is (almost) full, not only the unlucky one. A
@@ -560,7 +560,7 @@ impl Core {
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<T, GatewayError>> {
         let actor = || Actor::Operator(operator.clone());
-        // The operator's arguments are bounded exactly like a tool's (SPEC §14).
+        // The operator's arguments are bounded exactly like a tool's (docs/contract.md#limits-and-pagination).
         if let Err(e) = crate::limits::check_args(tool, args, &self.config.limits) {
             return Call::new(self, actor(), tool, args, operator.event()).finish(Err(e), Durability::Sync);
         }
@@ -575,7 +575,7 @@ impl Core {
     }
 
     /// A read that is not a tool call (resources), answered only with its record: a record that
-    /// cannot be written turns the answer into `AUDIT_UNAVAILABLE` (SPEC §9).
+    /// cannot be written turns the answer into `AUDIT_UNAVAILABLE` (docs/contract.md#the-audit-log).
     pub fn record_read<T>(
         &self,
         caller: &Caller,
@@ -625,7 +625,7 @@ impl Core {
         self.vaults.values().filter(move |v| cred.may_see_vault(&v.id))
     }
 
-    /// SPEC §4: explicit id, else the only visible vault, else the default; a vault outside the
+    /// docs/contract.md#the-mcp-surface: explicit id, else the only visible vault, else the default; a vault outside the
     /// credential's scope is indistinguishable from one that does not exist.
     pub fn resolve_vault(
         &self,
@@ -691,7 +691,7 @@ impl Core {
 
     // ---- reads (the vault answers; the engine keeps the edge from touching it) -----------------
 
-    /// The read limits (SPEC §14), from `gateway.toml [limits]`. The output cap keeps 64 KiB
+    /// The read limits (docs/contract.md#limits-and-pagination), from `gateway.toml [limits]`. The output cap keeps 64 KiB
     /// for the JSON-RPC envelope, so a result at the cap still fits a client's 16 MiB message limit.
     pub fn read_limits(&self) -> ReadLimits {
         const ENVELOPE: u64 = 64 * 1024;
@@ -1047,7 +1047,7 @@ impl Core {
     // ---- credential administration (operators only) ---------------------------------------------------
 
     /// Issues a credential and its token; audited as a credential change by the CLI user. The
-    /// row is committed only together with its durable audit line (SPEC §9).
+    /// row is committed only together with its durable audit line (docs/contract.md#the-audit-log).
     pub fn issue_credential(
         &self,
         operator: &Operator,
@@ -1172,7 +1172,7 @@ pub(crate) fn recorded(e: inbox::Recorded<GatewayError>) -> GatewayError {
     }
 }
 
-/// Opens the home's audit log for a new process (SPEC §9): refuses when the state database has
+/// Opens the home's audit log for a new process (docs/contract.md#the-audit-log): refuses when the state database has
 /// seen records the log no longer holds (never a silent restart), drops a torn last line with one
 /// `audit.repaired` record, and notes the head.
 fn open_audit(home: &Home, state: &State) -> Result<AuditLog, GatewayError> {

@@ -1,4 +1,4 @@
-//! The critical tools of SPEC §7: `delete_permanent` and `empty_trash`, always two calls.
+//! The critical tools of docs/contract.md#critical-operations: `delete_permanent` and `empty_trash`, always two calls.
 //!
 //! The first call (no challenge fields) validates, records a challenge whose `planHash` is an HMAC
 //! over the plan, and executes nothing. The second call repeats the first plus `challengeId`,

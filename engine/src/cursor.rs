@@ -1,4 +1,4 @@
-//! The one cursor of every list and search tool (SPEC §14): an opaque string that names where
+//! The one cursor of every list and search tool (docs/contract.md#limits-and-pagination): an opaque string that names where
 //! the next page starts. It carries a stable key (a sort key, an index row, a proposal's
 //! `createdAt` and row), never an offset, and is sealed with an HMAC over the tool, the vault,
 //! the other arguments and the credential, so a client can neither forge one nor carry it to
@@ -17,14 +17,14 @@ use vault::{Key, NotesPos, RankPos, RecentPos, SearchPos};
 use crate::error::GatewayError;
 use crate::home::SecretKey;
 
-/// SPEC §14: ids, `cursor` included, are at most 128 bytes.
+/// docs/contract.md#limits-and-pagination: ids, `cursor` included, are at most 128 bytes.
 pub const MAX_CURSOR_BYTES: usize = 128;
 const MAC_BYTES: usize = 16;
 /// 128 base64 characters hold 96 bytes.
 const MAX_PAYLOAD: usize = MAX_CURSOR_BYTES / 4 * 3 - MAC_BYTES;
 const DOMAIN: &[u8] = b"vaultgate.cursor.v1\0";
 
-/// The limits of what a read answers (SPEC §14). Defaults here; the lead wires them to
+/// The limits of what a read answers (docs/contract.md#limits-and-pagination). Defaults here; the lead wires them to
 /// `gateway.toml [limits]` (`max_output_bytes`, `search_budget_ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLimits {

@@ -1,4 +1,4 @@
-//! `vaultgate doctor` (SPEC §12): checks the home and every vault and says, for each finding, what
+//! `vaultgate doctor` (docs/contract.md#the-command-line): checks the home and every vault and says, for each finding, what
 //! a person should do next. It only reads: without a home it creates nothing, and it never opens a
 //! [`crate::Core`] (which would repair a torn audit tail or recover interrupted writes), so what it
 //! reports is the state as found.
@@ -270,7 +270,7 @@ fn check_vaults(config: &Config, state: Option<&inbox::State>, checks: &mut Vec<
     }
 }
 
-/// SPEC §12, §16: the git queue is empty (a waiting commit names why it waits).
+/// docs/contract.md#the-command-line, docs/contract.md#git-history: the git queue is empty (a waiting commit names why it waits).
 fn check_git(v: &crate::home::VaultConfig, state: &inbox::State, checks: &mut Vec<Check>) {
     let id = &v.id;
     let (on, queued) = match (state.git_enabled(id), state.queue_len(id)) {
@@ -348,7 +348,7 @@ fn check_audit(
     }
 }
 
-/// Whether the log holds every record the state database has seen (SPEC §9: a missing or
+/// Whether the log holds every record the state database has seen (docs/contract.md#the-audit-log: a missing or
 /// replaced log is never silently restarted). The same check servers run at start.
 fn audit_head_check(
     path: &Path,

@@ -1,4 +1,4 @@
-//! The one application error of the edge, and the one place that maps every error to its SPEC §11
+//! The one application error of the edge, and the one place that maps every error to its docs/contract.md#error-codes
 //! code, its client message and its CLI exit code.
 
 use std::path::PathBuf;
@@ -42,18 +42,18 @@ pub enum GatewayError {
     /// A proposal or apply refusal whose SPEC code is decided where it arises.
     #[error("{1}")]
     Proposal(ErrorCode, String),
-    /// A critical-call refusal (SPEC §7) with a fresh challenge for the call as sent, when one
+    /// A critical-call refusal (docs/contract.md#critical-operations) with a fresh challenge for the call as sent, when one
     /// could be issued.
     #[error("{1}")]
     Challenge(ErrorCode, String, Option<Box<serde_json::Value>>),
     /// An HTTP request refused before authentication matters (Host, Origin, session owner).
     #[error("forbidden: {0}")]
     Forbidden(String),
-    /// One item of a result is larger than `max_output_bytes` (SPEC §14); the message names a
+    /// One item of a result is larger than `max_output_bytes` (docs/contract.md#limits-and-pagination); the message names a
     /// narrower call.
     #[error("{0}")]
     OutputLimitExceeded(String),
-    /// In-client approval (SPEC §15) was not given: declined, cancelled, `false`, missing or late.
+    /// In-client approval (docs/contract.md#the-review-page-and-in-client-approval) was not given: declined, cancelled, `false`, missing or late.
     #[error("{0}")]
     ApprovalDeclined(String),
     /// Not a refusal: on 2026-07-28 the apply waits for a person's answer, which the client
@@ -61,10 +61,10 @@ pub enum GatewayError {
     /// audited as `approval.asked`.
     #[error("a person's approval is needed")]
     ApprovalAsked(Box<crate::approval::ApprovalRequest>),
-    /// The audit record of the call could not be written (SPEC §9): refused, nothing changed.
+    /// The audit record of the call could not be written (docs/contract.md#the-audit-log): refused, nothing changed.
     #[error("the audit log cannot be written right now; nothing was changed")]
     AuditUnavailable,
-    /// An attachment that cannot be read as text (SPEC §18): `NOT_TEXT` or `TOO_LARGE`, with
+    /// An attachment that cannot be read as text (docs/contract.md#notes-as-data-and-attachments): `NOT_TEXT` or `TOO_LARGE`, with
     /// the reason (never the document's own text).
     #[error("{1}")]
     Attachment(ErrorCode, String),
@@ -142,7 +142,7 @@ impl GatewayError {
         }
     }
 
-    /// The JSON error body of SPEC §4.
+    /// The JSON error body of docs/contract.md#the-mcp-surface.
     pub fn to_json(&self) -> serde_json::Value {
         let code = self.code();
         let mut body = serde_json::json!({

@@ -1,5 +1,5 @@
 //! The engine's seam to a vault's files: the few operations the transaction needs, each
-//! compare-and-swap on the exact bytes it expects (SPEC §6 "Never overwrite an edit"), plus the
+//! compare-and-swap on the exact bytes it expects (docs/contract.md#proposals "Never overwrite an edit"), plus the
 //! object store of blobs that rollback and undo restore from. Everything goes through
 //! `vault::write` and its `Area` checks; a later backend (a remote, a shared volume) replaces this
 //! module, not the transaction.

@@ -1,4 +1,4 @@
-//! The seam to a vault's git repository (SPEC §16), through the `git` CLI's plumbing.
+//! The seam to a vault's git repository (docs/contract.md#git-history), through the `git` CLI's plumbing.
 //!
 //! SECURITY(T-GIT1): nothing here may run a program or prompt on the user's behalf. Every command
 //! runs with an empty environment (no inherited `GIT_*`, no system or global configuration), with

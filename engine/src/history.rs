@@ -1,4 +1,4 @@
-//! History undo/redo (SPEC §8): one linear history per vault, shared by every client and the CLI.
+//! History undo/redo (docs/contract.md#history): one linear history per vault, shared by every client and the CLI.
 //!
 //! A history entry keeps the file operations its change ran; an undo runs their inverses
 //! (newest first), a redo runs them again, both through the one transaction of [`crate::txn`]

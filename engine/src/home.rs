@@ -1,4 +1,4 @@
-//! The gateway's home: `gateway.toml`, `secret.key`, `state.sqlite`, `audit.jsonl` (SPEC §1).
+//! The gateway's home: `gateway.toml`, `secret.key`, `state.sqlite`, `audit.jsonl` (docs/contract.md#concepts).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -295,11 +295,11 @@ impl Home {
     pub fn state_path(&self) -> PathBuf {
         self.dir.join("state.sqlite")
     }
-    /// Where `serve` records its pid, host and port, so `vaultgate review` finds it (SPEC §15).
+    /// Where `serve` records its pid, host and port, so `vaultgate review` finds it (docs/contract.md#the-review-page-and-in-client-approval).
     pub fn server_record_path(&self) -> PathBuf {
         self.dir.join("server.json")
     }
-    /// The tunnel's runtime API key (SPEC §17), mode 0600.
+    /// The tunnel's runtime API key (docs/contract.md#the-chatgpt-tunnel), mode 0600.
     pub fn tunnel_key_path(&self) -> PathBuf {
         self.dir.join("tunnel.key")
     }

@@ -1,4 +1,4 @@
-//! Every input bounded before any work (SPEC §14): [`check_args`] over a call's raw JSON
+//! Every input bounded before any work (docs/contract.md#limits-and-pagination): [`check_args`] over a call's raw JSON
 //! arguments, run first in every MCP and CLI call, and the inbox quotas every `propose_*` checks
 //! first ([`Core::check_quota`]).
 //!
@@ -28,7 +28,7 @@ fn len(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// Refuses arguments over a limit with `INVALID_ARGUMENT` (`PATH_INVALID` for paths, SPEC §5)
+/// Refuses arguments over a limit with `INVALID_ARGUMENT` (`PATH_INVALID` for paths, docs/contract.md#paths)
 /// naming the limit. It only measures: types and meaning are the tool's parser's to check, and
 /// it reads each value at most once, stopping at the first limit passed.
 pub fn check_args(tool: &str, args: &Value, limits: &Limits) -> Result<(), GatewayError> {
@@ -213,7 +213,7 @@ fn check_path(what: &str, value: &Value, l: &Limits) -> Result<(), GatewayError>
     if let Some(s) = value.as_str()
         && len(s.len()) > l.max_path_bytes
     {
-        // PATH_INVALID, as SPEC §5 names an over-long path; the message names the limit.
+        // PATH_INVALID, as docs/contract.md#paths names an over-long path; the message names the limit.
         return Err(GatewayError::Proposal(
             ErrorCode::PATH_INVALID,
             format!(
@@ -299,7 +299,7 @@ fn quota(msg: String) -> GatewayError {
 }
 
 impl Core {
-    /// The inbox quotas (SPEC §14), checked first by every `propose_*` with the bytes the new
+    /// The inbox quotas (docs/contract.md#limits-and-pagination), checked first by every `propose_*` with the bytes the new
     /// proposal brings: a credential holds at most `max_pending_per_credential` pending proposals
     /// and `max_pending_bytes_per_credential` bytes of them in a vault's inbox, and the inbox at
     /// most `max_inbox_bytes` pending. Over any: `QUOTA_EXCEEDED`, which only a decision cures.

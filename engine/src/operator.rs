@@ -1,4 +1,4 @@
-//! The operator's decisions (SPEC §12, §15): apply, reject, undo and redo as the OS user, from
+//! The operator's decisions (docs/contract.md#the-command-line, docs/contract.md#the-review-page-and-in-client-approval): apply, reject, undo and redo as the OS user, from
 //! the CLI or the review page. Each is the tool's own engine function run inside one
 //! [`Core::operator_call`], so both surfaces make the same checks and leave the same record with
 //! their own actor (`cli:<user>`, `review:<user>`).
@@ -18,7 +18,7 @@ fn fresh_key(operator: &Operator) -> String {
 }
 
 impl Core {
-    /// Applies the proposal `id` whose hash the operator was shown (SPEC §6: every check runs).
+    /// Applies the proposal `id` whose hash the operator was shown (docs/contract.md#proposals: every check runs).
     pub fn operator_apply(
         &self,
         operator: &Operator,
@@ -101,7 +101,7 @@ impl Core {
         }
     }
 
-    /// `vault git ID on|off` (SPEC §16), under the vault's write lock so no change is queued
+    /// `vault git ID on|off` (docs/contract.md#git-history), under the vault's write lock so no change is queued
     /// between the check and the switch. Off refuses while commits wait, unless `drop_queue`.
     pub fn operator_git(
         &self,
@@ -128,7 +128,7 @@ impl Core {
         .into_inner()
     }
 
-    /// Turns PDF text (`read_attachment_text`, SPEC §18) on or off for a vault in
+    /// Turns PDF text (`read_attachment_text`, docs/contract.md#notes-as-data-and-attachments) on or off for a vault in
     /// `gateway.toml`; a running server reads the setting at every call, so it takes effect at
     /// once. Audited like every operator change.
     pub fn operator_pdf_text(

@@ -1,4 +1,4 @@
-//! The propose side of SPEC §6: `propose_*`, `list_proposals`, `get_proposal`, `reject_proposal`.
+//! The propose side of docs/contract.md#proposals: `propose_*`, `list_proposals`, `get_proposal`, `reject_proposal`.
 //! Proposals are written only into the inbox (files first, then the audit record and the state
 //! row, committed together); notes are never touched here.
 
@@ -17,7 +17,7 @@ use crate::core::{Actor, Core, VaultHandle, recorded, rfc3339};
 use crate::error::GatewayError;
 use crate::ids::{NoteHash, ProposalId};
 
-/// The inbox files of one proposal, relative to the inbox folder (SPEC §6).
+/// The inbox files of one proposal, relative to the inbox folder (docs/contract.md#proposals).
 pub struct InboxFiles {
     /// `(role, path under the inbox)`; the metadata file is always last.
     pub files: Vec<(&'static str, String)>,
@@ -126,7 +126,7 @@ impl Core {
 
     /// Seals the draft, writes its inbox files, then appends the call's durable record and
     /// commits the pending row in one state transaction. If the record or the row cannot be
-    /// written the files go again: nothing is left that looks like a proposal (SPEC §9).
+    /// written the files go again: nothing is left that looks like a proposal (docs/contract.md#the-audit-log).
     fn store_proposal(
         &self,
         call: &mut Call<'_>,
@@ -139,7 +139,7 @@ impl Core {
         let p = proposals::seal(draft, id, self.secret().bytes());
         let files = InboxFiles::of(p.kind, &p.slug);
         // No write lock: a proposal writes only its own new inbox files (created exclusively)
-        // and its row, so it never waits for an apply (SPEC §6: the lock is held only as long
+        // and its row, so it never waits for an apply (docs/contract.md#proposals: the lock is held only as long
         // as it must be). The staging guard keeps a sweep from taking its temp files.
         let _staging = v.reader.fs().staging_guard()?;
         let meta = serde_json::to_value(&p).map_err(|e| GatewayError::Internal(e.to_string()))?;
@@ -332,7 +332,7 @@ impl Core {
         self.store_patch(call, v, &target, &old, hash, &new, &args.reason)
     }
 
-    /// `propose_frontmatter_update` (SPEC §18): the note's text with only its frontmatter block
+    /// `propose_frontmatter_update` (docs/contract.md#notes-as-data-and-attachments): the note's text with only its frontmatter block
     /// edited (`vault::fmedit`), proposed as an ordinary patch, so it is applied like any other.
     pub fn propose_frontmatter(
         &self,
@@ -669,9 +669,9 @@ impl Core {
         Ok(())
     }
 
-    /// Own proposals need `auto`, anyone's `full` (SPEC §2); the operator owns the home.
+    /// Own proposals need `auto`, anyone's `full` (docs/contract.md#tiers-and-capabilities); the operator owns the home.
     /// As [`Core::authorize_decision`], for an apply a person approved in the caller's client:
-    /// the tier one step up (SPEC §15), for a credential that opted in.
+    /// the tier one step up (docs/contract.md#the-review-page-and-in-client-approval), for a credential that opted in.
     pub(crate) fn authorize_approved(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
         let Actor::Caller(c) = actor else {
             return self.authorize_decision(actor, created_by);

@@ -1,4 +1,4 @@
-//! Refusals of requests that carry no valid credential, aggregated (SPEC §9): at most one record
+//! Refusals of requests that carry no valid credential, aggregated (docs/contract.md#the-audit-log): at most one record
 //! per window per kind and remote, each with a `count`, so an unauthenticated flood cannot fill
 //! the disk.
 //!

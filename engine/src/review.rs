@@ -1,4 +1,4 @@
-//! Review-page logins (SPEC §15): the one-time code `vaultgate review` mints, the session its
+//! Review-page logins (docs/contract.md#the-review-page-and-in-client-approval): the one-time code `vaultgate review` mints, the session its
 //! first use opens, the CSRF token bound to that session, and the record `serve` leaves so the
 //! CLI finds the live server of its home.
 //!

@@ -1,4 +1,4 @@
-//! The ChatGPT tunnel's credential (SPEC §17): one dedicated credential per home, rotated by
+//! The ChatGPT tunnel's credential (docs/contract.md#the-chatgpt-tunnel): one dedicated credential per home, rotated by
 //! `vaultgate tunnel setup`, whose bearer token the supervising edge hands to `tunnel-client`
 //! through the child's environment. The engine knows nothing of the process itself.
 

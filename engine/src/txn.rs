@@ -1,4 +1,4 @@
-//! The one write transaction of SPEC §6, for apply, undo/redo and executed challenges alike.
+//! The one write transaction of docs/contract.md#proposals, for apply, undo/redo and executed challenges alike.
 //!
 //! A write is an [`Intent`]: the [`FileOp`]s it will run (each with the exact bytes its files hold
 //! before and after), who asked, and what commits it. The intent is durable before any file is
@@ -30,7 +30,7 @@ use crate::files::{Cas, Files};
 
 /// The intents-table step of a transaction that is being rolled back.
 pub(crate) const ROLLING_BACK: &str = "rolling_back";
-/// The audit event of every rolled-back transaction (SPEC §6).
+/// The audit event of every rolled-back transaction (docs/contract.md#proposals).
 pub(crate) const ROLLED_BACK: &str = "apply.rolled_back";
 
 /// Everything needed to finish or roll back a write, recorded before any file is touched.
@@ -64,7 +64,7 @@ pub(crate) struct AuditPlan {
     pub idempotency: Option<(String, String)>,
     /// The audit log's length when the intent was recorded.
     pub log_offset: u64,
-    /// `"client"`: approved in the caller's client (SPEC §15); kept for the recovered record.
+    /// `"client"`: approved in the caller's client (docs/contract.md#the-review-page-and-in-client-approval); kept for the recovered record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<String>,
 }
@@ -82,7 +82,7 @@ pub(crate) enum TxnKind {
         proposal_hash: String,
         history_id: String,
         archived_to: String,
-        /// The proposal's reason and creator: the git commit's body and author (SPEC §16).
+        /// The proposal's reason and creator: the git commit's body and author (docs/contract.md#git-history).
         #[serde(default)]
         reason: String,
         #[serde(default)]
@@ -174,7 +174,7 @@ pub(crate) enum IntentAt {
 pub(crate) struct Committed {
     /// The vault's revision after the commit (announced).
     pub revision: u64,
-    /// `updated` or `failed` (SPEC §6 "Partial success is honest").
+    /// `updated` or `failed` (docs/contract.md#proposals "Partial success is honest").
     pub index: &'static str,
     /// The answer stored with the commit (apply, undo/redo, critical).
     pub result: Value,
@@ -243,7 +243,7 @@ impl Core {
             return Err(self.roll_back(v, at, intent, call, Cause::Resumed));
         }
         if call.is_none() {
-            // SPEC §6: finish only when every file is at one of its two known states.
+            // docs/contract.md#proposals: finish only when every file is at one of its two known states.
             for op in &intent.ops {
                 if self.op_state_of(&files, op)? == OpState::Other {
                     let path = op
@@ -328,10 +328,10 @@ impl Core {
         };
         self.failpoint(kind, "after_commit");
         let index = self.after_commit(v, intent, committed.revision, head.seq);
-        // SPEC §16: the commit is made after the engine's commit point; it never undoes it.
+        // docs/contract.md#git-history: the commit is made after the engine's commit point; it never undoes it.
         let git = self.drain_git(v);
         let mut result = committed.result.clone();
-        // `apply_proposal` always says (SPEC §4); undo, redo and critical calls only where git is on.
+        // `apply_proposal` always says (docs/contract.md#the-mcp-surface); undo, redo and critical calls only where git is on.
         if let Value::Object(m) = &mut result
             && (matches!(kind, TxnKind::Apply { .. }) || git != "off")
         {
@@ -531,7 +531,7 @@ impl Core {
         let seq = head.seq;
         let writes = note_writes(intent);
         let at_time = rfc3339(time::OffsetDateTime::now_utc());
-        // SPEC §16: the change's row (and its git commit, queued) is part of this commit.
+        // docs/contract.md#git-history: the change's row (and its git commit, queued) is part of this commit.
         let row = self.change_row(v, intent, head, &at_time)?;
         let change = row.as_new();
         let disk_after = inbox::DiskAfter {
@@ -677,7 +677,7 @@ impl Core {
                     } else {
                         format!("empty_trash ({} files)", paths.len())
                     };
-                    // SPEC §7, §8: permanent deletion is a history barrier; undo stops here.
+                    // docs/contract.md#critical-operations, docs/contract.md#history: permanent deletion is a history barrier; undo stops here.
                     let removed: Vec<Value> = intent
                         .ops
                         .iter()
@@ -784,7 +784,7 @@ impl Core {
     }
 
     /// The vault's fingerprint after the transaction: the recorded one with the touched notes'
-    /// entries swapped, no walk (SPEC §6 "Cost follows the change"). A recorded fingerprint
+    /// entries swapped, no walk (docs/contract.md#proposals "Cost follows the change"). A recorded fingerprint
     /// that was already behind the disk stays behind, so the watcher still counts that change.
     fn fingerprint_after(
         &self,
@@ -884,7 +884,7 @@ impl Core {
         self.repair_applied_chain(v)?;
         self.finish_rejections(v)?;
         crate::critical::sweep_holds(self, v)?;
-        // SPEC §16: commits a crash or a busy repository left queued are made before any newer.
+        // docs/contract.md#git-history: commits a crash or a busy repository left queued are made before any newer.
         self.drain_git(v);
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! In-client approval over MCP (SPEC §15): carries the engine's question to the person through
+//! In-client approval over MCP (docs/contract.md#the-review-page-and-in-client-approval): carries the engine's question to the person through
 //! the client and the answer back. The engine decides whether to ask and whether an answer
 //! counts; this module only speaks the protocol.
 //!

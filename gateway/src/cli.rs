@@ -467,7 +467,7 @@ enum AuditCmd {
     },
 }
 
-/// Writes text for a person to stdout, its control characters escaped (SPEC §4): reasons, diffs,
+/// Writes text for a person to stdout, its control characters escaped (docs/contract.md#the-mcp-surface): reasons, diffs,
 /// names and paths come from agents and notes. Commands other than `stdio` own stdout; `stdio`
 /// never calls this.
 // SECURITY(T-TERM): every human line of the CLI passes here or through `err`.
@@ -544,7 +544,7 @@ pub fn main() -> ExitCode {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     crate::logging::init(&env);
     let _ = FAILPOINTS.set(failpoints(&env));
-    // The operator's git (SPEC §16), found once: every git command then runs with a clean environment.
+    // The operator's git (docs/contract.md#git-history), found once: every git command then runs with a clean environment.
     engine::git::Program::use_path(env.get("PATH").map_or("", String::as_str));
     match run(cli, &env) {
         Ok(code) => code,
@@ -676,7 +676,7 @@ fn man(dir: Option<&std::path::Path>) -> Result<(), GatewayError> {
 /// `vaultgate doctor`: the engine checks, this prints. Exit 1 when a check failed.
 fn doctor_cmd(home: &Home, json: bool, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
     let mut report = engine::doctor::doctor(home, time::OffsetDateTime::now_utc());
-    // The tunnel's line (SPEC §12, §17) needs PATH, which only the edge reads.
+    // The tunnel's line (docs/contract.md#the-command-line, docs/contract.md#the-chatgpt-tunnel) needs PATH, which only the edge reads.
     if let Ok(config) = home.load_config()
         && config.tunnel.tunnel_id.is_some()
     {
@@ -1178,7 +1178,7 @@ fn parse_vault_id(s: &str) -> Result<String, String> {
     }
 }
 
-/// `full` needs `--yes` or an interactive y/N (SPEC §2, §12).
+/// `full` needs `--yes` or an interactive y/N (docs/contract.md#tiers-and-capabilities, docs/contract.md#the-command-line).
 fn confirm_full(yes: bool, what: &str) -> Result<(), GatewayError> {
     if yes {
         return Ok(());
@@ -1200,7 +1200,7 @@ fn confirm_full(yes: bool, what: &str) -> Result<(), GatewayError> {
     }
 }
 
-/// SPEC §15: the opt-in is a tier raise, and `token issue` says so.
+/// docs/contract.md#the-review-page-and-in-client-approval: the opt-in is a tier raise, and `token issue` says so.
 pub(crate) fn approve_in_client_warning(tier: Tier) -> String {
     match tier {
         Tier::Propose | Tier::Auto => format!(
@@ -1296,7 +1296,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                         c.tier
                     ));
                 }
-                // SPEC §15: the opt-in is a tier raise, and the list says so where it shows it.
+                // docs/contract.md#the-review-page-and-in-client-approval: the opt-in is a tier raise, and the list says so where it shows it.
                 if creds.iter().any(|c| c.approve_in_client && !c.is_revoked()) {
                     eprintln!(
                         "note: approve-in-client credentials may apply one tier above their own once their \
@@ -1642,7 +1642,7 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
     Ok(())
 }
 
-/// `vaultgate review`: a one-time login link for the live server of this home (SPEC §15).
+/// `vaultgate review`: a one-time login link for the live server of this home (docs/contract.md#the-review-page-and-in-client-approval).
 fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<(), GatewayError> {
     if !home.exists() {
         return Err(GatewayError::NoHome(home.dir.clone()));

@@ -135,7 +135,7 @@ pub fn render(format: Option<TokenFormat>, t: &Target<'_>, c: &Credential, token
         Some(TokenFormat::Json) => {
             let mut v = credential_json(c);
             if let Some(o) = v.as_object_mut() {
-                // SPEC §12: exactly {id, name, tier, vaults, expiresAt, token}.
+                // docs/contract.md#the-command-line: exactly {id, name, tier, vaults, expiresAt, token}.
                 o.remove("createdAt");
                 o.remove("revoked");
                 o.remove("approveInClient");

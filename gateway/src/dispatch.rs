@@ -26,7 +26,7 @@ fn to_value<T: serde::Serialize>(v: T) -> Result<Value, GatewayError> {
 
 /// Runs one tool call end to end. `None`: no such tool (a JSON-RPC error at the edge, not a
 /// tool result).
-/// `approval`: how this caller's session can ask a person (SPEC §15); only `apply_proposal`
+/// `approval`: how this caller's session can ask a person (docs/contract.md#the-review-page-and-in-client-approval); only `apply_proposal`
 /// uses it.
 pub fn call_tool(
     core: &Core,
@@ -46,7 +46,7 @@ pub fn call_tool(
     }))
 }
 
-/// SPEC §14: a result is at most `max` bytes of JSON, counting both of its copies (the
+/// docs/contract.md#limits-and-pagination: a result is at most `max` bytes of JSON, counting both of its copies (the
 /// `structuredContent` and the text block that repeats it, escaped once more): that is what a
 /// client must read as one message (rmcp's own line limit is 16 MiB). Lists are cut before this (every list is
 /// paged or capped), so what is left over is one item too large: refused, naming a narrower call.

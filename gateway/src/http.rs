@@ -1,4 +1,4 @@
-//! `vaultgate serve`: MCP Streamable HTTP on loopback (SPEC §3). Every request passes, in order:
+//! `vaultgate serve`: MCP Streamable HTTP on loopback (docs/contract.md#transports-and-protocol-versions). Every request passes, in order:
 //! Host check → Origin check → body-size check → bearer authentication → session binding, and
 //! only then reaches rmcp's Streamable HTTP service and the same `McpServer` as stdio.
 
@@ -27,7 +27,7 @@ use engine::error::GatewayError;
 /// How long one request may take to produce its response head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Resolves `--host` to a loopback address or refuses (SPEC §3).
+/// Resolves `--host` to a loopback address or refuses (docs/contract.md#transports-and-protocol-versions).
 pub fn loopback_addr(host: &str, port: u16) -> Result<SocketAddr, GatewayError> {
     let ip: IpAddr = match host {
         "localhost" => IpAddr::from([127, 0, 0, 1]),
@@ -61,7 +61,7 @@ struct Gate {
     manager: Arc<LocalSessionManager>,
 }
 
-/// Legacy sessions and who opened them. Bounded (SPEC §14): at most `max` open, at most
+/// Legacy sessions and who opened them. Bounded (docs/contract.md#limits-and-pagination): at most `max` open, at most
 /// `per_credential` for one credential; to make room the longest idle one is closed first. A
 /// forgotten session is refused (404) rather than left unguarded.
 struct Sessions {
@@ -314,7 +314,7 @@ fn bearer(headers: &HeaderMap) -> Option<Token> {
 }
 
 /// Answers a refusal made before any credential was known, after recording it (aggregated per
-/// window, code and remote: SPEC §9). A refusal whose record cannot be written answers
+/// window, code and remote: docs/contract.md#the-audit-log). A refusal whose record cannot be written answers
 /// `AUDIT_UNAVAILABLE` instead.
 async fn unauthenticated(
     gate: &Gate,
@@ -478,7 +478,7 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
 }
 
 /// What `serve` takes from its edge besides the core: the environment (for the tunnel's child
-/// and profile directory) and whether to start the tunnel (SPEC §17).
+/// and profile directory) and whether to start the tunnel (docs/contract.md#the-chatgpt-tunnel).
 pub struct Extras {
     pub env: std::collections::BTreeMap<String, String>,
     pub tunnel: bool,
@@ -497,8 +497,8 @@ pub fn serve(core: Arc<Core>, addr: SocketAddr, extras: Extras) -> Result<(), Ga
 }
 
 /// Serves on an already bound listener until Ctrl-C or SIGTERM. While it listens, the home
-/// records its pid, host and port, so `vaultgate review` finds it (SPEC §15); with the tunnel,
-/// `tunnel-client` runs as its child and ends with it (SPEC §17).
+/// records its pid, host and port, so `vaultgate review` finds it (docs/contract.md#the-review-page-and-in-client-approval); with the tunnel,
+/// `tunnel-client` runs as its child and ends with it (docs/contract.md#the-chatgpt-tunnel).
 pub fn serve_std(
     core: Arc<Core>,
     listener: std::net::TcpListener,
@@ -534,7 +534,7 @@ pub fn serve_std(
         } else {
             String::new()
         };
-        // Also ends an orphan of a crashed `serve` (SPEC §17), with or without --tunnel.
+        // Also ends an orphan of a crashed `serve` (docs/contract.md#the-chatgpt-tunnel), with or without --tunnel.
         let tunnel = match crate::tunnel::Supervisor::new(core.clone(), extras.env, local).await {
             Ok(t) => Some(t),
             Err(e) => {
@@ -571,7 +571,7 @@ pub fn serve_std(
         }
         engine::review::remove_server_record(&core.home, pid);
         served?;
-        // Refusals still counted are written before the process ends (SPEC §9).
+        // Refusals still counted are written before the process ends (docs/contract.md#the-audit-log).
         core.flush_refusals();
         Ok(())
     })

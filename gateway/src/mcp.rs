@@ -1,6 +1,6 @@
 //! The MCP surface (rmcp): initialize, the static tool catalog, resources. Thin: every call goes
 //! to `Core`, and every error becomes a result in `error_result`, the one mapping to the wire.
-// SPEC §4 requires the logging capability (vault-change log messages); rmcp marks it deprecated
+// docs/contract.md#the-mcp-surface requires the logging capability (vault-change log messages); rmcp marks it deprecated
 // (SEP-2577) but still negotiates it for the protocol versions we serve.
 #![allow(deprecated)]
 
@@ -204,7 +204,7 @@ impl McpServer {
     }
 }
 
-/// A refusal or failure as a tool result: `isError`, one text block of SPEC §4 JSON, and no
+/// A refusal or failure as a tool result: `isError`, one text block of docs/contract.md#the-mcp-surface JSON, and no
 /// `structuredContent` (SDKs validate it against the output schema even on errors).
 pub fn error_result(e: &GatewayError) -> CallToolResult {
     if e.code() == policy::ErrorCode::INTERNAL {
@@ -226,7 +226,7 @@ fn rpc_error(e: &GatewayError) -> McpError {
 }
 
 /// Runs a tool call on a blocking thread while this task stays free to ask the person whatever
-/// the engine asks (2025 sessions, SPEC §15): the request must leave from the tool call's own
+/// the engine asks (2025 sessions, docs/contract.md#the-review-page-and-in-client-approval): the request must leave from the tool call's own
 /// task, and the engine must not hold a thread's lock while a person decides.
 async fn ask_while_calling(
     core: Arc<Core>,

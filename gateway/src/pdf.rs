@@ -1,5 +1,5 @@
 //! The PDF worker as the engine sees it: this same binary run as `vaultgate pdf-worker`, one
-//! process per document, with the limits of `pdftext::worker::Limits` (SPEC §18).
+//! process per document, with the limits of `pdftext::worker::Limits` (docs/contract.md#notes-as-data-and-attachments).
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! MCP resources (SPEC §4): the agent rules, one overview per visible vault, each standards note.
+//! MCP resources (docs/contract.md#the-mcp-surface): the agent rules, one overview per visible vault, each standards note.
 
 use rmcp::model::{Resource, ResourceTemplate};
 

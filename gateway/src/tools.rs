@@ -1,5 +1,5 @@
 //! The static tool catalog: names, descriptions, input and output schemas, annotations.
-//! The same for every credential (SPEC §4); a tool the tier forbids answers `CAPABILITY_DENIED`.
+//! The same for every credential (docs/contract.md#the-mcp-surface); a tool the tier forbids answers `CAPABILITY_DENIED`.
 
 use std::sync::{Arc, LazyLock};
 
@@ -24,7 +24,7 @@ fn read_tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
     tool::<I, O>(name, title, description, policy::ToolKind::Read)
 }
 
-/// Annotations follow the tool's kind in the policy table (SPEC §4).
+/// Annotations follow the tool's kind in the policy table (docs/contract.md#the-mcp-surface).
 fn tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
     name: &'static str,
     title: &str,
@@ -206,7 +206,7 @@ const EMPTY_TRASH_DESCRIPTION: &str = "CRITICAL, irreversible: removes every not
      and returns a challenge listing what would be removed; show it to the user, then repeat the same call \
      with its challengeId, planHash and acknowledged: true.";
 
-/// `_meta` of every critical tool (SPEC §4).
+/// `_meta` of every critical tool (docs/contract.md#the-mcp-surface).
 pub fn critical_meta() -> MetaObject {
     let mut m = JsonObject::new();
     m.insert("risk".into(), "critical".into());

@@ -1,4 +1,4 @@
-//! ChatGPT's Secure MCP Tunnel (SPEC §17): vaultgate supervises OpenAI's `tunnel-client` so
+//! ChatGPT's Secure MCP Tunnel (docs/contract.md#the-chatgpt-tunnel): vaultgate supervises OpenAI's `tunnel-client` so
 //! that nobody types a token or a command line.
 //!
 //! - `setup` stores the tunnel id and `tunnel-client`'s absolute path in `gateway.toml`, the
@@ -768,7 +768,7 @@ impl Phase {
     }
 }
 
-/// `tunnel status --json` (SPEC §17).
+/// `tunnel status --json` (docs/contract.md#the-chatgpt-tunnel).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
@@ -786,7 +786,7 @@ pub struct Status {
 
 /// The tunnel's status as any process sees it: the binary looked up now, the supervisor's last
 /// record, and whether the child it names still runs. A profile folder that cannot be used is
-/// `failed`, with the reason as the last error (SPEC §17).
+/// `failed`, with the reason as the last error (docs/contract.md#the-chatgpt-tunnel).
 pub fn status(home: &Home, config: &engine::home::Config, env: &BTreeMap<String, String>) -> Status {
     let command = resolve(&config.tunnel, env.get("PATH").map(String::as_str));
     let set_up = config.tunnel.tunnel_id.is_some() && home.tunnel_key_path().exists();
@@ -832,7 +832,7 @@ pub fn status(home: &Home, config: &engine::home::Config, env: &BTreeMap<String,
     with_lookup(s, command)
 }
 
-/// `vaultgate doctor`'s line on the profile folder (SPEC §12, §17): fail when it cannot be used.
+/// `vaultgate doctor`'s line on the profile folder (docs/contract.md#the-command-line, docs/contract.md#the-chatgpt-tunnel): fail when it cannot be used.
 pub fn doctor_check(config: &engine::home::Config, env: &BTreeMap<String, String>) -> engine::doctor::Check {
     use engine::doctor::{Check, Status};
     let check = |status, what: String, next: String| Check { status, what, next };
@@ -893,7 +893,7 @@ pub struct SetupOut {
     pub command: Option<PathBuf>,
 }
 
-/// `vaultgate tunnel setup` (SPEC §17).
+/// `vaultgate tunnel setup` (docs/contract.md#the-chatgpt-tunnel).
 pub fn setup(
     home: &Home,
     operator: &Operator,
@@ -1263,7 +1263,7 @@ impl Supervisor {
         }
     }
 
-    /// Readiness is the control-plane poll, not `/readyz` (SPEC §17).
+    /// Readiness is the control-plane poll, not `/readyz` (docs/contract.md#the-chatgpt-tunnel).
     async fn health(&self, files: &Files, bin: &Path) -> (Phase, Option<Value>, Option<String>) {
         let mut cmd = tokio::process::Command::new(bin);
         cmd.args(["health", "--url-file"])

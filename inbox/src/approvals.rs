@@ -1,4 +1,4 @@
-//! Approvals carried across a 2026-07-28 input-required round (SPEC §15). The engine seals each
+//! Approvals carried across a 2026-07-28 input-required round (docs/contract.md#the-review-page-and-in-client-approval). The engine seals each
 //! one with a nonce; recording the nonce here before the apply makes a sealed approval usable
 //! once, in whichever process of the home it arrives.
 

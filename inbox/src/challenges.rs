@@ -1,4 +1,4 @@
-//! Two-phase challenges of critical tools (SPEC §7): the issued plan, its single use, and the
+//! Two-phase challenges of critical tools (docs/contract.md#critical-operations): the issued plan, its single use, and the
 //! intent and result of its execution.
 //!
 //! [`State::consume_challenge`] is the "executes exactly once" guarantee: one conditional UPDATE,

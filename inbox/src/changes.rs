@@ -1,4 +1,4 @@
-//! Every change vaultgate commits to a vault's notes (SPEC §16): one row per apply, undo, redo and
+//! Every change vaultgate commits to a vault's notes (docs/contract.md#git-history): one row per apply, undo, redo and
 //! executed critical call, written in the change's own commit. The rows answer
 //! `get_note_history`, and the ones whose git commit is still to be made are the git queue.
 
@@ -113,7 +113,7 @@ pub(crate) fn insert_change(tx: &Connection, vault: &str, c: &NewChange<'_>) -> 
 }
 
 impl State {
-    /// Whether vaultgate commits this vault's changes to git (SPEC §16).
+    /// Whether vaultgate commits this vault's changes to git (docs/contract.md#git-history).
     pub fn git_enabled(&self, vault: &str) -> Result<bool, StateError> {
         let on: Option<i64> = self
             .conn()?

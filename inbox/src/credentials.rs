@@ -1,5 +1,5 @@
 //! Credential rows. The row is authoritative: tier, scope, expiry and revocation are read from it
-//! on every request (SPEC §1).
+//! on every request (docs/contract.md#concepts).
 
 use policy::Tier;
 use rusqlite::{OptionalExtension, Row, params};
@@ -38,9 +38,9 @@ pub struct Credential {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
-    /// The last authenticated request, to the minute (SPEC §15: the Credentials page).
+    /// The last authenticated request, to the minute (docs/contract.md#the-review-page-and-in-client-approval: the Credentials page).
     pub last_used_at: Option<i64>,
-    /// SPEC §15: the holder's client may ask a person to approve an apply one tier step up.
+    /// docs/contract.md#the-review-page-and-in-client-approval: the holder's client may ask a person to approve an apply one tier step up.
     pub approve_in_client: bool,
 }
 

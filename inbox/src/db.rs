@@ -61,7 +61,7 @@ const MIGRATIONS: &[&str] = &[
         vault TEXT PRIMARY KEY,
         fingerprint TEXT NOT NULL
     );",
-    // 3: proposals, idempotency keys, apply intents and history (SPEC §6, §7, §8). Times are RFC 3339
+    // 3: proposals, idempotency keys, apply intents and history (docs/contract.md#proposals, docs/contract.md#critical-operations, docs/contract.md#history). Times are RFC 3339
     // UTC text, as in the proposal metadata; *_json columns hold JSON text.
     "CREATE TABLE proposals (
         id TEXT PRIMARY KEY,           -- UUIDv7, server-generated
@@ -116,7 +116,7 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (vault, seq)
     );
     CREATE INDEX history_by_vault_state ON history (vault, state, seq);",
-    // 4: two-phase challenges of critical tools (SPEC §7). Times are unix seconds, as in
+    // 4: two-phase challenges of critical tools (docs/contract.md#critical-operations). Times are unix seconds, as in
     // `credentials`; `intent_json` is set, in the same statement that consumes the challenge,
     // before any file is removed and cleared when the execution commits.
     "CREATE TABLE challenges (
@@ -157,7 +157,7 @@ const MIGRATIONS: &[&str] = &[
         hash TEXT,
         PRIMARY KEY (vault, path)
     ) WITHOUT ROWID;",
-    // 8: the audit head (SPEC §9): the last (seq, hash) this database saw written, so a missing or
+    // 8: the audit head (docs/contract.md#the-audit-log): the last (seq, hash) this database saw written, so a missing or
     // replaced audit.jsonl is noticed instead of silently restarted; and rejections whose files
     // are not archived yet (set with the status, cleared after the move), so a crash in between
     // is finished at the next start instead of leaving the files in the inbox for good.
@@ -168,7 +168,7 @@ const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE proposals ADD COLUMN archive_pending INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX proposals_archive_pending ON proposals (vault) WHERE archive_pending = 1;",
-    // 9: the review page (SPEC §15): one-time login codes and sessions, both stored as SHA-256 of
+    // 9: the review page (docs/contract.md#the-review-page-and-in-client-approval): one-time login codes and sessions, both stored as SHA-256 of
     // the secret value (a copy of the database opens nothing); and each credential's last use.
     "CREATE TABLE review_codes (
         code_hash TEXT PRIMARY KEY,
@@ -186,14 +186,14 @@ const MIGRATIONS: &[&str] = &[
         ended_at INTEGER
     ) WITHOUT ROWID;
     ALTER TABLE credentials ADD COLUMN last_used_at INTEGER;",
-    // 10: in-client approval (SPEC §15): the per-credential opt-in, and each approval carried by a
+    // 10: in-client approval (docs/contract.md#the-review-page-and-in-client-approval): the per-credential opt-in, and each approval carried by a
     // 2026-07-28 input-required round, so a sealed approval is used once.
     "ALTER TABLE credentials ADD COLUMN approve_in_client INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE approvals_used (
         nonce TEXT PRIMARY KEY,
         expires_at INTEGER NOT NULL
     ) WITHOUT ROWID;",
-    // 11: every change vaultgate commits, for `get_note_history` and git (SPEC §16). A row is
+    // 11: every change vaultgate commits, for `get_note_history` and git (docs/contract.md#git-history). A row is
     // written in the change's own commit; `git` is its commit's state: 'queued' rows are the git
     // queue, made in `seq` order. `change_paths` finds a note's changes without a scan.
     "CREATE TABLE vault_git (
@@ -223,7 +223,7 @@ const MIGRATIONS: &[&str] = &[
         change_seq INTEGER NOT NULL,
         PRIMARY KEY (vault, path, change_seq)
     ) WITHOUT ROWID;",
-    // 12: the credentials' generation (SPEC §5): any change to the credentials table moves it, in
+    // 12: the credentials' generation (docs/contract.md#paths): any change to the credentials table moves it, in
     // the change's own commit, whichever process or code path made it. A server keeps the rows it
     // read and reads only this per request; a new value makes it read the row again.
     "CREATE TABLE credential_generation (
@@ -246,7 +246,7 @@ const MIGRATIONS: &[&str] = &[
 pub struct DiskAfter<'a> {
     pub fingerprint: Option<&'a str>,
     pub writes: &'a [(String, Option<String>)],
-    /// The change's row for `get_note_history` and the git queue (SPEC §16).
+    /// The change's row for `get_note_history` and the git queue (docs/contract.md#git-history).
     pub change: Option<&'a crate::changes::NewChange<'a>>,
 }
 

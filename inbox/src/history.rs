@@ -1,4 +1,4 @@
-//! History undo/redo records (SPEC §8): reading one entry, the tops a transition would leave, and
+//! History undo/redo records (docs/contract.md#history): reading one entry, the tops a transition would leave, and
 //! [`State::finish_history_transition`], the single SQLite transaction that is the commit point
 //! of an undo or a redo.
 //!

@@ -1,4 +1,4 @@
-//! Idempotency keys (SPEC §6, §7): the first result of a mutating call, kept per credential and
+//! Idempotency keys (docs/contract.md#proposals, docs/contract.md#critical-operations): the first result of a mutating call, kept per credential and
 //! key, so a retry replays it instead of acting twice.
 //!
 //! This module stores and reads; whether a stored record is a replay (same tool and arguments) or
@@ -86,7 +86,7 @@ impl State {
 
     /// Forgets keys recorded before `before` (RFC 3339 UTC, compared as text); returns how many.
     /// Replaces the answer a key replays, for the same call only: the git commit of a change is
-    /// made after the commit that stored its first answer (SPEC §16), and a replay must say what
+    /// made after the commit that stored its first answer (docs/contract.md#git-history), and a replay must say what
     /// the first answer said.
     pub fn idempotency_amend(
         &self,

@@ -1,4 +1,4 @@
-//! The apply transaction's durable records (SPEC §6, §8): the intent written before the vault is
+//! The apply transaction's durable records (docs/contract.md#proposals, docs/contract.md#history): the intent written before the vault is
 //! touched, the history entries, and [`State::finish_apply`], the single SQLite transaction that
 //! is the apply's commit point.
 //!
@@ -32,7 +32,7 @@ pub struct Intent {
     pub updated_at: String,
 }
 
-/// One history entry (SPEC §8). The vault is given separately.
+/// One history entry (docs/contract.md#history). The vault is given separately.
 #[derive(Debug, Clone, Copy)]
 pub struct NewHistory<'a> {
     /// The `historyEntryId`.

@@ -1,4 +1,4 @@
-//! Proposal rows (SPEC §6): the signed metadata as JSON plus the columns it is looked up by, and
+//! Proposal rows (docs/contract.md#proposals): the signed metadata as JSON plus the columns it is looked up by, and
 //! the one-way transitions out of `pending`.
 //!
 //! The metadata is kept as `serde_json::Value` so this crate does not fix the `proposals` crate's
@@ -158,7 +158,7 @@ pub(crate) fn mark_applied_on(
 
 /// The newest applied proposal of vault `?1`. CROSS JOIN keeps history the outer loop: the
 /// newest entry first, its proposal by index, so this costs the same in a vault of any age
-/// (SPEC §6 "Cost follows the change").
+/// (docs/contract.md#proposals "Cost follows the change").
 const LAST_APPLIED: &str = "FROM history h
      CROSS JOIN proposals p ON p.history_entry_id = h.id
      WHERE h.vault = ?1 AND h.barrier = 0 AND p.vault = ?1 AND p.status = 'applied'
@@ -258,7 +258,7 @@ impl State {
     }
 }
 
-/// One pending proposal as the inbox quotas see it (SPEC §14): who made it and which files.
+/// One pending proposal as the inbox quotas see it (docs/contract.md#limits-and-pagination): who made it and which files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRef {
     pub created_by: String,

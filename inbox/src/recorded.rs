@@ -1,4 +1,4 @@
-//! State changes committed only together with their audit record (SPEC §9), and the audit head.
+//! State changes committed only together with their audit record (docs/contract.md#the-audit-log), and the audit head.
 //!
 //! Each `*_recorded` function opens one IMMEDIATE transaction, makes its change, calls `record`
 //! (which appends the durable audit line and returns the new head), stores that head in the same

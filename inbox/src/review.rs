@@ -1,4 +1,4 @@
-//! Review-page logins (SPEC §15): one-time codes minted by the CLI and redeemed by the server,
+//! Review-page logins (docs/contract.md#the-review-page-and-in-client-approval): one-time codes minted by the CLI and redeemed by the server,
 //! and the sessions they open. Only SHA-256 hashes of the secret values are stored; a session's
 //! path segment is stored as is (it is a URL, not a credential: the cookie is).
 

@@ -1,4 +1,4 @@
-//! The stable wire codes of SPEC §11. Append-only: a code, once shipped, is never renamed or removed.
+//! The stable wire codes of docs/contract.md#error-codes. Append-only: a code, once shipped, is never renamed or removed.
 
 use serde::{Deserialize, Serialize};
 
@@ -232,7 +232,7 @@ impl std::fmt::Display for ErrorCode {
 mod tests {
     use super::*;
 
-    /// Snapshot of the code list: codes are append-only (SPEC §11).
+    /// Snapshot of the code list: codes are append-only (docs/contract.md#error-codes).
     #[test]
     fn code_list_is_the_spec_list_in_order() {
         let names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();

@@ -1,6 +1,6 @@
 //! Pure rules of vaultgate: permission tiers and capabilities, the tool risk table, vault-relative
 //! paths (`VaultPath`) and the path policy, the escaping of text shown to a person, and the stable
-//! error codes of SPEC §11.
+//! error codes of docs/contract.md#error-codes.
 //!
 //! This crate does no I/O and depends on no other workspace crate; it must never touch the file system.
 #![forbid(unsafe_code)]

@@ -1,4 +1,4 @@
-//! Vault-relative paths and the path policy (SPEC §5).
+//! Vault-relative paths and the path policy (docs/contract.md#paths).
 //!
 //! Everything here is syntactic: `PATH_INVALID` and `PATH_DENIED` are decided from the string
 //! alone, before the file system is touched, so a refusal reveals nothing about what exists.
@@ -15,7 +15,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use crate::text::{CATEGORY, is_hidden};
 
-/// Longest accepted path, in bytes (SPEC §5).
+/// Longest accepted path, in bytes (docs/contract.md#paths).
 pub const MAX_PATH_BYTES: usize = 1024;
 /// Longest accepted segment, in bytes: common file systems refuse longer names (`NAME_MAX`), and
 /// refusing here keeps that a `PATH_INVALID` instead of an I/O error.
@@ -52,7 +52,7 @@ impl PathError {
 pub struct VaultPath(String);
 
 impl VaultPath {
-    /// Parses a client-supplied path, refusing everything SPEC §5 calls `PATH_INVALID`.
+    /// Parses a client-supplied path, refusing everything docs/contract.md#paths calls `PATH_INVALID`.
     /// A single trailing `/` is tolerated for folders. Unicode is kept as given (not normalized),
     /// so a path names exactly the bytes on disk.
     pub fn parse(raw: &str) -> Result<VaultPath, PathError> {
@@ -139,7 +139,7 @@ impl std::fmt::Display for VaultPath {
     }
 }
 
-/// Checks one path segment against every `PATH_INVALID` rule of SPEC §5. `VaultPath::parse` runs
+/// Checks one path segment against every `PATH_INVALID` rule of docs/contract.md#paths. `VaultPath::parse` runs
 /// it on each segment; callers may use it on names read from a directory.
 pub fn validate_segment(seg: &str) -> Result<(), PathError> {
     if seg.is_empty() {
@@ -361,7 +361,7 @@ pub enum NoteClass {
     Inbox,
 }
 
-/// A vault's layout (SPEC §1), already validated.
+/// A vault's layout (docs/contract.md#concepts), already validated.
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub notes: Vec<FolderPath>,

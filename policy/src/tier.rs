@@ -1,4 +1,4 @@
-//! Permission tiers and what each may do (SPEC §2).
+//! Permission tiers and what each may do (docs/contract.md#tiers-and-capabilities).
 
 use serde::{Deserialize, Serialize};
 
@@ -71,7 +71,7 @@ pub fn may_apply(tier: Tier, approve_in_client: bool, own: bool) -> MayApply {
 impl Tier {
     pub const ALL: [Tier; 4] = [Tier::Read, Tier::Propose, Tier::Auto, Tier::Full];
 
-    /// The single table of SPEC §2.
+    /// The single table of docs/contract.md#tiers-and-capabilities.
     pub fn allows(self, cap: Capability) -> bool {
         use Capability::*;
         match cap {
@@ -82,7 +82,7 @@ impl Tier {
         }
     }
 
-    /// In-client approval (SPEC §15): whether a person's approval through the client lets this
+    /// In-client approval (docs/contract.md#the-review-page-and-in-client-approval): whether a person's approval through the client lets this
     /// tier apply a proposal it alone may not — exactly one step up, `DecideOwn` for `propose`
     /// and `DecideAny` for `auto`; never for `read` (it proposes nothing) or `full` (nothing above).
     pub fn approval_lifts(self, cap: Capability) -> bool {

@@ -69,7 +69,7 @@ const fn approvable(name: &'static str) -> ToolSpec {
     }
 }
 
-/// Every tool of SPEC §4, in catalog order.
+/// Every tool of docs/contract.md#the-mcp-surface, in catalog order.
 pub const TOOLS: &[ToolSpec] = &[
     t("vault_list", ToolKind::Read),
     t("get_vault_overview", ToolKind::Read),

@@ -1,5 +1,5 @@
 //! `<inbox>/_applied.jsonl`: one line per applied proposal, hash-chained like the audit log
-//! (SPEC §6, §9).
+//! (docs/contract.md#proposals, docs/contract.md#the-audit-log).
 
 use std::io::{BufRead, Read};
 
@@ -121,7 +121,7 @@ pub enum AppliedStreamError {
 }
 
 /// [`verify_applied_chain`] over a stream of JSON lines, in constant memory (one line at a time),
-/// so `_applied.jsonl` needs no size limit (SPEC §6). Blank lines are skipped. The crate does no
+/// so `_applied.jsonl` needs no size limit (docs/contract.md#proposals). Blank lines are skipped. The crate does no
 /// I/O of its own: the caller opens the file.
 pub fn verify_applied_stream(reader: impl BufRead) -> Result<ChainReport, AppliedStreamError> {
     verify_applied_stream_with(reader, |_| {})

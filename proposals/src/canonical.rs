@@ -1,6 +1,6 @@
 //! Canonical JSON and SHA-256: the byte strings every hash and signature in this crate is taken over.
 //!
-//! The rules are the audit log's (SPEC §9), so one description fits every hashed record vaultgate
+//! The rules are the audit log's (docs/contract.md#the-audit-log), so one description fits every hashed record vaultgate
 //! writes: object keys sorted by Unicode code point, no insignificant whitespace, strings escaped
 //! exactly as `serde_json` escapes them (`"`, `\` and control characters; everything else verbatim).
 
@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 /// audit log's own function, so there is exactly one definition of the bytes vaultgate hashes.
 pub use audit::canonical_json;
 
-/// Lowercase hex SHA-256 of `bytes` (a note's hash, SPEC §1).
+/// Lowercase hex SHA-256 of `bytes` (a note's hash, docs/contract.md#concepts).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }

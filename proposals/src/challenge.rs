@@ -1,4 +1,4 @@
-//! Two-phase challenges for critical tools (SPEC §7): the [`Plan`] a first call is shown, its
+//! Two-phase challenges for critical tools (docs/contract.md#critical-operations): the [`Plan`] a first call is shown, its
 //! [`plan_hash`] (an HMAC the client cannot forge), and [`decide`], which says whether a second call
 //! may execute or which refusal applies.
 //!
@@ -22,7 +22,7 @@ pub const PLAN_HASH_KEY_LABEL: &[u8] = b"vaultgate/plan-hash/v1";
 /// The fields a second call adds to the first call's arguments.
 pub const CHALLENGE_FIELDS: [&str; 3] = ["challengeId", "planHash", "acknowledged"];
 
-/// What a critical tool's effect is (SPEC §7): nothing it does can be undone.
+/// What a critical tool's effect is (docs/contract.md#critical-operations): nothing it does can be undone.
 pub const RECOVERABILITY: &str = "irreversible";
 
 /// Everything a challenge pins. `planHash` is the HMAC of its canonical JSON (camelCase keys).
@@ -236,7 +236,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The SPEC §11 code.
+    /// The docs/contract.md#error-codes code.
     pub fn code(self) -> ErrorCode {
         match self {
             Refusal::Required => ErrorCode::CHALLENGE_REQUIRED,

@@ -1,4 +1,4 @@
-//! The proposal model of SPEC §6: [`Kind`], [`CreatedBy`], the unsealed [`Draft`] and the sealed
+//! The proposal model of docs/contract.md#proposals: [`Kind`], [`CreatedBy`], the unsealed [`Draft`] and the sealed
 //! [`Proposal`].
 //!
 //! Path convention for every kind: `target` is the note the proposal produces or acts on, as a
@@ -69,7 +69,7 @@ pub struct CreatedBy {
     pub name: String,
 }
 
-/// The metadata of SPEC §6, exactly as written to `<slug>.proposal.json` and stored in state.sqlite.
+/// The metadata of docs/contract.md#proposals, exactly as written to `<slug>.proposal.json` and stored in state.sqlite.
 ///
 /// Unknown fields are refused when reading it back: every field is covered by the signature, so a
 /// field the signature cannot speak for has no business in the file.

@@ -1,4 +1,4 @@
-//! The file operations of a write transaction (SPEC §6 "Rules of the write path"), as data.
+//! The file operations of a write transaction (docs/contract.md#proposals "Rules of the write path"), as data.
 //!
 //! Apply, undo/redo and executed challenges all become one list of [`FileOp`]s, each naming the
 //! exact bytes (a SHA-256 hex) a file must hold before and after it. That makes every operation

@@ -1,4 +1,4 @@
-//! The apply decision of SPEC §6, checks 3–5, as one pure function of the engine's apply
+//! The apply decision of docs/contract.md#proposals, checks 3–5, as one pure function of the engine's apply
 //! transaction (whoever calls it: an MCP tool, the CLI, the review page): the engine gathers the facts (the hash the client sent, the content file,
 //! the state of the paths involved), [`check`] decides.
 //!
@@ -18,11 +18,11 @@ pub enum TargetState {
     /// A note whose bytes hash (lowercase SHA-256 hex) to `hash`.
     Present { hash: String },
     /// The path itself does not exist, but `existing` differs from it only by case or Unicode
-    /// normalization (SPEC §5: refused so vaults stay portable).
+    /// normalization (docs/contract.md#paths: refused so vaults stay portable).
     Collides { existing: String },
 }
 
-/// Why a proposal may not be applied. Each maps to one SPEC §11 code (see the variants); none carries
+/// Why a proposal may not be applied. Each maps to one docs/contract.md#error-codes code (see the variants); none carries
 /// note text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -63,7 +63,7 @@ pub fn check_given_hash(recorded: &str, given: &str) -> Result<(), Refusal> {
     }
 }
 
-/// SPEC §6 checks 3–5, in order; the first failure is the answer.
+/// docs/contract.md#applying-a-proposal checks 3–5, in order; the first failure is the answer.
 ///
 /// - `given_hash`: the `proposalHash` the client sent; must equal `p.proposal_hash` (`HashMismatch`).
 /// - Then `Tampered`: the fields fit the kind ([`Proposal::check_shape`]); [`verify`] is `Ok` (the
@@ -173,7 +173,7 @@ pub struct ApplyPlan {
     pub note_ops: usize,
 }
 
-/// SPEC §6 checks 3–6 and the file operations of the apply: the one place that decides whether
+/// docs/contract.md#applying-a-proposal checks 3–6 and the file operations of the apply: the one place that decides whether
 /// and how a proposal applies. `layout` decides check 6 (a `*.md` under a notes folder; the
 /// engine reads every file without following links, so a symlink is never a target).
 #[allow(clippy::too_many_arguments)]

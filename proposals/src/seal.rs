@@ -1,7 +1,7 @@
 //! Sealing and verifying proposals: [`proposal_hash`] pins what the proposal would change,
 //! [`signature`] pins the whole metadata, [`verify`] checks both.
 //!
-//! SECURITY: `secret.key` also signs tokens (JWT HS256) and challenge plan hashes (SPEC §1, §7). So
+//! SECURITY: `secret.key` also signs tokens (JWT HS256) and challenge plan hashes (docs/contract.md#concepts, docs/contract.md#critical-operations). So
 //! that no HMAC vaultgate ever shows a client can stand for a proposal signature, proposals are
 //! signed with a key derived from the secret for this one purpose ([`SIGNATURE_KEY_LABEL`]), not
 //! with the secret itself.

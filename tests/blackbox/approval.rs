@@ -1,4 +1,4 @@
-//! In-client approval (SPEC §15) seen from a client the project did not write: the official MCP
+//! In-client approval (docs/contract.md#the-review-page-and-in-client-approval) seen from a client the project did not write: the official MCP
 //! Python SDK, driven by `tests/python/approval_client.py` as a subprocess (interpreter from
 //! `VAULTGATE_PYTHON`, else `python3`; it needs `pip install mcp==2.3.0`). A credential issued with
 //! `--approve-in-client` applies one tier step above its own only after the person accepts the
@@ -206,7 +206,7 @@ impl Run {
         c["structured"].clone()
     }
 
-    /// Call `i` was refused with a SPEC §4 error envelope: the envelope.
+    /// Call `i` was refused with a docs/contract.md#the-mcp-surface error envelope: the envelope.
     fn err(&self, i: usize) -> Value {
         let c = self.call(i);
         assert!(
@@ -434,7 +434,7 @@ fn assert_fresh_apply(out: &Value, p: &Value) {
     );
 }
 
-// ---- the prompt (SPEC §15) --------------------------------------------------------------------------
+// ---- the prompt (docs/contract.md#the-review-page-and-in-client-approval) --------------------------------------------------------------------------
 
 /// The fixed fields that open every prompt, in order, for a single-target proposal.
 fn fixed_fields(kind: &str, target: &str, (plus, minus): (usize, usize), p: &Value) -> Vec<String> {

@@ -1,4 +1,4 @@
-//! SPEC §18 `list_attachments` and `read_attachment_text` (with the §14 limits) through the real
+//! docs/contract.md#notes-as-data-and-attachments `list_attachments` and `read_attachment_text` (with the docs/contract.md#limits-and-pagination limits) through the real
 //! binary: PDFs built here with lopdf or by hand, one page and many, the opt-in switch followed by
 //! a running server, every refusal with its code and reason, hostile PDFs (deep nesting, cyclic
 //! page trees, decompression bombs, huge streams) that must neither hang nor grow the server nor

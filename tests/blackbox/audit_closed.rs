@@ -1,4 +1,4 @@
-//! SPEC §9 "The log fails closed": a full disk refuses every call with `AUDIT_UNAVAILABLE` before
+//! docs/contract.md#the-audit-log "The log fails closed": a full disk refuses every call with `AUDIT_UNAVAILABLE` before
 //! anything changes, a torn tail is repaired at the next start, a missing or replaced log is never
 //! silently restarted, echoed client strings cannot make a line too long, and an unauthenticated
 //! flood becomes a handful of aggregated records.

@@ -1,4 +1,4 @@
-//! Crash safety and concurrency of the apply transaction (SPEC §6, §9) with real processes on real
+//! Crash safety and concurrency of the apply transaction (docs/contract.md#proposals, docs/contract.md#the-audit-log) with real processes on real
 //! files: processes racing to apply one proposal, fifty concurrent applies, an abort at every
 //! `VAULTGATE_TEST_FAILPOINT` step, real SIGKILLs in the middle of a batch, and the idempotent
 //! replay of an apply whose answer was lost in a crash. After every crash the next start (or the
@@ -212,7 +212,7 @@ struct Proposed {
 }
 
 impl Proposed {
-    /// The proposal's file names inside `<inbox>/<kind>/` (SPEC §6).
+    /// The proposal's file names inside `<inbox>/<kind>/` (docs/contract.md#proposals).
     fn inbox_files(&self) -> Vec<String> {
         let s = &self.slug;
         match self.kind {
@@ -402,7 +402,7 @@ fn audit_records(env: &Env) -> Vec<Value> {
     read_jsonl(&env.home.join("audit.jsonl"))
 }
 
-/// Canonical JSON (SPEC §9): keys sorted by code point, no whitespace, serde_json's escapes.
+/// Canonical JSON (docs/contract.md#the-audit-log): keys sorted by code point, no whitespace, serde_json's escapes.
 fn canonical(v: &Value) -> String {
     match v {
         Value::Object(m) => {

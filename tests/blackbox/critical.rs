@@ -1,7 +1,7 @@
-//! Critical tools through the real binary (SPEC §7): `delete_permanent` and `empty_trash` run only
+//! Critical tools through the real binary (docs/contract.md#critical-operations): `delete_permanent` and `empty_trash` run only
 //! as two calls through a challenge; every refusal names its code, carries a fresh challenge for
 //! the call as sent and deletes nothing; the exact second call executes once, even when sent twice
-//! at the same time, and is a history barrier (SPEC §8).
+//! at the same time, and is a history barrier (docs/contract.md#history).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -724,7 +724,7 @@ async fn stdio_failing_at(env: &Env, token: &str, step: &str) -> Client {
 
 #[tokio::test]
 async fn an_execution_cut_short_by_a_crash_is_finished_once_at_the_next_start() {
-    // The steps of the shared write transaction (SPEC §6 "Rules of the write path"), before the
+    // The steps of the shared write transaction (docs/contract.md#proposals "Rules of the write path"), before the
     // commit; a crash after the commit leaves nothing to finish.
     for step in [
         "critical_after_intent",

@@ -1,6 +1,6 @@
-//! SPEC §18 `propose_frontmatter_update`, through the real binary: a patch that changes only the
+//! docs/contract.md#notes-as-data-and-attachments `propose_frontmatter_update`, through the real binary: a patch that changes only the
 //! frontmatter block (created when absent), applied like any patch; values YAML would misread
-//! round-trip as strings; every refusal is INVALID_ARGUMENT and proposes nothing; §14 limits.
+//! round-trip as strings; every refusal is INVALID_ARGUMENT and proposes nothing; docs/contract.md#limits-and-pagination limits.
 
 use serde_json::{Map, Value, json};
 
@@ -227,7 +227,7 @@ async fn a_stale_base_is_refused_at_propose_and_at_apply() {
     a.close().await;
 }
 
-/// Every refusal of SPEC §18 is INVALID_ARGUMENT and leaves no proposal.
+/// Every refusal of docs/contract.md#notes-as-data-and-attachments is INVALID_ARGUMENT and leaves no proposal.
 #[tokio::test]
 async fn every_refusal_is_invalid_argument_and_proposes_nothing() {
     let env = Env::new();
@@ -309,7 +309,7 @@ async fn every_refusal_is_invalid_argument_and_proposes_nothing() {
     a.close().await;
 }
 
-/// SPEC §14: at most 200 entries in each list, each value at most 4 KiB, refused naming the limit.
+/// docs/contract.md#limits-and-pagination: at most 200 entries in each list, each value at most 4 KiB, refused naming the limit.
 #[tokio::test]
 async fn limits_are_refused_naming_them() {
     let env = Env::new();

@@ -1,4 +1,4 @@
-//! Git history (SPEC §16) through the real binary, on real repositories made with the real `git`:
+//! Git history (docs/contract.md#git-history) through the real binary, on real repositories made with the real `git`:
 //! - every apply (new, patch, move, delete), undo, redo and executed critical call is exactly one
 //!   commit on `HEAD` holding exactly the note files the change wrote or removed, with the author,
 //!   committer, subject, body and five `Vaultgate-*` trailers the contract names, and the index

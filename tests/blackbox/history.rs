@@ -1,4 +1,4 @@
-//! History undo/redo (SPEC §8) through the real binary: rmcp stdio clients and the CLI.
+//! History undo/redo (docs/contract.md#history) through the real binary: rmcp stdio clients and the CLI.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -497,7 +497,7 @@ async fn the_cli_shows_undoes_and_redoes_the_top() {
     env.ok(&["audit", "verify"]);
 }
 
-/// The steps of the undo/redo transaction (SPEC §6 "Rules of the write path"), in order.
+/// The steps of the undo/redo transaction (docs/contract.md#proposals "Rules of the write path"), in order.
 const HISTORY_STEPS: [&str; 5] = [
     "history_after_intent",
     "history_after_first_op",

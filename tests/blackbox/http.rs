@@ -1,4 +1,4 @@
-//! Streamable HTTP (`vaultgate serve`, SPEC §3, §13): the same tools as stdio, the request guards
+//! Streamable HTTP (`vaultgate serve`, docs/contract.md#transports-and-protocol-versions, docs/contract.md#transports-and-protocol-versions): the same tools as stdio, the request guards
 //! (auth, Host, Origin, body limit, session binding) seen from raw HTTP, both protocol
 //! generations, many concurrent clients, loopback-only binding and the printed client configs.
 
@@ -315,7 +315,7 @@ pub(crate) async fn reply(resp: reqwest::Response, id: i64) -> Value {
         .unwrap_or_else(|_| panic!("no answer to id {id} within {WAIT:?} (HTTP {status})"))
 }
 
-/// A refused request: the status, a SPEC §4 error body, and its `code`.
+/// A refused request: the status, a docs/contract.md#the-mcp-surface error body, and its `code`.
 async fn refusal(resp: reqwest::Response, status: u16) -> String {
     assert_eq!(resp.status().as_u16(), status, "unexpected status");
     let body: Value = resp.json().await.expect("a JSON error body");
@@ -601,14 +601,14 @@ async fn forged_expired_revoked_and_wrong_audience_tokens_are_401_with_their_cod
         "note text reached the server log at trace level"
     );
 
-    // SPEC §3/§9: no token is ever logged, by the server or in the audit log.
+    // docs/contract.md#transports-and-protocol-versions/docs/contract.md#the-audit-log: no token is ever logged, by the server or in the audit log.
     let stderr = srv.stderr();
     let audit = std::fs::read_to_string(env.home.join("audit.jsonl")).unwrap();
     for t in [&good, &revoked, &expiring, &forged, &wrong_audience, &resigned] {
         assert!(!stderr.contains(t.as_str()), "a token reached the server log");
         assert!(!audit.contains(t.as_str()), "a token reached the audit log");
     }
-    // Authentication refusals are audited (SPEC §9), aggregated per window, code and remote: the
+    // Authentication refusals are audited (docs/contract.md#the-audit-log), aggregated per window, code and remote: the
     // first of each code is written before its answer, later ones carry a `count` when the window
     // ends (audit_closed.rs checks the sums).
     let codes: BTreeSet<String> = audit_lines(&env)
@@ -952,7 +952,7 @@ async fn revocation_refuses_the_next_call_of_an_open_session() {
     assert_eq!(unauthorized(resp).await, "CREDENTIAL_REVOKED");
 }
 
-// ---- 4. both protocol generations (SPEC §13) ------------------------------------------------------
+// ---- 4. both protocol generations (docs/contract.md#transports-and-protocol-versions) ------------------------------------------------------
 
 #[tokio::test]
 async fn legacy_initialize_sessions_serve_tool_calls() {
@@ -1092,7 +1092,7 @@ async fn unknown_method_gets_a_prompt_json_rpc_error_in_both_generations() {
     .await;
     let v = reply(resp, 7).await;
     assert_eq!(v["error"]["code"], json!(-32601), "{v}");
-    // An unknown tool is a JSON-RPC error too (SPEC §4), not a hang.
+    // An unknown tool is a JSON-RPC error too (docs/contract.md#the-mcp-surface), not a hang.
     let call = request(8, "tools/call", json!({"name": "no_such_tool", "arguments": {}}));
     let v = reply(post(&srv, Some(&auth), &h, &call).await, 8).await;
     assert!(v["error"].is_object(), "{v}");
@@ -1553,7 +1553,7 @@ async fn printed_http_client_configs_connect_and_work() {
     drop(srv);
 }
 
-// ---- 4. legacy sessions are bounded (SPEC §14) ----------------------------------------------------
+// ---- 4. legacy sessions are bounded (docs/contract.md#limits-and-pagination) ----------------------------------------------------
 
 /// Sets numbers in `[limits]` of `gateway.toml`.
 fn edit_limits(env: &Env, pairs: &[(&str, i64)]) {

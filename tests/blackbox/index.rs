@@ -1,4 +1,4 @@
-//! The search index (SPEC §10) through the real binary: a running server keeps it fresh from the
+//! The search index (docs/contract.md#search-and-the-index) through the real binary: a running server keeps it fresh from the
 //! file watcher, `get_vault_overview.index` reports it, `vaultgate index` builds and rebuilds it,
 //! and a broken index file never breaks a server.
 

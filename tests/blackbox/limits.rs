@@ -1,5 +1,5 @@
 //! Every input bounded before any work, the inbox quotas, and the bounded frontmatter parser
-//! (SPEC §14; issue 11), through the real binary: oversized arguments are refused at once and
+//! (docs/contract.md#limits-and-pagination; issue 11), through the real binary: oversized arguments are refused at once and
 //! audited, a credential cannot hold more than its share of pending proposals, a note whose YAML
 //! would explode is read and indexed without its frontmatter in bounded memory, and a limit
 //! lowered in `gateway.toml` is the one applied.
@@ -453,7 +453,7 @@ fn refusals_by_cli(env: &Env) -> usize {
         .count()
 }
 
-/// SPEC §14: a stdio message is bounded like an HTTP body (`[server] max_body_bytes`): a longer
+/// docs/contract.md#limits-and-pagination: a stdio message is bounded like an HTTP body (`[server] max_body_bytes`): a longer
 /// line is dropped as it streams in, and the connection goes on answering.
 #[test]
 fn an_oversized_stdio_message_is_dropped_and_the_connection_goes_on() {

@@ -1,4 +1,4 @@
-//! Change announcements (SPEC §4): `notifications/resources/updated` to subscribers and a
+//! Change announcements (docs/contract.md#the-mcp-surface): `notifications/resources/updated` to subscribers and a
 //! `vault.changed` log message only to clients that asked for log messages — over stdio, for a
 //! legacy `initialize` session and for a 2026-07-28 `subscriptions/listen` subscription.
 #![allow(deprecated)]
@@ -248,7 +248,7 @@ async fn call_ok(c: &RunningService<RoleClient, Recorder>, tool: &str, args: Val
     to_reply(c.call_tool(p).await.unwrap()).ok()
 }
 
-/// SPEC §4, §6: vaultgate recognises its own writes (no second announcement, no extra revision),
+/// docs/contract.md#the-mcp-surface, docs/contract.md#proposals: vaultgate recognises its own writes (no second announcement, no extra revision),
 /// while an edit made outside it in the middle of a stream of applies is still seen, counted
 /// once and announced once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

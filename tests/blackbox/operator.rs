@@ -1,4 +1,4 @@
-//! What the operator reads and runs (SPEC §4 control characters, §12 CLI and `doctor`), through
+//! What the operator reads and runs (docs/contract.md#the-mcp-surface control characters, docs/contract.md#the-command-line CLI and `doctor`), through
 //! the real binary: agents' reasons and diffs reach the terminal escaped; `doctor` names each
 //! problem with its next step and creates nothing without a home; bad option values are usage
 //! errors (exit 2); `apply --yes` works through every pending proposal; an open `secret.key` stops
@@ -457,7 +457,7 @@ fn the_printed_inspector_command_keeps_the_token_out_of_argv() {
     }
 }
 
-/// SPEC §12, §15: `--approve-in-client` is off unless given, warned about on stderr (stdout
+/// docs/contract.md#the-command-line, docs/contract.md#the-review-page-and-in-client-approval: `--approve-in-client` is off unless given, warned about on stderr (stdout
 /// stays the bare token or the one JSON object), and shown by `token list`.
 #[test]
 fn approve_in_client_is_opt_in_shown_in_token_list_and_warned_about() {
@@ -484,7 +484,7 @@ fn approve_in_client_is_opt_in_shown_in_token_list_and_warned_about() {
         warning.contains("warning") && warning.contains("one tier above 'propose'"),
         "{warning}"
     );
-    // The JSON object keeps exactly the fields of SPEC §12.
+    // The JSON object keeps exactly the fields of docs/contract.md#the-command-line.
     let v: Value = serde_json::from_str(stdout(&flagged).trim()).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, ["expiresAt", "id", "name", "tier", "token", "vaults"]);

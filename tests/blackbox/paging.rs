@@ -1,4 +1,4 @@
-//! SPEC §14 through the real binary: sealed cursors walk every list and search exactly once,
+//! docs/contract.md#limits-and-pagination through the real binary: sealed cursors walk every list and search exactly once,
 //! cursors bound to other calls are refused, side lists are capped with exact counts, and an
 //! answer over `max_output_bytes` is `OUTPUT_LIMIT_EXCEEDED`.
 

@@ -1,8 +1,8 @@
-//! Proposals and the apply transaction (SPEC §6) through the real binary: every refusal code of
+//! Proposals and the apply transaction (docs/contract.md#proposals) through the real binary: every refusal code of
 //! the apply checks, each leaving the notes byte-for-byte unchanged and the proposal pending; the
-//! tiers that may propose, apply and reject (§2); idempotency keys; what a successful apply leaves
-//! behind (archive, `_applied.jsonl` chain, audit record, revision, index, announcement; §6, §9);
-//! and the reviewer CLI (§12), which runs the same core as the MCP tools.
+//! tiers that may propose, apply and reject (docs/contract.md#tiers-and-capabilities); idempotency keys; what a successful apply leaves
+//! behind (archive, `_applied.jsonl` chain, audit record, revision, index, announcement; docs/contract.md#proposals, docs/contract.md#the-audit-log);
+//! and the reviewer CLI (docs/contract.md#the-command-line), which runs the same core as the MCP tools.
 // `subscribe` and `set_level` are deprecated by the 2026-07-28 protocol; stdio sessions still use them.
 #![allow(deprecated)]
 
@@ -27,7 +27,7 @@ use crate::util::{Env, Reply, bin, copy_tree, fixture, to_reply};
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const VAULT_URI: &str = "vaultgate://vault/basic";
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-/// A symlink met on the way to a target: SPEC §6 check 6 allows either code.
+/// A symlink met on the way to a target: docs/contract.md#applying-a-proposal check 6 allows either code.
 const SYMLINK_CODES: &[&str] = &["PATH_DENIED", "PATH_OUTSIDE_VAULT"];
 
 /// The notes that link to `z/attention.md` in the fixture, one link each (basic.expect.md, Links).
@@ -174,7 +174,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Canonical JSON (SPEC §9): keys sorted by code point, no whitespace, serde_json's string escapes.
+/// Canonical JSON (docs/contract.md#the-audit-log): keys sorted by code point, no whitespace, serde_json's string escapes.
 fn canonical(v: &Value) -> String {
     match v {
         Value::Object(m) => {
@@ -245,7 +245,7 @@ fn today() -> String {
     format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day())
 }
 
-/// A proposal's files under the inbox (SPEC §6), the metadata file last.
+/// A proposal's files under the inbox (docs/contract.md#proposals), the metadata file last.
 fn inbox_files(kind: &str, slug: &str) -> Vec<String> {
     match kind {
         "new" => vec![format!("new/{slug}.md"), format!("new/{slug}.proposal.json")],
@@ -444,7 +444,7 @@ async fn before_apply(env: &Env, a: &Agent) -> Before {
     }
 }
 
-/// SPEC §6/§9: files archived to `applied/<date>/`, one valid `_applied.jsonl` line, one audit
+/// docs/contract.md#proposals/docs/contract.md#the-audit-log: files archived to `applied/<date>/`, one valid `_applied.jsonl` line, one audit
 /// line whose seq is `auditSeq`, `audit verify` passes, revision +1, one fewer pending proposal,
 /// status `applied`, and the subscribed client heard about it.
 async fn assert_applied(env: &Env, a: &Agent, p: &Value, kind: &str, out: &Value, before: &Before) {
@@ -862,7 +862,7 @@ async fn applying_a_delete_moves_the_note_to_the_vault_trash_unchanged() {
     a.close().await;
 }
 
-// ---- refusals (SPEC §6 checks), each leaving the notes and the proposal as they were ----------
+// ---- refusals (docs/contract.md#applying-a-proposal checks), each leaving the notes and the proposal as they were ----------
 
 #[tokio::test]
 async fn tampered_new_note_content_is_refused_and_vault_unchanged() {
@@ -998,7 +998,7 @@ async fn deleted_metadata_file_is_refused_as_tampered() {
     a.close().await;
 }
 
-/// SPEC §6 check 4: "the files are where they should be" — the reviewer-facing `.diff` is one of them.
+/// docs/contract.md#applying-a-proposal check 4: "the files are where they should be" — the reviewer-facing `.diff` is one of them.
 #[tokio::test]
 async fn deleted_patch_diff_file_is_refused_as_tampered() {
     let env = Env::new();
@@ -1434,7 +1434,7 @@ async fn a_vault_with_notes_z_takes_proposals_only_under_z() {
     a.close().await;
 }
 
-// ---- tiers (SPEC §2) -------------------------------------------------------------------------
+// ---- tiers (docs/contract.md#tiers-and-capabilities) -------------------------------------------------------------------------
 
 #[tokio::test]
 async fn read_tier_cannot_propose_apply_or_reject() {
@@ -1614,7 +1614,7 @@ async fn same_key_same_args_replays_the_first_result_without_writing_again() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_tree_unchanged(&env, &tree, "replay");
     assert_eq!(applied_lines(&env).len(), 1, "_applied.jsonl keeps one line");
-    // SPEC §9 records every mutating call, so the replayed call gets its own line; it is the
+    // docs/contract.md#the-audit-log records every mutating call, so the replayed call gets its own line; it is the
     // only new one, and nothing else moved.
     assert_eq!(
         audit_for(&env, "apply_proposal", id).len(),
@@ -1657,7 +1657,7 @@ async fn same_key_other_proposal_is_an_idempotency_conflict() {
     a.close().await;
 }
 
-// ---- the reviewer CLI (SPEC §12) -------------------------------------------------------------
+// ---- the reviewer CLI (docs/contract.md#the-command-line) -------------------------------------------------------------
 
 #[tokio::test]
 async fn inbox_list_json_is_an_array_of_list_proposals_items() {
@@ -1927,7 +1927,7 @@ async fn concurrent_cli_and_mcp_applies_of_one_proposal_commit_it_once() {
 }
 
 /// A propose that crashed after writing its files but before its row committed leaves files
-/// that look like a proposal; the next start removes them, and only them (SPEC §6, §9).
+/// that look like a proposal; the next start removes them, and only them (docs/contract.md#proposals, docs/contract.md#the-audit-log).
 #[tokio::test]
 async fn files_of_a_proposal_whose_row_never_committed_are_removed_at_the_next_start() {
     let env = Env::new();

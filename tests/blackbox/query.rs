@@ -1,4 +1,4 @@
-//! `query_notes` (SPEC §18) through the real binary: every operator on numbers, dates, strings
+//! `query_notes` (docs/contract.md#notes-as-data-and-attachments) through the real binary: every operator on numbers, dates, strings
 //! and lists, missing fields and wrong types, sorting both ways with missing last, built-ins,
 //! `fields[]`, paging, cursor binding, limits, and the index following applies and outside edits.
 

@@ -373,7 +373,7 @@ fn audit_len(env: &Env) -> usize {
 }
 
 /// Unauthenticated refusals (bad code, cookie, session path, Host) are aggregated per window,
-/// code and remote (SPEC §9); a 1 s window makes their counts reach the log within the test.
+/// code and remote (docs/contract.md#the-audit-log); a 1 s window makes their counts reach the log within the test.
 fn short_refusal_window(env: &Env) {
     edit_config(env, "limits", |t| {
         t.insert("refusal_window_seconds".into(), toml::Value::Integer(1));
@@ -1525,7 +1525,7 @@ async fn an_oversize_form_is_refused_audited_and_changes_nothing() {
     assert_ne!(state(&env), before_state, "the control changed nothing");
 }
 
-/// SPEC §15: the Credentials page's box opts a new credential into in-client approval — only
+/// docs/contract.md#the-review-page-and-in-client-approval: the Credentials page's box opts a new credential into in-client approval — only
 /// when ticked, carried through the `full` confirmation, shown on the list, with its warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_issue_form_opts_into_in_client_approval_only_when_ticked() {
@@ -1699,7 +1699,7 @@ async fn the_vaults_page_shows_git_status_and_what_waits_in_its_queue() {
     );
 }
 
-/// The Vaults page's PDF-text switch (SPEC §18): it shows the vault's setting, needs the CSRF
+/// The Vaults page's PDF-text switch (docs/contract.md#notes-as-data-and-attachments): it shows the vault's setting, needs the CSRF
 /// token like every form, is audited as the reviewer's, and the running server follows it at the
 /// next call of an already open session, both ways.
 #[tokio::test]

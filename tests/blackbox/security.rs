@@ -1,7 +1,7 @@
 //! Attacks: the path corpus, token forgery and revocation, the audit chain.
 //!
 //! Every test builds its own home and copy of the `basic` vault; hostile files, secrets outside the
-//! vault and escaping symlinks are created at run time (SPEC §1, §3, §5, §9, §12). Table-driven tests
+//! vault and escaping symlinks are created at run time (docs/contract.md#concepts, docs/contract.md#transports-and-protocol-versions, docs/contract.md#paths, docs/contract.md#the-audit-log, docs/contract.md#the-command-line). Table-driven tests
 //! collect every mismatch and fail once, listing them all.
 
 use std::io::Read;
@@ -24,9 +24,9 @@ const INVALID: &[&str] = &["PATH_INVALID"];
 const DENIED: &[&str] = &["PATH_DENIED"];
 const OUTSIDE: &[&str] = &["PATH_OUTSIDE_VAULT"];
 const NOT_FOUND: &[&str] = &["NOT_FOUND"];
-/// SPEC §5 does not name a code for a symlink loop; anything but success is acceptable.
+/// docs/contract.md#paths does not name a code for a symlink loop; anything but success is acceptable.
 const LOOP: &[&str] = &["NOT_FOUND", "PATH_OUTSIDE_VAULT"];
-/// SPEC §5 never percent-decodes, so `%2e%2e` is an odd but literal name (`NOT_FOUND`); refusing
+/// docs/contract.md#paths never percent-decodes, so `%2e%2e` is an odd but literal name (`NOT_FOUND`); refusing
 /// it outright (`PATH_INVALID`) is stricter and fine. It must never be decoded into `..`.
 const ENCODED: &[&str] = &["PATH_INVALID", "NOT_FOUND"];
 
@@ -175,7 +175,11 @@ pub(crate) fn sign(claims: &Value, alg: Algorithm, key: &[u8]) -> String {
 
 fn real_key(env: &Env) -> Vec<u8> {
     let key = std::fs::read(env.home.join("secret.key")).unwrap();
-    assert_eq!(key.len(), 32, "SPEC §1: secret.key is 32 random bytes");
+    assert_eq!(
+        key.len(),
+        32,
+        "docs/contract.md#concepts: secret.key is 32 random bytes"
+    );
     key
 }
 
@@ -216,9 +220,20 @@ fn token_attacks(env: &Env) -> (Vec<Attack>, String) {
     let (id, real) = env.token("victim", "read");
     let claims = claims_of(&real);
     let gid = gateway_id(env);
-    assert_eq!(claims["sub"], id.as_str(), "SPEC §1: sub is the credential id");
-    assert_eq!(claims["aud"], gid.as_str(), "SPEC §1: aud is the gateway id");
-    assert_eq!(claims["iss"], "vaultgate", "SPEC §1: iss is vaultgate");
+    assert_eq!(
+        claims["sub"],
+        id.as_str(),
+        "docs/contract.md#concepts: sub is the credential id"
+    );
+    assert_eq!(
+        claims["aud"],
+        gid.as_str(),
+        "docs/contract.md#concepts: aud is the gateway id"
+    );
+    assert_eq!(
+        claims["iss"], "vaultgate",
+        "docs/contract.md#concepts: iss is vaultgate"
+    );
     let key = real_key(env);
     let with = |field: &str, value: Value| {
         let mut c = claims.clone();
@@ -328,8 +343,8 @@ fn start_stdio(env: &Env, token: Option<&str>) -> Start {
     Start { exit, stdout, stderr }
 }
 
-/// Checks SPEC §3: exit 1, nothing on stdout, a clear message on stderr (naming the error code,
-/// SPEC §12), and the token never echoed.
+/// Checks docs/contract.md#transports-and-protocol-versions: exit 1, nothing on stdout, a clear message on stderr (naming the error code,
+/// docs/contract.md#the-command-line), and the token never echoed.
 fn check_refused_start(what: &str, token: Option<&str>, expect: &str, s: &Start, failures: &mut Vec<String>) {
     if s.exit != Some(1) {
         failures.push(format!("{what}: exit {:?}, want 1 (None = kept serving)", s.exit));
@@ -868,7 +883,7 @@ fn refused_token_attempts_are_audited_as_denied_without_the_token() {
 
 #[test]
 fn stdio_start_without_a_token_is_audited_as_denied() {
-    // SPEC §9: every refusal, authentication included, is recorded.
+    // docs/contract.md#the-audit-log: every refusal, authentication included, is recorded.
     let env = Env::new();
     let before = audit_records(&env).len();
     let s = start_stdio(&env, None);

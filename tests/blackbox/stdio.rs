@@ -22,7 +22,7 @@ use crate::util::{Client, Env, Reply, copy_tree, fixture};
 /// The demo vault's two-page PDF, as a PDF any test can read.
 const DEMO_PDF: &[u8] = include_bytes!("../../gateway/demo/vault/reading/papers/vaultgate-demo.pdf");
 
-/// The read tools of SPEC §4 this build serves.
+/// The read tools of docs/contract.md#the-mcp-surface this build serves.
 const READ_TOOLS: [&str; 14] = [
     "vault_list",
     "get_vault_overview",
@@ -362,7 +362,7 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         "every read tool is listed: {names:?}"
     );
     assert_eq!(tools.len(), names.len(), "no tool is listed twice");
-    // The write half is annotated by kind (SPEC §4).
+    // The write half is annotated by kind (docs/contract.md#the-mcp-surface).
     for t in &tools {
         let name = t["name"].as_str().unwrap();
         let ann = &t["annotations"];
@@ -378,8 +378,8 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         .filter(|t| READ_TOOLS.contains(&t["name"].as_str().unwrap()))
         .collect();
 
-    // SPEC §4 table: inputs besides `vault`, and the main output fields; the list and search
-    // tools of SPEC §14 also take `cursor` (and `list_tags` a `limit`).
+    // docs/contract.md#the-mcp-surface table: inputs besides `vault`, and the main output fields; the list and search
+    // tools of docs/contract.md#limits-and-pagination also take `cursor` (and `list_tags` a `limit`).
     let inputs: BTreeMap<&str, &[&str]> = BTreeMap::from([
         ("vault_list", &[][..]),
         ("get_vault_overview", &[][..]),

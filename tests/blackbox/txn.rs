@@ -1,4 +1,4 @@
-//! The one write transaction (SPEC §6 "Rules of the write path", §7, §8, §9) shared by
+//! The one write transaction (docs/contract.md#proposals "Rules of the write path", docs/contract.md#critical-operations, docs/contract.md#history, docs/contract.md#the-audit-log) shared by
 //! `apply_proposal`, history undo/redo and executed critical challenges, driven through the real
 //! binary on real files:
 //! - thousands of applies in one session keep working (`_applied.jsonl` has no size limit and
@@ -1291,7 +1291,7 @@ async fn a_failing_index_update_answers_index_failed() {
     audit_verifies(&env, "after the index failure").await;
 }
 
-/// SPEC §6, §9: the audit line belongs to the transaction. When it cannot be written, the apply
+/// docs/contract.md#proposals, docs/contract.md#the-audit-log: the audit line belongs to the transaction. When it cannot be written, the apply
 /// rolls back and answers `AUDIT_UNAVAILABLE`: the note is not created, the proposal stays
 /// pending, and the idempotency key is not used up, so the same call succeeds later.
 #[tokio::test]
@@ -1354,14 +1354,14 @@ async fn an_apply_whose_audit_line_cannot_be_written_rolls_back() {
     audit_verifies(&env, "after the audit failure").await;
 }
 
-/// SPEC §6 "Cost follows the change": the write path keeps the change fingerprint and the search
+/// docs/contract.md#proposals "Cost follows the change": the write path keeps the change fingerprint and the search
 /// index by the notes it touched, without walking the vault. After many mixed applies (new,
 /// patch, move, delete, undo, redo) both must equal what a fresh walk finds: a restart's
 /// start-up scan (a whole walk) moves no revision, and `vaultgate index` finds nothing to add,
 /// update or remove.
 #[tokio::test]
 async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
-    // SPEC §6 "Cost follows the change": nothing on the write path walks the vault, so what the
+    // docs/contract.md#proposals "Cost follows the change": nothing on the write path walks the vault, so what the
     // writes keep incrementally (fingerprint, index) must equal what a full walk finds.
     const APPLIES: usize = 1000;
     let env = Env::new();

@@ -123,7 +123,7 @@ pub struct Client {
 #[derive(Debug)]
 pub enum Reply {
     Ok(Value),
-    /// `isError: true`: the parsed SPEC §4 error JSON.
+    /// `isError: true`: the parsed docs/contract.md#the-mcp-surface error JSON.
     Err(Value),
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One MCP session through the official Python SDK, for tests/blackbox/approval.rs (SPEC §15).
+"""One MCP session through the official Python SDK, for tests/blackbox/approval.rs (docs/contract.md#the-review-page-and-in-client-approval).
 
 The in-client approval of `apply_proposal` is a server-to-client `elicitation/create` request, so
 it is driven here by a client the project did not write. One invocation opens one session, makes

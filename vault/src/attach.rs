@@ -1,4 +1,4 @@
-//! Attachments (SPEC §18): the vault's files that are not notes, listed through the same path
+//! Attachments (docs/contract.md#notes-as-data-and-attachments): the vault's files that are not notes, listed through the same path
 //! policy as notes, with a media type told from the extension and checked against the content.
 //! Nothing here parses a document: a PDF's bytes leave through `read_pdf` to the engine, which
 //! hands them to the worker process.

@@ -1,9 +1,9 @@
-//! `query_notes` (SPEC §18): the catalog's readable notes as rows of typed frontmatter fields,
+//! `query_notes` (docs/contract.md#notes-as-data-and-attachments): the catalog's readable notes as rows of typed frontmatter fields,
 //! filtered, sorted and paged. The index keeps every note's [`NoteData`] in its catalog (built by
 //! the same code that indexes the note), so a query reads no file; the scan fallback builds the
 //! same rows from `Note::parse`, so both answer alike.
 //!
-//! The rules where SPEC §18 is silent (also in the tool's description):
+//! The rules where docs/contract.md#notes-as-data-and-attachments is silent (also in the tool's description):
 //! - Types. A frontmatter value is a number (a YAML number), a date (a string that is an RFC 3339
 //!   date-time, or a `YYYY-MM-DD` calendar date taken as midnight UTC), a string (any other
 //!   string), a boolean, a list, a mapping or null. A condition's `value` is a number, a string
@@ -42,7 +42,7 @@ use time::format_description::well_known::Rfc3339;
 use crate::search::fold;
 use crate::types::{Key, VaultError};
 
-/// Rows per page by default, and at most (SPEC §18).
+/// Rows per page by default, and at most (docs/contract.md#notes-as-data-and-attachments).
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 200;
 
@@ -331,7 +331,7 @@ impl Default for NoteData {
 
 impl NoteData {
     pub fn new(title: String, tags: Vec<String>, frontmatter: &Map<String, Value>) -> NoteData {
-        // A built-in wins over a key of its name (SPEC §18), so such a key is never looked up:
+        // A built-in wins over a key of its name (docs/contract.md#notes-as-data-and-attachments), so such a key is never looked up:
         // its value would be memory for nothing (`title` and `tags` are in most notes).
         let mut fields: Vec<(&String, &Value)> = frontmatter
             .iter()
@@ -1146,7 +1146,7 @@ pub fn page<E>(
             title: r.data.title().to_owned(),
             fields,
         };
-        // SPEC §14: a result stays within max_output_bytes; the rest is for the next page.
+        // docs/contract.md#limits-and-pagination: a result stays within max_output_bytes; the rest is for the next page.
         let size = serde_json::to_vec(&row).map_or(0, |v| v.len()) + 1;
         if !notes.is_empty() && bytes + size > max_bytes {
             truncated = true;

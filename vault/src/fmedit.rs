@@ -1,4 +1,4 @@
-//! Round-trip-preserving edits of a note's frontmatter (SPEC §18, `propose_frontmatter_update`).
+//! Round-trip-preserving edits of a note's frontmatter (docs/contract.md#notes-as-data-and-attachments, `propose_frontmatter_update`).
 //!
 //! The YAML text is edited line by line, never re-serialised: only the lines of the keys the update
 //! names change; every other byte (other keys, their comments and order, the body) stays as it was.

@@ -1,4 +1,4 @@
-//! The one frontmatter parser (SPEC §14): a YAML block becomes a JSON object, within bounds.
+//! The one frontmatter parser (docs/contract.md#limits-and-pagination): a YAML block becomes a JSON object, within bounds.
 //!
 //! A block over [`MAX_BLOCK_BYTES`] is not parsed at all. Aliases are where YAML's size hides: a
 //! few kilobytes of anchors can name billions of nodes ("billion laughs"), and the parser expands
@@ -18,10 +18,10 @@ use serde::de::{
 };
 use serde_json::{Map, Value};
 
-/// A YAML block larger than this is not parsed (SPEC §14).
+/// A YAML block larger than this is not parsed (docs/contract.md#limits-and-pagination).
 pub const MAX_BLOCK_BYTES: usize = 64 * 1024;
 
-/// A block whose nodes, aliases expanded, would come to more than this is not parsed (SPEC §14).
+/// A block whose nodes, aliases expanded, would come to more than this is not parsed (docs/contract.md#limits-and-pagination).
 pub const MAX_EXPANDED_BYTES: usize = 1024 * 1024;
 
 /// What one node costs beyond its text, so that an alias of an empty node is not free.

@@ -1,4 +1,4 @@
-//! The search index of one vault (SPEC §10): `<vault>/.vaultgate/index.sqlite`, a cache of every
+//! The search index of one vault (docs/contract.md#search-and-the-index): `<vault>/.vaultgate/index.sqlite`, a cache of every
 //! catalog note's path, size, time, class, metadata, tags, links and body, with two FTS5 tables of
 //! n-gram tokens (`grams`) that narrow `search_note_content` and `search_knowledge` to candidates.
 //! The answer is still computed exactly, by the same functions the per-call scan uses, on the
@@ -754,7 +754,7 @@ impl Index {
             .unwrap_or(false)
     }
 
-    /// For a move of `from` to `to` (SPEC §6: its cost follows the link index, not the vault):
+    /// For a move of `from` to `to` (docs/contract.md#proposals: its cost follows the link index, not the vault):
     /// the resolver of every catalog path, and the notes whose links may change meaning — those with a link keyed
     /// by either name (the index's promise: every link resolving to a note carries its name key),
     /// and `from` itself. `None` when the index is not answering or does not know `from`.

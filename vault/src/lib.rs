@@ -1,5 +1,5 @@
 //! A vault on disk: contained file access (`fs`), notes with frontmatter, links and tags, search
-//! with the exact semantics of SPEC §4, the search index that narrows it (SPEC §10), link rewrites for
+//! with the exact semantics of docs/contract.md#the-mcp-surface, the search index that narrows it (docs/contract.md#search-and-the-index), link rewrites for
 //! moves, a change watcher, and the contained durable write primitives (`write`) that the apply
 //! transaction uses.
 //!

@@ -300,7 +300,7 @@ pub enum Resolution {
 
 /// Resolves links against a set of note paths. Persistent maps: a clone is O(1) and adding or
 /// removing a path O(log n), so the index keeps one per catalog generation at the cost of the
-/// change, and a planned move derives the resolver "after" from the one "before" (SPEC §6).
+/// change, and a planned move derives the resolver "after" from the one "before" (docs/contract.md#proposals).
 #[derive(Debug, Default, Clone)]
 pub struct Resolver {
     exact: imbl::HashSet<String>,

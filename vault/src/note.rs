@@ -1,9 +1,9 @@
-//! Pure parsing of one note (SPEC §1): YAML frontmatter, title, aliases, description, tags, links,
+//! Pure parsing of one note (docs/contract.md#concepts): YAML frontmatter, title, aliases, description, tags, links,
 //! and the "prose lines" (outside frontmatter and fenced code, inline code blanked) that links and
 //! inline tags are read from.
 //!
 //! Nothing here fails: malformed input degrades (invalid YAML is no frontmatter), and a block
-//! over the bounds of `frontmatter` is not parsed (SPEC §14).
+//! over the bounds of `frontmatter` is not parsed (docs/contract.md#limits-and-pagination).
 
 use std::borrow::Cow;
 

@@ -1,4 +1,4 @@
-//! `Vault`: the read tools of one vault (SPEC §4) over contained file access.
+//! `Vault`: the read tools of one vault (docs/contract.md#the-mcp-surface) over contained file access.
 //!
 //! Once the search index (`crate::index`) is started and complete, the catalog tools (search,
 //! tags, related, recent, counts, standards) answer from it; until then, and whenever it fails,
@@ -111,7 +111,7 @@ impl Vault {
         }
     }
 
-    /// Re-indexes these paths and says whether the index is up to date with them (SPEC §6: an
+    /// Re-indexes these paths and says whether the index is up to date with them (docs/contract.md#proposals: an
     /// apply answers `index: "failed"` otherwise). Without an index reads scan: true.
     pub fn update_paths_checked(&self, paths: &[VaultPath]) -> bool {
         match self.index.get() {
@@ -167,7 +167,7 @@ impl Vault {
         })
     }
 
-    /// `read_note {hash}` (SPEC §16): an earlier version's `bytes`, read as `read_note` reads the
+    /// `read_note {hash}` (docs/contract.md#git-history): an earlier version's `bytes`, read as `read_note` reads the
     /// file (the read policy on `path`, UTF-8, the size limit); `modified` is when it was written.
     pub fn read_version(&self, path: &str, bytes: Vec<u8>, modified: String) -> Result<ReadNote, VaultError> {
         let path = VaultPath::parse(path)?;
@@ -423,7 +423,7 @@ impl Vault {
         ))
     }
 
-    /// `query_notes` (SPEC §18; the rules are in `data`): one page of the rows after `after`,
+    /// `query_notes` (docs/contract.md#notes-as-data-and-attachments; the rules are in `data`): one page of the rows after `after`,
     /// its JSON at most about `max_bytes`, and where the next one starts. Answered from the
     /// index; while it is being built, from the files, by the same rules.
     pub fn query_notes_page(
@@ -474,7 +474,7 @@ impl Vault {
         })
     }
 
-    /// `search_note_content`: case-insensitive substring AND over the terms (SPEC §4, §10); one
+    /// `search_note_content`: case-insensitive substring AND over the terms (docs/contract.md#the-mcp-surface, docs/contract.md#search-and-the-index); one
     /// page (see `search::Ranker`), and where the next one starts.
     pub fn search_content_page(
         &self,
@@ -727,7 +727,7 @@ pub(crate) fn recent_is_after(pos: &RecentPos, mtime: i64, path: &str) -> bool {
     mtime < pos.mtime || (mtime == pos.mtime && pos.path.is_before(path))
 }
 
-/// `list_standards` with at most `MAX_LIST_ITEMS` items (SPEC §14).
+/// `list_standards` with at most `MAX_LIST_ITEMS` items (docs/contract.md#limits-and-pagination).
 pub(crate) fn cap_standards(mut standards: Vec<StandardItem>) -> ListStandards {
     let count = standards.len();
     standards.truncate(MAX_LIST_ITEMS);

@@ -1,4 +1,4 @@
-//! Link rewrites for a move (SPEC §6): `propose_move` reports them, apply performs them.
+//! Link rewrites for a move (docs/contract.md#proposals): `propose_move` reports them, apply performs them.
 //!
 //! What counts as a link, where it sits and what it points at is defined once: `links::scan_text`
 //! (the scanner the read side's `links::extract` runs) and `links::Resolver`. This module only

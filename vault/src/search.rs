@@ -1,4 +1,4 @@
-//! Pure search primitives with the exact semantics of SPEC §4: query terms, case folding, line
+//! Pure search primitives with the exact semantics of docs/contract.md#the-mcp-surface: query terms, case folding, line
 //! matching, snippets, and the metadata score of `search_knowledge`.
 //!
 //! Matching is case-insensitive *substring* matching (not tokens), so it works for CJK text and for
@@ -38,7 +38,7 @@ pub fn parse_terms(query: &str) -> Vec<String> {
 }
 
 /// The tokenizer of [`parse_terms`], lazily and without removing repeats, so a caller can bound
-/// a query (SPEC §14) while reading it rather than after.
+/// a query (docs/contract.md#limits-and-pagination) while reading it rather than after.
 pub fn terms_of(query: &str) -> impl Iterator<Item = String> + '_ {
     let mut chars = query.chars().peekable();
     std::iter::from_fn(move || {

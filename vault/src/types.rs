@@ -1,4 +1,4 @@
-//! The read side's answers (SPEC §4 field names, camelCase on the wire) and its one error type.
+//! The read side's answers (docs/contract.md#the-mcp-surface field names, camelCase on the wire) and its one error type.
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -208,7 +208,7 @@ pub struct ContentQuery {
     pub path_prefix: Option<String>,
 }
 
-/// Every other list in a result carries at most this many items (SPEC §14).
+/// Every other list in a result carries at most this many items (docs/contract.md#limits-and-pagination).
 pub const MAX_LIST_ITEMS: usize = 1000;
 
 /// One page of a search: where it starts, and how long it may examine candidates.
@@ -221,7 +221,7 @@ pub struct SearchPage {
 }
 
 /// A sort key as a cursor carries it: the whole key, or, for a long one, its first bytes and a
-/// hash of the whole, so that cursors stay short (SPEC §14: at most 128 bytes).
+/// hash of the whole, so that cursors stay short (docs/contract.md#limits-and-pagination: at most 128 bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
     pub head: Vec<u8>,
@@ -408,7 +408,7 @@ impl From<PathError> for VaultError {
 }
 
 impl VaultError {
-    /// The wire code (SPEC §11). Exhaustive on purpose: a new variant forces a decision.
+    /// The wire code (docs/contract.md#error-codes). Exhaustive on purpose: a new variant forces a decision.
     pub fn code(&self) -> ErrorCode {
         match self {
             VaultError::Fs(FsError::Path(e)) => e.code(),

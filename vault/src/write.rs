@@ -1,4 +1,4 @@
-//! Contained, durable writes: the only code that ever writes into a vault (SPEC §5, §6).
+//! Contained, durable writes: the only code that ever writes into a vault (docs/contract.md#paths, docs/contract.md#proposals).
 //!
 //! Every entry point first checks the path against its `Area` (syntactic, before any I/O), then
 //! walks the parent chain from the vault's directory handle one component at a time, refusing any
@@ -34,7 +34,7 @@ mod listing;
 
 pub(crate) use listing::Listings;
 
-/// The folder of per-vault machine data (SPEC §1): index, history, trash, write lock.
+/// The folder of per-vault machine data (docs/contract.md#concepts): index, history, trash, write lock.
 pub const MACHINE_DIR: &str = ".vaultgate";
 /// The lock file every writer of a vault (server and CLI) serializes on.
 pub const LOCK_FILE: &str = "write.lock";
@@ -75,7 +75,7 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// The wire code (SPEC §11). Exhaustive on purpose: a new variant forces a decision.
+    /// The wire code (docs/contract.md#error-codes). Exhaustive on purpose: a new variant forces a decision.
     pub fn code(&self) -> ErrorCode {
         match self {
             WriteError::Path(e) => e.code(),
@@ -394,7 +394,7 @@ impl VaultFs {
     }
 
     /// An existing entry that `path` would collide with on a case-insensitive or
-    /// normalization-insensitive file system (SPEC §5): at the first segment of `path` whose
+    /// normalization-insensitive file system (docs/contract.md#paths): at the first segment of `path` whose
     /// folder holds a name equal to it after NFC + lowercase but not byte-equal, the path of that
     /// existing entry (a folder when the collision is on a folder segment). Call it after the
     /// area check; it refuses hidden and tooling segments and symlinked folders like a write does.
@@ -845,7 +845,7 @@ fn is_missing(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
 }
 
-/// NFC, then lowercase: names equal under this collide on macOS and Windows (SPEC §5).
+/// NFC, then lowercase: names equal under this collide on macOS and Windows (docs/contract.md#paths).
 fn fold_name(s: &str) -> String {
     s.nfc().collect::<String>().to_lowercase()
 }

@@ -1,7 +1,7 @@
 //! `query_notes` against a brute-force oracle: random vaults of a few thousand notes with typed
 //! frontmatter (numbers, dates, strings with CJK and case variants, lists, nulls, missing keys,
 //! values of the wrong type) and random queries. The oracle knows what each note was written with
-//! (not what any parser made of it) and applies SPEC §18's rules itself. Both the index and the
+//! (not what any parser made of it) and applies docs/contract.md#notes-as-data-and-attachments's rules itself. Both the index and the
 //! scan answer, paged with a random limit.
 #![allow(clippy::unwrap_used)]
 

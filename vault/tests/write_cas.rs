@@ -1,4 +1,4 @@
-//! Compare-and-swap writes and append-only files on a real vault (SPEC §6, "never overwrite an
+//! Compare-and-swap writes and append-only files on a real vault (docs/contract.md#proposals, "never overwrite an
 //! edit", "appended, never rewritten, no size limit"), containment included (T-PATH).
 #![cfg(unix)]
 #![allow(clippy::unwrap_used)]

@@ -1,5 +1,5 @@
 //! The write side on a real vault: atomic, contained writes (T-PATH), the cross-process write
-//! lock, and case/normalization collisions (SPEC §5, §6).
+//! lock, and case/normalization collisions (docs/contract.md#paths, docs/contract.md#proposals).
 #![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 

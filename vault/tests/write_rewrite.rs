@@ -1,4 +1,4 @@
-//! `Vault::plan_move`: the exact texts a move's link rewrites produce (SPEC §6).
+//! `Vault::plan_move`: the exact texts a move's link rewrites produce (docs/contract.md#proposals).
 #![allow(clippy::unwrap_used)]
 
 use std::fs;

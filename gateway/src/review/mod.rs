@@ -1,4 +1,4 @@
-//! The review page (SPEC §15): `/review/` on the loopback listener of `vaultgate serve`, the OS
+//! The review page (docs/contract.md#the-review-page-and-in-client-approval): `/review/` on the loopback listener of `vaultgate serve`, the OS
 //! user's operator surface beside the CLI. Every decision calls the engine function the CLI calls,
 //! as `review:<user>`; this module only parses forms, checks the page's own security (Host,
 //! session path + cookie, CSRF, Origin, headers) and renders.
@@ -62,7 +62,7 @@ pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tun
         .with_state(page)
 }
 
-/// The response headers of every `/review` answer (SPEC §15).
+/// The response headers of every `/review` answer (docs/contract.md#the-review-page-and-in-client-approval).
 fn secure(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     for (k, v) in [
@@ -273,7 +273,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// A refusal before any session was known: recorded like every unauthenticated refusal
-/// (aggregated, SPEC §9), then answered.
+/// (aggregated, docs/contract.md#the-audit-log), then answered.
 async fn unauthenticated(page: &Page, from: Option<IpAddr>, e: GatewayError) -> Response {
     let core = page.core.clone();
     tokio::task::spawn_blocking(move || refuse_unauthenticated(&core, from, &e))
@@ -629,7 +629,7 @@ impl Ctx<'_> {
             .unwrap_or_default()
             .trim()
             .to_owned();
-        // SPEC §15: opt-in only; anything but the box's own value leaves it off.
+        // docs/contract.md#the-review-page-and-in-client-approval: opt-in only; anything but the box's own value leaves it off.
         let approve_in_client = first(&self.a.form, "approveInClient") == Some("yes");
         if tier == Tier::Full && !self.confirmed() {
             let mut fields: Vec<(&str, &str)> =
@@ -725,7 +725,7 @@ impl Ctx<'_> {
         html(StatusCode::OK, pages::tunnel(self.f, status.as_ref()))
     }
 
-    /// Start or Stop (SPEC §17): the supervisor's async call, waited for on this blocking thread.
+    /// Start or Stop (docs/contract.md#the-chatgpt-tunnel): the supervisor's async call, waited for on this blocking thread.
     fn tunnel_switch(&self, start: bool) -> Response {
         let back = format!("{}/tunnel", self.f.base);
         let Some(sup) = self.tunnel else {

@@ -1,4 +1,4 @@
-//! The review page's HTML (SPEC §15), rendered with maud: every interpolated value is escaped as
+//! The review page's HTML (docs/contract.md#the-review-page-and-in-client-approval), rendered with maud: every interpolated value is escaped as
 //! HTML by the template engine, and every text that came from an agent or a note also has its
 //! control characters escaped first ([`t`]), so it can neither run nor hide what a reviewer reads.
 
@@ -463,7 +463,7 @@ pub fn credentials(f: &Frame<'_>, rows: &[CredentialRow]) -> Markup {
     page(f, "Credentials", body)
 }
 
-/// The second, red confirmation before `full` (SPEC §15).
+/// The second, red confirmation before `full` (docs/contract.md#the-review-page-and-in-client-approval).
 pub fn confirm_full(f: &Frame<'_>, action: &str, what: &str, fields: &[(&str, &str)]) -> Markup {
     let body = html! {
         div #confirm-full .warning {
@@ -561,7 +561,7 @@ pub fn audit(
     page(f, "Audit", body)
 }
 
-/// One row of the Vaults page: id, name, overview, git status (SPEC §16), PDF text on (§18).
+/// One row of the Vaults page: id, name, overview, git status (docs/contract.md#git-history), PDF text on (docs/contract.md#notes-as-data-and-attachments).
 pub type VaultRow = (
     String,
     String,
@@ -659,7 +659,7 @@ pub fn tunnel(f: &Frame<'_>, status: Option<&crate::tunnel::Status>) -> Markup {
     page(f, "Tunnel", body)
 }
 
-/// Embedded assets (SPEC §15: served from the binary).
+/// Embedded assets (docs/contract.md#the-review-page-and-in-client-approval: served from the binary).
 pub const STYLE: &str = include_str!("assets/style.css");
 pub const SCRIPT: &str = include_str!("assets/app.js");
 

@@ -151,7 +151,7 @@ pub struct Entry {
 
 /// Every indexed note, sorted by path, as of one generation.
 ///
-/// A write derives the next generation from this one at the cost of the change (SPEC §6 "Cost
+/// A write derives the next generation from this one at the cost of the change (docs/contract.md#proposals "Cost
 /// follows the change"): `entries` is a persistent vector (cloned in O(1), edited in O(log n)),
 /// and positions are kept exact by [`Shifts`] over the positions of the last full read instead
 /// of a map of every note rebuilt at each write.
@@ -614,7 +614,7 @@ impl Db {
             let epoch = epoch(conn)?;
             let cached = lock(&self.catalog).clone();
             let caught_up = match &cached {
-                // Another process wrote since: read only what it changed (SPEC §6).
+                // Another process wrote since: read only what it changed (docs/contract.md#proposals).
                 Some(c) if c.generation < generation => catch_up(conn, c, generation)?.map(Arc::new),
                 _ => None,
             };
@@ -727,7 +727,7 @@ impl Db {
             Ok((before, changes))
         })?;
         if !changes.is_empty() {
-            // SPEC §6 "Cost follows the change": the catalog of the next generation is this one
+            // docs/contract.md#proposals "Cost follows the change": the catalog of the next generation is this one
             // with the changes applied, when nobody (no other process) wrote in between; else
             // the next snapshot reads it afresh.
             let mut slot = lock(&self.catalog);
@@ -1064,7 +1064,7 @@ fn put(conn: &Connection, rec: &NoteRecord) -> Result<Option<i64>, IndexError> {
     let class = class_code(rec.class);
     let readable = rec.content.is_some();
     // Already as the record says (another process indexed the same file): unless the text
-    // differs, which an edit that keeps size and mtime leaves (SPEC §10), the row stays.
+    // differs, which an edit that keeps size and mtime leaves (docs/contract.md#search-and-the-index), the row stays.
     if let Some((id, s, m, c, r)) = existing
         && (s, m, c, r) == (size, rec.mtime, class, readable)
     {

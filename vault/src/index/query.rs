@@ -1,5 +1,5 @@
 //! The read tools answered from an index snapshot, with the semantics of the per-call scan in
-//! `reader.rs` (SPEC §4): the index narrows, the same `search`, `note` and `links` functions decide.
+//! `reader.rs` (docs/contract.md#the-mcp-surface): the index narrows, the same `search`, `note` and `links` functions decide.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;

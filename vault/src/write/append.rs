@@ -1,4 +1,4 @@
-//! Append-only files read as streams (SPEC §6): `_applied.jsonl` grows by one line per apply and
+//! Append-only files read as streams (docs/contract.md#proposals): `_applied.jsonl` grows by one line per apply and
 //! is never rewritten, so its cost follows the change, not the file's size, and it has no size
 //! limit. Paths are contained exactly like every other write (area check, no-follow walk).
 

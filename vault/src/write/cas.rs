@@ -1,4 +1,4 @@
-//! Compare-and-swap writes (SPEC §6, "never overwrite an edit"): a file is replaced, removed or
+//! Compare-and-swap writes (docs/contract.md#proposals, "never overwrite an edit"): a file is replaced, removed or
 //! moved only if it still holds exactly the bytes (SHA-256 hex, as `read_for_write` returns) the
 //! transaction read under the lock.
 //!

@@ -1,5 +1,5 @@
-//! The folded names of folders that `find_collision` looked into (SPEC §5), kept so that a stream
-//! of writes into one large folder does not list it again for every write (SPEC §6 "Cost follows
+//! The folded names of folders that `find_collision` looked into (docs/contract.md#paths), kept so that a stream
+//! of writes into one large folder does not list it again for every write (docs/contract.md#proposals "Cost follows
 //! the change").
 //!
 //! A listing is used only while its folder has the modification time it had when it was read;
