@@ -342,18 +342,21 @@ fn every_crate_forbids_unsafe_code() {
     }
 }
 
+/// Collects every string literal it visits.
+struct Lits<'n>(&'n mut Vec<String>);
+
+impl<'a> syn::visit::Visit<'a> for Lits<'_> {
+    fn visit_lit_str(&mut self, l: &'a syn::LitStr) {
+        self.0.push(l.value());
+    }
+}
+
 /// The names of every tool, read from the tool table (`policy/src/tools.rs`) with the parser.
 fn tool_names() -> Vec<String> {
     struct Names(Vec<String>);
     impl<'a> syn::visit::Visit<'a> for Names {
         fn visit_item_const(&mut self, c: &'a syn::ItemConst) {
             if c.ident == "TOOLS" {
-                struct Lits<'n>(&'n mut Vec<String>);
-                impl<'a> syn::visit::Visit<'a> for Lits<'_> {
-                    fn visit_lit_str(&mut self, l: &'a syn::LitStr) {
-                        self.0.push(l.value());
-                    }
-                }
                 syn::visit::visit_expr(&mut Lits(&mut self.0), &c.expr);
             }
         }
@@ -428,12 +431,6 @@ impl<'a> syn::visit::Visit<'a> for Decisions<'_> {
         syn::visit::visit_expr_binary(self, b);
     }
     fn visit_arm(&mut self, a: &'a syn::Arm) {
-        struct Lits<'n>(&'n mut Vec<String>);
-        impl<'a> syn::visit::Visit<'a> for Lits<'_> {
-            fn visit_lit_str(&mut self, l: &'a syn::LitStr) {
-                self.0.push(l.value());
-            }
-        }
         let mut lits = Vec::new();
         syn::visit::visit_pat(&mut Lits(&mut lits), &a.pat);
         for l in lits.iter().filter(|l| self.tools.contains(l)) {

@@ -297,6 +297,17 @@ fn open_profile(base: &Path, gateway_id: &str, create: bool) -> Result<Option<Fi
         Ok(perm)
     };
 
+    // Exactly 0700, whatever the umask left.
+    let make_private = |parent: &std::fs::File, name: &std::ffi::OsStr, path: &Path, is_leaf: bool| {
+        rustix::fs::chmodat(parent, name, mode(0o700), AtFlags::empty()).map_err(|e| {
+            refuse(
+                path,
+                is_leaf,
+                format!("cannot be made private: {e}"),
+                String::new(),
+            )
+        })
+    };
     let mut path = found.clone();
     let mut parent = rustix::fs::openat(
         rustix::fs::CWD,
@@ -317,16 +328,7 @@ fn open_profile(base: &Path, gateway_id: &str, create: bool) -> Result<Option<Fi
                 match rustix::fs::mkdirat(&parent, name, mode(0o700)) {
                     // The umask may have taken bits away: exactly 0700. The folder above is
                     // checked, so nobody else can have put something else under this name.
-                    Ok(()) => {
-                        rustix::fs::chmodat(&parent, name, mode(0o700), AtFlags::empty()).map_err(|e| {
-                            refuse(
-                                &path,
-                                is_leaf,
-                                format!("cannot be made private: {e}"),
-                                String::new(),
-                            )
-                        })?
-                    }
+                    Ok(()) => make_private(&parent, name, &path, is_leaf)?,
                     Err(e) if e == Errno::EXIST => {}
                     Err(e) => {
                         return Err(refuse(
@@ -370,14 +372,7 @@ fn open_profile(base: &Path, gateway_id: &str, create: bool) -> Result<Option<Fi
             if create && perm != 0o700 {
                 // The user's own, and nobody else's to write: take back what others may read
                 // (only when asked to make it: `status` and `doctor` change nothing).
-                rustix::fs::chmodat(&parent, name, mode(0o700), AtFlags::empty()).map_err(|e| {
-                    refuse(
-                        &path,
-                        is_leaf,
-                        format!("cannot be made private: {e}"),
-                        String::new(),
-                    )
-                })?;
+                make_private(&parent, name, &path, is_leaf)?;
             }
             return Ok(Some(Files { dir: path, fd: dir }));
         }
