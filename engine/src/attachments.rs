@@ -6,7 +6,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use pdftext::wire::{Document, Failure, FailureKind, Request};
+use pdftext::wire::{Document, Failure, FailureKind, Request, SandboxStatus};
 use policy::ErrorCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,14 @@ const SLOT_WAIT: Duration = Duration::from_secs(60);
 
 /// Runs a PDF through the worker process; the edge provides it (it knows the binary).
 pub trait PdfWorker: Send + Sync {
-    fn extract(&self, pdf: &[u8], req: &Request) -> Result<Document, Failure>;
+    /// The text `req` asks for, parsed in a worker process that sandboxes itself first; a
+    /// worker that cannot is a [`FailureKind::Sandbox`] and never sees the document, unless
+    /// `allow_without_sandbox` (`[pdf]` in `gateway.toml`).
+    fn extract(&self, pdf: &[u8], req: &Request, allow_without_sandbox: bool) -> Result<Document, Failure>;
+
+    /// Starts a worker that only sets its sandbox up and says how that went (`doctor`), or why
+    /// no worker answered.
+    fn probe_sandbox(&self) -> Result<SandboxStatus, String>;
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -173,9 +180,16 @@ impl Core {
         {
             return Err(GatewayError::InvalidArgument("pages are numbered from 1".into()));
         }
+        // Read now, like the opt-in: a changed setting holds at the next call.
+        let config = self.home.load_config().ok();
+        let pdf_text = config
+            .as_ref()
+            .and_then(|c| c.vaults.iter().find(|vc| vc.id == v.id))
+            .is_some_and(|vc| vc.pdf_text);
+        let allow_without_sandbox = config.is_some_and(|c| c.pdf.allow_without_sandbox);
         // SECURITY(T-PDF): the opt-in comes first, so a vault that has not turned PDF text on
         // answers the same whatever the path names.
-        if !self.pdf_text_on(&v.id) {
+        if !pdf_text {
             return Err(GatewayError::CapabilityDenied(format!(
                 "PDF text is off for vault '{}' (pdf_text in gateway.toml): the text would leave this \
                  machine through the client. The operator turns it on with `vaultgate vault pdf-text {} on` \
@@ -220,11 +234,22 @@ impl Core {
             // The text appears twice in a result (structured and as text), JSON-escaped.
             max_total_bytes: (self.read_limits().max_output_bytes / 4) as u64,
         };
-        let doc = worker.extract(&bytes, &req).map_err(|f| {
+        let doc = worker.extract(&bytes, &req, allow_without_sandbox).map_err(|f| {
             let why = match f.kind {
                 FailureKind::Encrypted => "it is encrypted",
                 FailureKind::Corrupt => "it could not be parsed",
                 FailureKind::Limit => "reading it went past the worker's limits",
+                // SECURITY(T-PDF3): no sandbox, no parse: the operator decides, by name.
+                FailureKind::Sandbox => {
+                    tracing::warn!(reason = %f.reason, "PDF worker without its sandbox: PDF text refused");
+                    return GatewayError::CapabilityDenied(format!(
+                        "{} was not read: {}. PDF text needs the worker's sandbox (a seccomp filter); \
+                         the operator may set `[pdf] allow_without_sandbox = true` in gateway.toml to \
+                         parse PDFs without it (a parser bug could then reach the network, other \
+                         processes and files); `vaultgate doctor` shows the sandbox",
+                        args.path, f.reason
+                    ));
+                }
             };
             tracing::info!(kind = ?f.kind, "PDF text refused");
             GatewayError::Attachment(
