@@ -3,10 +3,11 @@
 //! bytes to the edge's [`PdfWorker`], which parses them in a separate process. Nothing here
 //! parses a PDF.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use pdftext::wire::{Document, Failure, FailureKind, Request};
+use pdftext::wire::{Document, Failure, FailureKind, Request, SandboxStatus};
 use policy::ErrorCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -29,7 +30,14 @@ const SLOT_WAIT: Duration = Duration::from_secs(60);
 
 /// Runs a PDF through the worker process; the edge provides it (it knows the binary).
 pub trait PdfWorker: Send + Sync {
-    fn extract(&self, pdf: &[u8], req: &Request) -> Result<Document, Failure>;
+    /// The text `req` asks for, parsed in a worker process that sandboxes itself first; a
+    /// worker that cannot is a [`FailureKind::Sandbox`] and never sees the document, unless
+    /// `allow_without_sandbox` (`[pdf]` in `gateway.toml`).
+    fn extract(&self, pdf: &[u8], req: &Request, allow_without_sandbox: bool) -> Result<Document, Failure>;
+
+    /// Starts a worker that only sets its sandbox up and says how that went (`doctor`), or why
+    /// no worker answered.
+    fn probe_sandbox(&self) -> Result<SandboxStatus, String>;
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -79,45 +87,76 @@ pub struct PageText {
     pub error: Option<String>,
 }
 
-/// At most `WORKER_SLOTS` worker processes at once: a burst of calls cannot fork-bomb the
-/// machine or multiply the workers' memory limit.
+/// At most `WORKER_SLOTS` worker processes at once, and at most one per credential: a burst of
+/// calls cannot fork-bomb the machine or multiply the workers' memory limit, and one credential
+/// cannot hold every worker while others wait.
 #[derive(Default)]
 pub(crate) struct Slots {
-    busy: Mutex<usize>,
+    busy: Mutex<Busy>,
     freed: Condvar,
 }
 
-struct Slot<'a>(&'a Slots);
+/// The credentials whose PDF is being read now, one worker each.
+#[derive(Default)]
+struct Busy {
+    holders: BTreeSet<String>,
+}
+
+struct Slot<'a> {
+    slots: &'a Slots,
+    credential: String,
+}
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut n = self
-            .0
+        let mut busy = self
+            .slots
             .busy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *n = n.saturating_sub(1);
-        self.0.freed.notify_one();
+        busy.holders.remove(&self.credential);
+        // Waiters wait for different things (any slot, or their credential's): wake them all.
+        self.slots.freed.notify_all();
     }
 }
 
+/// Why no slot was had in time.
+#[derive(Debug, PartialEq, Eq)]
+enum NoSlot {
+    /// The credential's own other call held its one worker all along.
+    Credential,
+    /// Every worker was busy with other credentials.
+    All,
+}
+
 impl Slots {
-    fn take(&self, wait: Duration) -> Option<Slot<'_>> {
+    /// A worker slot for `credential`, waiting at most `wait` until the credential has no other
+    /// worker running and fewer than `WORKER_SLOTS` run in all.
+    fn take(&self, credential: &str, wait: Duration) -> Result<Slot<'_>, NoSlot> {
         let until = Instant::now() + wait;
-        let mut n = self
+        let mut busy = self
             .busy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while *n >= WORKER_SLOTS {
-            let left = until.checked_duration_since(Instant::now())?;
-            n = self
+        loop {
+            let own = busy.holders.contains(credential);
+            if !own && busy.holders.len() < WORKER_SLOTS {
+                break;
+            }
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return Err(if own { NoSlot::Credential } else { NoSlot::All });
+            };
+            busy = self
                 .freed
-                .wait_timeout(n, left)
+                .wait_timeout(busy, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
-        *n += 1;
-        Some(Slot(self))
+        busy.holders.insert(credential.to_owned());
+        Ok(Slot {
+            slots: self,
+            credential: credential.to_owned(),
+        })
     }
 }
 
@@ -156,10 +195,12 @@ impl Core {
             .is_some_and(|v| v.pdf_text)
     }
 
-    /// `read_attachment_text`: a PDF's text page by page, parsed by the worker process.
+    /// `read_attachment_text`: a PDF's text page by page, parsed by the worker process, for
+    /// `credential` (one worker at a time each).
     pub fn read_attachment_text(
         &self,
         v: &VaultHandle,
+        credential: &str,
         args: &ReadAttachmentArgs,
     ) -> Result<AttachmentTextOut, GatewayError> {
         let max_chars = args.max_chars.unwrap_or(DEFAULT_MAX_CHARS);
@@ -173,9 +214,16 @@ impl Core {
         {
             return Err(GatewayError::InvalidArgument("pages are numbered from 1".into()));
         }
+        // Read now, like the opt-in: a changed setting holds at the next call.
+        let config = self.home.load_config().ok();
+        let pdf_text = config
+            .as_ref()
+            .and_then(|c| c.vaults.iter().find(|vc| vc.id == v.id))
+            .is_some_and(|vc| vc.pdf_text);
+        let allow_without_sandbox = config.is_some_and(|c| c.pdf.allow_without_sandbox);
         // SECURITY(T-PDF): the opt-in comes first, so a vault that has not turned PDF text on
         // answers the same whatever the path names.
-        if !self.pdf_text_on(&v.id) {
+        if !pdf_text {
             return Err(GatewayError::CapabilityDenied(format!(
                 "PDF text is off for vault '{}' (pdf_text in gateway.toml): the text would leave this \
                  machine through the client. The operator turns it on with `vaultgate vault pdf-text {} on` \
@@ -185,12 +233,20 @@ impl Core {
         }
         // SECURITY(T-PDF): the slot first, so calls waiting for a worker hold no document: at
         // most WORKER_SLOTS PDFs (64 MiB each) are in memory at once, however many calls come.
-        let Some(_slot) = self.pdf_slots.take(SLOT_WAIT) else {
-            return Err(GatewayError::Attachment(
-                ErrorCode::NOT_TEXT,
-                "every PDF worker stayed busy for a minute; try again later".into(),
-            ));
-        };
+        // SECURITY(T-PDF3): and one worker per credential: its second call waits for the first.
+        let _slot = self
+            .pdf_slots
+            .take(credential, SLOT_WAIT)
+            .map_err(|why| {
+                GatewayError::Attachment(
+                    ErrorCode::NOT_TEXT,
+                    match why {
+                        NoSlot::Credential => "another PDF of this credential was being read for a minute (one at a time per credential); try again later",
+                        NoSlot::All => "every PDF worker stayed busy for a minute; try again later",
+                    }
+                    .into(),
+                )
+            })?;
         let (bytes, _) = v
             .reader
             .read_pdf(&args.path, MAX_PDF_BYTES)
@@ -220,11 +276,22 @@ impl Core {
             // The text appears twice in a result (structured and as text), JSON-escaped.
             max_total_bytes: (self.read_limits().max_output_bytes / 4) as u64,
         };
-        let doc = worker.extract(&bytes, &req).map_err(|f| {
+        let doc = worker.extract(&bytes, &req, allow_without_sandbox).map_err(|f| {
             let why = match f.kind {
                 FailureKind::Encrypted => "it is encrypted",
                 FailureKind::Corrupt => "it could not be parsed",
                 FailureKind::Limit => "reading it went past the worker's limits",
+                // SECURITY(T-PDF3): no sandbox, no parse: the operator decides, by name.
+                FailureKind::Sandbox => {
+                    tracing::warn!(reason = %f.reason, "PDF worker without its sandbox: PDF text refused");
+                    return GatewayError::CapabilityDenied(format!(
+                        "{} was not read: {}. PDF text needs the worker's sandbox (a seccomp filter); \
+                         the operator may set `[pdf] allow_without_sandbox = true` in gateway.toml to \
+                         parse PDFs without it (a parser bug could then reach the network, other \
+                         processes and files); `vaultgate doctor` shows the sandbox",
+                        args.path, f.reason
+                    ));
+                }
             };
             tracing::info!(kind = ?f.kind, "PDF text refused");
             GatewayError::Attachment(
@@ -247,5 +314,57 @@ impl Core {
                 })
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// SECURITY(T-PDF3): one credential's calls take turns; other credentials' calls run beside
+    /// them, two at most.
+    #[test]
+    fn one_worker_per_credential_and_two_in_all() {
+        let slots = Slots::default();
+        let a = slots.take("a", Duration::ZERO).unwrap();
+        assert_eq!(
+            slots.take("a", Duration::from_millis(50)).err(),
+            Some(NoSlot::Credential)
+        );
+        let b = slots.take("b", Duration::ZERO).unwrap();
+        assert_eq!(slots.take("c", Duration::ZERO).err(), Some(NoSlot::All));
+        drop(a);
+        let a = slots.take("a", Duration::ZERO).unwrap();
+        drop(b);
+        drop(a);
+        let _c = slots.take("c", Duration::ZERO).unwrap();
+    }
+
+    /// A waiting call goes on when its credential's other call ends, whoever else waits.
+    #[test]
+    fn a_credentials_second_call_waits_for_its_first() {
+        let slots = Slots::default();
+        let running = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    let _slot = slots.take("same", Duration::from_secs(30)).unwrap();
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(30));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+            // Another credential is not held up by them.
+            let started = Instant::now();
+            let other = slots.take("other", Duration::from_secs(30)).unwrap();
+            assert!(started.elapsed() < Duration::from_secs(5));
+            drop(other);
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 1);
     }
 }

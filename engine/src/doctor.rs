@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::attachments::PdfWorker;
 use crate::home::{Config, Home};
 
 /// How a check came out. `Fail` means a person is needed (`doctor` exits 1).
@@ -433,6 +434,39 @@ fn rolled_back_since(path: &Path, since: time::OffsetDateTime, checks: &mut Vec<
     }
 }
 
+/// docs/contract.md#notes-as-data-and-attachments: whether the PDF worker can sandbox itself on this machine, asked of a worker that
+/// `worker` (the edge's) starts for it. A warning, never a failure: only `read_attachment_text`
+/// depends on it. Nothing without a home.
+pub fn check_pdf_sandbox(report: &mut Report, home: &Home, worker: &dyn PdfWorker) {
+    if !home.exists() {
+        return;
+    }
+    let allowed = home.load_config().is_ok_and(|c| c.pdf.allow_without_sandbox);
+    let check = match worker.probe_sandbox() {
+        Ok(sandbox) if sandbox.in_force() => Check::ok(format!("PDF worker sandbox: {}", sandbox.describe())),
+        Ok(sandbox) if allowed => Check::warn(
+            format!(
+                "PDF worker sandbox cannot be set up here ({}), and [pdf] allow_without_sandbox = true: PDFs are parsed without it",
+                sandbox.describe()
+            ),
+            "run vaultgate where seccomp is available (Linux on x86-64 or Arm64, outside a container that forbids it), or set [pdf] allow_without_sandbox = false in gateway.toml to stop parsing PDFs here",
+        ),
+        Ok(sandbox) => Check::warn(
+            format!(
+                "PDF worker sandbox cannot be set up here ({}): read_attachment_text answers CAPABILITY_DENIED",
+                sandbox.describe()
+            ),
+            "run vaultgate where seccomp is available (Linux on x86-64 or Arm64, outside a container that forbids it), or accept the risk with [pdf] allow_without_sandbox = true in gateway.toml",
+        ),
+        Err(e) => Check::warn(
+            format!("PDF worker sandbox could not be probed: {e}"),
+            "check that the vaultgate binary can start itself (read_attachment_text needs it)",
+        ),
+    };
+    report.ok &= check.status != Status::Fail;
+    report.checks.push(check);
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -558,5 +592,74 @@ mod tests {
 
         let later = doctor(&home, now + time::Duration::days(8));
         assert!(rolled_back(&later).is_empty(), "{:?}", statuses(&later));
+    }
+
+    /// A worker that answers the probe with `status`.
+    struct Probe(Result<pdftext::wire::SandboxStatus, String>);
+
+    impl PdfWorker for Probe {
+        fn extract(
+            &self,
+            _: &[u8],
+            _: &pdftext::wire::Request,
+            _: bool,
+        ) -> Result<pdftext::wire::Document, pdftext::wire::Failure> {
+            unreachable!("doctor reads no PDF")
+        }
+        fn probe_sandbox(&self) -> Result<pdftext::wire::SandboxStatus, String> {
+            self.0.clone()
+        }
+    }
+
+    fn sandbox(seccomp: bool) -> pdftext::wire::SandboxStatus {
+        pdftext::wire::SandboxStatus {
+            seccomp,
+            seccomp_error: (!seccomp).then(|| "the kernel refused the seccomp filter: EINVAL".into()),
+            landlock: pdftext::wire::Landlock::Off,
+            landlock_error: Some("this kernel has no Landlock".into()),
+        }
+    }
+
+    /// docs/contract.md#notes-as-data-and-attachments: the sandbox in force is an ok line; one that cannot be set up is a warning that
+    /// names the setting, and says what it means when the setting is on; no home, no line.
+    #[test]
+    fn the_pdf_sandbox_line_warns_when_it_cannot_be_set_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        let line = |probe: Probe| {
+            let mut r = doctor(&home, time::OffsetDateTime::now_utc());
+            let before = r.checks.len();
+            check_pdf_sandbox(&mut r, &home, &probe);
+            r.checks[before..].to_vec()
+        };
+        assert!(line(Probe(Ok(sandbox(true)))).is_empty(), "no home, no line");
+        home.init().unwrap();
+
+        let ok = line(Probe(Ok(sandbox(true))));
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].status, Status::Ok, "{ok:?}");
+        assert!(ok[0].what.contains("seccomp filter in force"), "{ok:?}");
+
+        let off = line(Probe(Ok(sandbox(false))));
+        assert_eq!(off[0].status, Status::Warn, "{off:?}");
+        assert!(off[0].what.contains("EINVAL"), "{off:?}");
+        assert!(off[0].what.contains("CAPABILITY_DENIED"), "{off:?}");
+        assert!(
+            off[0].next.contains("[pdf] allow_without_sandbox = true"),
+            "{off:?}"
+        );
+
+        let mut config = home.load_config().unwrap();
+        config.pdf.allow_without_sandbox = true;
+        home.save_config(&config).unwrap();
+        let allowed = line(Probe(Ok(sandbox(false))));
+        assert_eq!(allowed[0].status, Status::Warn, "{allowed:?}");
+        assert!(allowed[0].what.contains("parsed without it"), "{allowed:?}");
+
+        let broken = line(Probe(Err("could not start the PDF worker: gone".into())));
+        assert_eq!(broken[0].status, Status::Warn, "{broken:?}");
+        assert!(broken[0].what.contains("gone"), "{broken:?}");
     }
 }

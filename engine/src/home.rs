@@ -46,6 +46,9 @@ pub struct Config {
     /// ChatGPT's tunnel.
     #[serde(default)]
     pub tunnel: TunnelConfig,
+    /// The PDF worker of `read_attachment_text`.
+    #[serde(default)]
+    pub pdf: PdfConfig,
     /// The registered vaults (`vault add`).
     #[serde(default)]
     pub vaults: Vec<VaultConfig>,
@@ -63,6 +66,18 @@ pub struct TunnelConfig {
     pub command: Option<PathBuf>,
     /// `serve` starts the tunnel without `--tunnel`.
     pub autostart: bool,
+}
+
+/// `gateway.toml [pdf]`: this machine's PDF worker (docs/contract.md#notes-as-data-and-attachments).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PdfConfig {
+    /// Parse PDFs even where the worker cannot sandbox itself (no seccomp filter: not Linux on
+    /// x86-64 or Arm64, an old kernel, a container that forbids it). Off, `read_attachment_text`
+    /// answers `CAPABILITY_DENIED` there and the document is never handed to a worker; on, a
+    /// parser bug could reach the network, other processes and the user's files. `vaultgate
+    /// doctor` says whether the sandbox can be set up.
+    pub allow_without_sandbox: bool,
 }
 
 /// `gateway.toml [review]`.
@@ -331,6 +346,7 @@ impl Home {
                 limits: LimitsConfig::default(),
                 review: ReviewConfig::default(),
                 tunnel: TunnelConfig::default(),
+                pdf: PdfConfig::default(),
                 vaults: Vec::new(),
             };
             self.save_config(&config)?;

@@ -516,13 +516,14 @@ pub(crate) fn err(s: &str) {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     // SECURITY(T-PDF): the PDF worker is this binary started by itself, with an empty environment;
-    // it parses under its own limits before anything else here runs (no logging, no config).
+    // it parses under its own limits and sandbox before anything else here runs (no logging, no
+    // config). `pdf-worker --probe` is the same worker reading no document (doctor, tests).
     if std::env::args_os()
         .nth(1)
         .is_some_and(|a| a == crate::pdf::WORKER_ARG)
-        && std::env::args_os().len() == 2
     {
-        return pdftext::worker::serve(std::io::stdin().lock(), std::io::stdout().lock());
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+        return crate::pdf::worker_main(&args);
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -676,6 +677,7 @@ fn man(dir: Option<&std::path::Path>) -> Result<(), GatewayError> {
 /// `vaultgate doctor`: the engine checks, this prints. Exit 1 when a check failed.
 fn doctor_cmd(home: &Home, json: bool, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
     let mut report = engine::doctor::doctor(home, time::OffsetDateTime::now_utc());
+    engine::doctor::check_pdf_sandbox(&mut report, home, &crate::pdf::WorkerProcess::new());
     // The tunnel's line (docs/contract.md#the-command-line, docs/contract.md#the-chatgpt-tunnel) needs PATH, which only the edge reads.
     if let Ok(config) = home.load_config()
         && config.tunnel.tunnel_id.is_some()

@@ -248,7 +248,7 @@ fn run(
         "read_attachment_text" => {
             let a: engine::attachments::ReadAttachmentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.read_attachment_text(&v, &a)?)
+            to_value(core.read_attachment_text(&v, page.credential, &a)?)
         }
         "query_notes" => {
             let a: QueryNotesArgs = parse(args)?;

@@ -4,13 +4,14 @@
 //!
 //! PDFs come from the web, so the parser is attack surface. This crate must never parse a PDF
 //! anywhere but inside the worker process (`vaultgate pdf-worker`, which limits its own memory,
-//! CPU time, files and processes before it reads a byte of the document), and it never touches
-//! the vault, the network or the environment: the parent hands the bytes over a pipe and gets
-//! one line of JSON back.
+//! CPU time, files and processes and then sandboxes itself — seccomp, Landlock — before it reads
+//! a byte of the document), and it never touches the vault, the network or the environment: the
+//! parent hands the bytes over a pipe and gets one line of JSON back.
 #![forbid(unsafe_code)]
 
 pub mod build;
 mod extract;
+mod sandbox;
 pub mod wire;
 pub mod worker;
 

@@ -60,6 +60,9 @@ pub enum FailureKind {
     Corrupt,
     /// Too big, too slow, too hungry for the worker's limits; or the worker itself failed.
     Limit,
+    /// The worker could not sandbox itself (see [`SandboxStatus`]) and running without the
+    /// sandbox was not allowed: it never read the document.
+    Sandbox,
 }
 
 /// Why there is no text; `reason` is one short sentence for a person, never containing
@@ -90,5 +93,65 @@ impl Failure {
 
     pub(crate) fn encrypted() -> Self {
         Self::new(FailureKind::Encrypted, "the PDF is encrypted")
+    }
+
+    pub(crate) fn sandbox(reason: impl Into<String>) -> Self {
+        Self::new(FailureKind::Sandbox, reason)
+    }
+}
+
+/// What the PDF worker gave up before it read the document (docs/contract.md#notes-as-data-and-attachments): the seccomp filter is the
+/// sandbox (no network, no new process, no file opened); Landlock adds a second wall where the
+/// kernel has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxStatus {
+    /// The seccomp filter is in force (`Seccomp: 2` in `/proc/<pid>/status`).
+    pub seccomp: bool,
+    /// Why it is not, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp_error: Option<String>,
+    /// How much of the Landlock ruleset (no file, no TCP port, no signal or abstract socket out of
+    /// the worker) the kernel enforces.
+    pub landlock: Landlock,
+    /// Why Landlock is off or partial, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_error: Option<String>,
+}
+
+/// How much of its Landlock ruleset the kernel enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Landlock {
+    Full,
+    Partial,
+    Off,
+}
+
+impl SandboxStatus {
+    /// Whether the worker may be trusted with a document: the seccomp filter holds (Landlock is
+    /// the best effort beside it).
+    pub fn in_force(&self) -> bool {
+        self.seccomp
+    }
+
+    /// One line for a person: what holds, and why the rest does not.
+    pub fn describe(&self) -> String {
+        let seccomp = if self.seccomp {
+            "seccomp filter in force".to_owned()
+        } else {
+            format!(
+                "no seccomp filter ({})",
+                self.seccomp_error.as_deref().unwrap_or("reason unknown")
+            )
+        };
+        let landlock = match (self.landlock, &self.landlock_error) {
+            (Landlock::Full, _) => "Landlock fully enforced".to_owned(),
+            (Landlock::Partial, Some(why)) => format!("Landlock partly enforced ({why})"),
+            (Landlock::Partial, None) => "Landlock partly enforced".to_owned(),
+            (Landlock::Off, Some(why)) => format!("no Landlock ({why})"),
+            (Landlock::Off, None) => "no Landlock".to_owned(),
+        };
+        format!("{seccomp}, {landlock}")
     }
 }

@@ -1,17 +1,26 @@
 //! The PDF worker process, both ends.
 //!
-//! The parent ([`run`]) starts the worker with an empty environment, writes ONE JSON header
-//! line and then the raw PDF bytes to its stdin, and reads ONE JSON line from its stdout:
+//! The parent ([`run`]) starts the worker with an empty environment and writes ONE JSON header
+//! line to its stdin. The worker limits itself, enters its sandbox ([`crate::sandbox`]) and says
+//! on ONE line whether the sandbox holds; only then does the parent send the raw PDF bytes (and
+//! not at all when the sandbox does not hold and the header did not allow that). The worker
+//! answers ONE more line:
 //!
 //! ```text
-//! stdin:  {"limits":{"memoryBytes":…,"cpuSeconds":…,"maxInputBytes":…},"request":{…}}\n<PDF bytes to EOF>
+//! stdin:  {"limits":{"memoryBytes":…,"cpuSeconds":…,"maxInputBytes":…},"request":{…},"allowWithoutSandbox":false}\n
+//! stdout: {"sandbox":{"seccomp":true,"landlock":"full"}}\n
+//! stdin:  <PDF bytes to EOF>
 //! stdout: {"ok":{"pageCount":…,"pages":[{"page":1,"text":"…","truncated":false}],"truncated":false}}\n
 //!     or  {"err":{"kind":"corrupt","reason":"…"}}\n
 //! ```
 //!
-//! The worker ([`serve`]) limits itself before it reads the PDF; the parent kills it at the
-//! deadline. Both ends are in this module, so the format is private to it.
+//! A worker that fails before its sandbox (a bad header, a limit it cannot set) answers its
+//! `{"err":…}` line in place of the sandbox line. The worker ([`serve`]) limits itself and gives
+//! up its rights before it reads the PDF; the parent kills it at the deadline. Both ends are in
+//! this module, so the format is private to it. [`main`] is the worker's command line, with the
+//! probe (`--probe`, [`probe_sandbox`]) beside the worker loop.
 
+use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -22,7 +31,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{Document, Failure, Request};
+use crate::wire::{Document, Failure, Request, SandboxStatus};
+
+mod probe;
+pub use probe::{ProbeReport, probe_sandbox};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -31,6 +43,9 @@ const MAX_HEADER_BYTES: u64 = 64 * 1024;
 
 /// Open files the worker may have: stdin, stdout, stderr and a little slack.
 const MAX_OPEN_FILES: u64 = 16;
+
+/// The longest first line (the sandbox's status, or a failure) the parent reads.
+const MAX_STATUS_BYTES: u64 = 64 * 1024;
 
 /// Limits of one worker run.
 #[derive(Debug, Clone)]
@@ -46,6 +61,10 @@ pub struct Limits {
     pub max_input_bytes: u64,
     /// The parent reads at most this much of the worker's stdout; more = Failure Limit.
     pub max_reply_bytes: u64,
+    /// The document goes to a worker whose sandbox could not be set up (no seccomp filter), and
+    /// that worker reads it; vaultgate: `[pdf] allow_without_sandbox`, false by default. When
+    /// false such a worker is a Failure Sandbox and never sees a byte of the document.
+    pub allow_without_sandbox: bool,
 }
 
 impl Default for Limits {
@@ -56,6 +75,7 @@ impl Default for Limits {
             deadline: Duration::from_secs(30),
             max_input_bytes: 64 * MIB,
             max_reply_bytes: 32 * MIB,
+            allow_without_sandbox: false,
         }
     }
 }
@@ -66,6 +86,8 @@ impl Default for Limits {
 struct Header {
     limits: HeaderLimits,
     request: Request,
+    /// Read the PDF even without the sandbox ([`Limits::allow_without_sandbox`]).
+    allow_without_sandbox: bool,
 }
 
 /// The part of [`Limits`] the worker enforces on itself.
@@ -77,7 +99,16 @@ struct HeaderLimits {
     max_input_bytes: u64,
 }
 
-/// The one line the worker writes.
+/// The worker's first line: its sandbox, or why it stopped before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Opening {
+    #[serde(rename = "sandbox")]
+    Sandbox(SandboxStatus),
+    #[serde(rename = "err")]
+    Err(Failure),
+}
+
+/// The worker's last line: the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 enum Reply {
     #[serde(rename = "ok")]
@@ -86,14 +117,38 @@ enum Reply {
     Err(Failure),
 }
 
+/// What the parent's stdout reader passes on.
+enum Out {
+    /// The first line (with its newline), or as much as came before EOF or the limit.
+    First(io::Result<Vec<u8>>),
+    /// Everything after it, bounded by `max_reply_bytes` + 1.
+    Rest(io::Result<Vec<u8>>),
+}
+
+/// What the parent makes of the worker's first line.
+enum Verdict {
+    /// Sandboxed (or allowed without): send the document.
+    Go,
+    /// Not sandboxed and not allowed to run so: kill it, this is the answer.
+    Refuse(Failure),
+    /// The worker failed before its sandbox: this is its answer, nothing may follow.
+    Failed(Failure),
+    /// Nothing at all: the exit status says why.
+    Silent,
+    /// Not a line of this protocol.
+    Unreadable,
+}
+
 /// Parent side: runs `program args...` (vaultgate passes its own current_exe() and
 /// ["pdf-worker"]) with an EMPTY environment, cwd "/", stdin and stdout piped, stderr null;
-/// writes the header line and the PDF bytes to stdin from a separate thread; reads stdout
-/// bounded by `max_reply_bytes`; kills the child (and reaps it) at the deadline.
+/// writes the header line from a separate thread, and the PDF bytes only once the worker's
+/// first line says its sandbox holds (or `limits.allow_without_sandbox`); reads stdout bounded
+/// by `max_reply_bytes`; kills the child (and reaps it) at the deadline.
 ///
 /// Every way the worker can fail is a [`Failure`] whose reason names the limit where the exit
-/// says so, and never holds document text. Blocking (std::process); callable from many
-/// threads at once.
+/// says so, and never holds document text; a worker without its sandbox is a
+/// [`crate::wire::FailureKind::Sandbox`] naming why. Blocking (std::process); callable from
+/// many threads at once.
 pub fn run(
     program: &Path,
     args: &[&str],
@@ -111,11 +166,12 @@ pub fn run(
             max_input_bytes: limits.max_input_bytes,
         },
         request: req.clone(),
+        allow_without_sandbox: limits.allow_without_sandbox,
     };
-    let mut payload = serde_json::to_vec(&header)
+    let mut header = serde_json::to_vec(&header)
         .map_err(|_| Failure::limit("could not write the request for the PDF worker"))?;
-    payload.push(b'\n');
-    payload.extend_from_slice(pdf);
+    header.push(b'\n');
+    let body = pdf.to_vec();
 
     let mut child = Command::new(program)
         .args(args)
@@ -134,12 +190,18 @@ pub fn run(
         kill_and_reap(&mut child);
         return Err(Failure::limit("could not start the PDF worker: no pipes to it"));
     };
-    // A worker that stops reading (it refused the input, or died) makes the write fail with a
-    // broken pipe; the thread then just ends. Dropping stdin is the worker's EOF.
+    // SECURITY(T-PDF3): the document goes out only on `go`, sent once the worker's first line
+    // said its sandbox holds. A worker that stops reading (it refused the input, or died) makes
+    // the write fail with a broken pipe; the thread then just ends. Dropping stdin is the
+    // worker's EOF; a `go` never sent (the sender dropped) ends the thread with no document
+    // written.
+    let (go, go_rx) = mpsc::channel::<()>();
     let writer = thread::Builder::new()
         .name("pdf-worker-stdin".into())
         .spawn(move || {
-            let _ = stdin.write_all(&payload);
+            if stdin.write_all(&header).and_then(|()| stdin.flush()).is_ok() && go_rx.recv().is_ok() {
+                let _ = stdin.write_all(&body);
+            }
         });
     if writer.is_err() {
         kill_and_reap(&mut child);
@@ -147,14 +209,24 @@ pub fn run(
             "could not start the PDF worker: no thread to feed it",
         ));
     }
-    let (tx, rx) = mpsc::channel::<io::Result<Vec<u8>>>();
+    let (tx, rx) = mpsc::channel::<Out>();
     let cap = limits.max_reply_bytes.saturating_add(1);
     let reader = thread::Builder::new()
         .name("pdf-worker-stdout".into())
         .spawn(move || {
-            let mut buf = Vec::new();
-            let read = stdout.take(cap).read_to_end(&mut buf).map(|_| buf);
-            let _ = tx.send(read);
+            let mut stdout = BufReader::new(stdout);
+            let mut first = Vec::new();
+            let read = (&mut stdout)
+                .take(MAX_STATUS_BYTES + 1)
+                .read_until(b'\n', &mut first)
+                .map(|_| first);
+            let whole = matches!(&read, Ok(line) if line.ends_with(b"\n"));
+            if tx.send(Out::First(read)).is_err() || !whole {
+                return;
+            }
+            let mut rest = Vec::new();
+            let read = stdout.take(cap).read_to_end(&mut rest).map(|_| rest);
+            let _ = tx.send(Out::Rest(read));
         });
     if reader.is_err() {
         kill_and_reap(&mut child);
@@ -164,19 +236,40 @@ pub fn run(
     }
     let too_long = |buf: &Vec<u8>| u64::try_from(buf.len()).unwrap_or(u64::MAX) > limits.max_reply_bytes;
 
-    let mut reply: Option<io::Result<Vec<u8>>> = None;
+    let mut first: Option<Verdict> = None;
+    let mut rest: Option<io::Result<Vec<u8>>> = None;
     let mut pause = Duration::from_millis(1);
     let status = loop {
-        if reply.is_none()
-            && let Ok(read) = rx.try_recv()
-        {
-            reply = Some(read);
-        }
-        if let Some(Ok(buf)) = &reply
-            && too_long(buf)
-        {
-            kill_and_reap(&mut child);
-            return Err(reply_too_large(limits.max_reply_bytes));
+        while let Ok(out) = rx.try_recv() {
+            match out {
+                Out::First(read) => {
+                    let verdict = judge_opening(&read, limits);
+                    match &verdict {
+                        Verdict::Go => {
+                            let _ = go.send(());
+                        }
+                        Verdict::Refuse(failure) => {
+                            kill_and_reap(&mut child);
+                            return Err(failure.clone());
+                        }
+                        Verdict::Unreadable => {
+                            kill_and_reap(&mut child);
+                            return Err(unreadable());
+                        }
+                        Verdict::Failed(_) | Verdict::Silent => {}
+                    }
+                    first = Some(verdict);
+                }
+                Out::Rest(read) => {
+                    if let Ok(buf) = &read
+                        && too_long(buf)
+                    {
+                        kill_and_reap(&mut child);
+                        return Err(reply_too_large(limits.max_reply_bytes));
+                    }
+                    rest = Some(read);
+                }
+            }
         }
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -197,36 +290,109 @@ pub fn run(
         thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(20));
     };
+    drop(go);
 
     if let Some(failure) = exit_failure(status, limits) {
         return Err(failure);
     }
-    let read = match reply {
-        Some(read) => read,
-        None => {
-            // The worker has exited, so its stdout is at EOF unless it left a process behind
-            // holding it: wait no longer than the deadline, with a little grace.
-            let left = deadline
-                .map(|d| d.saturating_duration_since(Instant::now()))
-                .unwrap_or(Duration::MAX)
-                .max(Duration::from_millis(500));
-            match rx.recv_timeout(left) {
-                Ok(read) => read,
-                Err(_) => return Err(Failure::limit("the PDF worker's answer did not arrive in time")),
-            }
-        }
+    // The worker has exited, so its stdout is at EOF unless it left a process behind holding it:
+    // wait no longer than the deadline, with a little grace.
+    let left = || {
+        deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::MAX)
+            .max(Duration::from_millis(500))
     };
-    let buf = read.map_err(|_| Failure::corrupt("could not read the PDF worker's answer"))?;
+    let late = || Failure::limit("the PDF worker's answer did not arrive in time");
+    let first = match first {
+        Some(verdict) => verdict,
+        None => match rx.recv_timeout(left()) {
+            Ok(Out::First(read)) => judge_opening(&read, limits),
+            Ok(Out::Rest(_)) => return Err(unreadable()),
+            Err(_) => return Err(late()),
+        },
+    };
+    let answer = match first {
+        Verdict::Go | Verdict::Failed(_) => match rest {
+            Some(read) => read,
+            None => match rx.recv_timeout(left()) {
+                Ok(Out::Rest(read)) => read,
+                Ok(Out::First(_)) => return Err(unreadable()),
+                Err(_) => return Err(late()),
+            },
+        },
+        Verdict::Refuse(failure) => return Err(failure),
+        Verdict::Silent => return Err(Failure::corrupt("the PDF worker gave no answer")),
+        Verdict::Unreadable => return Err(unreadable()),
+    };
+    let buf = answer.map_err(|_| Failure::corrupt("could not read the PDF worker's answer"))?;
     if too_long(&buf) {
         return Err(reply_too_large(limits.max_reply_bytes));
     }
-    parse_reply(&buf)
+    match first {
+        // Its failure was its answer: nothing may follow it.
+        Verdict::Failed(failure) if buf.is_empty() => Err(failure),
+        Verdict::Failed(_) => Err(unreadable()),
+        _ => parse_reply(&buf),
+    }
+}
+
+/// The worker's first line, judged: its sandbox against what `limits` allow.
+fn judge_opening(read: &io::Result<Vec<u8>>, limits: &Limits) -> Verdict {
+    let Ok(line) = read else {
+        return Verdict::Unreadable;
+    };
+    if line.is_empty() {
+        return Verdict::Silent;
+    }
+    let Some(line) = line.strip_suffix(b"\n") else {
+        return Verdict::Unreadable;
+    };
+    match serde_json::from_slice::<Opening>(line) {
+        Ok(Opening::Sandbox(sandbox)) if sandbox.in_force() || limits.allow_without_sandbox => Verdict::Go,
+        Ok(Opening::Sandbox(sandbox)) => Verdict::Refuse(unsandboxed(&sandbox)),
+        Ok(Opening::Err(failure)) => Verdict::Failed(failure),
+        Err(_) => Verdict::Unreadable,
+    }
+}
+
+/// A worker that could not sandbox itself, refused (by either end).
+fn unsandboxed(sandbox: &SandboxStatus) -> Failure {
+    Failure::sandbox(format!(
+        "the PDF worker cannot sandbox itself on this machine: {}",
+        sandbox
+            .seccomp_error
+            .as_deref()
+            .unwrap_or("no seccomp filter, reason unknown")
+    ))
+}
+
+fn unreadable() -> Failure {
+    Failure::corrupt("the PDF worker gave no readable answer")
+}
+
+/// The worker's command line after `pdf-worker` (`vaultgate pdf-worker`, and this crate's
+/// `pdftext-worker`): nothing → [`serve`] on stdin and stdout; `--probe …` → the probe's
+/// report of the sandbox (what `doctor` runs, and the tests' way to try what the sandbox must
+/// refuse). Anything else is a usage error (exit 2).
+pub fn main(args: &[OsString]) -> ExitCode {
+    match args.split_first() {
+        None => serve(io::stdin().lock(), io::stdout().lock()),
+        Some((flag, rest)) if flag == "--probe" => probe::main(rest),
+        Some(_) => {
+            let _ = writeln!(io::stderr(), "usage: pdf-worker [{}]", probe::USAGE);
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Worker side: the whole of `vaultgate pdf-worker`. Reads ONE header line (JSON, at most
 /// 64 KiB) from `input`; FIRST sets its own rlimits (RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE = 0,
 /// RLIMIT_CORE = 0, RLIMIT_NOFILE 16, RLIMIT_NPROC 0 where the platform has it) — a limit that
-/// cannot be set is a Failure{Limit} reply, never a run without it; then reads the PDF bytes
+/// cannot be set is a Failure{Limit} reply, never a run without it; then enters its sandbox
+/// ([`crate::sandbox`]: a seccomp allow-list, and Landlock where the kernel has it) and writes
+/// ONE line `{"sandbox": SandboxStatus}`. Without the seccomp filter it stops there with a
+/// Failure{Sandbox} reply, unless the header allows running without. Then reads the PDF bytes
 /// to EOF bounded by maxInputBytes; calls [`crate::extract`]; writes ONE JSON line
 /// `{"ok": Document}` or `{"err": Failure}` to `output`. A panic inside lopdf is answered as
 /// Failure{Corrupt}. Returns the process exit code: success when it wrote a reply. Uses no
@@ -235,24 +401,34 @@ pub fn serve(input: impl Read, output: impl Write) -> ExitCode {
     serve_with(input, output, true)
 }
 
-/// [`serve`], with the rlimits left alone when `apply_limits` is false: only for tests in this
-/// process, where limiting the test runner itself would be harmful.
-fn serve_with(input: impl Read, mut output: impl Write, apply_limits: bool) -> ExitCode {
-    let reply = match answer(input, apply_limits) {
+/// [`serve`], with the rlimits and the sandbox left off when `confine` is false: only for tests
+/// in this process, where confining the test runner itself would be harmful. Such a worker says
+/// it has no sandbox, and so reads the document only when the header allows that.
+fn serve_with(input: impl Read, mut output: impl Write, confine: bool) -> ExitCode {
+    let reply = match answer(input, &mut output, confine) {
         Ok(doc) => Reply::Ok(doc),
         Err(failure) => Reply::Err(failure),
     };
-    match write_reply(&mut output, &reply) {
+    match write_line(&mut output, &reply) {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::FAILURE,
     }
 }
 
-fn answer(input: impl Read, apply_limits: bool) -> Result<Document, Failure> {
+fn answer(input: impl Read, output: &mut impl Write, confine: bool) -> Result<Document, Failure> {
     let mut input = BufReader::new(input);
     let header = read_header(&mut input)?;
-    if apply_limits {
+    let sandbox = if confine {
         limit_self(&header.limits)?;
+        crate::sandbox::enter()
+    } else {
+        crate::sandbox::left_off("left off for a test in the same process")
+    };
+    write_line(output, &Opening::Sandbox(sandbox.clone()))
+        .map_err(|_| Failure::limit("the PDF worker could not report its sandbox"))?;
+    // SECURITY(T-PDF3): no sandbox, no document (the parent does not send it either).
+    if !sandbox.in_force() && !header.allow_without_sandbox {
+        return Err(unsandboxed(&sandbox));
     }
     let pdf = read_pdf(&mut input, header.limits.max_input_bytes)?;
     guarded(|| crate::extract(&pdf, &header.request))
@@ -303,8 +479,8 @@ fn read_pdf(input: &mut impl Read, max_input_bytes: u64) -> Result<Vec<u8>, Fail
     Ok(pdf)
 }
 
-fn write_reply(output: &mut impl Write, reply: &Reply) -> io::Result<()> {
-    let mut line = serde_json::to_vec(reply).map_err(io::Error::other)?;
+fn write_line(output: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
     line.push(b'\n');
     output.write_all(&line)?;
     output.flush()
@@ -363,7 +539,7 @@ fn parse_reply(buf: &[u8]) -> Result<Document, Failure> {
     match serde_json::from_slice::<Reply>(line) {
         Ok(Reply::Ok(doc)) => Ok(doc),
         Ok(Reply::Err(failure)) => Err(failure),
-        Err(_) => Err(Failure::corrupt("the PDF worker gave no readable answer")),
+        Err(_) => Err(unreadable()),
     }
 }
 

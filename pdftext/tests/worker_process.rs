@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use pdftext::build::text_pdf;
 use pdftext::wire::{Failure, FailureKind, Request};
-use pdftext::worker::{Limits, run};
+use pdftext::worker::{Limits, ProbeReport, probe_sandbox, run};
 
 fn worker() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_pdftext-worker"))
@@ -123,12 +123,19 @@ fn a_real_worker_dies_at_its_memory_limit() {
     );
 }
 
-/// The worker has set its limits by the time it reads the PDF: seen from /proc while it waits
-/// for the PDF bytes.
+/// The first line of a real worker that got `header` (and no PDF yet), with the worker still
+/// waiting for the document: its stdin, its stdout after that line, and the line.
 #[cfg(target_os = "linux")]
-#[test]
-fn a_real_worker_limits_itself_before_reading_the_pdf() {
-    use std::io::Read as _;
+struct Waiting {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    first: String,
+}
+
+#[cfg(target_os = "linux")]
+fn waiting_worker(header: &str) -> Waiting {
+    use std::io::BufRead as _;
     use std::process::{Command, Stdio};
 
     let mut child = Command::new(worker())
@@ -139,15 +146,51 @@ fn a_real_worker_limits_itself_before_reading_the_pdf() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(
-            b"{\"limits\":{\"memoryBytes\":268435456,\"cpuSeconds\":5,\"maxInputBytes\":1000},\
-              \"request\":{\"pages\":null,\"defaultPages\":10,\"maxChars\":100,\"maxTotalBytes\":1000}}\n",
-        )
-        .unwrap();
+    stdin.write_all(header.as_bytes()).unwrap();
+    stdin.write_all(b"\n").unwrap();
     stdin.flush().unwrap();
-    let path = format!("/proc/{}/limits", child.id());
-    let limit = |table: &str, name: &str| -> String {
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    Waiting {
+        child,
+        stdin,
+        stdout,
+        first,
+    }
+}
+
+/// `Name:` lines of `/proc/<pid>/status`, e.g. `Seccomp` → `2`.
+#[cfg(target_os = "linux")]
+fn proc_status(pid: u32, name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        .trim()
+        .to_owned()
+}
+
+/// SECURITY(T-PDF, T-PDF3): the worker has set its limits and entered its sandbox by the time it
+/// says so on its first line, before it reads a byte of the PDF: seen from /proc while it waits
+/// for the PDF bytes.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_real_worker_limits_and_sandboxes_itself_before_reading_the_pdf() {
+    use std::io::Read as _;
+
+    let mut w = waiting_worker(
+        "{\"limits\":{\"memoryBytes\":268435456,\"cpuSeconds\":5,\"maxInputBytes\":1000},\
+         \"request\":{\"pages\":null,\"defaultPages\":10,\"maxChars\":100,\"maxTotalBytes\":1000},\
+         \"allowWithoutSandbox\":false}",
+    );
+    eprintln!("the worker's sandbox: {}", w.first.trim_end());
+    let first: serde_json::Value = serde_json::from_str(&w.first).unwrap();
+    assert_eq!(first["sandbox"]["seccomp"], true, "{first}");
+    let pid = w.child.id();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let limit = |name: &str| -> String {
         let line = table.lines().find(|l| l.starts_with(name)).unwrap();
         line[name.len()..]
             .split_whitespace()
@@ -155,34 +198,233 @@ fn a_real_worker_limits_itself_before_reading_the_pdf() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let started = Instant::now();
-    let table = loop {
-        let table = std::fs::read_to_string(&path).unwrap();
-        // The address space is the last limit the worker sets.
-        if limit(&table, "Max address space").starts_with("268435456 ")
-            || started.elapsed() > Duration::from_secs(10)
-        {
-            break table;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
     // The soft limit is checked; the hard one may be lower where this process's already was.
-    assert_eq!(
-        limit(&table, "Max address space").split(' ').next(),
-        Some("268435456")
-    );
-    assert_eq!(limit(&table, "Max cpu time"), "5 6");
-    assert_eq!(limit(&table, "Max file size"), "0 0");
-    assert_eq!(limit(&table, "Max core file size"), "0 0");
-    assert_eq!(limit(&table, "Max open files"), "16 16");
-    assert_eq!(limit(&table, "Max processes"), "0 0");
+    assert_eq!(limit("Max address space").split(' ').next(), Some("268435456"));
+    assert_eq!(limit("Max cpu time"), "5 6");
+    assert_eq!(limit("Max file size"), "0 0");
+    assert_eq!(limit("Max core file size"), "0 0");
+    assert_eq!(limit("Max open files"), "16 16");
+    assert_eq!(limit("Max processes"), "0 0");
+    // Mode 2 is a filter; one filter, its own, and no way back to privileges.
+    assert_eq!(proc_status(pid, "Seccomp"), "2");
+    assert_eq!(proc_status(pid, "Seccomp_filters"), "1");
+    assert_eq!(proc_status(pid, "NoNewPrivs"), "1");
 
-    drop(stdin);
+    w.stdin.write_all(b"not a pdf").unwrap();
+    drop(w.stdin);
     let mut reply = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut reply).unwrap();
-    assert!(child.wait().unwrap().success());
+    w.stdout.read_to_string(&mut reply).unwrap();
+    assert!(w.child.wait().unwrap().success());
     assert_eq!(
         reply,
         "{\"err\":{\"kind\":\"corrupt\",\"reason\":\"the file is not a PDF\"}}\n"
     );
+}
+
+// ---- the sandbox holds, and parsing still works in it -------------------------------------------
+
+/// A PDF, the pages asked for, and the (page, text) expected.
+type Case = (&'static str, Vec<u8>, Option<Vec<u32>>, Vec<(u32, String)>);
+
+/// Real PDFs of several makings, each read in full by a sandboxed worker: the filter refuses
+/// nothing parsing needs (a refused call would be a failure or a crash here).
+#[test]
+fn real_pdfs_of_every_making_are_read_inside_the_sandbox() {
+    let demo = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/demo/vault/reading/papers/vaultgate-demo.pdf"),
+    )
+    .unwrap();
+    let many: Vec<String> = (1..=60).map(|i| format!("page {i} of many")).collect();
+    let many_pages: Vec<Vec<&str>> = many.iter().map(|p| vec![p.as_str()]).collect();
+    let many_refs: Vec<&[&str]> = many_pages.iter().map(Vec::as_slice).collect();
+    let mut compressed = pdftext::build::text_document(&[&["compressed one"], &["compressed two"]]);
+    compressed.compress();
+    let mut compressed_bytes = Vec::new();
+    compressed.save_to(&mut compressed_bytes).unwrap();
+    let long_line = "word ".repeat(20_000);
+    let cases: Vec<Case> =
+        vec![
+            (
+                "the committed demo PDF",
+                demo,
+                None,
+                vec![
+                (
+                    1,
+                    "Attention Is All You Need (demo copy)\nTransformers replace recurrence with attention."
+                        .into(),
+                ),
+                (2, "Page two: the vault keeps the PDF, vaultgate reads its text.".into()),
+            ],
+            ),
+            (
+                "sixty pages, the last three asked for",
+                text_pdf(&many_refs).unwrap(),
+                Some(vec![58, 59, 60]),
+                (58..=60).map(|i| (i, format!("page {i} of many"))).collect(),
+            ),
+            (
+                "compressed streams",
+                compressed_bytes,
+                None,
+                vec![(1, "compressed one".into()), (2, "compressed two".into())],
+            ),
+            (
+                "a deflated hand-written content stream",
+                pdf_with_deflated_content(b"BT /F1 12 Tf 72 712 Td (deflated by hand) Tj ET"),
+                None,
+                vec![(1, "deflated by hand".into())],
+            ),
+            (
+                "encrypted with an empty user password (RC4)",
+                encrypted_v2(),
+                None,
+                vec![(1, "Secret text".into())],
+            ),
+            (
+                "a 100 kB line (the reply grows)",
+                text_pdf(&[&[long_line.trim_end()]]).unwrap(),
+                None,
+                vec![(1, long_line.trim_end().chars().take(10_000).collect())],
+            ),
+        ];
+    for (name, pdf, pages, want) in cases {
+        let request = Request { pages, ..req() };
+        let doc = run(worker(), &[], &pdf, &request, &Limits::default())
+            .unwrap_or_else(|f| panic!("{name}: {f:?}"));
+        let got: Vec<(u32, String)> = doc.pages.iter().map(|p| (p.page, p.text.clone())).collect();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+fn encrypted_v2() -> Vec<u8> {
+    let mut doc = pdftext::build::text_document(&[&["Secret text"]]);
+    let state = lopdf::EncryptionState::try_from(lopdf::EncryptionVersion::V2 {
+        document: &doc,
+        owner_password: "owner",
+        user_password: "",
+        key_length: 128,
+        permissions: lopdf::Permissions::all(),
+    })
+    .unwrap();
+    doc.encrypt(&state).unwrap();
+    let mut out = Vec::new();
+    doc.save_to(&mut out).unwrap();
+    out
+}
+
+/// Deep nesting takes the parser's stack: whatever it answers, it is an answer of the worker's
+/// own making (a failure or text), not a worker killed by its filter.
+#[test]
+fn deep_nesting_ends_as_a_failure_inside_the_sandbox() {
+    let depth = 200_000;
+    let mut content = b"BT /F1 12 Tf 72 712 Td ".to_vec();
+    content.extend(std::iter::repeat_n(b'[', depth));
+    content.extend(std::iter::repeat_n(b']', depth));
+    content.extend_from_slice(b" TJ (after) Tj ET");
+    let got = run(
+        worker(),
+        &[],
+        &pdf_with_deflated_content(&content),
+        &req(),
+        &Limits::default(),
+    );
+    match got {
+        Ok(doc) => assert_eq!(doc.page_count, 1),
+        Err(f) => assert!(
+            f.kind == FailureKind::Corrupt || f.reason.starts_with("the PDF parser gave up"),
+            "{f:?}"
+        ),
+    }
+}
+
+// ---- the probe: what the sandbox refuses, and that the same works without it ----------------------
+
+/// `pdftext-worker --probe ARGS`: its report and whatever else it printed (an exec'd program's
+/// output).
+fn probe(args: &[&str]) -> (Option<ProbeReport>, String) {
+    let out = std::process::Command::new(worker())
+        .arg("--probe")
+        .args(args)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let report = text
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str::<ProbeReport>(l).ok());
+    (report, text)
+}
+
+/// Sandboxed, ACTION fails with EPERM (or EACCES); with `--no-sandbox` the very same works.
+fn refused_in_the_sandbox_only(action: &[&str]) {
+    let (report, text) = probe(action);
+    let report = report.unwrap_or_else(|| panic!("{action:?}: no report: {text}"));
+    assert!(report.sandbox.seccomp, "{action:?}: {report:?}");
+    assert_eq!(
+        report.ok,
+        Some(false),
+        "{action:?} worked inside the sandbox: {report:?}"
+    );
+    assert!(
+        matches!(report.errno, Some(1 | 13)),
+        "{action:?}: not EPERM or EACCES: {report:?}"
+    );
+
+    let mut unconfined = vec!["--no-sandbox"];
+    unconfined.extend_from_slice(action);
+    let (report, text) = probe(&unconfined);
+    let report = report.unwrap_or_else(|| panic!("{action:?}: no report: {text}"));
+    assert!(!report.sandbox.seccomp);
+    assert_eq!(
+        report.ok,
+        Some(true),
+        "{action:?} failed even without the sandbox, so its refusal proves nothing: {report:?}"
+    );
+}
+
+#[test]
+fn the_sandbox_refuses_a_socket_and_a_connection() {
+    refused_in_the_sandbox_only(&["socket"]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    refused_in_the_sandbox_only(&["connect", &addr]);
+}
+
+#[test]
+fn the_sandbox_refuses_to_open_any_file() {
+    let dir = std::env::temp_dir().join(format!("pdftext-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let note = dir.join("note.md");
+    std::fs::write(&note, "# a note beside the PDF\n").unwrap();
+    refused_in_the_sandbox_only(&["open", note.to_str().unwrap()]);
+    refused_in_the_sandbox_only(&["open", "/etc/passwd"]);
+    refused_in_the_sandbox_only(&["open", "/proc/self/status"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_sandbox_refuses_a_new_process_and_another_program() {
+    refused_in_the_sandbox_only(&["spawn", "/bin/true"]);
+    // exec: the program replaces the probe, so without the sandbox it is the program that answers.
+    let (report, _) = probe(&["exec", "/bin/echo", "exec ran"]);
+    let report = report.unwrap();
+    assert_eq!(report.ok, Some(false), "{report:?}");
+    assert!(matches!(report.errno, Some(1 | 13)), "{report:?}");
+    let (report, text) = probe(&["--no-sandbox", "exec", "/bin/echo", "exec ran"]);
+    assert!(report.is_none(), "{text}");
+    assert_eq!(text, "exec ran\n");
+}
+
+/// What `doctor` asks: a plain probe, through the parent side.
+#[test]
+fn the_plain_probe_reports_the_sandbox_in_force() {
+    let status = probe_sandbox(worker(), &[], Duration::from_secs(10)).unwrap();
+    eprintln!("{}", status.describe());
+    assert!(status.in_force(), "{status:?}");
+    let bad = probe_sandbox(Path::new("/nonexistent/worker"), &[], Duration::from_secs(10));
+    assert!(bad.unwrap_err().starts_with("could not start the PDF worker"));
 }

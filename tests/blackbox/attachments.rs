@@ -1495,7 +1495,459 @@ async fn folders_the_vault_does_not_make_readable_are_never_listed_or_read() {
     a.close().await;
 }
 
-// ---- 6. the demo ------------------------------------------------------------------------------------
+// ---- 6. the worker's sandbox ------------------------------------------------------------------------
+
+/// `pages` pages sharing one content stream of `ops` path operators: seconds of CPU for the
+/// worker when every page is asked for, and little memory (pages are parsed one at a time).
+fn slow_pdf(pages: usize, ops: usize) -> Vec<u8> {
+    let kids: String = (0..pages).map(|i| format!("{} 0 R ", 4 + i)).collect();
+    let mut objects = vec![
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        format!("<< /Type /Pages /Kids [{kids}] /Count {pages} /Resources << /Font << /F1 3 0 R >> >> >>")
+            .into_bytes(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
+    ];
+    for _ in 0..pages {
+        objects.push(format!("<< /Type /Page /Parent 2 0 R /Contents {} 0 R >>", 4 + pages).into_bytes());
+    }
+    let mut content = b"0 0 m ".repeat(ops);
+    content.extend_from_slice(b"BT /F1 12 Tf 72 712 Td (slow but read) Tj ET");
+    objects.push(stream_object("", &content));
+    raw_pdf(&objects)
+}
+
+/// `Name:` of `/proc/<pid>/status`, e.g. `Seccomp` → `2`; None once the process is gone.
+fn proc_status(pid: u32, name: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .map(|v| v.trim().to_owned())
+}
+
+/// When a worker was seen (since its first sighting), its `Seccomp` and its `NoNewPrivs`.
+type Sighting = (Duration, String, String);
+
+/// What a [`SandboxWatch`] saw: every sighting of each live worker, by (pid, starttime), and the
+/// most workers alive at once.
+struct Sightings {
+    workers: std::collections::BTreeMap<(u32, u64), Vec<Sighting>>,
+    most_at_once: usize,
+}
+
+/// Watches the live `pdf-worker` children of a server (every 2 ms): their sandbox and how many
+/// run at once.
+struct SandboxWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Sightings>,
+}
+
+impl SandboxWatch {
+    fn start(server: u32) -> SandboxWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = Sightings {
+                workers: std::collections::BTreeMap::new(),
+                most_at_once: 0,
+            };
+            let mut first: HashMap<(u32, u64), Instant> = HashMap::new();
+            while !flag.load(Ordering::Relaxed) {
+                let live: Vec<_> = workers_of(server)
+                    .into_iter()
+                    .filter(|(_, _, state)| *state != 'Z')
+                    .collect();
+                seen.most_at_once = seen.most_at_once.max(live.len());
+                for (pid, start, _) in live {
+                    let (Some(seccomp), Some(nnp)) =
+                        (proc_status(pid, "Seccomp"), proc_status(pid, "NoNewPrivs"))
+                    else {
+                        continue;
+                    };
+                    let since = first.entry((pid, start)).or_insert_with(Instant::now).elapsed();
+                    seen.workers
+                        .entry((pid, start))
+                        .or_default()
+                        .push((since, seccomp, nnp));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            seen
+        });
+        SandboxWatch { stop, thread }
+    }
+
+    fn finish(self) -> Sightings {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// SECURITY(T-PDF3): the worker a server starts for `read_attachment_text` runs under a seccomp
+/// filter (`Seccomp: 2`, no new privileges) while it parses, seen from `/proc` through the real
+/// binary.
+#[tokio::test]
+async fn the_servers_pdf_worker_parses_under_a_seccomp_filter() {
+    let env = pdf_env();
+    put(&env, "slow.pdf", &slow_pdf(10, 200_000));
+    let (_, token) = env.token("reader", "read");
+    let a = Agent::open(&env, &token).await;
+    let watch = SandboxWatch::start(a.pid);
+    let v = a
+        .ok(
+            READ,
+            json!({"path": "slow.pdf", "pages": (1..=10).collect::<Vec<u32>>()}),
+        )
+        .await;
+    let seen = watch.finish();
+    assert_eq!(text(&v, 10).trim(), "slow but read", "{v}");
+    a.close().await;
+
+    assert!(
+        !seen.workers.is_empty(),
+        "no worker was seen while the slow PDF was read"
+    );
+    let longest = seen
+        .workers
+        .values()
+        .map(|s| s.last().map_or(Duration::ZERO, |l| l.0))
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest >= Duration::from_millis(300),
+        "the worker was seen for {longest:?} only: the PDF is not slow enough to watch it"
+    );
+    for (worker, sightings) in &seen.workers {
+        // Its first moments (exec, the header, its limits) come before the sandbox: past them,
+        // every sighting shows the filter.
+        let late: Vec<_> = sightings
+            .iter()
+            .filter(|(since, _, _)| *since >= Duration::from_millis(200))
+            .collect();
+        for (since, seccomp, nnp) in &late {
+            assert_eq!(
+                (seccomp.as_str(), nnp.as_str()),
+                ("2", "1"),
+                "worker {worker:?} at {since:?}: Seccomp {seccomp}, NoNewPrivs {nnp}"
+            );
+        }
+    }
+    assert!(
+        seen.workers
+            .values()
+            .flatten()
+            .any(|(_, seccomp, _)| seccomp == "2"),
+        "no worker was ever seen with Seccomp: 2: {:?}",
+        seen.workers
+    );
+}
+
+/// `vaultgate pdf-worker --probe [--no-sandbox] ARGS` through the real binary: its report, and
+/// whatever else it printed.
+fn probe(args: &[&str]) -> (Option<Value>, String) {
+    let out = std::process::Command::new(bin())
+        .arg("pdf-worker")
+        .arg("--probe")
+        .args(args)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let report = text
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("sandbox").is_some());
+    (report, text)
+}
+
+/// SECURITY(T-PDF3): what a parser bug would try next — a socket, a connection, the vault's note
+/// or another file, a new process, another program — fails inside the worker's sandbox with
+/// EPERM (or EACCES), and works with the sandbox left off (so the refusal is the sandbox's).
+#[test]
+fn inside_the_workers_sandbox_no_socket_no_file_no_process_works() {
+    let env = Env::new();
+    let note = env.vault.join("welcome.md");
+    assert!(note.is_file());
+    let secret = env.home.join("secret.key");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let actions: Vec<Vec<&str>> = vec![
+        vec!["socket"],
+        vec!["connect", &addr],
+        vec!["open", note.to_str().unwrap()],
+        vec!["open", "/etc/passwd"],
+        vec!["open", secret.to_str().unwrap()],
+        vec!["spawn", "/bin/true"],
+    ];
+    let mut failures = Vec::new();
+    for action in &actions {
+        let (report, text) = probe(action);
+        match report {
+            Some(r)
+                if r["sandbox"]["seccomp"] == true
+                    && r["ok"] == false
+                    && (r["errno"] == 1 || r["errno"] == 13) => {}
+            _ => failures.push(format!("{action:?} inside the sandbox: {text}")),
+        }
+        let mut unconfined = vec!["--no-sandbox"];
+        unconfined.extend_from_slice(action);
+        let (report, text) = probe(&unconfined);
+        if !report.is_some_and(|r| r["ok"] == true) {
+            failures.push(format!(
+                "{action:?} failed without the sandbox too, so its refusal proves nothing: {text}"
+            ));
+        }
+    }
+    // exec: without the sandbox the program replaces the probe and answers itself.
+    let (report, text) = probe(&["exec", "/bin/echo", "exec ran"]);
+    if !report.is_some_and(|r| r["ok"] == false && r["errno"] == 1) {
+        failures.push(format!("exec inside the sandbox: {text}"));
+    }
+    let (_, text) = probe(&["--no-sandbox", "exec", "/bin/echo", "exec ran"]);
+    if text != "exec ran\n" {
+        failures.push(format!("exec without the sandbox: {text:?}"));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A probe that pauses is the worker, sandboxed, at rest: `Seccomp: 2` in `/proc`.
+#[test]
+fn a_paused_probe_shows_the_filter_in_proc() {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(bin())
+        .args(["pdf-worker", "--probe", "pause"])
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let report: Value = serde_json::from_str(&line).unwrap();
+    eprintln!("the worker's sandbox here: {}", report["sandbox"]);
+    assert_eq!(report["sandbox"]["seccomp"], true, "{report}");
+    assert_eq!(proc_status(child.id(), "Seccomp").as_deref(), Some("2"));
+    assert_eq!(proc_status(child.id(), "NoNewPrivs").as_deref(), Some("1"));
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
+
+/// `doctor` runs the probe: here, where the sandbox holds, an ok line says so.
+#[test]
+fn doctor_reports_the_pdf_workers_sandbox() {
+    let env = Env::new();
+    let out = env.ok(&["doctor"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok    PDF worker sandbox: seccomp filter in force")),
+        "{out}"
+    );
+}
+
+/// Runs `f` on a thread of its own under a seccomp filter that answers ENOSYS to `seccomp(2)`:
+/// a kernel without seccomp, as far as any process started from that thread can tell (they
+/// inherit the filter). The rest of this test process is not filtered.
+#[cfg(target_os = "linux")]
+fn where_seccomp_is_missing<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let filter: seccompiler::BpfProgram = seccompiler::SeccompFilter::new(
+                    [(libc::SYS_seccomp, vec![])].into_iter().collect(),
+                    seccompiler::SeccompAction::Allow,
+                    seccompiler::SeccompAction::Errno(libc::ENOSYS as u32),
+                    std::env::consts::ARCH.try_into().unwrap(),
+                )
+                .unwrap()
+                .try_into()
+                .unwrap();
+                seccompiler::apply_filter(&filter).unwrap();
+                f()
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+/// `vaultgate stdio` with `token`, spoken to line by line (JSON-RPC over its pipes, no client
+/// library: all of it runs on the calling thread): the replies to `calls`.
+fn stdio_calls(env: &Env, token: &str, calls: &[(&str, Value)]) -> Vec<Reply> {
+    use std::io::{BufRead as _, Write as _};
+    let mut child = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(&env.home)
+        .arg("stdio")
+        .env_remove("VAULTGATE_HOME")
+        .env("VAULTGATE_TOKEN", token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut send = |v: Value| {
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut answer = |id: i64| -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "the server closed its stdout"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "sandbox-test", "version": "1.0"}}}),
+    );
+    answer(1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut replies = Vec::new();
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        let id = 2 + i64::try_from(i).unwrap();
+        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}}));
+        let v = answer(id);
+        let result: rmcp::model::CallToolResult =
+            serde_json::from_value(v["result"].clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+        replies.push(crate::util::to_reply(result));
+    }
+    // EOF ends the server.
+    drop(stdin);
+    let _ = child.wait();
+    replies
+}
+
+/// SECURITY(T-PDF3): where the worker cannot set its sandbox up (here: a kernel without seccomp,
+/// as the server and its workers see it), `read_attachment_text` answers `CAPABILITY_DENIED`
+/// naming the reason and `[pdf] allow_without_sandbox`, and `doctor` warns; with the setting on,
+/// the text is read (and `doctor` says PDFs are parsed without the sandbox).
+#[cfg(target_os = "linux")]
+#[test]
+fn without_a_sandbox_pdf_text_is_capability_denied_unless_the_operator_allows_it() {
+    let env = pdf_env();
+    put(&env, "papers/one.pdf", &pdf(&["Hello from one page".into()]));
+    let (_, token) = env.token("reader", "read");
+    let read = || stdio_calls(&env, &token, &[(READ, json!({"path": "papers/one.pdf"}))]).remove(0);
+
+    let (reply, doctor) = where_seccomp_is_missing(|| (read(), env.run(&["doctor"])));
+    let msg = refused(reply, "CAPABILITY_DENIED", "no sandbox");
+    assert!(msg.contains("[pdf] allow_without_sandbox"), "{msg}");
+    assert!(msg.contains("seccomp"), "the reason is named: {msg}");
+    assert!(!msg.contains("Hello"), "{msg}");
+    let doctor = String::from_utf8(doctor.stdout).unwrap();
+    eprintln!("refused: {msg}\ndoctor:\n{doctor}");
+    assert!(
+        doctor.lines().any(
+            |l| l.starts_with("warn  PDF worker sandbox cannot be set up here")
+                && l.contains("CAPABILITY_DENIED")
+                && l.contains("allow_without_sandbox")
+        ),
+        "{doctor}"
+    );
+    // Outside that thread the same home reads the PDF: the refusal was the sandbox's.
+    assert_eq!(text(&read().ok(), 1).trim(), "Hello from one page");
+
+    crate::http::edit_config(&env, "pdf", |t| {
+        t.insert("allow_without_sandbox".into(), toml::Value::Boolean(true));
+    });
+    let (reply, doctor) = where_seccomp_is_missing(|| (read(), env.run(&["doctor"])));
+    assert_eq!(text(&reply.ok(), 1).trim(), "Hello from one page");
+    let doctor = String::from_utf8(doctor.stdout).unwrap();
+    assert!(
+        doctor.lines().any(
+            |l| l.starts_with("warn  PDF worker sandbox cannot be set up here")
+                && l.contains("parsed without it")
+        ),
+        "{doctor}"
+    );
+}
+
+/// The pid of the `vaultgate serve` of this home.
+fn server_pid(env: &Env) -> u32 {
+    let home = env.home.to_str().unwrap().to_owned();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cmd = cmdline(pid);
+        if cmd.contains(&home) && cmd.contains(" serve") {
+            return pid;
+        }
+    }
+    panic!("no vaultgate serve for {home}");
+}
+
+/// Two concurrent slow reads through one HTTP server, by the clients of `tokens`: their answers
+/// and the most workers seen alive at once.
+async fn two_reads_at_once(env: &Env, srv: &crate::http::Server, tokens: [&str; 2]) -> (Vec<Reply>, usize) {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut clients = Vec::new();
+    for token in tokens {
+        let cfg = StreamableHttpClientTransportConfig::with_uri(srv.url()).auth_header(token.to_owned());
+        clients.push(Client {
+            inner: tokio::time::timeout(
+                Duration::from_secs(10),
+                ().serve(StreamableHttpClientTransport::from_config(cfg)),
+            )
+            .await
+            .expect("HTTP initialize timed out")
+            .expect("HTTP initialize failed"),
+        });
+    }
+    let watch = SandboxWatch::start(server_pid(env));
+    let args = json!({"path": "slow.pdf", "pages": (1..=10).collect::<Vec<u32>>()});
+    let (a, b) = tokio::join!(
+        clients[0].call(READ, args.clone()),
+        clients[1].call(READ, args.clone())
+    );
+    let seen = watch.finish();
+    for c in clients {
+        c.close().await;
+    }
+    (vec![a, b], seen.most_at_once)
+}
+
+/// SECURITY(T-PDF3): one credential's two concurrent PDF calls never run two workers at once (the
+/// second waits for the first and is answered); two credentials' calls run side by side (which
+/// shows the watch would see two).
+#[tokio::test]
+async fn one_credentials_pdf_calls_take_turns_and_two_credentials_run_side_by_side() {
+    let env = pdf_env();
+    put(&env, "slow.pdf", &slow_pdf(10, 200_000));
+    let (_, one) = env.token("one", "read");
+    let (_, other) = env.token("other", "read");
+    let srv = crate::http::Server::start(&env);
+
+    let (replies, most) = two_reads_at_once(&env, &srv, [&one, &one]).await;
+    for r in replies {
+        assert_eq!(text(&r.ok(), 10).trim(), "slow but read");
+    }
+    assert_eq!(most, 1, "one credential ran {most} workers at once");
+
+    let (replies, most) = two_reads_at_once(&env, &srv, [&one, &other]).await;
+    for r in replies {
+        assert_eq!(text(&r.ok(), 10).trim(), "slow but read");
+    }
+    assert_eq!(most, 2, "two credentials' calls did not run side by side");
+}
+
+// ---- 7. the demo ------------------------------------------------------------------------------------
 
 #[tokio::test]
 async fn the_demo_vault_lists_its_paper_and_reads_both_pages() {
