@@ -10,7 +10,6 @@
 #![cfg(unix)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -25,7 +24,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::util::{Client, Env, Reply, bin, to_reply};
+use crate::util::{Client, Env, Reply, bin, bounded, call, to_reply};
 
 /// Every step at which the apply transaction can abort the process (in the order it reaches
 /// them): the intent is recorded, the first file operation of the plan is done (archive moves of
@@ -40,21 +39,12 @@ const FAILPOINTS: [&str; 5] = [
 ];
 /// The steps that come before the audit line: recovery writes the one success record.
 const BEFORE_AUDIT: [&str; 3] = ["after_intent", "after_first_op", "after_write"];
-/// The bound on every wait: a process, a tool call, a server start.
-const WAIT: Duration = Duration::from_secs(60);
 /// What `std::process::abort` raises.
 const SIGABRT: i32 = 6;
 const SIGKILL: i32 = 9;
 const TEMP_PREFIX: &str = ".vaultgate-tmp-";
 
 // ---- processes --------------------------------------------------------------------------------
-
-async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(WAIT, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no answer within {WAIT:?}"),
-    }
-}
 
 /// The CLI with this home, never inheriting a VAULTGATE_* variable; `failpoint` set only if given.
 fn cli_cmd(env: &Env, args: &[&str], failpoint: Option<&str>) -> tokio::process::Command {
@@ -131,10 +121,6 @@ fn params(tool: &str, args: Value) -> CallToolRequestParams {
     };
     p.arguments = Some(args);
     p
-}
-
-async fn call(c: &Client, tool: &str, args: Value) -> Reply {
-    bounded(tool, c.call(tool, args)).await
 }
 
 async fn revision(c: &Client) -> u64 {

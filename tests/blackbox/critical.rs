@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::util::{Client, Env, Reply};
+use crate::util::{Client, Env, Reply, audit_lines};
 
 // ---- helpers ------------------------------------------------------------------------------------
 
@@ -134,14 +134,6 @@ fn assert_refused_with_fresh(e: &Value, code: &str, old: &Value, affected: &[&st
 
 fn exists_all(vault: &Path, paths: &[&str]) -> bool {
     paths.iter().all(|p| vault.join(p).is_file())
-}
-
-fn audit_lines(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.home.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn set_challenge_ttl(env: &Env, seconds: i64) {

@@ -14,7 +14,6 @@
 #![cfg(unix)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
@@ -29,7 +28,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::util::{Client, Env, Reply, bin};
+use crate::util::{Client, Env, Reply, bin, bounded, call, ok};
 
 /// The bound on every wait: a process, a tool call, a server start, a queued commit.
 const WAIT: Duration = Duration::from_secs(60);
@@ -49,13 +48,6 @@ const JOURNAL: &str = "journal/2026-01-05.md";
 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(WAIT, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no answer within {WAIT:?}"),
-    }
 }
 
 /// Stdout and stderr of a finished process, for messages and checks.
@@ -502,17 +494,6 @@ impl Lab {
 }
 
 // ---- tool calls --------------------------------------------------------------------------------
-
-async fn call(c: &Client, tool: &str, args: Value) -> Reply {
-    bounded(tool, c.call(tool, args)).await
-}
-
-async fn ok(c: &Client, tool: &str, args: Value) -> Value {
-    match call(c, tool, args.clone()).await {
-        Reply::Ok(v) => v,
-        Reply::Err(e) => panic!("{tool}({args}): expected success, got {e}"),
-    }
-}
 
 async fn code(c: &Client, tool: &str, args: Value) -> String {
     match call(c, tool, args.clone()).await {

@@ -1,4 +1,4 @@
-//! Streamable HTTP (`vaultgate serve`, docs/contract.md#transports-and-protocol-versions, docs/contract.md#transports-and-protocol-versions): the same tools as stdio, the request guards
+//! Streamable HTTP (`vaultgate serve`, docs/contract.md#transports-and-protocol-versions): the same tools as stdio, the request guards
 //! (auth, Host, Origin, body limit, session binding) seen from raw HTTP, both protocol
 //! generations, many concurrent clients, loopback-only binding and the printed client configs.
 
@@ -15,7 +15,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::util::{Client, Env, bin};
+use crate::util::{Client, Env, audit_lines, bin};
 
 /// Every wait in this file is bounded by this.
 const WAIT: Duration = Duration::from_secs(10);
@@ -363,14 +363,6 @@ fn gateway_id(env: &Env) -> String {
     let doc: toml::Table =
         toml::from_str(&std::fs::read_to_string(env.home.join("gateway.toml")).unwrap()).unwrap();
     doc["gateway_id"].as_str().unwrap().to_owned()
-}
-
-pub(crate) fn audit_lines(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.home.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn sign(claims: &Value, key: &[u8]) -> String {

@@ -10,17 +10,9 @@ use rmcp::ServiceExt;
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
-use crate::util::{Client, Env, Reply, bin};
+use crate::util::{Client, Env, Reply, audit_lines, bin};
 
 const MIB: usize = 1024 * 1024;
-
-fn audit_lines(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.home.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// Refusal lines of `tool` with `code` (echoed fields may be cut, so only these are matched).
 fn refusals(env: &Env, tool: &str, code: &str) -> usize {

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::http::{Server, audit_lines, bearer, open_session, post, reply, request, stateless_meta};
+use crate::http::{Server, bearer, open_session, post, reply, request, stateless_meta};
 use crate::util::Env;
+use crate::util::audit_lines;
 
 const CLIENTS: usize = 8;
 

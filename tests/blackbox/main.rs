@@ -2,31 +2,32 @@
 //! (rmcp over stdio), on fixture vaults copied into a fresh temporary folder per test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Shared: the fixture home, CLI runs, MCP clients, bounded calls (`call`, `ok`), the audit log.
 mod util;
 
-mod approval;
-mod attachments;
-mod audit_closed;
-mod browser;
-mod crash;
-mod critical;
-mod frontmatter;
-mod git;
-mod history;
-mod http;
-mod index;
-mod limits;
-mod load;
-mod notify;
-mod operator;
-mod paging;
-mod proposals;
-mod query;
-mod review_browser;
-mod review_http;
-mod security;
-mod shell;
-mod smoke;
-mod stdio;
-mod tunnel;
-mod txn;
+mod approval; // in-client approval through the official Python SDK (stdio, HTTP, both protocols)
+mod attachments; // list_attachments, read_attachment_text and the sandboxed PDF worker
+mod audit_closed; // a full disk or a broken log refuses every call before anything changes
+mod browser; // the headless-Chromium harness of the review page tests
+mod crash; // kill -9 at every step of every write, then recovery
+mod critical; // delete_permanent and empty_trash through their two-phase challenge
+mod frontmatter; // propose_frontmatter_update changes only the named keys
+mod git; // one commit per change, nothing of the repository's runs, hostile repositories
+mod history; // undo and redo, shared by every client
+mod http; // Streamable HTTP: Host, Origin, bearer, sessions, sizes, loopback only
+mod index; // the search index stays fresh, and answers as the scan would
+mod limits; // every input bounded before work, the inbox quotas
+mod load; // the read path under concurrent load
+mod notify; // change announcements to subscribers and loggers
+mod operator; // what the operator reads and runs: escaped text, CLI, doctor
+mod paging; // sealed cursors walk every list exactly once
+mod proposals; // every proposal kind and every refusal code of apply
+mod query; // query_notes over frontmatter
+mod review_browser; // the review page in a real browser
+mod review_http; // the review page attacked over raw HTTP; review --open
+mod security; // path corpus, token forgery and revocation, invisible characters
+mod shell; // completions and man pages, checked by the shells
+mod smoke; // the stdio surface: initialize, tools/list, every read tool
+mod stdio; // stdio transport: tokens, revocation, the audit of every call
+mod tunnel; // the ChatGPT tunnel: setup, supervision, the profile folder, orphans
+mod txn; // the one write transaction: rollback, partial success, exactly once

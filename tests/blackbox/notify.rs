@@ -3,43 +3,18 @@
 //! legacy `initialize` session and for a 2026-07-28 `subscriptions/listen` subscription.
 #![allow(deprecated)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam,
-    ServerNotification, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+    LoggingLevel, ProtocolVersion, ServerNotification, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::TokioChildProcess;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::util::{Env, bin, to_reply};
-
-#[derive(Clone, Default)]
-struct Recorder {
-    updated: Arc<Mutex<Vec<String>>>,
-    logs: Arc<Mutex<Vec<Value>>>,
-}
-
-impl ClientHandler for Recorder {
-    async fn on_resource_updated(
-        &self,
-        p: ResourceUpdatedNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) {
-        self.updated.lock().unwrap().push(p.uri);
-    }
-    async fn on_logging_message(
-        &self,
-        p: LoggingMessageNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) {
-        assert_eq!(p.logger.as_deref(), Some("vaultgate.vault"));
-        self.logs.lock().unwrap().push(p.data);
-    }
-}
+use crate::util::{Env, Recorder, bin, to_reply};
 
 fn command(env: &Env, token: &str) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(bin());

@@ -9,20 +9,16 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{
-    CallToolRequestParams, LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
-    SetLevelRequestParams, SubscribeRequestParams,
-};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::model::{CallToolRequestParams, LoggingLevel, SetLevelRequestParams, SubscribeRequestParams};
+use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::util::{Env, Reply, bin, copy_tree, fixture, to_reply};
+use crate::util::{Env, Recorder, Reply, audit_lines, bin, copy_tree, fixture, to_reply};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const VAULT_URI: &str = "vaultgate://vault/basic";
@@ -40,37 +36,6 @@ const ATTENTION_BACKLINKS: &[&str] = &[
 ];
 
 // ---- a recording MCP client ------------------------------------------------------------------
-
-/// Keeps what the server announces: `resources/updated` URIs and `vault.changed` log data.
-#[derive(Clone, Default)]
-struct Recorder {
-    updated: Arc<Mutex<Vec<String>>>,
-    logs: Arc<Mutex<Vec<Value>>>,
-}
-
-impl ClientHandler for Recorder {
-    async fn on_resource_updated(
-        &self,
-        p: ResourceUpdatedNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) {
-        self.updated.lock().unwrap().push(p.uri);
-    }
-    async fn on_logging_message(
-        &self,
-        p: LoggingMessageNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) {
-        self.logs.lock().unwrap().push(p.data);
-    }
-}
-
-impl Recorder {
-    fn clear(&self) {
-        self.updated.lock().unwrap().clear();
-        self.logs.lock().unwrap().clear();
-    }
-}
 
 /// A `vaultgate stdio` client subscribed to `vaultgate://vault/basic` and to log messages.
 struct Agent {
@@ -226,10 +191,6 @@ fn jsonl(path: &Path) -> Vec<Value> {
 
 fn applied_lines(env: &Env) -> Vec<Value> {
     jsonl(&env.vault.join("inbox/_applied.jsonl"))
-}
-
-fn audit_lines(env: &Env) -> Vec<Value> {
-    jsonl(&env.home.join("audit.jsonl"))
 }
 
 /// Audit lines of `tool` for proposal `id`.

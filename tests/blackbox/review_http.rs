@@ -16,8 +16,8 @@ use reqwest::header::HeaderMap;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
-use crate::http::{Server, audit_lines, bearer, edit_config, initialize, post};
-use crate::util::{Client, Env};
+use crate::http::{Server, bearer, edit_config, initialize, post};
+use crate::util::{Client, Env, audit_lines};
 
 /// Every wait in this file is bounded by this.
 const WAIT: Duration = Duration::from_secs(10);

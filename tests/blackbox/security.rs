@@ -13,11 +13,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use jsonwebtoken::Algorithm;
 use serde_json::{Value, json};
 
-use crate::util::{Client, Env, Reply, bin};
+use crate::util::{Client, Env, Reply, bin, call};
 
 /// Planted in every file no tool may ever show.
 const MARKER: &str = "VGSECRETMARKER7f3a9c";
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 
 const INVALID: &[&str] = &["PATH_INVALID"];
@@ -31,12 +30,6 @@ const LOOP: &[&str] = &["NOT_FOUND", "PATH_OUTSIDE_VAULT"];
 const ENCODED: &[&str] = &["PATH_INVALID", "NOT_FOUND"];
 
 // ---- helpers ---------------------------------------------------------------------------------
-
-async fn call(c: &Client, tool: &str, args: Value) -> Reply {
-    tokio::time::timeout(CALL_TIMEOUT, c.call(tool, args))
-        .await
-        .unwrap_or_else(|_| panic!("{tool} did not answer within {CALL_TIMEOUT:?}"))
-}
 
 fn reply_json(r: &Reply) -> &Value {
     match r {

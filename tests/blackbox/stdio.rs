@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::util::{Client, Env, Reply, copy_tree, fixture};
+use crate::util::{Client, Env, Reply, audit_lines, copy_tree, fixture};
 
 // ---- helpers ------------------------------------------------------------------------------------
 
@@ -280,14 +280,6 @@ fn refs_of(paths: &[&str]) -> BTreeSet<(String, String)> {
 fn set_mtime(path: &Path, t: OffsetDateTime) {
     let f = std::fs::File::options().write(true).open(path).unwrap();
     f.set_modified(SystemTime::from(t)).unwrap();
-}
-
-fn audit_lines(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.home.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn tool_call_lines(env: &Env) -> Vec<Value> {

@@ -27,7 +27,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
-use crate::util::{Client, Env, Reply, bin};
+use crate::util::{Client, Env, Reply, bin, bounded, call, ok};
 
 /// The bound on every wait: a process, a tool call, a server start, a marker file.
 const WAIT: Duration = Duration::from_secs(60);
@@ -49,13 +49,6 @@ const PERSON_NEW: &[u8] = b"# Written by a person\n\nwhile vaultgate was not loo
 const PERSON_LINE: &[u8] = b"\nA line a person added while vaultgate was not looking.\n";
 
 // ---- processes ----------------------------------------------------------------------------------
-
-async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(WAIT, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no answer within {WAIT:?}"),
-    }
-}
 
 /// The CLI with this home, never inheriting a VAULTGATE_* variable; plus `vars`.
 fn cli_cmd(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> tokio::process::Command {
@@ -126,17 +119,6 @@ async fn stdio(env: &Env, token: &str, vars: &[(&str, &str)]) -> Client {
         inner: bounded("starting vaultgate stdio", ().serve(transport))
             .await
             .unwrap(),
-    }
-}
-
-async fn call(c: &Client, tool: &str, args: Value) -> Reply {
-    bounded(tool, c.call(tool, args)).await
-}
-
-async fn ok(c: &Client, tool: &str, args: Value) -> Value {
-    match call(c, tool, args.clone()).await {
-        Reply::Ok(v) => v,
-        Reply::Err(e) => panic!("{tool}({args}): expected success, got {e}"),
     }
 }
 

@@ -191,3 +191,74 @@ impl Client {
         let _ = self.inner.cancel().await;
     }
 }
+
+// ---- bounded calls and the audit log, shared by every module -------------------------------------
+
+/// The longest any one answer of the server may take in a test: a hung call fails the test with
+/// what it waited for, never hangs the suite.
+pub const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `f`, or a panic naming `what` once [`CALL_WAIT`] has passed.
+pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(CALL_WAIT, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no answer within {CALL_WAIT:?}"),
+    }
+}
+
+/// One tool call, bounded.
+pub async fn call(c: &Client, tool: &str, args: Value) -> Reply {
+    bounded(tool, c.call(tool, args)).await
+}
+
+/// One tool call that must succeed; its `structuredContent`.
+pub async fn ok(c: &Client, tool: &str, args: Value) -> Value {
+    match call(c, tool, args.clone()).await {
+        Reply::Ok(v) => v,
+        Reply::Err(e) => panic!("{tool}({args}): expected success, got {e}"),
+    }
+}
+
+/// Every record of the home's audit log, parsed.
+pub fn audit_lines(env: &Env) -> Vec<Value> {
+    std::fs::read_to_string(env.home.join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// An MCP client that keeps what the server announces: `resources/updated` URIs and the data of
+/// log messages, which must come from the `vaultgate.vault` logger.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub updated: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub logs: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+// Log messages are what the contract announces changes with; rmcp marks logging deprecated.
+#[allow(deprecated)]
+impl rmcp::ClientHandler for Recorder {
+    async fn on_resource_updated(
+        &self,
+        p: rmcp::model::ResourceUpdatedNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.updated.lock().unwrap().push(p.uri);
+    }
+    async fn on_logging_message(
+        &self,
+        p: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        assert_eq!(p.logger.as_deref(), Some("vaultgate.vault"));
+        self.logs.lock().unwrap().push(p.data);
+    }
+}
+
+impl Recorder {
+    pub fn clear(&self) {
+        self.updated.lock().unwrap().clear();
+        self.logs.lock().unwrap().clear();
+    }
+}
