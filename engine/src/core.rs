@@ -218,12 +218,22 @@ impl Core {
 
     /// As [`Core::open`], with test-only crash injection.
     pub fn open_with(home: Home, failpoints: Failpoints) -> Result<Core, GatewayError> {
+        Core::open_parts(home, failpoints, true)
+    }
+
+    /// The home without its vaults: for configuration changes of the vault set
+    /// ([`crate::vaults`]), which must work when a registered vault's folder is gone.
+    pub fn open_for_configuration(home: Home) -> Result<Core, GatewayError> {
+        Core::open_parts(home, Failpoints::default(), false)
+    }
+
+    fn open_parts(home: Home, failpoints: Failpoints, with_vaults: bool) -> Result<Core, GatewayError> {
         let config = home.load_config()?;
         let secret = home.load_secret()?;
         let state = State::open(&home.state_path())?;
         let audit = Arc::new(open_audit(&home, &state)?);
         let mut vaults = BTreeMap::new();
-        for v in &config.vaults {
+        for v in config.vaults.iter().filter(|_| with_vaults) {
             let layout = v.layout()?;
             let reader = Vault::open(&v.path, layout).map_err(|e| {
                 GatewayError::Config(format!("vault '{}' at {}: {e}", v.id, v.path.display()))

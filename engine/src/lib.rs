@@ -37,6 +37,7 @@ mod refusals;
 pub mod review;
 pub mod tunnel;
 mod txn;
+pub mod vaults;
 
 pub use crate::approval::{ApprovalAnswer, ApprovalQuestion, ApprovalRequest, ClientApproval};
 pub use crate::call::{Audited, Call, ResultIds};

@@ -12,7 +12,7 @@ use policy::Tier;
 use engine::auth::Token;
 use engine::core::{Core, Operator};
 use engine::error::GatewayError;
-use engine::home::{Home, VaultConfig};
+use engine::home::Home;
 
 #[derive(Parser)]
 #[command(
@@ -790,115 +790,10 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
     }
 }
 
-fn slug(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars().flat_map(char::to_lowercase) {
-        if c.is_ascii_alphanumeric() {
-            out.push(c);
-        } else if !out.ends_with('-') && !out.is_empty() {
-            out.push('-');
-        }
-    }
-    let out = out.trim_end_matches('-').to_owned();
-    if out.is_empty() { "vault".into() } else { out }
-}
-
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-}
-
-/// Registers a vault in `gateway.toml`; shared by `vault add` and `demo`.
-pub(crate) fn add_vault(home: &Home, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
-    let mut config = home.load_config()?;
-    let path = std::fs::canonicalize(&args.path)
-        .map_err(|e| GatewayError::InvalidArgument(format!("{}: {e}", args.path.display())))?;
-    if !path.is_dir() {
-        return Err(GatewayError::InvalidArgument(format!(
-            "{} is not a folder",
-            path.display()
-        )));
-    }
-    let folder_name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("vault")
-        .to_owned();
-    let id = args.id.unwrap_or_else(|| slug(&folder_name));
-    if !valid_id(&id) {
-        return Err(GatewayError::InvalidArgument(format!(
-            "vault id '{id}' must be 1-64 chars of a-z, 0-9, '-' or '_'"
-        )));
-    }
-    if config.vaults.iter().any(|v| v.id == id) {
-        return Err(GatewayError::InvalidArgument(format!(
-            "a vault with id '{id}' exists; pass --id"
-        )));
-    }
-    // SECURITY(T-VAULT): one file, one vault. Nested vaults would give a note two path policies,
-    // two write locks and two histories, and a vault's `.vaultgate/` would be another's note.
-    for v in &config.vaults {
-        let other = std::fs::canonicalize(&v.path).unwrap_or_else(|_| v.path.clone());
-        let relation = if path == other {
-            "is"
-        } else if path.starts_with(&other) {
-            "is inside"
-        } else if other.starts_with(&path) {
-            "contains"
-        } else {
-            continue;
-        };
-        return Err(GatewayError::InvalidArgument(format!(
-            "{} {relation} vault '{}' ({}); a folder can belong to one vault only",
-            path.display(),
-            v.id,
-            other.display()
-        )));
-    }
-    let standards = if args.standards.is_empty() {
-        if path.join("docs").is_dir() {
-            vec!["docs".to_owned()]
-        } else {
-            vec![]
-        }
-    } else {
-        args.standards
-    };
-    let vc = VaultConfig {
-        id: id.clone(),
-        name: args.name.unwrap_or(folder_name),
-        path,
-        notes: if args.notes.is_empty() {
-            vec![".".into()]
-        } else {
-            args.notes
-        },
-        standards,
-        inbox: args.inbox.unwrap_or_else(|| "inbox".into()),
-        readable: None,
-        // Off until `operator_pdf_text` turns it on: the one audited way to change it.
-        pdf_text: false,
-    };
-    vc.layout()?;
-    if args.default || config.vaults.is_empty() {
-        config.default_vault = Some(id);
-    }
-    config.vaults.push(vc.clone());
-    home.save_config(&config)?;
-    Ok(vc)
-}
-
-pub(crate) struct VaultAdd {
-    pub path: PathBuf,
-    pub id: Option<String>,
-    pub name: Option<String>,
-    pub notes: Vec<String>,
-    pub standards: Vec<String>,
-    pub inbox: Option<String>,
-    pub default: bool,
+/// The core that changes the vault set: without opening the vaults, so a vault whose folder is
+/// gone can still be removed.
+pub(crate) fn configuration_core(home: &Home) -> Result<Core, GatewayError> {
+    Core::open_for_configuration(home.clone())
 }
 
 fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
@@ -908,9 +803,9 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             if a.git {
                 engine::changelog::check_work_tree(&a.path)?;
             }
-            let vc = add_vault(
-                home,
-                VaultAdd {
+            let vc = configuration_core(home)?.operator_vault_add(
+                &Operator::cli(user),
+                engine::vaults::VaultAdd {
                     path: a.path,
                     id: a.id,
                     name: a.name,
@@ -1000,27 +895,12 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             Ok(())
         }
         VaultCmd::Remove { id } => {
-            let mut config = home.load_config()?;
-            let before = config.vaults.len();
-            config.vaults.retain(|v| v.id != id);
-            if config.vaults.len() == before {
-                return Err(GatewayError::VaultNotFound(id));
-            }
-            if config.default_vault.as_deref() == Some(id.as_str()) {
-                config.default_vault = config.vaults.first().map(|v| v.id.clone());
-            }
-            home.save_config(&config)?;
-            engine::changelog::forget_vault(home, &id)?;
+            configuration_core(home)?.operator_vault_remove(&Operator::cli(user), &id)?;
             out(&format!("removed vault '{id}' (its files were not touched)"));
             Ok(())
         }
         VaultCmd::SetDefault { id } => {
-            let mut config = home.load_config()?;
-            if !config.vaults.iter().any(|v| v.id == id) {
-                return Err(GatewayError::VaultNotFound(id));
-            }
-            config.default_vault = Some(id.clone());
-            home.save_config(&config)?;
+            configuration_core(home)?.operator_vault_set_default(&Operator::cli(user), &id)?;
             out(&format!("default vault is now '{id}'"));
             Ok(())
         }
@@ -1173,7 +1053,7 @@ fn parse_name(s: &str) -> Result<String, String> {
 }
 
 fn parse_vault_id(s: &str) -> Result<String, String> {
-    if valid_id(s) {
+    if engine::vaults::valid_id(s) {
         Ok(s.to_owned())
     } else {
         Err(format!("'{s}': a vault id is 1-64 chars of a-z, 0-9, '-' or '_'"))

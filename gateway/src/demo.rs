@@ -8,7 +8,7 @@ use std::sync::Arc;
 use include_dir::{Dir, include_dir};
 use policy::Tier;
 
-use crate::cli::{VaultAdd, err};
+use crate::cli::err;
 use engine::error::GatewayError;
 use engine::home::Home;
 
@@ -63,9 +63,9 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
             )));
         }
         unpack(&DEMO_VAULT, &vault_dir)?;
-        crate::cli::add_vault(
-            &home,
-            VaultAdd {
+        crate::cli::configuration_core(&home)?.operator_vault_add(
+            &engine::core::Operator::cli(&user),
+            engine::vaults::VaultAdd {
                 path: vault_dir.clone(),
                 id: Some("demo".into()),
                 name: Some("Demo vault".into()),

@@ -576,3 +576,72 @@ fn vault_add_refuses_a_folder_that_is_inside_or_around_a_registered_vault() {
     std::fs::create_dir(&beside).unwrap();
     env.ok(&["vault", "add", beside.to_str().unwrap(), "--id", "beside"]);
 }
+
+/// Adding, removing and choosing the default vault are operator changes like any other: each is
+/// audited with the operator as actor (a refused one too), and a vault whose folder is gone can
+/// still be removed.
+#[test]
+fn vault_add_remove_and_set_default_are_audited() {
+    let env = Env::new();
+    let last = |tool: &str| {
+        crate::util::audit_lines(&env)
+            .into_iter()
+            .rev()
+            .find(|r| r["tool"] == tool)
+            .unwrap_or_else(|| panic!("no {tool} record"))
+    };
+    let second = env.tmp.path().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    env.ok(&["vault", "add", second.to_str().unwrap(), "--id", "second"]);
+    let r = last("vault_add");
+    assert_eq!(
+        (&r["outcome"], &r["vault"], &r["actor"]),
+        (&json!("ok"), &json!("second"), &json!("cli:tester")),
+        "{r}"
+    );
+
+    // A folder inside a vault is refused, and the refusal is on record.
+    let nested = env.vault.join("z");
+    let out = env.run(&["vault", "add", nested.to_str().unwrap(), "--id", "nested"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is inside vault 'basic'"),
+        "{}",
+        stderr(&out)
+    );
+    let r = last("vault_add");
+    assert_eq!(
+        (&r["outcome"], &r["code"]),
+        (&json!("denied"), &json!("INVALID_ARGUMENT")),
+        "{r}"
+    );
+
+    env.ok(&["vault", "set-default", "second"]);
+    let r = last("vault_set_default");
+    assert_eq!(
+        (&r["outcome"], &r["vault"]),
+        (&json!("ok"), &json!("second")),
+        "{r}"
+    );
+
+    // Its folder gone, the vault is still removed; the default falls back to the other vault.
+    std::fs::remove_dir_all(&second).unwrap();
+    env.ok(&["vault", "remove", "second"]);
+    let r = last("vault_remove");
+    assert_eq!(
+        (&r["outcome"], &r["vault"], &r["actor"]),
+        (&json!("ok"), &json!("second"), &json!("cli:tester")),
+        "{r}"
+    );
+    let list: Value = serde_json::from_str(&env.ok(&["vault", "list", "--json"])).unwrap();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["basic"]);
+    assert_eq!(list[0]["isDefault"], true);
+    let out = env.run(&["audit", "verify"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -1,0 +1,194 @@
+//! Configuration changes of the vault set — `vault add`, `vault remove`, `vault set-default` — as
+//! engine operations: checked, written to `gateway.toml` and audited here, whichever surface asks
+//! (the CLI, the demo), with the operator as actor (docs/contract.md#concepts). They run on a core
+//! opened without its vaults ([`Core::open_for_configuration`]), so a vault whose folder is gone
+//! can still be removed.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::call::ResultIds;
+use crate::core::{Core, Operator};
+use crate::error::GatewayError;
+use crate::home::VaultConfig;
+
+/// What `vault add` asks for; unset fields take the default layout.
+#[derive(Debug, Clone)]
+pub struct VaultAdd {
+    pub path: PathBuf,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub notes: Vec<String>,
+    pub standards: Vec<String>,
+    pub inbox: Option<String>,
+    pub default: bool,
+}
+
+impl ResultIds for VaultConfig {}
+
+/// A vault id: 1–64 of `a-z`, `0-9`, `-`, `_` (the CLI's argument parser asks this too).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// The id a folder name suggests: lower-case letters and digits, other runs as one `-`.
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-').to_owned();
+    if out.is_empty() { "vault".into() } else { out }
+}
+
+impl Core {
+    /// `vault add`: registers a folder as a vault. The first vault, or `default`, becomes the
+    /// default.
+    pub fn operator_vault_add(
+        &self,
+        operator: &Operator,
+        args: VaultAdd,
+    ) -> Result<VaultConfig, GatewayError> {
+        let record = json!({"vault": args.id, "name": args.name, "default": args.default});
+        self.operator_call(operator, "vault_add", &record, |call| {
+            let vc = self.register_vault(args)?;
+            call.set_vault(&vc.id);
+            Ok(vc)
+        })
+        .into_inner()
+    }
+
+    /// `vault remove`: forgets a vault (its files are not touched).
+    pub fn operator_vault_remove(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
+        self.operator_call(operator, "vault_remove", &json!({"vault": id}), |call| {
+            call.set_vault(id);
+            let mut config = self.home.load_config()?;
+            let before = config.vaults.len();
+            config.vaults.retain(|v| v.id != id);
+            if config.vaults.len() == before {
+                return Err(GatewayError::VaultNotFound(id.to_owned()));
+            }
+            if config.default_vault.as_deref() == Some(id) {
+                config.default_vault = config.vaults.first().map(|v| v.id.clone());
+            }
+            self.home.save_config(&config)?;
+            crate::changelog::forget_vault(&self.home, id)
+        })
+        .into_inner()
+    }
+
+    /// `vault set-default`.
+    pub fn operator_vault_set_default(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
+        self.operator_call(operator, "vault_set_default", &json!({"vault": id}), |call| {
+            call.set_vault(id);
+            let mut config = self.home.load_config()?;
+            if !config.vaults.iter().any(|v| v.id == id) {
+                return Err(GatewayError::VaultNotFound(id.to_owned()));
+            }
+            config.default_vault = Some(id.to_owned());
+            self.home.save_config(&config)
+        })
+        .into_inner()
+    }
+
+    /// The rules of a new vault: its id, no vault inside or around another, the default layout.
+    fn register_vault(&self, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
+        let mut config = self.home.load_config()?;
+        let path = std::fs::canonicalize(&args.path)
+            .map_err(|e| GatewayError::InvalidArgument(format!("{}: {e}", args.path.display())))?;
+        if !path.is_dir() {
+            return Err(GatewayError::InvalidArgument(format!(
+                "{} is not a folder",
+                path.display()
+            )));
+        }
+        let folder_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("vault")
+            .to_owned();
+        let id = args.id.unwrap_or_else(|| slug(&folder_name));
+        if !valid_id(&id) {
+            return Err(GatewayError::InvalidArgument(format!(
+                "vault id '{id}' must be 1-64 chars of a-z, 0-9, '-' or '_'"
+            )));
+        }
+        if config.vaults.iter().any(|v| v.id == id) {
+            return Err(GatewayError::InvalidArgument(format!(
+                "a vault with id '{id}' exists; pass --id"
+            )));
+        }
+        // SECURITY(T-VAULT): one file, one vault. Nested vaults would give a note two path policies,
+        // two write locks and two histories, and a vault's `.vaultgate/` would be another's note.
+        for v in &config.vaults {
+            let other = std::fs::canonicalize(&v.path).unwrap_or_else(|_| v.path.clone());
+            let relation = if path == other {
+                "is"
+            } else if path.starts_with(&other) {
+                "is inside"
+            } else if other.starts_with(&path) {
+                "contains"
+            } else {
+                continue;
+            };
+            return Err(GatewayError::InvalidArgument(format!(
+                "{} {relation} vault '{}' ({}); a folder can belong to one vault only",
+                path.display(),
+                v.id,
+                other.display()
+            )));
+        }
+        let standards = if args.standards.is_empty() {
+            if path.join("docs").is_dir() {
+                vec!["docs".to_owned()]
+            } else {
+                vec![]
+            }
+        } else {
+            args.standards
+        };
+        let vc = VaultConfig {
+            id: id.clone(),
+            name: args.name.unwrap_or(folder_name),
+            path,
+            notes: if args.notes.is_empty() {
+                vec![".".into()]
+            } else {
+                args.notes
+            },
+            standards,
+            inbox: args.inbox.unwrap_or_else(|| "inbox".into()),
+            readable: None,
+            // Off until `operator_pdf_text` turns it on: the one audited way to change it.
+            pdf_text: false,
+        };
+        vc.layout()?;
+        if args.default || config.vaults.is_empty() {
+            config.default_vault = Some(id);
+        }
+        config.vaults.push(vc.clone());
+        self.home.save_config(&config)?;
+        Ok(vc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_slugs() {
+        assert_eq!(slug("My Notes (2024)"), "my-notes-2024");
+        assert_eq!(slug("中文"), "vault");
+        assert!(valid_id("a-b_9") && !valid_id("A") && !valid_id("") && !valid_id(&"a".repeat(65)));
+    }
+}
