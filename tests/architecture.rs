@@ -258,30 +258,31 @@ fn the_crate_graph_is_the_one_architecture_md_draws() {
     }
 }
 
-/// Finds every `unsafe` the parser sees: blocks, functions, impls, traits, extern blocks.
+/// Finds every use of the keyword that turns off the compiler's memory checks, as the parser sees
+/// it: blocks, functions, impls, traits, extern blocks.
 #[derive(Default)]
 struct Unsafe(Vec<String>);
 
 impl<'a> syn::visit::Visit<'a> for Unsafe {
     fn visit_expr_unsafe(&mut self, e: &'a syn::ExprUnsafe) {
-        self.0.push("an unsafe block".into());
+        self.0.push("a block without memory checks".into());
         syn::visit::visit_expr_unsafe(self, e);
     }
     fn visit_signature(&mut self, s: &'a syn::Signature) {
         if s.unsafety.is_some() {
-            self.0.push(format!("unsafe fn {}", s.ident));
+            self.0.push(format!("fn {} without memory checks", s.ident));
         }
         syn::visit::visit_signature(self, s);
     }
     fn visit_item_impl(&mut self, i: &'a syn::ItemImpl) {
         if i.unsafety.is_some() {
-            self.0.push("an unsafe impl".into());
+            self.0.push("an impl without memory checks".into());
         }
         syn::visit::visit_item_impl(self, i);
     }
     fn visit_item_trait(&mut self, i: &'a syn::ItemTrait) {
         if i.unsafety.is_some() {
-            self.0.push(format!("unsafe trait {}", i.ident));
+            self.0.push(format!("trait {} without memory checks", i.ident));
         }
         syn::visit::visit_item_trait(self, i);
     }
@@ -301,7 +302,7 @@ fn forbids_unsafe(file: &syn::File) -> bool {
 
 /// Every member of the workspace, as cargo lists it: its lib and bin roots say
 /// `#![forbid(unsafe_code)]`, its manifest takes the workspace lints (which forbid it too), and no
-/// file of it holds `unsafe` anything.
+/// file of it turns the memory checks off anywhere.
 #[test]
 fn every_crate_forbids_unsafe_code() {
     for (name, dir, _, roots) in members() {

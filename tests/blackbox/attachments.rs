@@ -780,23 +780,11 @@ async fn pdf_text_is_off_until_the_vault_turns_it_on_and_a_running_server_follow
 /// followed by the running server.
 #[tokio::test]
 async fn http_clients_read_attachments_and_the_serving_process_follows_the_switch() {
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-
     let env = Env::new();
     put(&env, "papers/two.pdf", &numbered(2));
     let (_, token) = env.token("web", "read");
     let srv = crate::http::Server::start(&env);
-    let cfg = StreamableHttpClientTransportConfig::with_uri(srv.url()).auth_header(token);
-    let c = Client {
-        inner: tokio::time::timeout(
-            Duration::from_secs(10),
-            ().serve(StreamableHttpClientTransport::from_config(cfg)),
-        )
-        .await
-        .expect("HTTP initialize timed out")
-        .expect("HTTP initialize failed"),
-    };
+    let c = srv.client(&token).await;
     let listed = c.call(LIST, json!({"dir": "papers"})).await.ok();
     assert_eq!(
         listing(&listed),
@@ -1895,20 +1883,9 @@ fn server_pid(env: &Env) -> u32 {
 /// Two concurrent slow reads through one HTTP server, by the clients of `tokens`: their answers
 /// and the most workers seen alive at once.
 async fn two_reads_at_once(env: &Env, srv: &crate::http::Server, tokens: [&str; 2]) -> (Vec<Reply>, usize) {
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let mut clients = Vec::new();
     for token in tokens {
-        let cfg = StreamableHttpClientTransportConfig::with_uri(srv.url()).auth_header(token.to_owned());
-        clients.push(Client {
-            inner: tokio::time::timeout(
-                Duration::from_secs(10),
-                ().serve(StreamableHttpClientTransport::from_config(cfg)),
-            )
-            .await
-            .expect("HTTP initialize timed out")
-            .expect("HTTP initialize failed"),
-        });
+        clients.push(srv.client(token).await);
     }
     let watch = SandboxWatch::start(server_pid(env));
     let args = json!({"path": "slow.pdf", "pages": (1..=10).collect::<Vec<u32>>()});

@@ -2336,19 +2336,18 @@ async fn slow_version_reads_never_stall_a_plain_read() {
     for i in 0..8 {
         let (client, order, before) = (client.clone(), order.clone(), before.clone());
         tasks.push(tokio::spawn(async move {
-            let r = client
-                .call("read_note", json!({"path": "z/softmax.md", "hash": before}))
-                .await
-                .ok();
+            let r = ok(
+                &client,
+                "read_note",
+                json!({"path": "z/softmax.md", "hash": before}),
+            )
+            .await;
             assert_eq!(r["hash"], before.as_str());
             order.lock().unwrap().push(format!("version {i}"));
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let r = client
-        .call("read_note", json!({"path": "z/attention.md"}))
-        .await
-        .ok();
+    let r = ok(&client, "read_note", json!({"path": "z/attention.md"})).await;
     assert!(r["content"].as_str().is_some());
     order.lock().unwrap().push("plain".to_owned());
     for t in tasks {
