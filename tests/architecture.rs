@@ -490,3 +490,98 @@ fn no_hash_is_compared_in_the_engines_write_path() {
         "apply does not call plan::decide"
     );
 }
+
+/// Every `impl` block of a type, with the file it is in.
+struct Impls {
+    found: Vec<(String, String)>,
+    file: String,
+}
+
+impl<'a> syn::visit::Visit<'a> for Impls {
+    fn visit_item_impl(&mut self, i: &'a syn::ItemImpl) {
+        if i.trait_.is_none()
+            && let syn::Type::Path(p) = &*i.self_ty
+            && let Some(last) = p.path.segments.last()
+        {
+            self.found.push((last.ident.to_string(), self.file.clone()));
+        }
+        syn::visit::visit_item_impl(self, i);
+    }
+}
+
+/// `Core` is the shared context and the door to the services; the operations live on the
+/// services, each in its own file(s). A second `impl Core` would grow the one object back.
+#[test]
+fn core_is_implemented_in_its_own_file_only() {
+    let mut impls = Impls {
+        found: Vec::new(),
+        file: String::new(),
+    };
+    for (path, text) in rust_files(&root().join("engine/src")) {
+        impls.file = path.strip_prefix(root()).unwrap().display().to_string();
+        syn::visit::visit_file(&mut impls, &parse(&path, &text));
+    }
+    let core: Vec<&String> = impls
+        .found
+        .iter()
+        .filter(|(ty, _)| ty == "Core")
+        .map(|(_, f)| f)
+        .collect();
+    assert!(!core.is_empty(), "no impl Core found: the guard reads nothing");
+    let elsewhere: Vec<&&String> = core
+        .iter()
+        .filter(|f| f.as_str() != "engine/src/core.rs")
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "impl Core outside engine/src/core.rs: {elsewhere:?}"
+    );
+    // The services Core hands out are structs implemented in the files ARCHITECTURE.md names.
+    let arch = read("ARCHITECTURE.md");
+    let core_rs = read("engine/src/core.rs");
+    for service in [
+        "Reads",
+        "Credentials",
+        "Proposals",
+        "Writes",
+        "History",
+        "Challenges",
+        "Approvals",
+        "Attachments",
+        "ReviewSessions",
+        "Changes",
+        "Decisions",
+        "Settings",
+    ] {
+        assert!(
+            impls.found.iter().any(|(ty, _)| ty == service),
+            "service {service} has no impl"
+        );
+        assert!(
+            core_rs.contains(&format!("::{service}<'_>")),
+            "Core hands out no {service}"
+        );
+        assert!(
+            arch.contains(&format!("`{service}`")),
+            "ARCHITECTURE.md does not place {service}"
+        );
+    }
+}
+
+/// "May this actor apply, or does it need a person's yes?" is `policy::may_apply`, asked in
+/// exactly one place of the engine.
+#[test]
+fn the_engine_asks_may_apply_once() {
+    let calls: Vec<String> = rust_files(&root().join("engine/src"))
+        .into_iter()
+        .flat_map(|(path, text)| {
+            let rel = path.strip_prefix(root()).unwrap().display().to_string();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains("policy::may_apply(") && !l.trim_start().starts_with("//"))
+                .map(|(n, _)| format!("{rel}:{}", n + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(calls.len(), 1, "policy::may_apply is asked at {calls:?}");
+}

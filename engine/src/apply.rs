@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::api::ApplyOut;
 use crate::approval::ClientApproval;
 use crate::call::Call;
-use crate::core::{Core, VaultHandle, rfc3339};
+use crate::core::{VaultHandle, rfc3339};
 use crate::error::GatewayError;
 use crate::files::Files;
 use crate::ids::{ProposalHash, ProposalId};
@@ -67,7 +67,12 @@ fn refused(d: Decision, p: &Proposal) -> GatewayError {
     }
 }
 
-impl Core {
+/// The write path: apply (here), the one journaled transaction and recovery (txn.rs), housekeeping (maintain.rs).
+pub struct Writes<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl Writes<'_> {
     /// `apply_proposal` for MCP callers and the CLI alike. `approval` is how the caller's
     /// client can ask a person (docs/contract.md#the-review-page-and-in-client-approval); operators pass [`ClientApproval::Unavailable`].
     pub fn apply_proposal(
@@ -88,23 +93,27 @@ impl Core {
         let args_hash = call.args_hash();
         // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
         // does nothing; other arguments under a used key are refused.
-        if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
+        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
             return replay(rec, call.tool(), &args_hash);
         }
         // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the answer
         // counts only for this proposal and hash, and every check below runs again.
-        let approved = self.client_approval(call, v, id, given_hash, approval)?;
+        let approved = self
+            .core
+            .approvals()
+            .client_approval(call, v, id, given_hash, approval)?;
         let fs = v.reader.fs();
         // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
         let _lock = fs.write_lock()?;
         // Another process may have finished the same key while we waited for the lock.
-        if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
+        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
             return replay(rec, call.tool(), &args_hash);
         }
         self.recover(v)?;
 
         // 1. exists for this vault and pending
         let row = self
+            .core
             .state
             .proposal(&v.id, id.as_str())?
             .ok_or_else(|| proposal_not_found(id.as_str()))?;
@@ -116,9 +125,14 @@ impl Core {
         // 2. the tier may apply this proposal (own or anyone's)
         match &approved {
             Some(a) if a.covers(&row.id, given_hash.as_str()) => {
-                self.authorize_approved(call.actor(), &row.created_by)?;
+                self.core
+                    .approvals()
+                    .authorize_approved(call.actor(), &row.created_by)?;
             }
-            _ => self.authorize_decision(call.actor(), &row.created_by)?,
+            _ => self
+                .core
+                .approvals()
+                .authorize_decision(call.actor(), &row.created_by)?,
         }
         let p: Proposal = serde_json::from_value(row.meta.clone()).map_err(internal)?;
         let files = Files::of(v);
@@ -203,7 +217,7 @@ impl Core {
             _ => {}
         }
         let plan = proposals::plan::decide(
-            self.secret().bytes(),
+            self.core.secret().bytes(),
             v.reader.layout(),
             &p,
             given_hash.as_str(),
@@ -243,7 +257,7 @@ impl Core {
                 tool: "apply_proposal".into(),
                 args_hash,
                 idempotency: Some((principal, idempotency_key.to_owned())),
-                log_offset: self.audit.end_offset()?,
+                log_offset: self.core.audit.end_offset()?,
                 approval: approved.map(|_| "client".to_owned()),
             },
             started_at: rfc3339(now),

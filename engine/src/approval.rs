@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::call::Call;
-use crate::core::{Actor, Core, VaultHandle, now_unix};
+use crate::core::{Actor, VaultHandle, now_unix};
 use crate::error::GatewayError;
 use crate::ids::{ProposalHash, ProposalId};
 use crate::proposing::{already_applied, proposal_not_found, rejected};
@@ -115,7 +115,66 @@ struct Sealed {
     e: i64,
 }
 
-impl Core {
+/// May `cred` decide a proposal `created_by` made, or only with a person's yes? The one place
+/// the engine asks `policy::may_apply` (docs/contract.md#tiers-and-capabilities).
+pub(crate) fn may_apply(cred: &inbox::Credential, created_by: &str) -> policy::MayApply {
+    policy::may_apply(cred.tier, cred.approve_in_client, cred.id.as_str() == created_by)
+}
+
+/// A person's yes in the client, and the sealed approvals it leaves.
+pub struct Approvals<'a> {
+    pub(crate) core: &'a crate::core::Core,
+    /// Credentials with a question waiting for a person (docs/contract.md#the-review-page-and-in-client-approval).
+    pub(crate) asking: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Approvals<'_> {
+    /// Own proposals need `auto`, anyone's `full` (docs/contract.md#tiers-and-capabilities); the operator owns the home.
+    /// As [`Approvals::authorize_decision`], for an apply a person approved in the caller's client:
+    /// the tier one step up (docs/contract.md#the-review-page-and-in-client-approval), for a credential that opted in.
+    pub(crate) fn authorize_approved(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
+        let Actor::Caller(c) = actor else {
+            return self.authorize_decision(actor, created_by);
+        };
+        // SECURITY(T-APPROVE1): the person may have taken minutes; the credential row is read
+        // again, so a revocation, a lower tier or a withdrawn opt-in meanwhile wins.
+        let fresh = self
+            .core
+            .state
+            .credential(c.credential.id.as_str())?
+            .ok_or(GatewayError::CredentialRevoked)?;
+        if fresh.is_revoked() {
+            return Err(GatewayError::CredentialRevoked);
+        }
+        if fresh.is_expired(crate::core::now_unix()) {
+            return Err(GatewayError::CredentialExpired);
+        }
+        if may_apply(&fresh, created_by) != policy::MayApply::Deny {
+            return Ok(());
+        }
+        Err(GatewayError::CapabilityDenied(format!(
+            "the '{}' tier may not apply this proposal, even with a person's approval",
+            fresh.tier
+        )))
+    }
+
+    pub fn authorize_decision(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
+        match actor {
+            Actor::Operator(_) => Ok(()),
+            Actor::Caller(c) => {
+                // Deciding without a person's yes: the tier alone (rejects never take one).
+                if may_apply(&c.credential, created_by) == policy::MayApply::Allow {
+                    Ok(())
+                } else {
+                    Err(GatewayError::CapabilityDenied(format!(
+                        "the '{}' tier may decide only its own proposals; this one was made by another client",
+                        c.credential.tier
+                    )))
+                }
+            }
+        }
+    }
+
     /// Decides, before the write lock is taken, whether this apply needs a person's approval
     /// and obtains it. `Ok(None)`: no approval is involved (the tier alone decides under the
     /// lock, which also refuses what it may not do). `Ok(Some)`: approved, for this proposal.
@@ -136,6 +195,7 @@ impl Core {
         }
         // docs/contract.md#applying-a-proposal check 1, early: nobody is asked about a proposal that cannot be applied.
         let row = self
+            .core
             .state
             .proposal(&v.id, id.as_str())?
             .ok_or_else(|| proposal_not_found(id.as_str()))?;
@@ -144,8 +204,7 @@ impl Core {
             inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
             inbox::ProposalStatus::Pending => {}
         }
-        let own = row.created_by == cred.id.as_str();
-        if policy::may_apply(cred.tier, cred.approve_in_client, own) != policy::MayApply::NeedsPersonYes {
+        if may_apply(cred, &row.created_by) != policy::MayApply::NeedsPersonYes {
             return Ok(None);
         }
         let recorded_hash = row
@@ -171,7 +230,7 @@ impl Core {
                 let question = self.approval_question(v, id)?;
                 // SECURITY(T-APPROVE1): one question at a time per credential, so an agent cannot
                 // flood its user with prompts or hold a thread per waiting call.
-                let _asking = Asking::claim(&self.asking, cred.id.as_str()).ok_or_else(|| {
+                let _asking = Asking::claim(self.asking, cred.id.as_str()).ok_or_else(|| {
                     GatewayError::Proposal(
                         policy::ErrorCode::QUOTA_EXCEEDED,
                         "another apply of this credential is already waiting for the person's answer; \
@@ -196,7 +255,7 @@ impl Core {
                 let expires = self.open_approval(state, cred.id.as_str(), &call.args_hash())?;
                 // SECURITY(T-APPROVE2): a sealed state carries one answer, whatever it is, in any
                 // process: a decline cannot be resent as an accept.
-                if !self.state.use_approval(&expires.1, expires.0)? {
+                if !self.core.state.use_approval(&expires.1, expires.0)? {
                     return Err(GatewayError::ApprovalDeclined(
                         "this approval was already used; call apply_proposal again to be asked again".into(),
                     ));
@@ -211,7 +270,7 @@ impl Core {
 
     /// The question for proposal `id`, built from what the CLI and the review page show.
     fn approval_question(&self, v: &VaultHandle, id: &ProposalId) -> Result<ApprovalQuestion, GatewayError> {
-        let p = self.get_proposal(v, id)?;
+        let p = self.core.proposals().get_proposal(v, id)?;
         let it = &p.item;
         let (added, removed) = if it.kind == "move" {
             // A move changes what its link rewrites change: the person sees their size.
@@ -247,11 +306,11 @@ impl Core {
     }
 
     fn approval_timeout(&self) -> Duration {
-        Duration::from_secs(self.config.limits.approval_timeout_seconds)
+        Duration::from_secs(self.core.config.limits.approval_timeout_seconds)
     }
 
     fn approval_key(&self) -> ring::hmac::Key {
-        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.secret().bytes())
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.core.secret().bytes())
     }
 
     fn seal_approval(

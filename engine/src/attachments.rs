@@ -12,7 +12,7 @@ use policy::ErrorCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Core, PageCall, VaultHandle};
+use crate::core::{PageCall, VaultHandle};
 use crate::cursor::Position;
 use crate::error::GatewayError;
 
@@ -160,7 +160,15 @@ impl Slots {
     }
 }
 
-impl Core {
+/// Attachments and their text.
+pub struct Attachments<'a> {
+    pub(crate) core: &'a crate::core::Core,
+    /// The edge's PDF worker, and the bound on its runs at once.
+    pub(crate) pdf_worker: &'a std::sync::OnceLock<std::sync::Arc<dyn PdfWorker>>,
+    pub(crate) pdf_slots: &'a Slots,
+}
+
+impl Attachments<'_> {
     /// `list_attachments`: a page of the vault's non-note files after the cursor's path.
     pub fn list_attachments(
         &self,
@@ -168,7 +176,7 @@ impl Core {
         page: &PageCall<'_>,
         args: &ListAttachmentsArgs,
     ) -> Result<vault::attach::ListAttachments, GatewayError> {
-        let after = match self.open_cursor(v, page, args.cursor.as_deref())? {
+        let after = match self.core.open_cursor(v, page, args.cursor.as_deref())? {
             None => None,
             Some(Position::Attachments(p)) => Some(p),
             Some(_) => return Err(crate::core::not_this_cursor()),
@@ -176,7 +184,7 @@ impl Core {
         let (mut out, next) =
             v.reader
                 .list_attachments_page(args.dir.as_deref(), args.limit, after.as_ref())?;
-        out.next_cursor = next.map(|p| self.seal(v, page, &Position::Attachments(p)));
+        out.next_cursor = next.map(|p| self.core.seal(v, page, &Position::Attachments(p)));
         Ok(out)
     }
 
@@ -188,7 +196,8 @@ impl Core {
     /// Whether the vault's `gateway.toml` entry has `pdf_text = true`, read now so that turning
     /// it off takes effect at the next call; a file that cannot be read counts as off.
     pub fn pdf_text_on(&self, vault: &str) -> bool {
-        self.home
+        self.core
+            .home
             .load_config()
             .ok()
             .and_then(|c| c.vaults.into_iter().find(|v| v.id == vault))
@@ -215,7 +224,7 @@ impl Core {
             return Err(GatewayError::InvalidArgument("pages are numbered from 1".into()));
         }
         // Read now, like the opt-in: a changed setting holds at the next call.
-        let config = self.home.load_config().ok();
+        let config = self.core.home.load_config().ok();
         let pdf_text = config
             .as_ref()
             .and_then(|c| c.vaults.iter().find(|vc| vc.id == v.id))
@@ -274,7 +283,7 @@ impl Core {
             default_pages: DEFAULT_PAGES,
             max_chars,
             // The text appears twice in a result (structured and as text), JSON-escaped.
-            max_total_bytes: (self.read_limits().max_output_bytes / 4) as u64,
+            max_total_bytes: (self.core.read_limits().max_output_bytes / 4) as u64,
         };
         let doc = worker.extract(&bytes, &req, allow_without_sandbox).map_err(|f| {
             let why = match f.kind {

@@ -15,11 +15,12 @@ use proposals::ops::{FileOp, Zone};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::core::{Core, PageCall, VaultHandle, rfc3339};
+use crate::core::{PageCall, VaultHandle, rfc3339};
 use crate::cursor::Position;
 use crate::error::GatewayError;
 use crate::files::Files;
 use crate::git::{FILE_MODE, GitError, Identity, Repo, TreeEntry};
+use crate::history::History;
 use crate::txn::{Intent, TxnKind};
 
 /// A subject line is at most this many characters (docs/contract.md#git-history).
@@ -285,7 +286,7 @@ fn credential_trailer(actor: &audit::Actor) -> String {
     }
 }
 
-impl Core {
+impl History<'_> {
     /// The change's row (and its commit, when git is on), built at the commit point.
     pub(crate) fn change_row(
         &self,
@@ -356,7 +357,7 @@ impl Core {
             .collect();
         paths.sort();
         paths.dedup();
-        let git = if self.state.git_enabled(&v.id)? {
+        let git = if self.core.state.git_enabled(&v.id)? {
             let (pid, phash) = proposal.unwrap_or_else(|| ("none".into(), "none".into()));
             let who = identity_of(&a.actor, created_by, ts);
             let pending = PendingCommit {
@@ -393,14 +394,14 @@ impl Core {
 
     /// The vault's repository, when git is on and the folder is in a work tree.
     fn repo_of(&self, v: &VaultHandle) -> Result<Option<Repo>, GitError> {
-        Repo::discover(&self.git, v.reader.fs().root())
+        Repo::discover(&self.core.git, v.reader.fs().root())
     }
 
     /// Makes the vault's queued commits, oldest first (called under its write lock). Answers
     /// what became of the newest: `committed` when the queue is empty, `queued` when a commit
     /// must wait, `off` when the vault has git off.
     pub(crate) fn drain_git(&self, v: &VaultHandle) -> &'static str {
-        match self.state.git_enabled(&v.id) {
+        match self.core.state.git_enabled(&v.id) {
             Ok(true) => {}
             Ok(false) => return "off",
             Err(e) => {
@@ -428,7 +429,11 @@ impl Core {
         };
         let mut repo: Option<Repo> = None;
         loop {
-            let batch = self.state.queued_commits(&v.id, QUEUE_BATCH).map_err(state_err)?;
+            let batch = self
+                .core
+                .state
+                .queued_commits(&v.id, QUEUE_BATCH)
+                .map_err(state_err)?;
             if batch.is_empty() {
                 return Ok(());
             }
@@ -450,7 +455,7 @@ impl Core {
                     Made::Committed(ref id) => GitDone::Committed(id),
                     Made::Dropped => GitDone::Dropped,
                 };
-                self.state.finish_git(c.seq, id).map_err(state_err)?;
+                self.core.state.finish_git(c.seq, id).map_err(state_err)?;
             }
         }
     }
@@ -511,16 +516,17 @@ impl Core {
             };
             let commit = repo.commit_tree(&tree, head.as_deref(), &pending.message(), &who)?;
             repo.set_index(&changes)?;
-            self.state
+            self.core
+                .state
                 .note_git_attempt(c.seq, &commit)
                 .map_err(|e| failed(e.to_string()))?;
-            self.failpoints.hit("git_before_ref");
+            self.core.failpoints.hit("git_before_ref");
             if repo.update_head(
                 &commit,
                 head.as_deref(),
                 &format!("vaultgate: {}", pending.subject),
             )? {
-                self.failpoints.hit("git_after_ref");
+                self.core.failpoints.hit("git_after_ref");
                 return Ok(Made::Committed(commit));
             }
             // HEAD moved meanwhile (someone committed): build again on the new one.
@@ -548,9 +554,9 @@ impl Core {
 
     /// `vault git ID status`.
     pub fn git_status(&self, v: &VaultHandle) -> Result<GitStatus, GatewayError> {
-        let on = self.state.git_enabled(&v.id)?;
+        let on = self.core.state.git_enabled(&v.id)?;
         let repo = self.repo_of(v).map_err(git_error)?;
-        let queued = self.state.queue_len(&v.id)?;
+        let queued = self.core.state.queue_len(&v.id)?;
         let busy = repo.as_ref().and_then(Repo::busy);
         let head = match &repo {
             Some(r) => r.head().map_err(git_error)?,
@@ -559,7 +565,7 @@ impl Core {
         Ok(GitStatus {
             vault: v.id.clone(),
             git: if on { "on" } else { "off" }.into(),
-            program: self.git.path().display().to_string(),
+            program: self.core.git.path().display().to_string(),
             repository: repo.as_ref().map(|r| r.top().display().to_string()),
             head,
             queued,
@@ -577,7 +583,8 @@ impl Core {
         let inbox = v.layout().inbox.to_string();
         repo.exclude(&[repo.anchored(vault::write::MACHINE_DIR), repo.anchored(&inbox)])
             .map_err(git_error)?;
-        self.state
+        self.core
+            .state
             .set_git(&v.id, true, &rfc3339(time::OffsetDateTime::now_utc()), false)?;
         self.git_status(v)
     }
@@ -588,14 +595,14 @@ impl Core {
         v: &VaultHandle,
         drop_queue: bool,
     ) -> Result<(GitStatus, u64), GatewayError> {
-        let queued = self.state.queue_len(&v.id)?;
+        let queued = self.core.state.queue_len(&v.id)?;
         if queued > 0 && !drop_queue {
             return Err(GatewayError::InvalidArgument(format!(
                 "{queued} commit(s) are queued for vault '{}' (see `vaultgate doctor`): let them be made (finish the merge or rebase, or remove a stale index.lock, then change something or restart), or pass --drop-queue to turn git off without them",
                 v.id
             )));
         }
-        let dropped = self.state.set_git(
+        let dropped = self.core.state.set_git(
             &v.id,
             false,
             &rfc3339(time::OffsetDateTime::now_utc()),
@@ -627,10 +634,11 @@ impl Core {
         };
         let start = policy::VaultPath::parse(path)?;
         v.layout().check_read(&start)?;
-        let (mut cur, mut before) = match self.open_cursor(v, page, cursor)? {
+        let (mut cur, mut before) = match self.core.open_cursor(v, page, cursor)? {
             None => (start.to_string(), None),
             Some(Position::History { seq, path }) => {
                 let row = self
+                    .core
                     .state
                     .change(&v.id, seq)?
                     .ok_or_else(|| GatewayError::InvalidArgument("this cursor names no change".into()))?;
@@ -648,7 +656,7 @@ impl Core {
         let truncated = walk.len() > limit;
         walk.truncate(limit);
         let next_cursor = match walk.last() {
-            Some(((seq, name), _)) if truncated => Some(self.seal(
+            Some(((seq, name), _)) if truncated => Some(self.core.seal(
                 v,
                 page,
                 &Position::History {
@@ -677,6 +685,7 @@ impl Core {
         let mut out = Vec::new();
         'outer: while out.len() < want {
             let rows = self
+                .core
                 .state
                 .changes_of_path(&v.id, cur, *before, want - out.len())?;
             if rows.is_empty() {
@@ -793,7 +802,7 @@ impl Core {
         seq: i64,
         hash: &str,
     ) -> Result<Option<Vec<u8>>, GatewayError> {
-        let Some(row) = self.state.change(&v.id, seq)? else {
+        let Some(row) = self.core.state.change(&v.id, seq)? else {
             return Ok(None);
         };
         let (Some(commit), true) = (row.git_commit.as_deref(), row.git == "committed") else {
@@ -849,7 +858,7 @@ fn hashes_in(text: &str, out: &mut std::collections::HashSet<String>) {
     }
 }
 
-impl Core {
+impl History<'_> {
     /// docs/contract.md#critical-operations: after a permanent deletion, the history objects that only the deleted notes'
     /// versions use are removed, so `read_note {hash}` (or anyone with the vault folder) cannot
     /// bring them back. A hash any other change or history entry names is kept.
@@ -858,7 +867,7 @@ impl Core {
         v: &VaultHandle,
         barrier_audit_seq: u64,
     ) -> Result<usize, GatewayError> {
-        let Some(barrier) = self.state.change_by_audit_seq(barrier_audit_seq)? else {
+        let Some(barrier) = self.core.state.change_by_audit_seq(barrier_audit_seq)? else {
             return Ok(0);
         };
         let notes: Vec<NoteChange> = serde_json::from_value(barrier.notes.clone()).unwrap_or_default();
@@ -883,7 +892,7 @@ impl Core {
         // row); so does every history entry no followed change wrote (entries of older versions).
         let mut kept = std::collections::HashSet::new();
         let mut entries = std::collections::HashSet::new();
-        for row in self.state.all_changes(&v.id)? {
+        for row in self.core.state.all_changes(&v.id)? {
             let others: Vec<NoteChange> = serde_json::from_value(row.notes.clone()).unwrap_or_default();
             let mut followed = row.seq == barrier.seq;
             for e in others {
@@ -898,7 +907,7 @@ impl Core {
                 entries.insert(row.history_entry_id.clone());
             }
         }
-        for (id, paths) in self.state.history_paths(&v.id)? {
+        for (id, paths) in self.core.state.history_paths(&v.id)? {
             if !entries.contains(&id) {
                 hashes_in(&paths, &mut kept);
             }

@@ -181,10 +181,10 @@ pub fn rescan(core: &Core, v: &VaultHandle, batch: &vault::watch::Changes) {
 /// Scans every vault once (changes made while no server ran), starts its search index (built or
 /// brought up to date in the background; reads scan until it is ready) and keeps watching them.
 pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
-    core.maintain_if_due();
+    core.writes().maintain_if_due();
     let mut watches = Vec::new();
     for v in core.all_vaults() {
-        core.sweep_orphan_proposals(&v);
+        core.proposals().sweep_orphan_proposals(&v);
         let fp = fingerprint(&v);
         if let Err(e) = core.state.note_disk_state(&v.id, &fp) {
             tracing::error!(vault = %v.id, error = %e, "start-up scan failed");
@@ -216,7 +216,13 @@ pub(crate) struct OwnWrites {
 /// Remembered at most (a full map is cleared: forgetting only costs a walk).
 const OWN_WRITES_MAX: usize = 8192;
 
-impl Core {
+/// Change detection for edits made outside vaultgate.
+pub struct Changes<'a> {
+    pub(crate) core: &'a crate::core::Core,
+    pub(crate) own_writes: &'a std::sync::Mutex<OwnWrites>,
+}
+
+impl Changes<'_> {
     /// Records that a transaction left `path` holding `hash` (`None`: absent).
     pub(crate) fn note_own_write(&self, v: &VaultHandle, path: &str, hash: Option<&str>) {
         let mut w = self
@@ -242,7 +248,7 @@ impl Core {
         };
         let expected = match mine {
             Some(h) => h,
-            None => match self.state.vault_write(&v.id, p.as_str()) {
+            None => match self.core.state.vault_write(&v.id, p.as_str()) {
                 Ok(Some(h)) => {
                     *theirs = true;
                     h
@@ -270,11 +276,11 @@ impl Core {
     /// As `settle_after_write`, with the walk the caller already made after its last note write
     /// (one walk of the vault per apply instead of two).
     pub fn settle_after_write_with(&self, v: &VaultHandle, revision: u64, files: Vec<DirEntry>) {
-        if let Err(e) = self.state.set_fingerprint(&v.id, &fingerprint_of(&files)) {
+        if let Err(e) = self.core.state.set_fingerprint(&v.id, &fingerprint_of(&files)) {
             tracing::error!(vault = %v.id, error = %e, "recording the fingerprint after a write failed");
         }
         v.reader.index_sync(files);
-        self.announce(VaultChanged {
+        self.core.announce(VaultChanged {
             vault: v.id.clone(),
             revision,
         });
@@ -299,7 +305,7 @@ fn needs_rescan(core: &Core, v: &VaultHandle, rel: &Path, theirs: &mut bool) -> 
         return false;
     }
     if p.as_str().ends_with(".md") {
-        return !core.is_own_write(v, &p, theirs);
+        return !core.changes().is_own_write(v, &p, theirs);
     }
     // A folder (created, renamed, removed) may carry notes the watcher did not name; another file
     // is no note.

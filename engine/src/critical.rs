@@ -198,7 +198,12 @@ fn to_value<T: Serialize>(v: T) -> Result<Value, GatewayError> {
 
 // ---- the tools ----------------------------------------------------------------------------------
 
-impl Core {
+/// Two-phase challenges for critical operations.
+pub struct Challenges<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl Challenges<'_> {
     /// `delete_permanent`: first call → challenge; exact second call → the notes are deleted.
     pub fn delete_permanent(
         &self,
@@ -247,7 +252,7 @@ impl Core {
         // watcher has not reported yet still makes the challenge stale.
         let _lock = v.reader.fs().write_lock()?;
         // Interrupted applies, undo/redo and critical calls are finished before anything is decided.
-        self.recover(v)?;
+        self.core.writes().recover(v)?;
         let revision = self.revision_now(v)?;
         let refuse = |refusal, stored| self.refuse(caller, v, which, args, revision, refusal, stored);
 
@@ -263,7 +268,7 @@ impl Core {
                 });
             }
             Phase::Incomplete => return Err(refuse(Refusal::Required, None)),
-            Phase::Second { challenge_id, .. } => self.state.challenge(challenge_id)?,
+            Phase::Second { challenge_id, .. } => self.core.state.challenge(challenge_id)?,
         };
         let issued = match &stored {
             Some(s) => Some(Issued {
@@ -281,7 +286,7 @@ impl Core {
             now: now_unix(),
             revision,
         };
-        if let Err(refusal) = challenge::decide(self.secret().bytes(), issued.as_ref(), &attempt) {
+        if let Err(refusal) = challenge::decide(self.core.secret().bytes(), issued.as_ref(), &attempt) {
             return Err(refuse(refusal, stored.as_ref()));
         }
         let (Some(stored), Some(issued)) = (stored, issued) else {
@@ -325,7 +330,7 @@ impl Core {
                 tool: which.name().into(),
                 args_hash: call.args_hash(),
                 idempotency: None,
-                log_offset: self.audit.end_offset()?,
+                log_offset: self.core.audit.end_offset()?,
                 approval: None,
             },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
@@ -334,13 +339,14 @@ impl Core {
         // SECURITY(T-CRIT3): exactly once, even against another process that read the same row;
         // the same statement records the intent, so no used challenge is left unfinishable.
         if !self
+            .core
             .state
             .consume_challenge(&stored.id, now_unix(), &to_value(&intent)?)?
         {
             return Err(refuse(Refusal::Consumed, Some(&stored)));
         }
-        self.failpoint(&intent.txn, "after_intent");
-        let committed = self.run_txn(
+        self.core.writes().failpoint(&intent.txn, "after_intent");
+        let committed = self.core.writes().run_txn(
             v,
             &IntentAt::Challenge(stored.id.clone()),
             &intent,
@@ -372,12 +378,13 @@ impl Core {
             .unwrap_or_default();
         let now = now_unix();
         if let Err(e) = self
+            .core
             .state
             .prune_challenges(now.saturating_sub(KEEP_EXPIRED_SECONDS))
         {
             tracing::warn!(error = %e, "pruning old challenges failed");
         }
-        let ttl = i64::try_from(self.config.limits.challenge_ttl_seconds).unwrap_or(i64::MAX);
+        let ttl = i64::try_from(self.core.config.limits.challenge_ttl_seconds).unwrap_or(i64::MAX);
         let expires = now.saturating_add(ttl);
         let expires_at = time::OffsetDateTime::from_unix_timestamp(expires)
             .map(rfc3339)
@@ -394,8 +401,8 @@ impl Core {
             challenge_id: &id,
             expires_at: &expires_at,
         });
-        let plan_hash = challenge::plan_hash(self.secret().bytes(), &plan);
-        self.state.create_challenge(&inbox::NewChallenge {
+        let plan_hash = challenge::plan_hash(self.core.secret().bytes(), &plan);
+        self.core.state.create_challenge(&inbox::NewChallenge {
             id: &id,
             vault: &v.id,
             credential_id,
@@ -420,7 +427,7 @@ impl Core {
             recoverability: RECOVERABILITY.into(),
             revision,
             expires_at,
-            git_history: self.state.git_enabled(&v.id)?.then(|| {
+            git_history: self.core.state.git_enabled(&v.id)?.then(|| {
                 "this vault's git history keeps earlier versions of these notes; vaultgate does not rewrite it (the deletion itself is committed)".to_owned()
             }),
         })
@@ -507,10 +514,11 @@ impl Core {
     /// not reported yet is counted here, once, like the watcher would.
     fn revision_now(&self, v: &VaultHandle) -> Result<u64, GatewayError> {
         let (revision, moved) = self
+            .core
             .state
             .note_disk_state(&v.id, &crate::changes::fingerprint(v))?;
         if moved {
-            self.announce(VaultChanged {
+            self.core.announce(VaultChanged {
                 vault: v.id.clone(),
                 revision,
             });

@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::call::Call;
-use crate::core::{Core, VaultHandle, rfc3339};
+use crate::core::{VaultHandle, rfc3339};
 use crate::error::GatewayError;
 use crate::files::Files;
 use crate::ids::HistoryEntryId;
@@ -241,13 +241,18 @@ fn stale(t: Transition, entry: &str, path: &str, why: &str) -> GatewayError {
     )
 }
 
-impl Core {
+/// Undo and redo (here), note history and the git change log (changelog.rs).
+pub struct History<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl History<'_> {
     // ---- reads --------------------------------------------------------------------------------
 
     /// `history_status`: the tops, whether the undo top went stale, and whether a transition was
     /// interrupted. Takes no lock: a read.
     pub fn history_status(&self, v: &VaultHandle) -> Result<HistoryStatusOut, GatewayError> {
-        let tops = self.state.history_tops(&v.id)?;
+        let tops = self.core.state.history_tops(&v.id)?;
         Ok(HistoryStatusOut {
             stale_top: self.stale_top(v, tops.undo.as_deref())?,
             undo_top: tops.undo,
@@ -265,13 +270,14 @@ impl Core {
         t: Transition,
     ) -> Result<Option<HistoryEntryView>, GatewayError> {
         self.recover_interrupted(v)?;
-        let tops = self.state.history_tops(&v.id)?;
+        let tops = self.core.state.history_tops(&v.id)?;
         let id = match t {
             Transition::Undo => tops.undo,
             Transition::Redo => tops.redo,
         };
         let Some(id) = id else { return Ok(None) };
         let entry = self
+            .core
             .state
             .history_entry(&v.id, &id)?
             .ok_or_else(|| internal(format!("history top {id} vanished")))?;
@@ -289,6 +295,7 @@ impl Core {
     /// Whether an undo/redo intent is open in this vault.
     fn open_transitions(&self, v: &VaultHandle) -> Result<bool, GatewayError> {
         Ok(self
+            .core
             .state
             .open_intents(&v.id)?
             .iter()
@@ -298,14 +305,14 @@ impl Core {
     /// `Some(id)` when a file of the undo top is no longer as the entry left it.
     fn stale_top(&self, v: &VaultHandle, undo_top: Option<&str>) -> Result<Option<String>, GatewayError> {
         let Some(id) = undo_top else { return Ok(None) };
-        let Some(entry) = self.state.history_entry(&v.id, id)? else {
+        let Some(entry) = self.core.state.history_entry(&v.id, id)? else {
             return Ok(None);
         };
         let files = Files::of(v);
         for op in entry_ops(&entry)? {
             // A file that cannot be read as a note any more (a symlink swapped in, the layout
             // changed) cannot be undone either.
-            match self.op_state_of(&files, &op) {
+            match self.core.writes().op_state_of(&files, &op) {
                 Ok(OpState::After) => {}
                 _ => return Ok(Some(entry.id)),
             }
@@ -350,20 +357,21 @@ impl Core {
         let args_hash = call.args_hash();
         // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
         // does nothing; other arguments under a used key are refused.
-        if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
+        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
             return replay(t, rec, &args_hash);
         }
         // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
         let _lock = v.reader.fs().write_lock()?;
-        if let Some(rec) = self.state.idempotency_get(&principal, idempotency_key)? {
+        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
             return replay(t, rec, &args_hash);
         }
-        self.recover(v)?;
+        self.core.writes().recover(v)?;
 
-        if !self.state.history_is_top(&v.id, expected, t)? {
-            return Err(not_top(t, expected, &self.state.history_tops(&v.id)?));
+        if !self.core.state.history_is_top(&v.id, expected, t)? {
+            return Err(not_top(t, expected, &self.core.state.history_tops(&v.id)?));
         }
         let entry = self
+            .core
             .state
             .history_entry(&v.id, expected)?
             .ok_or_else(|| internal(format!("history top {expected} vanished")))?;
@@ -393,15 +401,21 @@ impl Core {
                 tool: tool_name(t).into(),
                 args_hash,
                 idempotency: Some((principal, idempotency_key.to_owned())),
-                log_offset: self.audit.end_offset()?,
+                log_offset: self.core.audit.end_offset()?,
                 approval: None,
             },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
             rolling_back: false,
         };
-        let at = self.begin_txn(v, &format!("{INTENT_PREFIX}{}", entry.id), &intent)?;
-        self.failpoint(&intent.txn, "after_intent");
-        let committed = self.run_txn(v, &at, &intent, inbox::INTENT_STARTED, Some(call))?;
+        let at = self
+            .core
+            .writes()
+            .begin_txn(v, &format!("{INTENT_PREFIX}{}", entry.id), &intent)?;
+        self.core.writes().failpoint(&intent.txn, "after_intent");
+        let committed = self
+            .core
+            .writes()
+            .run_txn(v, &at, &intent, inbox::INTENT_STARTED, Some(call))?;
         serde_json::from_value(committed.result).map_err(internal)
     }
 
@@ -424,7 +438,7 @@ impl Core {
                 .first()
                 .map(|(_, p)| (*p).to_owned())
                 .unwrap_or_default();
-            match self.op_state_of(&files, op)? {
+            match self.core.writes().op_state_of(&files, op)? {
                 OpState::Before => {}
                 OpState::After | OpState::Other => {
                     return Err(stale(t, entry, &path, "changed since"));
@@ -462,7 +476,7 @@ impl Core {
     /// Takes the vault's write lock and settles every interrupted write.
     pub fn recover_interrupted(&self, v: &Arc<VaultHandle>) -> Result<(), GatewayError> {
         let _lock = v.reader.fs().write_lock()?;
-        self.recover(v)
+        self.core.writes().recover(v)
     }
 }
 

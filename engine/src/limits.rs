@@ -1,6 +1,6 @@
 //! Every input bounded before any work (docs/contract.md#limits-and-pagination): [`check_args`] over a call's raw JSON
 //! arguments, run first in every MCP and CLI call, and the inbox quotas every `propose_*` checks
-//! first ([`Core::check_quota`]).
+//! first ([`Proposals::check_quota`]).
 //!
 //! The numbers are `gateway.toml [limits]`; a refusal names the one it hit, so the caller knows
 //! both the fact and the knob.
@@ -11,9 +11,10 @@ use std::fmt::Display;
 use policy::{ErrorCode, FolderPath};
 use serde_json::Value;
 
-use crate::core::{Actor, Core, VaultHandle};
+use crate::core::{Actor, VaultHandle};
 use crate::error::GatewayError;
 use crate::proposing::InboxFiles;
+use crate::proposing::Proposals;
 
 /// The limits of one home: `gateway.toml [limits]` as loaded.
 pub use crate::home::LimitsConfig as Limits;
@@ -298,7 +299,7 @@ fn quota(msg: String) -> GatewayError {
     GatewayError::Proposal(ErrorCode::QUOTA_EXCEEDED, msg)
 }
 
-impl Core {
+impl Proposals<'_> {
     /// The inbox quotas (docs/contract.md#limits-and-pagination), checked first by every `propose_*` with the bytes the new
     /// proposal brings: a credential holds at most `max_pending_per_credential` pending proposals
     /// and `max_pending_bytes_per_credential` bytes of them in a vault's inbox, and the inbox at
@@ -311,10 +312,10 @@ impl Core {
     ) -> Result<(), GatewayError> {
         // SECURITY(T-LIMIT2): a `propose` credential cannot fill the inbox, the disk or the
         // reviewer's queue: every pending proposal is counted against its maker and its vault.
-        let l = &self.config.limits;
+        let l = &self.core.config.limits;
         check_proposal_bytes(incoming, l)?;
         let me = actor.principal_id();
-        let pending = self.state.pending_refs(&v.id)?;
+        let pending = self.core.state.pending_refs(&v.id)?;
         let mine = len(pending.iter().filter(|p| p.created_by == me).count());
         let next_step =
             "ask a reviewer to apply or reject pending proposals (list_proposals), then propose again";

@@ -8,7 +8,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::core::{Core, now_unix, rfc3339};
+use crate::apply::Writes;
+use crate::core::{now_unix, rfc3339};
 use crate::critical::KEEP_EXPIRED_SECONDS;
 
 /// Keys are kept a week: a client retries a lost answer within minutes, not days.
@@ -18,8 +19,8 @@ const EVERY_SECONDS: i64 = 3600;
 
 static LAST_RUN: AtomicI64 = AtomicI64::new(i64::MIN);
 
-impl Core {
-    /// Runs [`Core::maintain`] unless this process did so within the last hour.
+impl Writes<'_> {
+    /// Runs [`Writes::maintain`] unless this process did so within the last hour.
     pub(crate) fn maintain_if_due(&self) {
         let now = now_unix();
         let last = LAST_RUN.load(Ordering::Relaxed);
@@ -43,12 +44,13 @@ impl Core {
         let keys = if before.is_empty() {
             0
         } else {
-            self.state.idempotency_prune(&before).unwrap_or_else(|e| {
+            self.core.state.idempotency_prune(&before).unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "pruning idempotency keys failed");
                 0
             })
         };
         let challenges = self
+            .core
             .state
             .prune_challenges(now.saturating_sub(KEEP_EXPIRED_SECONDS))
             .unwrap_or_else(|e| {
@@ -59,11 +61,11 @@ impl Core {
             tracing::info!(keys, challenges, "forgot old idempotency keys and challenges");
         }
         // Review logins that can open nothing any more (used, expired or logged out).
-        if let Err(e) = self.state.prune_review(now) {
+        if let Err(e) = self.core.state.prune_review(now) {
             tracing::warn!(error = %e, "pruning review logins failed");
         }
         // Used approval nonces whose sealed states have expired (they are refused as late anyway).
-        if let Err(e) = self.state.prune_approvals(now) {
+        if let Err(e) = self.core.state.prune_approvals(now) {
             tracing::warn!(error = %e, "pruning used approvals failed");
         }
         (keys, challenges)
@@ -76,6 +78,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::Core;
     use crate::home::Home;
 
     #[test]
@@ -95,10 +98,10 @@ mod tests {
         };
         put("old", now - KEEP_IDEMPOTENCY_SECONDS - 60);
         put("recent", now - 60);
-        let (keys, _) = core.maintain(now);
+        let (keys, _) = core.writes().maintain(now);
         assert_eq!(keys, 1);
         assert!(core.state.idempotency_get("c", "old").unwrap().is_none());
         assert!(core.state.idempotency_get("c", "recent").unwrap().is_some());
-        assert_eq!(core.maintain(now).0, 0, "a second pass finds nothing");
+        assert_eq!(core.writes().maintain(now).0, 0, "a second pass finds nothing");
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::api::{ApplyOut, RejectOut};
-use crate::core::{Core, Operator, VaultHandle};
+use crate::core::{Operator, VaultHandle};
 use crate::error::GatewayError;
 use crate::history::HistoryStatusOut;
 use crate::ids::{HistoryEntryId, ProposalHash, ProposalId};
@@ -17,7 +17,12 @@ fn fresh_key(operator: &Operator) -> String {
     format!("{}-{}", operator.event(), uuid::Uuid::now_v7().simple())
 }
 
-impl Core {
+/// The operator's decisions, from the CLI and the review page.
+pub struct Decisions<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl Decisions<'_> {
     /// Applies the proposal `id` whose hash the operator was shown (docs/contract.md#proposals: every check runs).
     pub fn operator_apply(
         &self,
@@ -28,18 +33,19 @@ impl Core {
     ) -> Result<ApplyOut, GatewayError> {
         let key = fresh_key(operator);
         let args = serde_json::json!({"vault": v.id, "id": id, "proposalHash": proposal_hash, "idempotencyKey": key});
-        self.operator_call(operator, "apply_proposal", &args, |call| {
-            call.set_vault(&v.id);
-            self.apply_proposal(
-                call,
-                v,
-                &ProposalId::from_wire(id.to_owned()),
-                &ProposalHash::from_wire(proposal_hash.to_owned()),
-                &key,
-                &crate::approval::ClientApproval::Unavailable,
-            )
-        })
-        .into_inner()
+        self.core
+            .operator_call(operator, "apply_proposal", &args, |call| {
+                call.set_vault(&v.id);
+                self.core.writes().apply_proposal(
+                    call,
+                    v,
+                    &ProposalId::from_wire(id.to_owned()),
+                    &ProposalHash::from_wire(proposal_hash.to_owned()),
+                    &key,
+                    &crate::approval::ClientApproval::Unavailable,
+                )
+            })
+            .into_inner()
     }
 
     /// Rejects the pending proposal `id` with the operator's reason.
@@ -51,11 +57,14 @@ impl Core {
         reason: &str,
     ) -> Result<RejectOut, GatewayError> {
         let args = serde_json::json!({"vault": v.id, "id": id, "reason": reason});
-        self.operator_call(operator, "reject_proposal", &args, |call| {
-            call.set_vault(&v.id);
-            self.reject_proposal(call, v, &ProposalId::from_wire(id.to_owned()), reason)
-        })
-        .into_inner()
+        self.core
+            .operator_call(operator, "reject_proposal", &args, |call| {
+                call.set_vault(&v.id);
+                self.core
+                    .proposals()
+                    .reject_proposal(call, v, &ProposalId::from_wire(id.to_owned()), reason)
+            })
+            .into_inner()
     }
 
     /// Undoes or redoes the entry the operator was shown (`expected`: `HISTORY_NOT_TOP` when it is
@@ -71,11 +80,18 @@ impl Core {
         let key = fresh_key(operator);
         let args =
             serde_json::json!({"vault": v.id, "expectedHistoryEntryId": expected, "idempotencyKey": key});
-        self.operator_call(operator, tool, &args, |call| {
-            call.set_vault(&v.id);
-            self.history_transition(call, v, t, &HistoryEntryId::from_wire(expected.to_owned()), &key)
-        })
-        .into_inner()
+        self.core
+            .operator_call(operator, tool, &args, |call| {
+                call.set_vault(&v.id);
+                self.core.history().history_transition(
+                    call,
+                    v,
+                    t,
+                    &HistoryEntryId::from_wire(expected.to_owned()),
+                    &key,
+                )
+            })
+            .into_inner()
     }
 
     /// Records a refused undo/redo that never reached the transaction (nothing to undo, or the
@@ -90,6 +106,7 @@ impl Core {
         let tool = crate::history::tool_name(t);
         let args = serde_json::json!({"vault": v.id});
         match self
+            .core
             .operator_call(operator, tool, &args, |call| {
                 call.set_vault(&v.id);
                 Err::<(), _>(e)
@@ -112,20 +129,21 @@ impl Core {
     ) -> Result<crate::changelog::GitStatus, GatewayError> {
         let args =
             serde_json::json!({"vault": v.id, "git": if on { "on" } else { "off" }, "dropQueue": drop_queue});
-        self.operator_call(operator, "vault_git", &args, |call| {
-            call.set_vault(&v.id);
-            let _lock = v.reader.fs().write_lock()?;
-            if on {
-                let status = self.git_on(v)?;
-                // Commits queued before an earlier `off --drop-queue` are gone; anything queued
-                // while git was on is made now.
-                self.drain_git(v);
-                Ok(status)
-            } else {
-                self.git_off(v, drop_queue).map(|(s, _)| s)
-            }
-        })
-        .into_inner()
+        self.core
+            .operator_call(operator, "vault_git", &args, |call| {
+                call.set_vault(&v.id);
+                let _lock = v.reader.fs().write_lock()?;
+                if on {
+                    let status = self.core.history().git_on(v)?;
+                    // Commits queued before an earlier `off --drop-queue` are gone; anything queued
+                    // while git was on is made now.
+                    self.core.history().drain_git(v);
+                    Ok(status)
+                } else {
+                    self.core.history().git_off(v, drop_queue).map(|(s, _)| s)
+                }
+            })
+            .into_inner()
     }
 
     /// Turns PDF text (`read_attachment_text`, docs/contract.md#notes-as-data-and-attachments) on or off for a vault in
@@ -138,16 +156,17 @@ impl Core {
         on: bool,
     ) -> Result<bool, GatewayError> {
         let args = serde_json::json!({"vault": vault, "pdfText": on});
-        self.operator_call(operator, "vault_pdf_text", &args, |call| {
-            call.set_vault(vault);
-            let mut config = self.home.load_config()?;
-            let Some(v) = config.vaults.iter_mut().find(|v| v.id == vault) else {
-                return Err(GatewayError::VaultNotFound(vault.to_owned()));
-            };
-            v.pdf_text = on;
-            self.home.save_config(&config)?;
-            Ok(on)
-        })
-        .into_inner()
+        self.core
+            .operator_call(operator, "vault_pdf_text", &args, |call| {
+                call.set_vault(vault);
+                let mut config = self.core.home.load_config()?;
+                let Some(v) = config.vaults.iter_mut().find(|v| v.id == vault) else {
+                    return Err(GatewayError::VaultNotFound(vault.to_owned()));
+                };
+                v.pdf_text = on;
+                self.core.home.save_config(&config)?;
+                Ok(on)
+            })
+            .into_inner()
     }
 }

@@ -13,7 +13,9 @@ use crate::api::{
     CreatedByOut, GetProposalOut, LinkRewriteItem, ListProposalsOut, ProposalItem, ProposedOut, RejectOut,
 };
 use crate::call::{Call, TxnRecord};
-use crate::core::{Actor, Core, VaultHandle, recorded, rfc3339};
+use crate::core::{Actor, VaultHandle, recorded, rfc3339};
+use crate::core::{PageCall, not_this_cursor};
+use crate::cursor::Position;
 use crate::error::GatewayError;
 use crate::ids::{NoteHash, ProposalId};
 
@@ -110,7 +112,77 @@ fn stale(p: &VaultPath, expected: &str, actual: Option<&str>) -> GatewayError {
     )
 }
 
-impl Core {
+/// Proposals: made, listed, read and rejected; the inbox quotas (limits.rs).
+pub struct Proposals<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl Proposals<'_> {
+    /// `list_proposals`: newest first, a page after the cursor's (createdAt, row). `page` is
+    /// `None` for the CLI, which takes no cursor.
+    pub fn list_proposals_page(
+        &self,
+        v: &VaultHandle,
+        page: Option<&PageCall<'_>>,
+        status: Option<&str>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<crate::api::ListProposalsOut, GatewayError> {
+        let status = status.unwrap_or("pending");
+        let bad_status = || GatewayError::InvalidArgument("status is pending, applied or rejected".into());
+        if !matches!(status, "pending" | "applied" | "rejected") {
+            return Err(bad_status());
+        }
+        let limit = limit.unwrap_or(50);
+        if !(1..=500).contains(&limit) {
+            return Err(GatewayError::InvalidArgument("limit is 1 to 500".into()));
+        }
+        let status: inbox::ProposalStatus = status.parse().map_err(|_| bad_status())?;
+        let after = match (page, cursor) {
+            (Some(p), c) => match self.core.open_cursor(v, p, c)? {
+                None => None,
+                Some(Position::Proposals { created_at, row }) => Some((created_at, row)),
+                Some(_) => return Err(not_this_cursor()),
+            },
+            (None, Some(_)) => return Err(not_this_cursor()),
+            (None, None) => None,
+        };
+        // A created_at the cursor had to cut cannot be compared in SQL: such a cursor was never
+        // sealed for a real timestamp (RFC 3339 is short).
+        let after_at = match &after {
+            Some((k, row)) if k.hash.is_none() => Some((String::from_utf8_lossy(&k.head).into_owned(), *row)),
+            Some(_) => return Err(not_this_cursor()),
+            None => None,
+        };
+        let mut rows = self.core.state.list_proposals_page(
+            &v.id,
+            Some(status),
+            limit + 1,
+            after_at.as_ref().map(|(a, r)| (a.as_str(), *r)),
+        )?;
+        let truncated = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let next_cursor = match (rows.last(), page) {
+            (Some((row, last)), Some(p)) if truncated => Some(self.core.seal(
+                v,
+                p,
+                &Position::Proposals {
+                    created_at: vault::Key::exact(&last.created_at),
+                    row: *row,
+                },
+            )),
+            _ => None,
+        };
+        Ok(crate::api::ListProposalsOut {
+            proposals: rows
+                .iter()
+                .filter_map(|(_, r)| crate::proposing::item(r))
+                .collect(),
+            truncated,
+            next_cursor,
+        })
+    }
+
     fn created_by(actor: &Actor) -> CreatedBy {
         match actor {
             Actor::Caller(c) => CreatedBy {
@@ -136,7 +208,7 @@ impl Core {
         diff: Option<&str>,
     ) -> Result<Proposal, GatewayError> {
         let id = uuid::Uuid::now_v7().to_string();
-        let p = proposals::seal(draft, id, self.secret().bytes());
+        let p = proposals::seal(draft, id, self.core.secret().bytes());
         let files = InboxFiles::of(p.kind, &p.slug);
         // No write lock: a proposal writes only its own new inbox files (created exclusively)
         // and its row, so it never waits for an apply (docs/contract.md#proposals: the lock is held only as long
@@ -165,7 +237,7 @@ impl Core {
             self.unstage(v, &written);
             return Err(e);
         }
-        let committed = self.state.insert_proposal_recorded(
+        let committed = self.core.state.insert_proposal_recorded(
             &inbox::NewProposal {
                 vault: &v.id,
                 id: &p.id,
@@ -212,7 +284,7 @@ impl Core {
                 for e in entries {
                     let name = e.path.file_name().to_owned();
                     let Some(slug) = proposal_slug_of(&name) else { continue };
-                    match self.state.proposal(&v.id, slug) {
+                    match self.core.state.proposal(&v.id, slug) {
                         Ok(None) => {}
                         Ok(Some(_)) => continue,
                         Err(err) => {
@@ -369,7 +441,7 @@ impl Core {
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
         // Edits can grow a note past what could ever be read back.
-        crate::limits::check_proposal_bytes(new.len() as u64, &self.config.limits)?;
+        crate::limits::check_proposal_bytes(new.len() as u64, &self.core.config.limits)?;
         if new == old {
             return Err(GatewayError::InvalidArgument(
                 "the proposed text equals the current text".into(),
@@ -492,7 +564,7 @@ impl Core {
         })
     }
 
-    /// The CLI's `inbox list`: the first page (see `Core::list_proposals_page`).
+    /// The CLI's `inbox list`: the first page (see `Proposals::list_proposals_page`).
     pub fn list_proposals(
         &self,
         v: &VaultHandle,
@@ -506,6 +578,7 @@ impl Core {
     /// `--only` works through (all of them, not one page).
     pub fn pending_proposal_ids(&self, v: &VaultHandle) -> Result<Vec<String>, GatewayError> {
         let rows = self
+            .core
             .state
             .list_proposals(&v.id, Some(inbox::ProposalStatus::Pending), u32::MAX)?;
         Ok(rows.into_iter().map(|r| r.id).collect())
@@ -514,6 +587,7 @@ impl Core {
     pub fn get_proposal(&self, v: &VaultHandle, id: &ProposalId) -> Result<GetProposalOut, GatewayError> {
         let id = id.as_str();
         let row = self
+            .core
             .state
             .proposal(&v.id, id)?
             .ok_or_else(|| proposal_not_found(id))?;
@@ -561,7 +635,7 @@ impl Core {
     /// Rejects a pending proposal: the row moves to `rejected` (one winner) in one state
     /// transaction with the call's durable record, then its files are archived under
     /// `rejected/<date of decided_at>/`. A crash before the files moved is finished by the next
-    /// recovery ([`Core::finish_rejections`]).
+    /// recovery ([`Proposals::finish_rejections`]).
     pub fn reject_proposal(
         &self,
         call: &mut Call<'_>,
@@ -573,8 +647,9 @@ impl Core {
         require_reason(reason)?;
         let _lock = v.reader.fs().write_lock()?;
         // An apply a crash interrupted is finished first: it may be this very proposal.
-        self.recover(v)?;
+        self.core.writes().recover(v)?;
         let row = self
+            .core
             .state
             .proposal(&v.id, id)?
             .ok_or_else(|| proposal_not_found(id))?;
@@ -583,7 +658,9 @@ impl Core {
             inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
             inbox::ProposalStatus::Pending => {}
         }
-        self.authorize_decision(call.actor(), &row.created_by)?;
+        self.core
+            .approvals()
+            .authorize_decision(call.actor(), &row.created_by)?;
         let kind: Kind = row
             .kind
             .parse()
@@ -591,6 +668,7 @@ impl Core {
         let decided_at = rfc3339(time::OffsetDateTime::now_utc());
         let label = call.actor().label();
         let moved = self
+            .core
             .state
             .mark_rejected_recorded(&row.id, &label, &decided_at, reason, || {
                 call.record_head(TxnRecord {
@@ -650,7 +728,7 @@ impl Core {
                 }
             }
         }
-        if complete && let Err(e) = self.state.mark_archived(id) {
+        if complete && let Err(e) = self.core.state.mark_archived(id) {
             tracing::warn!(proposal = %id, error = %e, "marking a rejected proposal archived failed");
         }
         Ok(archived_to)
@@ -659,7 +737,7 @@ impl Core {
     /// Finishes rejections a crash interrupted between the commit and the archiving of the
     /// files (called by recovery, under the vault's write lock).
     pub(crate) fn finish_rejections(&self, v: &VaultHandle) -> Result<(), GatewayError> {
-        for row in self.state.unarchived_rejections(&v.id)? {
+        for row in self.core.state.unarchived_rejections(&v.id)? {
             let Ok(kind) = row.kind.parse::<Kind>() else {
                 continue;
             };
@@ -667,53 +745,6 @@ impl Core {
             self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
         }
         Ok(())
-    }
-
-    /// Own proposals need `auto`, anyone's `full` (docs/contract.md#tiers-and-capabilities); the operator owns the home.
-    /// As [`Core::authorize_decision`], for an apply a person approved in the caller's client:
-    /// the tier one step up (docs/contract.md#the-review-page-and-in-client-approval), for a credential that opted in.
-    pub(crate) fn authorize_approved(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
-        let Actor::Caller(c) = actor else {
-            return self.authorize_decision(actor, created_by);
-        };
-        // SECURITY(T-APPROVE1): the person may have taken minutes; the credential row is read
-        // again, so a revocation, a lower tier or a withdrawn opt-in meanwhile wins.
-        let fresh = self
-            .state
-            .credential(c.credential.id.as_str())?
-            .ok_or(GatewayError::CredentialRevoked)?;
-        if fresh.is_revoked() {
-            return Err(GatewayError::CredentialRevoked);
-        }
-        if fresh.is_expired(crate::core::now_unix()) {
-            return Err(GatewayError::CredentialExpired);
-        }
-        let own = fresh.id.as_str() == created_by;
-        if policy::may_apply(fresh.tier, fresh.approve_in_client, own) != policy::MayApply::Deny {
-            return Ok(());
-        }
-        Err(GatewayError::CapabilityDenied(format!(
-            "the '{}' tier may not apply this proposal, even with a person's approval",
-            fresh.tier
-        )))
-    }
-
-    pub fn authorize_decision(&self, actor: &Actor, created_by: &str) -> Result<(), GatewayError> {
-        match actor {
-            Actor::Operator(_) => Ok(()),
-            Actor::Caller(c) => {
-                // Deciding without a person's yes: the tier alone (rejects never take one).
-                let own = c.credential.id.as_str() == created_by;
-                if policy::may_apply(c.credential.tier, false, own) == policy::MayApply::Allow {
-                    Ok(())
-                } else {
-                    Err(GatewayError::CapabilityDenied(format!(
-                        "the '{}' tier may decide only its own proposals; this one was made by another client",
-                        c.credential.tier
-                    )))
-                }
-            }
-        }
     }
 }
 

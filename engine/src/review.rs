@@ -12,7 +12,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::core::{Core, Operator, now_unix};
+use crate::core::{Operator, now_unix};
 use crate::error::GatewayError;
 use crate::home::Home;
 use audit::{Durability, Entry, Outcome};
@@ -74,18 +74,24 @@ fn not_logged_in() -> GatewayError {
     GatewayError::Unauthorized("no review session here: run `vaultgate review` for a new login link")
 }
 
-impl Core {
+/// The review page's one-time login codes and sessions.
+pub struct ReviewSessions<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl ReviewSessions<'_> {
     /// Mints a one-time login code for `operator` (the CLI user), valid for
     /// `[review] login_code_ttl_seconds`. Audited before the code is shown.
     pub fn mint_review_code(&self, operator: &Operator) -> Result<String, GatewayError> {
-        self.audit_preflight()?;
+        self.core.audit_preflight()?;
         let code = random_hex(SECRET_BYTES)?;
         let now = now_unix();
-        let ttl = i64::try_from(self.config.review.login_code_ttl_seconds).unwrap_or(i64::MAX);
-        self.state
+        let ttl = i64::try_from(self.core.config.review.login_code_ttl_seconds).unwrap_or(i64::MAX);
+        self.core
+            .state
             .add_review_code(&sha256_hex(&code), &operator.user, now, now.saturating_add(ttl))?;
         let entry = Entry::new("review.code", operator.audit_actor(), Outcome::Ok);
-        self.append_audit(entry, Durability::Sync)?;
+        self.core.append_audit(entry, Durability::Sync)?;
         Ok(code)
     }
 
@@ -101,14 +107,15 @@ impl Core {
         if !well_formed(code, SECRET_BYTES * 2) {
             return Err(refused());
         }
-        self.audit_preflight()?;
+        self.core.audit_preflight()?;
         let cookie = random_hex(SECRET_BYTES)?;
         let path = random_hex(PATH_BYTES)?;
         let now = now_unix();
-        let max_age = self.config.review.session_seconds.max(60);
+        let max_age = self.core.config.review.session_seconds.max(60);
         let expires_at = now.saturating_add(i64::try_from(max_age).unwrap_or(i64::MAX));
         let id_hash = sha256_hex(&cookie);
         let user = self
+            .core
             .state
             .redeem_review_code(
                 &sha256_hex(code),
@@ -122,7 +129,7 @@ impl Core {
             .ok_or_else(refused)?;
         let operator = Operator::review(&user);
         let entry = Entry::new("review.login", operator.audit_actor(), Outcome::Ok);
-        self.append_audit(entry, Durability::Sync)?;
+        self.core.append_audit(entry, Durability::Sync)?;
         Ok(Login {
             cookie,
             path,
@@ -139,6 +146,7 @@ impl Core {
             return Err(not_logged_in());
         }
         let row = self
+            .core
             .state
             .review_session(path, now_unix())?
             .ok_or_else(not_logged_in)?;
@@ -163,7 +171,7 @@ impl Core {
     }
 
     fn csrf_key(&self) -> ring::hmac::Key {
-        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.secret().bytes())
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.core.secret().bytes())
     }
 
     /// SECURITY(T-REVIEW3): every state-changing request carries its session's CSRF token.
@@ -183,10 +191,10 @@ impl Core {
 
     /// Ends the session (Logout), audited.
     pub fn review_logout(&self, session: &Session) -> Result<(), GatewayError> {
-        self.audit_preflight()?;
-        self.state.end_review_session(&session.id_hash, now_unix())?;
+        self.core.audit_preflight()?;
+        self.core.state.end_review_session(&session.id_hash, now_unix())?;
         let entry = Entry::new("review.logout", session.operator.audit_actor(), Outcome::Ok);
-        self.append_audit(entry, Durability::Sync)?;
+        self.core.append_audit(entry, Durability::Sync)?;
         Ok(())
     }
 
@@ -200,16 +208,16 @@ impl Core {
         let mut entry = Entry::new("review.refused", session.operator.audit_actor(), Outcome::Denied);
         entry.code = Some(e.code().as_str().to_owned());
         entry.target = Some(what.to_owned());
-        self.append_audit(entry, Durability::Sync).map(|_| ())
+        self.core.append_audit(entry, Durability::Sync).map(|_| ())
     }
 }
 
-/// A fresh random nonce for [`Core::server_proof`].
+/// A fresh random nonce for [`ReviewSessions::server_proof`].
 pub fn new_nonce() -> Result<String, GatewayError> {
     random_hex(SECRET_BYTES)
 }
 
-impl Core {
+impl ReviewSessions<'_> {
     /// SECURITY(T-REVIEW5): proves that the server listening on `served` is this home's: an HMAC
     /// of the caller's nonce and that address under the home's secret. `vaultgate review` checks
     /// it against the address it connected to before it mints a code, so a process squatting a
@@ -221,13 +229,13 @@ impl Core {
                 "nonce: 64 lowercase hex digits".into(),
             ));
         }
-        let message = proof_message(&self.config.gateway_id, nonce, served);
+        let message = proof_message(&self.core.config.gateway_id, nonce, served);
         Ok(hex::encode(ring::hmac::sign(&self.csrf_key(), &message).as_ref()))
     }
 
     /// Whether `proof` is the answer of this home's server listening on `served` to `nonce`.
     pub fn is_server_proof(&self, nonce: &str, served: &SocketAddr, proof: &str) -> bool {
-        let message = proof_message(&self.config.gateway_id, nonce, served);
+        let message = proof_message(&self.core.config.gateway_id, nonce, served);
         hex::decode(proof.trim())
             .is_ok_and(|tag| ring::hmac::verify(&self.csrf_key(), &message, &tag).is_ok())
     }
@@ -270,6 +278,7 @@ fn read_server_record_at(path: &Path) -> Option<ServerRecord> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::Core;
 
     fn core() -> (tempfile::TempDir, Core) {
         let dir = tempfile::tempdir().unwrap();
@@ -283,26 +292,45 @@ mod tests {
     #[test]
     fn a_login_opens_one_session_bound_to_its_cookie_and_csrf() {
         let (_d, core) = core();
-        let code = core.mint_review_code(&Operator::cli("ann")).unwrap();
-        let login = core.review_login(&code).unwrap();
+        let code = core.review().mint_review_code(&Operator::cli("ann")).unwrap();
+        let login = core.review().review_login(&code).unwrap();
         assert_eq!(login.operator, Operator::review("ann"));
-        assert!(core.review_login(&code).is_err(), "a code works once");
-        let s = core.review_session(&login.path, Some(&login.cookie)).unwrap();
+        assert!(core.review().review_login(&code).is_err(), "a code works once");
+        let s = core
+            .review()
+            .review_session(&login.path, Some(&login.cookie))
+            .unwrap();
         assert_eq!(s.operator.label(), "review:ann");
-        core.check_csrf(&s, Some(&s.csrf)).unwrap();
-        assert!(core.check_csrf(&s, None).is_err());
-        assert!(core.check_csrf(&s, Some(&"0".repeat(64))).is_err());
+        core.review().check_csrf(&s, Some(&s.csrf)).unwrap();
+        assert!(core.review().check_csrf(&s, None).is_err());
+        assert!(core.review().check_csrf(&s, Some(&"0".repeat(64))).is_err());
         // Another session's token does not pass, nor its cookie on this path.
         let other = core
-            .review_login(&core.mint_review_code(&Operator::cli("ann")).unwrap())
+            .review()
+            .review_login(&core.review().mint_review_code(&Operator::cli("ann")).unwrap())
             .unwrap();
-        let o = core.review_session(&other.path, Some(&other.cookie)).unwrap();
-        assert!(core.check_csrf(&s, Some(&o.csrf)).is_err());
-        assert!(core.review_session(&login.path, Some(&other.cookie)).is_err());
-        assert!(core.review_session(&login.path, None).is_err());
-        core.review_logout(&s).unwrap();
-        assert!(core.review_session(&login.path, Some(&login.cookie)).is_err());
-        assert!(core.review_session(&other.path, Some(&other.cookie)).is_ok());
+        let o = core
+            .review()
+            .review_session(&other.path, Some(&other.cookie))
+            .unwrap();
+        assert!(core.review().check_csrf(&s, Some(&o.csrf)).is_err());
+        assert!(
+            core.review()
+                .review_session(&login.path, Some(&other.cookie))
+                .is_err()
+        );
+        assert!(core.review().review_session(&login.path, None).is_err());
+        core.review().review_logout(&s).unwrap();
+        assert!(
+            core.review()
+                .review_session(&login.path, Some(&login.cookie))
+                .is_err()
+        );
+        assert!(
+            core.review()
+                .review_session(&other.path, Some(&other.cookie))
+                .is_ok()
+        );
         let events: Vec<String> = crate::audit_log::tail(&core.home.audit_path(), 10)
             .unwrap()
             .into_iter()
@@ -324,9 +352,9 @@ mod tests {
     fn a_late_code_opens_nothing() {
         let (_d, mut core) = core();
         core.config.review.login_code_ttl_seconds = 0;
-        let code = core.mint_review_code(&Operator::cli("ann")).unwrap();
+        let code = core.review().mint_review_code(&Operator::cli("ann")).unwrap();
         assert!(matches!(
-            core.review_login(&code),
+            core.review().review_login(&code),
             Err(GatewayError::Forbidden(_))
         ));
     }
@@ -337,16 +365,24 @@ mod tests {
         let (_e, other) = core();
         let here: SocketAddr = "127.0.0.1:8765".parse().unwrap();
         let nonce = new_nonce().unwrap();
-        let proof = mine.server_proof(&nonce, &here).unwrap();
-        assert!(mine.is_server_proof(&nonce, &here, &proof));
-        assert!(!other.is_server_proof(&nonce, &here, &proof));
-        assert!(!mine.is_server_proof(&new_nonce().unwrap(), &here, &proof));
-        assert!(!mine.is_server_proof(&nonce, &here, "not hex"));
+        let proof = mine.review().server_proof(&nonce, &here).unwrap();
+        assert!(mine.review().is_server_proof(&nonce, &here, &proof));
+        assert!(!other.review().is_server_proof(&nonce, &here, &proof));
+        assert!(
+            !mine
+                .review()
+                .is_server_proof(&new_nonce().unwrap(), &here, &proof)
+        );
+        assert!(!mine.review().is_server_proof(&nonce, &here, "not hex"));
         // The real server's answer, relayed by whatever listens elsewhere, proves nothing there.
         for elsewhere in ["127.0.0.1:8766", "[::1]:8765"] {
-            assert!(!mine.is_server_proof(&nonce, &elsewhere.parse().unwrap(), &proof));
+            assert!(
+                !mine
+                    .review()
+                    .is_server_proof(&nonce, &elsewhere.parse().unwrap(), &proof)
+            );
         }
-        assert!(mine.server_proof("short", &here).is_err());
+        assert!(mine.review().server_proof("short", &here).is_err());
     }
 
     #[test]

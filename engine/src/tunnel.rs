@@ -5,15 +5,16 @@
 use audit::{Durability, Entry, Outcome};
 
 use crate::auth::{self, Claims, Token};
-use crate::core::{Core, Operator, now_unix, recorded};
+use crate::core::{Operator, now_unix, recorded};
 use crate::error::GatewayError;
+use crate::vaults::Settings;
 use inbox::Credential;
 use policy::Tier;
 
 /// The name of the tunnel's credential; `token list` shows it like any other.
 pub const TUNNEL_CREDENTIAL: &str = "chatgpt-tunnel";
 
-impl Core {
+impl Settings<'_> {
     /// Issues the tunnel's credential. An earlier one is revoked and renamed
     /// (`chatgpt-tunnel-<id>`), so its token stops working at once and the name moves on.
     pub fn rotate_tunnel_credential(
@@ -22,10 +23,10 @@ impl Core {
         tier: Tier,
         vaults: Vec<String>,
     ) -> Result<Credential, GatewayError> {
-        if let Ok(old) = self.state.find_credential(TUNNEL_CREDENTIAL)
+        if let Ok(old) = self.core.state.find_credential(TUNNEL_CREDENTIAL)
             && old.name == TUNNEL_CREDENTIAL
         {
-            self.audit_preflight()?;
+            self.core.audit_preflight()?;
             let suffix: String = old
                 .id
                 .as_str()
@@ -37,23 +38,33 @@ impl Core {
                 .rev()
                 .collect();
             let retired = format!("{TUNNEL_CREDENTIAL}-{suffix}");
-            self.state
+            self.core
+                .state
                 .retire_credential_recorded(&old.id, now_unix(), &retired, || {
-                    self.audit_admin(operator, "credential.revoke", &old, None)
+                    self.core
+                        .credentials()
+                        .audit_admin(operator, "credential.revoke", &old, None)
                 })
                 .map_err(recorded)?;
         }
-        let (cred, _) = self.issue_credential(operator, TUNNEL_CREDENTIAL, tier, vaults, None, false)?;
+        let (cred, _) = self.core.credentials().issue_credential(
+            operator,
+            TUNNEL_CREDENTIAL,
+            tier,
+            vaults,
+            None,
+            false,
+        )?;
         Ok(cred)
     }
 
     /// A bearer token of the live tunnel credential, for the child's environment only. It names
     /// the credential's issuance (`jti`), so revoking or rotating the credential refuses it.
     pub fn tunnel_token(&self) -> Result<Token, GatewayError> {
-        let cred = self
-            .state
-            .find_credential(TUNNEL_CREDENTIAL)
-            .map_err(|_| GatewayError::Config("no tunnel credential: run `vaultgate tunnel setup`".into()))?;
+        let cred =
+            self.core.state.find_credential(TUNNEL_CREDENTIAL).map_err(|_| {
+                GatewayError::Config("no tunnel credential: run `vaultgate tunnel setup`".into())
+            })?;
         let now = now_unix();
         if cred.name != TUNNEL_CREDENTIAL || cred.is_revoked() || cred.is_expired(now) {
             return Err(GatewayError::Config(
@@ -61,10 +72,10 @@ impl Core {
             ));
         }
         auth::issue(
-            self.secret(),
+            self.core.secret(),
             &Claims {
                 iss: auth::ISSUER.into(),
-                aud: self.config.gateway_id.clone(),
+                aud: self.core.config.gateway_id.clone(),
                 sub: cred.id.as_str().to_owned(),
                 jti: cred.jti.clone(),
                 iat: now,
@@ -90,6 +101,6 @@ impl Core {
         let mut entry = Entry::new(event, operator.audit_actor(), outcome);
         entry.target = Some(target.to_owned());
         entry.code = failed.map(|e| e.code().as_str().to_owned());
-        self.append_audit(entry, Durability::Sync).map(|_| ())
+        self.core.append_audit(entry, Durability::Sync).map(|_| ())
     }
 }

@@ -2,12 +2,12 @@
 //!
 //! A write is an [`Intent`]: the [`FileOp`]s it will run (each with the exact bytes its files hold
 //! before and after), who asked, and what commits it. The intent is durable before any file is
-//! touched. [`Core::run_txn`] then runs every operation compare-and-swap, writes the call's audit
+//! touched. [`Writes::run_txn`] then runs every operation compare-and-swap, writes the call's audit
 //! line, and commits (one SQLite transaction). Anything unexpected on the way — a file edited
 //! meanwhile, the audit line not writable, the commit failing — rolls it back: every file it
 //! wrote gets its `before` bytes again and a file changed outside vaultgate is left as it is.
 //!
-//! Recovery ([`Core::recover`], at start and before every write) runs the same function on every
+//! Recovery ([`Writes::recover`], at start and before every write) runs the same function on every
 //! open intent: when each file is at its `before` or `after` state the transaction is finished,
 //! otherwise it is rolled back and `apply.rolled_back` is audited. No open intent ever makes a
 //! later write fail, and a recovered transaction never writes a second success record: the audit
@@ -23,8 +23,9 @@ use proposals::ops::{FileOp, OpState, Zone, inverse_all};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::apply::Writes;
 use crate::call::{Call, TxnRecord};
-use crate::core::{Core, VaultHandle, rfc3339};
+use crate::core::{VaultHandle, rfc3339};
 use crate::error::GatewayError;
 use crate::files::{Cas, Files};
 
@@ -190,17 +191,17 @@ enum Cause {
     Resumed,
 }
 
-impl Core {
+impl Writes<'_> {
     /// Test-only crash and pause injection (`Failpoints`, given by the edge).
     pub(crate) fn failpoint(&self, kind: &TxnKind, step: &str) {
-        self.failpoints.hit(&format!("{}{step}", kind.prefix()));
+        self.core.failpoints.hit(&format!("{}{step}", kind.prefix()));
     }
 
     /// Remembers what an operation left in the notes, so the watcher knows its own writes.
     fn remember(&self, v: &VaultHandle, op: &FileOp) {
         for (zone, path, hash) in op.leaves() {
             if zone == Zone::Note {
-                self.note_own_write(v, path, hash);
+                self.core.changes().note_own_write(v, path, hash);
             }
         }
     }
@@ -215,7 +216,7 @@ impl Core {
         Ok(op.state(|_, _| it.next().flatten()))
     }
 
-    /// Records a new intent; the transaction starts with [`Core::run_txn`].
+    /// Records a new intent; the transaction starts with [`Writes::run_txn`].
     pub(crate) fn begin_txn(
         &self,
         v: &VaultHandle,
@@ -223,7 +224,10 @@ impl Core {
         intent: &Intent,
     ) -> Result<IntentAt, GatewayError> {
         let json = serde_json::to_value(intent).map_err(internal)?;
-        let id = self.state.begin_intent(&v.id, key, &json, &intent.started_at)?;
+        let id = self
+            .core
+            .state
+            .begin_intent(&v.id, key, &json, &intent.started_at)?;
         Ok(IntentAt::Row(id))
     }
 
@@ -329,7 +333,7 @@ impl Core {
         self.failpoint(kind, "after_commit");
         let index = self.after_commit(v, intent, committed.revision, head.seq);
         // docs/contract.md#git-history: the commit is made after the engine's commit point; it never undoes it.
-        let git = self.drain_git(v);
+        let git = self.core.history().drain_git(v);
         let mut result = committed.result.clone();
         // `apply_proposal` always says (docs/contract.md#the-mcp-surface); undo, redo and critical calls only where git is on.
         if let Value::Object(m) = &mut result
@@ -339,7 +343,7 @@ impl Core {
         }
         if result != committed.result
             && let Some((principal, key)) = &intent.audit.idempotency
-            && let Err(e) = self.state.idempotency_amend(
+            && let Err(e) = self.core.state.idempotency_amend(
                 principal,
                 key,
                 &intent.audit.tool,
@@ -362,7 +366,7 @@ impl Core {
     fn recovered_record(&self, v: &VaultHandle, intent: &Intent) -> Result<inbox::AuditHead, GatewayError> {
         let a = &intent.audit;
         let (target, proposal_id, challenge_id) = intent.txn.record_ids();
-        let found = self.audit.find_since(a.log_offset, |r| {
+        let found = self.core.audit.find_since(a.log_offset, |r| {
             r.tool.as_deref() == Some(a.tool.as_str())
                 && r.args_hash.as_deref() == Some(a.args_hash.as_str())
                 && r.outcome == Outcome::Ok
@@ -376,7 +380,7 @@ impl Core {
                 hash: r.hash,
             });
         }
-        self.append_audit_record(
+        self.core.append_audit_record(
             Entry {
                 event: intent.txn.recovered_event().into(),
                 actor: a.actor.clone(),
@@ -418,8 +422,9 @@ impl Core {
         }
         self.failpoint(kind, "after_rollback");
         let closed = match (at, kind) {
-            (IntentAt::Row(id), _) => self.state.finish_intent(*id).map(|_| ()),
+            (IntentAt::Row(id), _) => self.core.state.finish_intent(*id).map(|_| ()),
             (IntentAt::Challenge(id), _) => self
+                .core
                 .state
                 .finish_challenge(id, &serde_json::json!({"rolledBack": true}), false, None)
                 .map(|_| ()),
@@ -443,7 +448,7 @@ impl Core {
                 challenge_id,
                 approval: intent.audit.approval.clone(),
             }),
-            _ => self.append_audit(
+            _ => self.core.append_audit(
                 Entry {
                     event: ROLLED_BACK.into(),
                     actor: intent.audit.actor.clone(),
@@ -471,11 +476,12 @@ impl Core {
     fn undo_files(&self, v: &VaultHandle, at: &IntentAt, intent: &Intent) -> Result<(), GatewayError> {
         let now = rfc3339(time::OffsetDateTime::now_utc());
         match at {
-            IntentAt::Row(id) => self.state.advance_intent(*id, ROLLING_BACK, &now)?,
+            IntentAt::Row(id) => self.core.state.advance_intent(*id, ROLLING_BACK, &now)?,
             IntentAt::Challenge(id) => {
                 let mut marked = intent.clone();
                 marked.rolling_back = true;
-                self.state
+                self.core
+                    .state
                     .set_challenge_intent(id, &serde_json::to_value(&marked).map_err(internal)?)?;
             }
         }
@@ -532,7 +538,7 @@ impl Core {
         let writes = note_writes(intent);
         let at_time = rfc3339(time::OffsetDateTime::now_utc());
         // docs/contract.md#git-history: the change's row (and its git commit, queued) is part of this commit.
-        let row = self.change_row(v, intent, head, &at_time)?;
+        let row = self.core.history().change_row(v, intent, head, &at_time)?;
         let change = row.as_new();
         let disk_after = inbox::DiskAfter {
             fingerprint,
@@ -573,6 +579,7 @@ impl Core {
                     args_hash: &a.args_hash,
                 });
                 let c = self
+                    .core
                     .state
                     .finish_apply(
                         *id,
@@ -611,9 +618,14 @@ impl Core {
                 },
                 IntentAt::Row(id),
             ) => {
-                let tops = self.state.history_tops_after(&v.id, entry_id, *transition)?;
+                let tops = self.core.state.history_tops_after(&v.id, entry_id, *transition)?;
                 let result = crate::history::HistoryStatusOut {
-                    stale_top: self.stale_top_after(v, tops.undo.as_deref(), *transition, entry_id)?,
+                    stale_top: self.core.history().stale_top_after(
+                        v,
+                        tops.undo.as_deref(),
+                        *transition,
+                        entry_id,
+                    )?,
                     undo_top: tops.undo,
                     redo_top: tops.redo,
                     transition_in_progress: false,
@@ -628,6 +640,7 @@ impl Core {
                     args_hash: &a.args_hash,
                 });
                 let c = self
+                    .core
                     .state
                     .finish_history_transition(&inbox::HistoryTransition {
                         intent_id: *id,
@@ -691,7 +704,7 @@ impl Core {
                             _ => None,
                         })
                         .collect();
-                    match self.state.add_history(
+                    match self.core.state.add_history(
                         &v.id,
                         &inbox::NewHistory {
                             id: history_id,
@@ -708,6 +721,7 @@ impl Core {
                     }
                 }
                 let revision = self
+                    .core
                     .state
                     .finish_challenge(challenge_id, &result, changed, disk)?
                     .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
@@ -739,21 +753,21 @@ impl Core {
                         tracing::error!(vault = %v.id, error = %e, "purging a deleted file failed");
                     }
                 }
-                if let Err(e) = self.purge_deleted_versions(v, audit_seq) {
+                if let Err(e) = self.core.history().purge_deleted_versions(v, audit_seq) {
                     tracing::error!(vault = %v.id, error = %e, "purging the deleted notes' history objects failed");
                 }
             }
             TxnKind::History { .. } => {}
         }
         let touched = self.touched_notes(intent);
-        let index = if self.failpoints.fails("index_update") {
+        let index = if self.core.failpoints.fails("index_update") {
             "failed"
         } else if v.reader.update_paths_checked(&touched) {
             "updated"
         } else {
             "failed"
         };
-        self.announce(crate::changes::VaultChanged {
+        self.core.announce(crate::changes::VaultChanged {
             vault: v.id.clone(),
             revision,
         });
@@ -795,7 +809,7 @@ impl Core {
         let Some(before) = before else {
             return Some(crate::changes::fingerprint(v));
         };
-        let recorded = self.state.fingerprint(&v.id).ok().flatten()?;
+        let recorded = self.core.state.fingerprint(&v.id).ok().flatten()?;
         let mut fp = crate::changes::Fingerprint::parse(&recorded)?;
         for e in &before {
             fp.toggle(e);
@@ -854,7 +868,7 @@ impl Core {
     /// lock): each is finished or rolled back; none makes this call fail. Then repairs what a crash right after
     /// a commit can leave: the last `_applied.jsonl` line, held copies of deleted files.
     pub fn recover(&self, v: &Arc<VaultHandle>) -> Result<(), GatewayError> {
-        for row in self.state.open_intents(&v.id)? {
+        for row in self.core.state.open_intents(&v.id)? {
             let intent: Intent = match serde_json::from_value(row.plan.clone()) {
                 Ok(i) => i,
                 Err(e) => {
@@ -867,7 +881,7 @@ impl Core {
                 tracing::warn!(vault = %v.id, code = %e.code(), "an interrupted transaction was rolled back");
             }
         }
-        for c in self.state.open_challenge_intents(&v.id)? {
+        for c in self.core.state.open_challenge_intents(&v.id)? {
             let Some(json) = c.intent.clone() else { continue };
             let intent: Intent = match serde_json::from_value(json) {
                 Ok(i) => i,
@@ -882,17 +896,17 @@ impl Core {
             }
         }
         self.repair_applied_chain(v)?;
-        self.finish_rejections(v)?;
-        crate::critical::sweep_holds(self, v)?;
+        self.core.proposals().finish_rejections(v)?;
+        crate::critical::sweep_holds(self.core, v)?;
         // docs/contract.md#git-history: commits a crash or a busy repository left queued are made before any newer.
-        self.drain_git(v);
+        self.core.history().drain_git(v);
         Ok(())
     }
 
     /// A crash between an apply's commit and its `_applied.jsonl` line leaves the line missing:
     /// the state knows the last applied proposal, and the chain gets its line.
     fn repair_applied_chain(&self, v: &VaultHandle) -> Result<(), GatewayError> {
-        let Some(row) = self.state.last_applied(&v.id)? else {
+        let Some(row) = self.core.state.last_applied(&v.id)? else {
             return Ok(());
         };
         let Ok(p) = serde_json::from_value::<proposals::Proposal>(row.meta.clone()) else {
@@ -914,7 +928,7 @@ impl Core {
 
     /// At start: settles interrupted transactions in every vault, each under its lock.
     pub fn recover_all(&self) {
-        for v in self.all_vaults() {
+        for v in self.core.all_vaults() {
             let result = v
                 .reader
                 .fs()

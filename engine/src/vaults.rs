@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use crate::call::ResultIds;
-use crate::core::{Core, Operator};
+use crate::core::Operator;
 use crate::error::GatewayError;
 use crate::home::VaultConfig;
 
@@ -50,59 +50,63 @@ fn slug(s: &str) -> String {
     if out.is_empty() { "vault".into() } else { out }
 }
 
-impl Core {
+/// Configuration changes, each checked, written and audited here (and tunnel.rs).
+pub struct Settings<'a> {
+    pub(crate) core: &'a crate::core::Core,
+}
+
+impl Settings<'_> {
     /// `vault add`: registers a folder as a vault. The first vault, or `default`, becomes the
     /// default.
-    pub fn operator_vault_add(
-        &self,
-        operator: &Operator,
-        args: VaultAdd,
-    ) -> Result<VaultConfig, GatewayError> {
+    pub fn vault_add(&self, operator: &Operator, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
         let record = json!({"vault": args.id, "name": args.name, "default": args.default});
-        self.operator_call(operator, "vault_add", &record, |call| {
-            let vc = self.register_vault(args)?;
-            call.set_vault(&vc.id);
-            Ok(vc)
-        })
-        .into_inner()
+        self.core
+            .operator_call(operator, "vault_add", &record, |call| {
+                let vc = self.register_vault(args)?;
+                call.set_vault(&vc.id);
+                Ok(vc)
+            })
+            .into_inner()
     }
 
     /// `vault remove`: forgets a vault (its files are not touched).
-    pub fn operator_vault_remove(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
-        self.operator_call(operator, "vault_remove", &json!({"vault": id}), |call| {
-            call.set_vault(id);
-            let mut config = self.home.load_config()?;
-            let before = config.vaults.len();
-            config.vaults.retain(|v| v.id != id);
-            if config.vaults.len() == before {
-                return Err(GatewayError::VaultNotFound(id.to_owned()));
-            }
-            if config.default_vault.as_deref() == Some(id) {
-                config.default_vault = config.vaults.first().map(|v| v.id.clone());
-            }
-            self.home.save_config(&config)?;
-            crate::changelog::forget_vault(&self.home, id)
-        })
-        .into_inner()
+    pub fn vault_remove(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
+        self.core
+            .operator_call(operator, "vault_remove", &json!({"vault": id}), |call| {
+                call.set_vault(id);
+                let mut config = self.core.home.load_config()?;
+                let before = config.vaults.len();
+                config.vaults.retain(|v| v.id != id);
+                if config.vaults.len() == before {
+                    return Err(GatewayError::VaultNotFound(id.to_owned()));
+                }
+                if config.default_vault.as_deref() == Some(id) {
+                    config.default_vault = config.vaults.first().map(|v| v.id.clone());
+                }
+                self.core.home.save_config(&config)?;
+                crate::changelog::forget_vault(&self.core.home, id)
+            })
+            .into_inner()
     }
 
     /// `vault set-default`.
-    pub fn operator_vault_set_default(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
-        self.operator_call(operator, "vault_set_default", &json!({"vault": id}), |call| {
-            call.set_vault(id);
-            let mut config = self.home.load_config()?;
-            if !config.vaults.iter().any(|v| v.id == id) {
-                return Err(GatewayError::VaultNotFound(id.to_owned()));
-            }
-            config.default_vault = Some(id.to_owned());
-            self.home.save_config(&config)
-        })
-        .into_inner()
+    pub fn vault_set_default(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
+        self.core
+            .operator_call(operator, "vault_set_default", &json!({"vault": id}), |call| {
+                call.set_vault(id);
+                let mut config = self.core.home.load_config()?;
+                if !config.vaults.iter().any(|v| v.id == id) {
+                    return Err(GatewayError::VaultNotFound(id.to_owned()));
+                }
+                config.default_vault = Some(id.to_owned());
+                self.core.home.save_config(&config)
+            })
+            .into_inner()
     }
 
     /// The rules of a new vault: its id, no vault inside or around another, the default layout.
     fn register_vault(&self, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
-        let mut config = self.home.load_config()?;
+        let mut config = self.core.home.load_config()?;
         let path = std::fs::canonicalize(&args.path)
             .map_err(|e| GatewayError::InvalidArgument(format!("{}: {e}", args.path.display())))?;
         if !path.is_dir() {
@@ -176,7 +180,7 @@ impl Core {
             config.default_vault = Some(id);
         }
         config.vaults.push(vc.clone());
-        self.home.save_config(&config)?;
+        self.core.home.save_config(&config)?;
         Ok(vc)
     }
 }

@@ -576,8 +576,9 @@ fn failpoints(env: &BTreeMap<String, String>) -> engine::Failpoints {
 /// the command does anything else.
 pub(crate) fn open_core(home: &Home) -> Result<Core, GatewayError> {
     let core = Core::open_with(home.clone(), FAILPOINTS.get().cloned().unwrap_or_default())?;
-    core.set_pdf_worker(std::sync::Arc::new(crate::pdf::WorkerProcess::new()));
-    core.recover_all();
+    core.attachments()
+        .set_pdf_worker(std::sync::Arc::new(crate::pdf::WorkerProcess::new()));
+    core.writes().recover_all();
     Ok(core)
 }
 
@@ -750,12 +751,14 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             let Some(token) = env.get("VAULTGATE_TOKEN").filter(|t| !t.is_empty()) else {
                 let e = GatewayError::Unauthorized("VAULTGATE_TOKEN is not set");
                 // No record, no answer: a refusal that cannot be audited is AUDIT_UNAVAILABLE.
-                core.record_auth_refusal(engine::core::Transport::Stdio, &e)?;
+                core.credentials()
+                    .record_auth_refusal(engine::core::Transport::Stdio, &e)?;
                 return Err(e);
             };
             let token = Token::new(token.clone());
             // A missing or invalid token fails at start, before anything is written to stdout.
-            core.authenticate(&token, engine::core::Transport::Stdio)?;
+            core.credentials()
+                .authenticate(&token, engine::core::Transport::Stdio)?;
             crate::serve::stdio(core, token)
         }
         Command::Demo(args) => crate::demo::run(crate::demo::DemoOptions {
@@ -803,7 +806,7 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             if a.git {
                 engine::changelog::check_work_tree(&a.path)?;
             }
-            let vc = configuration_core(home)?.operator_vault_add(
+            let vc = configuration_core(home)?.settings().vault_add(
                 &Operator::cli(user),
                 engine::vaults::VaultAdd {
                     path: a.path,
@@ -823,13 +826,17 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             ));
             if a.pdf_text {
                 let core = open_core(home)?;
-                let on = core.operator_pdf_text(&Operator::cli(user), &vc.id, true)?;
+                let on = core
+                    .decisions()
+                    .operator_pdf_text(&Operator::cli(user), &vc.id, true)?;
                 out(&describe_pdf_text(&vc.id, on));
             }
             if a.git {
                 let core = open_core(home)?;
                 let v = core.vault_for_cli(Some(&vc.id))?;
-                let s = core.operator_git(&Operator::cli(user), &v, true, false)?;
+                let s = core
+                    .decisions()
+                    .operator_git(&Operator::cli(user), &v, true, false)?;
                 out(&engine::changelog::describe_git(&s));
             }
             out("next: vaultgate token issue --name my-client");
@@ -837,7 +844,9 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
         }
         VaultCmd::PdfText { id, action } => {
             let core = open_core(home)?;
-            let on = core.operator_pdf_text(&Operator::cli(user), &id, action == OnOff::On)?;
+            let on = core
+                .decisions()
+                .operator_pdf_text(&Operator::cli(user), &id, action == OnOff::On)?;
             out(&describe_pdf_text(&id, on));
             Ok(())
         }
@@ -855,9 +864,14 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             let core = open_core(home)?;
             let v = core.vault_for_cli(Some(&id))?;
             let s = match action {
-                GitAction::Status => core.git_status(&v)?,
-                GitAction::On => core.operator_git(&Operator::cli(user), &v, true, false)?,
-                GitAction::Off => core.operator_git(&Operator::cli(user), &v, false, drop_queue)?,
+                GitAction::Status => core.history().git_status(&v)?,
+                GitAction::On => core
+                    .decisions()
+                    .operator_git(&Operator::cli(user), &v, true, false)?,
+                GitAction::Off => {
+                    core.decisions()
+                        .operator_git(&Operator::cli(user), &v, false, drop_queue)?
+                }
             };
             if json {
                 return json_out(&s);
@@ -895,12 +909,16 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             Ok(())
         }
         VaultCmd::Remove { id } => {
-            configuration_core(home)?.operator_vault_remove(&Operator::cli(user), &id)?;
+            configuration_core(home)?
+                .settings()
+                .vault_remove(&Operator::cli(user), &id)?;
             out(&format!("removed vault '{id}' (its files were not touched)"));
             Ok(())
         }
         VaultCmd::SetDefault { id } => {
-            configuration_core(home)?.operator_vault_set_default(&Operator::cli(user), &id)?;
+            configuration_core(home)?
+                .settings()
+                .vault_set_default(&Operator::cli(user), &id)?;
             out(&format!("default vault is now '{id}'"));
             Ok(())
         }
@@ -1048,7 +1066,7 @@ fn tunnel_cmd(
 }
 
 fn parse_name(s: &str) -> Result<String, String> {
-    engine::core::check_credential_name(s)?;
+    engine::credentials::check_credential_name(s)?;
     Ok(s.to_owned())
 }
 
@@ -1116,7 +1134,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                 confirm_full(yes, &format!("credential '{name}'"))?;
             }
             let core = open_core(home)?;
-            let (cred, token) = core.issue_credential(
+            let (cred, token) = core.credentials().issue_credential(
                 &Operator::cli(user),
                 &name,
                 tier,
@@ -1146,7 +1164,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             if !home.exists() {
                 return Err(GatewayError::NoHome(home.dir.clone()));
             }
-            let creds = engine::core::list_credentials(home)?;
+            let creds = engine::credentials::list_credentials(home)?;
             if json {
                 let v: Vec<_> = creds.iter().map(crate::clientconf::credential_json).collect();
                 out_json_text(&serde_json::Value::Array(v).to_string());
@@ -1190,7 +1208,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
         }
         TokenCmd::Revoke { id } => {
             let core = open_core(home)?;
-            let c = core.revoke_credential(&Operator::cli(user), &id)?;
+            let c = core.credentials().revoke_credential(&Operator::cli(user), &id)?;
             out(&format!(
                 "revoked {} ({}); running servers refuse it from the next call",
                 c.id.as_str(),
@@ -1203,7 +1221,9 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
                 confirm_full(yes, &format!("setting '{id}' to full"))?;
             }
             let core = open_core(home)?;
-            let c = core.set_credential_tier(&Operator::cli(user), &id, tier)?;
+            let c = core
+                .credentials()
+                .set_credential_tier(&Operator::cli(user), &id, tier)?;
             out(&format!(
                 "{} ({}) is now tier {}; applies from the next call",
                 c.id.as_str(),
@@ -1331,7 +1351,7 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
         InboxCmd::List { vault, status, json } => {
             let v = core.vault_for_cli(vault.as_deref())?;
             let status = status.as_str();
-            let list = core.list_proposals(&v, Some(status), Some(500))?;
+            let list = core.proposals().list_proposals(&v, Some(status), Some(500))?;
             if json {
                 return json_out(&list.proposals);
             }
@@ -1353,7 +1373,9 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
         }
         InboxCmd::Show { id, vault, json } => {
             let v = core.vault_for_cli(vault.as_deref())?;
-            let p = core.get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone()))?;
+            let p = core
+                .proposals()
+                .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone()))?;
             if json {
                 return json_out(&p);
             }
@@ -1362,7 +1384,9 @@ fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError>
         }
         InboxCmd::Reject { id, reason, vault } => {
             let v = core.vault_for_cli(vault.as_deref())?;
-            let r = core.operator_reject(&Operator::cli(user), &v, &id, &reason)?;
+            let r = core
+                .decisions()
+                .operator_reject(&Operator::cli(user), &v, &id, &reason)?;
             out(&format!("rejected {id}; archived to {}", r.archived_to));
             Ok(())
         }
@@ -1388,7 +1412,7 @@ fn apply_cmd(
     // another process are skipped below.
     let ids: Vec<String> = match only {
         Some(id) => vec![id.to_owned()],
-        None => core.pending_proposal_ids(&v)?,
+        None => core.proposals().pending_proposal_ids(&v)?,
     };
     if ids.is_empty() {
         out(&format!("no pending proposals in vault '{}'", v.id));
@@ -1398,7 +1422,10 @@ fn apply_cmd(
     let mut first_code = None;
     for id in ids {
         // One unreadable proposal does not stop the batch.
-        let p = match core.get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone())) {
+        let p = match core
+            .proposals()
+            .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone()))
+        {
             Ok(p) => p,
             Err(e) => {
                 failed += 1;
@@ -1428,7 +1455,9 @@ fn apply_cmd(
                 continue;
             }
         }
-        let r = core.operator_apply(&Operator::cli(user), &v, &p.item.id, &p.item.proposal_hash);
+        let r = core
+            .decisions()
+            .operator_apply(&Operator::cli(user), &v, &p.item.id, &p.item.proposal_hash);
         match r {
             Ok(a) => {
                 applied += 1;
@@ -1474,7 +1503,7 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
         HistoryCmd::Status { vault, json } => {
             let core = open_core(home)?;
             let v = core.vault_for_cli(vault.as_deref())?;
-            let s = core.history_status(&v)?;
+            let s = core.history().history_status(&v)?;
             if json {
                 return json_out(&s);
             }
@@ -1493,7 +1522,7 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
     let core = open_core(home)?;
     let v = core.vault_for_cli(vault.as_deref())?;
     // Settles an interrupted write first, so the entry shown is the one that counts.
-    let top = match core.history_top(&v, t) {
+    let top = match core.history().history_top(&v, t) {
         Ok(Some(entry)) => entry,
         // A refusal before anything ran is recorded as the command's one call.
         refused => {
@@ -1504,7 +1533,9 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
                     format!("nothing to {} in vault '{}'", t.as_str(), v.id),
                 ),
             };
-            return Err(core.operator_history_refused(&Operator::cli(user), &v, t, e));
+            return Err(core
+                .decisions()
+                .operator_history_refused(&Operator::cli(user), &v, t, e));
         }
     };
     let entry = top;
@@ -1518,7 +1549,9 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
             return Ok(());
         }
     }
-    let s = core.operator_history(&Operator::cli(user), &v, t, &entry.id)?;
+    let s = core
+        .decisions()
+        .operator_history(&Operator::cli(user), &v, t, &entry.id)?;
     out(&format!("{} {}: done", t.as_str(), entry.id));
     out(&engine::history::describe_status(&v.id, &s));
     Ok(())
@@ -1563,7 +1596,7 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
     // whatever else listens on the port (another home's server, a squatter) gets nothing.
     let nonce = engine::review::new_nonce()?;
     match identify(addr, &nonce) {
-        Some(proof) if core.is_server_proof(&nonce, &addr, &proof) => {}
+        Some(proof) if core.review().is_server_proof(&nonce, &addr, &proof) => {}
         Some(_) => {
             return Err(GatewayError::InvalidArgument(format!(
                 "the server on {addr} is not this home's ({}); start this home's with \
@@ -1574,7 +1607,7 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
         }
         None => return Err(no_server()),
     }
-    let code = core.mint_review_code(&Operator::cli(user))?;
+    let code = core.review().mint_review_code(&Operator::cli(user))?;
     let url = format!("http://{addr}/review/login?code={code}");
     out(&url);
     err(&format!(
@@ -1691,7 +1724,7 @@ fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), Gate
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let report = core.refresh_index(&v, rebuild, &mut |done, total| {
+    let report = core.reads().refresh_index(&v, rebuild, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });

@@ -63,7 +63,7 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
             )));
         }
         unpack(&DEMO_VAULT, &vault_dir)?;
-        crate::cli::configuration_core(&home)?.operator_vault_add(
+        crate::cli::configuration_core(&home)?.settings().vault_add(
             &engine::core::Operator::cli(&user),
             engine::vaults::VaultAdd {
                 path: vault_dir.clone(),
@@ -78,11 +78,12 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
     }
     let core = crate::cli::open_core(&home)?;
     // The demo's own PDF, so read_attachment_text can be tried; a real vault starts off.
-    if !core.pdf_text_on("demo") {
-        core.operator_pdf_text(&engine::core::Operator::cli(&user), "demo", true)?;
+    if !core.attachments().pdf_text_on("demo") {
+        core.decisions()
+            .operator_pdf_text(&engine::core::Operator::cli(&user), "demo", true)?;
     }
     let name = format!("demo-{}", uuid::Uuid::now_v7().simple());
-    let (cred, token) = core.issue_credential(
+    let (cred, token) = core.credentials().issue_credential(
         &engine::core::Operator::cli(&user),
         &name,
         Tier::Full,
@@ -121,7 +122,9 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
     ));
     // A login link for the review page of the server about to start (it works once, briefly).
     if listener.is_some() && core.config.review.enabled {
-        let code = core.mint_review_code(&engine::core::Operator::cli(&user))?;
+        let code = core
+            .review()
+            .mint_review_code(&engine::core::Operator::cli(&user))?;
         err(&format!(
             "review page: http://127.0.0.1:{port}/review/login?code={code}\n  (works once within {} s; \
              for another: vaultgate --home {} review)\n",

@@ -170,17 +170,17 @@ fn run(
     match tool {
         "vault_list" => {
             let _: NoArgs = parse(args)?;
-            to_value(core.vault_list(&caller.credential))
+            to_value(core.reads().vault_list(&caller.credential))
         }
         "get_vault_overview" => {
             let a: VaultArg = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.overview(&v)?)
+            to_value(core.reads().overview(&v)?)
         }
         "search_knowledge" => {
             let a: SearchKnowledgeArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.search_knowledge(
+            to_value(core.reads().search_knowledge(
                 &v,
                 &page,
                 &a.query,
@@ -192,7 +192,7 @@ fn run(
         "search_note_content" => {
             let a: SearchNoteContentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.search_content(
+            to_value(core.reads().search_content(
                 &v,
                 &page,
                 a.query,
@@ -206,59 +206,68 @@ fn run(
             let a: ReadNoteArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
             match a.hash.as_deref() {
-                Some(hash) => to_value(core.read_version(&v, &a.path, hash)?),
-                None => to_value(core.read_note(&v, &a.path)?),
+                Some(hash) => to_value(core.history().read_version(&v, &a.path, hash)?),
+                None => to_value(core.reads().read_note(&v, &a.path)?),
             }
         }
         "get_note_history" => {
             let a: NoteHistoryArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.note_history(&v, &page, &a.path, a.limit, a.cursor.as_deref())?)
+            to_value(
+                core.history()
+                    .note_history(&v, &page, &a.path, a.limit, a.cursor.as_deref())?,
+            )
         }
         "list_notes" => {
             let a: ListNotesArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_notes(&v, &page, a.dir.as_deref(), a.limit, a.cursor.as_deref())?)
+            to_value(
+                core.reads()
+                    .list_notes(&v, &page, a.dir.as_deref(), a.limit, a.cursor.as_deref())?,
+            )
         }
         "list_standards" => {
             let a: VaultArg = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_standards(&v)?)
+            to_value(core.reads().list_standards(&v)?)
         }
         "list_tags" => {
             let a: ListTagsArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_tags(&v, &page, a.limit, a.cursor.as_deref())?)
+            to_value(core.reads().list_tags(&v, &page, a.limit, a.cursor.as_deref())?)
         }
         "get_related_notes" => {
             let a: PathArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.related(&v, &a.path)?)
+            to_value(core.reads().related(&v, &a.path)?)
         }
         "list_recent_notes" => {
             let a: RecentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.recent(&v, &page, a.limit, a.since.as_deref(), a.cursor.as_deref())?)
+            to_value(
+                core.reads()
+                    .recent(&v, &page, a.limit, a.since.as_deref(), a.cursor.as_deref())?,
+            )
         }
         "list_attachments" => {
             let a: engine::attachments::ListAttachmentsArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_attachments(&v, &page, &a)?)
+            to_value(core.attachments().list_attachments(&v, &page, &a)?)
         }
         "read_attachment_text" => {
             let a: engine::attachments::ReadAttachmentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.read_attachment_text(&v, page.credential, &a)?)
+            to_value(core.attachments().read_attachment_text(&v, page.credential, &a)?)
         }
         "query_notes" => {
             let a: QueryNotesArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.query_notes(&v, &page, a)?)
+            to_value(core.reads().query_notes(&v, &page, a)?)
         }
         "list_proposals" => {
             let a: ListProposalsArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.list_proposals_page(
+            to_value(core.proposals().list_proposals_page(
                 &v,
                 Some(&page),
                 a.status.as_deref(),
@@ -269,42 +278,57 @@ fn run(
         "get_proposal" => {
             let a: ProposalIdArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.get_proposal(&v, &ProposalId::from_wire(a.id))?)
+            to_value(core.proposals().get_proposal(&v, &ProposalId::from_wire(a.id))?)
         }
         "propose_new_note" => {
             let a: ProposeNewArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_new(call, &v, &a.path, &a.content, &a.reason)?)
+            to_value(
+                core.proposals()
+                    .propose_new(call, &v, &a.path, &a.content, &a.reason)?,
+            )
         }
         "propose_note_patch" => {
             let a: ProposePatchArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_patch(call, &v, a)?)
+            to_value(core.proposals().propose_patch(call, &v, a)?)
         }
         "propose_frontmatter_update" => {
             let a: ProposeFrontmatterArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_frontmatter(call, &v, a)?)
+            to_value(core.proposals().propose_frontmatter(call, &v, a)?)
         }
         "propose_move" => {
             let a: ProposeMoveArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_move(call, &v, &a.from, &a.to, &a.reason)?)
+            to_value(
+                core.proposals()
+                    .propose_move(call, &v, &a.from, &a.to, &a.reason)?,
+            )
         }
         "propose_delete" => {
             let a: ProposeDeleteArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.propose_delete(call, &v, &a.path, &NoteHash::from_wire(a.base_hash), &a.reason)?)
+            to_value(core.proposals().propose_delete(
+                call,
+                &v,
+                &a.path,
+                &NoteHash::from_wire(a.base_hash),
+                &a.reason,
+            )?)
         }
         "reject_proposal" => {
             let a: RejectArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.reject_proposal(call, &v, &ProposalId::from_wire(a.id), &a.reason)?)
+            to_value(
+                core.proposals()
+                    .reject_proposal(call, &v, &ProposalId::from_wire(a.id), &a.reason)?,
+            )
         }
         "apply_proposal" => {
             let a: ApplyArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.apply_proposal(
+            to_value(core.writes().apply_proposal(
                 call,
                 &v,
                 &ProposalId::from_wire(a.id),
@@ -316,7 +340,7 @@ fn run(
         "history_status" => {
             let a: VaultArg = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.history_status(&v)?)
+            to_value(core.history().history_status(&v)?)
         }
         "history_undo" | "history_redo" => {
             let a: HistoryMoveArgs = parse(args)?;
@@ -326,7 +350,7 @@ fn run(
             } else {
                 Transition::Redo
             };
-            to_value(core.history_transition(
+            to_value(core.history().history_transition(
                 call,
                 &v,
                 t,
@@ -337,12 +361,12 @@ fn run(
         "delete_permanent" => {
             let a: engine::critical::DeletePermanentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            core.delete_permanent(call, caller, &v)
+            core.challenges().delete_permanent(call, caller, &v)
         }
         "empty_trash" => {
             let a: engine::critical::EmptyTrashArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            core.empty_trash(call, caller, &v)
+            core.challenges().empty_trash(call, caller, &v)
         }
         other => Err(GatewayError::Internal(format!(
             "tool '{other}' is in the catalog but not dispatched"

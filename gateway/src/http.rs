@@ -324,7 +324,9 @@ async fn unauthenticated(
 ) -> Response {
     let core = gate.core.clone();
     let recorded = tokio::task::spawn_blocking(move || {
-        let r = core.record_unauthenticated(Transport::Http, remote, &e);
+        let r = core
+            .credentials()
+            .record_unauthenticated(Transport::Http, remote, &e);
         (r, e)
     })
     .await;
@@ -343,7 +345,7 @@ async fn refused_caller(
 ) -> Response {
     let core = gate.core.clone();
     let recorded = tokio::task::spawn_blocking(move || {
-        let r = core.record_caller_refusal(&caller, &e);
+        let r = core.credentials().record_caller_refusal(&caller, &e);
         (r, e)
     })
     .await;
@@ -388,12 +390,17 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
     let core = gate.core.clone();
     // Most requests are decided from memory and one read, here; a refusal (its record) or a due
     // note of last use writes, so those go to a thread that may block.
-    let fast = core.authenticate_without_writing(&token, Transport::Http);
+    let fast = core
+        .credentials()
+        .authenticate_without_writing(&token, Transport::Http);
     let caller = match fast {
         Some(c) => c,
         None => {
-            match tokio::task::spawn_blocking(move || core.authenticate_from(&token, Transport::Http, remote))
-                .await
+            match tokio::task::spawn_blocking(move || {
+                core.credentials()
+                    .authenticate_from(&token, Transport::Http, remote)
+            })
+            .await
             {
                 Ok(Ok(c)) => c,
                 // A refusal's record could not be written: no record, no (other) answer.
@@ -572,7 +579,7 @@ pub fn serve_std(
         engine::review::remove_server_record(&core.home, pid);
         served?;
         // Refusals still counted are written before the process ends (docs/contract.md#the-audit-log).
-        core.flush_refusals();
+        core.credentials().flush_refusals();
         Ok(())
     })
 }

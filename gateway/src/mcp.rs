@@ -66,12 +66,16 @@ impl McpServer {
         match &self.token {
             Some(token) => {
                 // As over HTTP: decided here when it needs no write (memory and one read).
-                if let Some(caller) = self.core.authenticate_without_writing(token, Transport::Stdio) {
+                if let Some(caller) = self
+                    .core
+                    .credentials()
+                    .authenticate_without_writing(token, Transport::Stdio)
+                {
                     return Ok(caller);
                 }
                 let core = self.core.clone();
                 let token = token.clone();
-                blocking(move || core.authenticate(&token, Transport::Stdio))
+                blocking(move || core.credentials().authenticate(&token, Transport::Stdio))
                     .await
                     .map_err(|_| GatewayError::Internal("auth worker stopped".into()))?
             }

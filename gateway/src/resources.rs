@@ -42,13 +42,13 @@ pub fn list(core: &Core, caller: &Caller) -> Result<Vec<Resource>, GatewayError>
             .with_description("Read first: how vaultgate expects agents to behave")
             .with_mime_type("text/markdown"),
     ];
-    for v in core.vault_handles(&caller.credential) {
+    for v in core.reads().vault_handles(&caller.credential) {
         out.push(
             Resource::new(format!("vaultgate://vault/{}", v.id), format!("vault-{}", v.id))
                 .with_title(format!("Vault overview: {}", v.name))
                 .with_mime_type("text/markdown"),
         );
-        for s in core.list_standards(&v)?.standards {
+        for s in core.reads().list_standards(&v)?.standards {
             out.push(
                 Resource::new(
                     format!("vaultgate://standards/{}/{}", v.id, s.path),
@@ -80,13 +80,13 @@ fn read_as(core: &Core, caller: &Caller, uri: &str) -> Result<String, GatewayErr
             .split_once('/')
             .ok_or_else(|| GatewayError::InvalidArgument(format!("malformed standards URI '{uri}'")))?;
         let v = core.resolve_vault(&caller.credential, Some(id))?;
-        return core.read_standard(&v, path);
+        return core.reads().read_standard(&v, path);
     }
     Err(GatewayError::not_found())
 }
 
 fn vault_overview(core: &Core, v: &VaultHandle) -> Result<String, GatewayError> {
-    let o = core.overview(v)?;
+    let o = core.reads().overview(v)?;
     let layout = v.layout();
     let list = |f: &[policy::FolderPath]| {
         if f.is_empty() {
@@ -116,7 +116,7 @@ fn vault_overview(core: &Core, v: &VaultHandle) -> Result<String, GatewayError> 
         sf = list(&layout.standards),
         inbox = layout.inbox,
     );
-    let standards = core.list_standards(v)?.standards;
+    let standards = core.reads().list_standards(v)?.standards;
     if !standards.is_empty() {
         md.push_str("\n## Standards to follow\n\n");
         for s in standards {

@@ -901,7 +901,7 @@ pub fn setup(
     let key = read_api_key(key_file)?;
     let mut config = home.load_config()?;
     let core = crate::cli::open_core(home)?;
-    let credential = core.rotate_tunnel_credential(operator, tier, vaults)?;
+    let credential = core.settings().rotate_tunnel_credential(operator, tier, vaults)?;
     write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
     config.tunnel.tunnel_id = Some(tunnel_id.to_owned());
     let found = resolve(&config.tunnel, env.get("PATH").map(String::as_str));
@@ -1110,7 +1110,8 @@ impl Supervisor {
         let op = operator.clone();
         let failed = failed.map(|e| GatewayError::Config(e.to_string()));
         tokio::task::spawn_blocking(move || {
-            core.record_operator_action(&op, event, "tunnel", failed.as_ref())
+            core.settings()
+                .record_operator_action(&op, event, "tunnel", failed.as_ref())
         })
         .await
         .map_err(|_| GatewayError::Internal("the audit worker stopped".into()))?
@@ -1151,7 +1152,7 @@ impl Supervisor {
             GatewayError::Config("tunnel.key is missing or damaged: run `vaultgate tunnel setup`".into())
         })?;
         let core = self.core.clone();
-        let token = tokio::task::spawn_blocking(move || core.tunnel_token())
+        let token = tokio::task::spawn_blocking(move || core.settings().tunnel_token())
             .await
             .map_err(|_| GatewayError::Internal("the token worker stopped".into()))??;
         files.remove(HEALTH_URL);

@@ -163,7 +163,7 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
         (Method::GET, ["login"]) => {
             let code = first(&query, "code").unwrap_or_default().to_owned();
             let core = page.core.clone();
-            match blocking(move || core.review_login(&code)).await {
+            match blocking(move || core.review().review_login(&code)).await {
                 Ok(login) => {
                     let mut r = redirect(&format!("/review/s/{}/", login.path));
                     let cookie = format!(
@@ -184,7 +184,7 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
             let nonce = first(&query, "nonce").unwrap_or_default().to_owned();
             let core = page.core.clone();
             let served = page.served;
-            match blocking(move || core.server_proof(&nonce, &served)).await {
+            match blocking(move || core.review().server_proof(&nonce, &served)).await {
                 Ok(proof) => proof.into_response(),
                 Err(e) => (status_for(&e), e.client_message()).into_response(),
             }
@@ -232,7 +232,7 @@ async fn route(page: Arc<Page>, req: Request) -> Response {
             let tunnel = page.tunnel.clone();
             // One blocking hop per request: the session lookup, the refusal's record and the page.
             let answered = tokio::task::spawn_blocking(move || {
-                let s = match core.review_session(&sp, cookie.as_deref()) {
+                let s = match core.review().review_session(&sp, cookie.as_deref()) {
                     Ok(s) => s,
                     Err(e @ GatewayError::AuditUnavailable) => return refused_page(&e),
                     Err(e) => return refuse_unauthenticated(&core, from, &e),
@@ -283,7 +283,10 @@ async fn unauthenticated(page: &Page, from: Option<IpAddr>, e: GatewayError) -> 
 
 /// Records an unauthenticated refusal and answers it (`AUDIT_UNAVAILABLE` without its record).
 fn refuse_unauthenticated(core: &Core, from: Option<IpAddr>, e: &GatewayError) -> Response {
-    match core.record_unauthenticated(engine::Transport::Http, from, e) {
+    match core
+        .credentials()
+        .record_unauthenticated(engine::Transport::Http, from, e)
+    {
         Ok(()) => refused_page(e),
         Err(_) => refused_page(&GatewayError::AuditUnavailable),
     }
@@ -291,7 +294,7 @@ fn refuse_unauthenticated(core: &Core, from: Option<IpAddr>, e: &GatewayError) -
 
 /// Records a refused request of a live session (`review.refused`) and answers it.
 fn refuse_in_session(core: &Core, s: &Session, what: &str, e: &GatewayError) -> Response {
-    match core.record_review_refusal(s, what, e) {
+    match core.review().record_review_refusal(s, what, e) {
         Ok(()) => refused_page(e),
         Err(_) => refused_page(&GatewayError::AuditUnavailable),
     }
@@ -352,7 +355,7 @@ fn in_session(
                 "this request did not come from the review page itself (Origin)".into(),
             ))
         } else {
-            core.check_csrf(s, first(&a.form, "csrf"))
+            core.review().check_csrf(s, first(&a.form, "csrf"))
         };
         if let Err(e) = checked {
             return refuse_in_session(core, s, &a.rest.join("/"), &e);
@@ -471,7 +474,10 @@ impl Ctx<'_> {
     fn inbox(&self, v: &str, rows_only: bool) -> Result<Response, GatewayError> {
         let v = self.vault(v)?;
         // Newest first, as the engine lists them; beyond the first 500 the page says so.
-        let list = self.core.list_proposals(&v, Some("pending"), Some(INBOX_SHOW))?;
+        let list = self
+            .core
+            .proposals()
+            .list_proposals(&v, Some("pending"), Some(INBOX_SHOW))?;
         let now = time::OffsetDateTime::now_utc();
         Ok(if rows_only {
             html(StatusCode::OK, pages::inbox_rows(self.f, &list.proposals, now))
@@ -487,10 +493,13 @@ impl Ctx<'_> {
         let v = self.vault(v)?;
         let p = self
             .core
+            .proposals()
             .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.to_owned()))?;
         let hunks = engine::diff::hunks(&p.diff);
         let rewrites = match (p.item.kind.as_str(), p.item.status.as_str(), &p.item.from) {
-            ("move", "pending", Some(from)) => Some(self.core.move_rewrites(&v, from, &p.item.target)?),
+            ("move", "pending", Some(from)) => {
+                Some(self.core.proposals().move_rewrites(&v, from, &p.item.target)?)
+            }
             _ => None,
         };
         let deleted_text = (p.item.kind == "delete").then(|| {
@@ -513,7 +522,7 @@ impl Ctx<'_> {
         let back = format!("{}/inbox", self.f.v());
         let r = self.vault(v).and_then(|v| {
             let hash = first(&self.a.form, "proposalHash").unwrap_or_default();
-            self.core.operator_apply(self.op, &v, id, hash)
+            self.core.decisions().operator_apply(self.op, &v, id, hash)
         });
         self.decided(
             r.map(|a| {
@@ -530,7 +539,7 @@ impl Ctx<'_> {
         let back = format!("{}/inbox", self.f.v());
         let r = self.vault(v).and_then(|v| {
             let reason = first(&self.a.form, "reason").unwrap_or_default();
-            self.core.operator_reject(self.op, &v, id, reason)
+            self.core.decisions().operator_reject(self.op, &v, id, reason)
         });
         self.decided(
             r.map(|r| format!("rejected; archived to {}", r.archived_to)),
@@ -540,9 +549,9 @@ impl Ctx<'_> {
 
     fn history(&self, v: &str) -> Result<Response, GatewayError> {
         let v = self.vault(v)?;
-        let undo = self.core.history_top(&v, Transition::Undo)?;
-        let redo = self.core.history_top(&v, Transition::Redo)?;
-        let status = self.core.history_status(&v)?;
+        let undo = self.core.history().history_top(&v, Transition::Undo)?;
+        let redo = self.core.history().history_top(&v, Transition::Redo)?;
+        let status = self.core.history().history_status(&v)?;
         Ok(html(
             StatusCode::OK,
             pages::history(self.f, &status, undo.as_ref(), redo.as_ref()),
@@ -552,8 +561,10 @@ impl Ctx<'_> {
     fn transition(&self, v: &str, t: Transition) -> Response {
         let back = format!("{}/history", self.f.v());
         let r = self.vault(v).and_then(|v| match first(&self.a.form, "expected") {
-            Some(expected) if !expected.is_empty() => self.core.operator_history(self.op, &v, t, expected),
-            _ => Err(self.core.operator_history_refused(
+            Some(expected) if !expected.is_empty() => {
+                self.core.decisions().operator_history(self.op, &v, t, expected)
+            }
+            _ => Err(self.core.decisions().operator_history_refused(
                 self.op,
                 &v,
                 t,
@@ -574,7 +585,8 @@ impl Ctx<'_> {
         };
         let rows: Vec<pages::CredentialRow> = self
             .core
-            .credentials()?
+            .credentials()
+            .all()?
             .iter()
             .map(|c| pages::CredentialRow {
                 id: c.id.as_str().to_owned(),
@@ -654,10 +666,14 @@ impl Ctx<'_> {
                 }
             }
         };
-        match self
-            .core
-            .issue_credential(self.op, &name, tier, vaults, expires_in, approve_in_client)
-        {
+        match self.core.credentials().issue_credential(
+            self.op,
+            &name,
+            tier,
+            vaults,
+            expires_in,
+            approve_in_client,
+        ) {
             Ok((cred, token)) => {
                 let exe = std::env::current_exe().unwrap_or_else(|_| "vaultgate".into());
                 let target = crate::clientconf::Target {
@@ -707,6 +723,7 @@ impl Ctx<'_> {
         if tier == Tier::Full && !self.confirmed() {
             let name = self
                 .core
+                .credentials()
                 .find_credential(id)
                 .map(|c| c.name)
                 .unwrap_or_else(|_| id.to_owned());
@@ -716,7 +733,7 @@ impl Ctx<'_> {
                 pages::confirm_full(self.f, &action, &format!("'{name}'"), &[("tier", "full")]),
             );
         }
-        let r = self.core.set_credential_tier(self.op, id, tier);
+        let r = self.core.credentials().set_credential_tier(self.op, id, tier);
         self.decided(r.map(|c| format!("'{}' is now {}", c.name, c.tier)), &back)
     }
 
@@ -752,19 +769,23 @@ impl Ctx<'_> {
     fn pdf_text(&self, vault: &str) -> Response {
         let back = format!("{}/vaults", self.f.base);
         let on = first(&self.a.form, "on") == Some("1");
-        let r = self.core.operator_pdf_text(self.op, vault, on).map(|on| {
-            if on {
-                format!("PDF text is on for vault '{vault}': agents may read the text of its PDFs")
-            } else {
-                format!("PDF text is off for vault '{vault}'")
-            }
-        });
+        let r = self
+            .core
+            .decisions()
+            .operator_pdf_text(self.op, vault, on)
+            .map(|on| {
+                if on {
+                    format!("PDF text is on for vault '{vault}': agents may read the text of its PDFs")
+                } else {
+                    format!("PDF text is off for vault '{vault}'")
+                }
+            });
         self.decided(r, &back)
     }
 
     fn revoke(&self, id: &str) -> Response {
         let back = format!("{}/credentials", self.f.base);
-        let r = self.core.revoke_credential(self.op, id);
+        let r = self.core.credentials().revoke_credential(self.op, id);
         self.decided(
             r.map(|c| format!("revoked '{}'; its next request is refused", c.name)),
             &back,
@@ -861,9 +882,9 @@ impl Ctx<'_> {
                 (
                     v.id.clone(),
                     v.name.clone(),
-                    self.core.overview(v).map_err(|e| e.client_message()),
-                    self.core.git_status(v).map_err(|e| e.client_message()),
-                    self.core.pdf_text_on(&v.id),
+                    self.core.reads().overview(v).map_err(|e| e.client_message()),
+                    self.core.history().git_status(v).map_err(|e| e.client_message()),
+                    self.core.attachments().pdf_text_on(&v.id),
                 )
             })
             .collect();
@@ -871,7 +892,7 @@ impl Ctx<'_> {
     }
 
     fn logout(&self) -> Response {
-        match self.core.review_logout(self.s) {
+        match self.core.review().review_logout(self.s) {
             Ok(()) => {
                 let mut r = redirect("/review/logged-out");
                 let clear = format!(
