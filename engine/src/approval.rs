@@ -306,7 +306,7 @@ impl Approvals<'_> {
     }
 
     fn approval_timeout(&self) -> Duration {
-        Duration::from_secs(self.core.config.limits.approval_timeout_seconds)
+        Duration::from_secs(self.core.config().limits.approval_timeout_seconds)
     }
 
     fn approval_key(&self) -> ring::hmac::Key {

@@ -179,31 +179,34 @@ pub fn rescan(core: &Core, v: &VaultHandle, batch: &vault::watch::Changes) {
 }
 
 /// Scans every vault once (changes made while no server ran), starts its search index (built or
-/// brought up to date in the background; reads scan until it is ready) and keeps watching them.
-pub fn start(core: &Arc<Core>) -> Vec<vault::watch::Watch> {
+/// brought up to date in the background; reads scan until it is ready) and keeps watching them,
+/// and the vaults a reload of `gateway.toml` adds, until the returned guard is dropped.
+pub fn start(core: &Arc<Core>) -> WatchGuard {
     core.writes().maintain_if_due();
-    let mut watches = Vec::new();
+    let _ = core.changes().watching.core.set(Arc::downgrade(core));
     for v in core.all_vaults() {
-        core.proposals().sweep_orphan_proposals(&v);
-        let fp = fingerprint(&v);
-        if let Err(e) = core.state.note_disk_state(&v.id, &fp) {
-            tracing::error!(vault = %v.id, error = %e, "start-up scan failed");
-        }
-        v.reader.start_index();
-        let weak = Arc::downgrade(core);
-        let handle = v.clone();
-        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |batch| {
-            if let Some(core) = weak.upgrade() {
-                rescan(&core, &handle, &batch);
-            }
-        }) {
-            Ok(w) => watches.push(w),
-            Err(e) => {
-                tracing::warn!(vault = %v.id, error = %e, "cannot watch vault; changes on disk are noticed only at start")
-            }
+        core.changes().start_vault(core, &v);
+    }
+    WatchGuard(Arc::downgrade(core))
+}
+
+/// The watches of a serving process, one per vault, kept by the [`Changes`] service.
+#[derive(Default)]
+pub(crate) struct Watching {
+    /// Set when this process serves: vaults a reload adds are then watched too.
+    core: std::sync::OnceLock<std::sync::Weak<Core>>,
+    watches: std::sync::Mutex<std::collections::BTreeMap<String, vault::watch::Watch>>,
+}
+
+/// Stops every watch of the process when dropped (the server's shutdown).
+pub struct WatchGuard(std::sync::Weak<Core>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        if let Some(core) = self.0.upgrade() {
+            core.changes().stop_all();
         }
     }
-    watches
 }
 
 /// The notes vaultgate itself wrote lately, with the bytes it left: the watcher's events for
@@ -220,9 +223,56 @@ const OWN_WRITES_MAX: usize = 8192;
 pub struct Changes<'a> {
     pub(crate) core: &'a crate::core::Core,
     pub(crate) own_writes: &'a std::sync::Mutex<OwnWrites>,
+    pub(crate) watching: &'a Watching,
 }
 
 impl Changes<'_> {
+    /// Scans `v` once, starts its index and watches it.
+    fn start_vault(&self, core: &Arc<Core>, v: &Arc<VaultHandle>) {
+        core.proposals().sweep_orphan_proposals(v);
+        let fp = fingerprint(v);
+        if let Err(e) = core.state.note_disk_state(&v.id, &fp) {
+            tracing::error!(vault = %v.id, error = %e, "start-up scan failed");
+        }
+        v.reader.start_index();
+        let weak = Arc::downgrade(core);
+        let handle = v.clone();
+        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |batch| {
+            if let Some(core) = weak.upgrade() {
+                rescan(&core, &handle, &batch);
+            }
+        }) {
+            Ok(w) => {
+                self.watches().insert(v.id.clone(), w);
+            }
+            Err(e) => {
+                tracing::warn!(vault = %v.id, error = %e, "cannot watch vault; changes on disk are noticed only at start")
+            }
+        }
+    }
+
+    /// A reload replaced the vault set: watch what came, stop watching what went.
+    pub(crate) fn vaults_changed(&self, added: &[Arc<VaultHandle>], removed: &[String]) {
+        for id in removed {
+            self.watches().remove(id);
+        }
+        let Some(core) = self.watching.core.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        for v in added {
+            self.watches().remove(&v.id);
+            self.start_vault(&core, v);
+        }
+    }
+
+    fn stop_all(&self) {
+        self.watches().clear();
+    }
+
+    fn watches(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, vault::watch::Watch>> {
+        self.watching.watches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records that a transaction left `path` holding `hash` (`None`: absent).
     pub(crate) fn note_own_write(&self, v: &VaultHandle, path: &str, hash: Option<&str>) {
         let mut w = self

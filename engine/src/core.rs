@@ -164,11 +164,15 @@ impl VaultHandle {
 /// audited call.
 pub struct Core {
     pub home: Home,
-    pub config: Config,
+    /// The configuration and the vaults it names, replaced whole when `gateway.toml` changes.
+    loaded: std::sync::RwLock<Arc<Loaded>>,
+    /// Serialises reloads, so one request opens a new vault once.
+    reloading: std::sync::Mutex<()>,
+    /// A core opened for configuration changes opens no vault, now or on reload.
+    with_vaults: bool,
     pub(crate) secret: SecretKey,
     pub state: State,
     pub audit: Arc<AuditLog>,
-    pub(crate) vaults: BTreeMap<String, Arc<VaultHandle>>,
     announcer: tokio::sync::broadcast::Sender<VaultChanged>,
     pub(crate) failpoints: Failpoints,
     /// The `git` vaults with git on are committed with (docs/contract.md#git-history).
@@ -180,6 +184,54 @@ pub struct Core {
     pdf_worker: std::sync::OnceLock<Arc<dyn crate::attachments::PdfWorker>>,
     pdf_slots: crate::attachments::Slots,
     own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
+    watching: crate::changes::Watching,
+}
+
+/// `gateway.toml` as it was read, and the vaults it names, opened.
+pub(crate) struct Loaded {
+    pub(crate) config: Arc<Config>,
+    pub(crate) vaults: BTreeMap<String, Arc<VaultHandle>>,
+    /// What the file looked like when read: a save (a rename) or an edit changes it.
+    stamp: Option<Stamp>,
+}
+
+/// Device, inode, length and modification time of `gateway.toml`.
+type Stamp = (u64, u64, u64, i64, i64);
+
+fn stamp(path: &std::path::Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// Opens the vaults `config` names, reusing the handle of each whose entry did not change.
+fn open_vaults(
+    config: &Config,
+    before: Option<&Loaded>,
+) -> Result<BTreeMap<String, Arc<VaultHandle>>, GatewayError> {
+    let mut vaults = BTreeMap::new();
+    for v in &config.vaults {
+        let same = before.and_then(|b| {
+            let old = b.config.vaults.iter().find(|o| o.id == v.id)?;
+            (old == v).then(|| b.vaults.get(&v.id).cloned()).flatten()
+        });
+        let handle = match same {
+            Some(h) => h,
+            None => {
+                let layout = v.layout()?;
+                let reader = Vault::open(&v.path, layout).map_err(|e| {
+                    GatewayError::Config(format!("vault '{}' at {}: {e}", v.id, v.path.display()))
+                })?;
+                Arc::new(VaultHandle {
+                    id: v.id.clone(),
+                    name: v.name.clone(),
+                    reader,
+                })
+            }
+        };
+        vaults.insert(v.id.clone(), handle);
+    }
+    Ok(vaults)
 }
 
 pub fn now_unix() -> i64 {
@@ -210,25 +262,16 @@ impl Core {
     }
 
     fn open_parts(home: Home, failpoints: Failpoints, with_vaults: bool) -> Result<Core, GatewayError> {
+        let stamp = stamp(&home.config_path());
         let config = home.load_config()?;
         let secret = home.load_secret()?;
         let state = State::open(&home.state_path())?;
         let audit = Arc::new(open_audit(&home, &state)?);
-        let mut vaults = BTreeMap::new();
-        for v in config.vaults.iter().filter(|_| with_vaults) {
-            let layout = v.layout()?;
-            let reader = Vault::open(&v.path, layout).map_err(|e| {
-                GatewayError::Config(format!("vault '{}' at {}: {e}", v.id, v.path.display()))
-            })?;
-            vaults.insert(
-                v.id.clone(),
-                Arc::new(VaultHandle {
-                    id: v.id.clone(),
-                    name: v.name.clone(),
-                    reader,
-                }),
-            );
-        }
+        let vaults = if with_vaults {
+            open_vaults(&config, None)?
+        } else {
+            BTreeMap::new()
+        };
         let (changes, _) = tokio::sync::broadcast::channel(256);
         let refusals = crate::refusals::Refusals::new(
             audit.clone(),
@@ -236,21 +279,107 @@ impl Core {
         );
         Ok(Core {
             home,
-            config,
+            loaded: std::sync::RwLock::new(Arc::new(Loaded {
+                config: Arc::new(config),
+                vaults,
+                stamp,
+            })),
+            reloading: std::sync::Mutex::new(()),
+            with_vaults,
             secret,
             state,
             audit,
             refusals,
-            vaults,
             announcer: changes,
             failpoints,
             pdf_worker: std::sync::OnceLock::new(),
             pdf_slots: crate::attachments::Slots::default(),
             own_writes: Default::default(),
+            watching: Default::default(),
             asking: Default::default(),
             git: Default::default(),
             auth_cache: Default::default(),
         })
+    }
+
+    // ---- configuration ----------------------------------------------------------------------------
+
+    /// The configuration as last read. Requests see a change to `gateway.toml` because each
+    /// first calls [`Core::refresh`].
+    pub fn config(&self) -> Arc<Config> {
+        self.loaded().config.clone()
+    }
+
+    pub(crate) fn loaded(&self) -> Arc<Loaded> {
+        match self.loaded.read() {
+            Ok(l) => l.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Reads `gateway.toml` again if it changed since it was read (one `stat` when it did not),
+    /// so `vault add`, `remove`, `set-default` and settings reach a running server at its next
+    /// request (docs/contract.md#the-command-line). A file that does not parse, or a vault that does not
+    /// open, leaves the configuration as it was, logged once per change.
+    pub fn refresh(&self) {
+        let now = stamp(&self.home.config_path());
+        if now.is_none() || now == self.loaded().stamp {
+            return;
+        }
+        let _one = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.loaded();
+        let now = stamp(&self.home.config_path());
+        if now.is_none() || now == before.stamp {
+            return;
+        }
+        let reloaded = self.home.load_config().and_then(|config| {
+            let vaults = if self.with_vaults {
+                open_vaults(&config, Some(&before))?
+            } else {
+                BTreeMap::new()
+            };
+            Ok((config, vaults))
+        });
+        let next = match reloaded {
+            Ok((config, vaults)) => Loaded {
+                config: Arc::new(config),
+                vaults,
+                stamp: now,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "gateway.toml changed but cannot be used; keeping the configuration read before");
+                // Remembered, so a broken file is reported once, not at every request.
+                Loaded {
+                    config: before.config.clone(),
+                    vaults: before.vaults.clone(),
+                    stamp: now,
+                }
+            }
+        };
+        let added: Vec<Arc<VaultHandle>> = next
+            .vaults
+            .iter()
+            .filter(|(id, h)| before.vaults.get(*id).is_none_or(|b| !Arc::ptr_eq(b, h)))
+            .map(|(_, h)| h.clone())
+            .collect();
+        let removed: Vec<String> = before
+            .vaults
+            .keys()
+            .filter(|id| !next.vaults.contains_key(*id))
+            .cloned()
+            .collect();
+        if !added.is_empty() || !removed.is_empty() {
+            tracing::info!(
+                added = added.len(),
+                removed = removed.len(),
+                "gateway.toml changed; vaults reloaded"
+            );
+        }
+        match self.loaded.write() {
+            Ok(mut l) => *l = Arc::new(next),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(next),
+        }
+        self.changes().vaults_changed(&added, &removed);
     }
 
     // ---- the services ---------------------------------------------------------------------------
@@ -316,6 +445,7 @@ impl Core {
         crate::changes::Changes {
             core: self,
             own_writes: &self.own_writes,
+            watching: &self.watching,
         }
     }
 
@@ -340,7 +470,7 @@ impl Core {
     }
 
     pub fn all_vaults(&self) -> Vec<Arc<VaultHandle>> {
-        self.vaults.values().cloned().collect()
+        self.loaded().vaults.values().cloned().collect()
     }
 
     pub fn secret(&self) -> &SecretKey {
@@ -435,9 +565,10 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<Value, GatewayError>> {
+        self.refresh();
         // Bounds first (docs/contract.md#limits-and-pagination): an argument over a limit is refused, and recorded, before
         // anything else runs.
-        if let Err(e) = crate::limits::check_args(spec.name, args, &self.config.limits) {
+        if let Err(e) = crate::limits::check_args(spec.name, args, &self.config().limits) {
             return Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call")
                 .finish(Err(e), Durability::Sync);
         }
@@ -491,9 +622,10 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<T, GatewayError>> {
+        self.refresh();
         let actor = || Actor::Operator(operator.clone());
         // The operator's arguments are bounded exactly like a tool's (docs/contract.md#limits-and-pagination).
-        if let Err(e) = crate::limits::check_args(tool, args, &self.config.limits) {
+        if let Err(e) = crate::limits::check_args(tool, args, &self.config().limits) {
             return Call::new(self, actor(), tool, args, operator.event()).finish(Err(e), Durability::Sync);
         }
         let mut call = Call::new(self, actor(), tool, args, operator.event());
@@ -551,11 +683,14 @@ impl Core {
         }
     }
 
-    pub(crate) fn visible<'a>(
-        &'a self,
-        cred: &'a Credential,
-    ) -> impl Iterator<Item = &'a Arc<VaultHandle>> + 'a {
-        self.vaults.values().filter(move |v| cred.may_see_vault(&v.id))
+    /// The vaults `cred` may see, in id order.
+    pub(crate) fn visible(&self, cred: &Credential) -> Vec<Arc<VaultHandle>> {
+        self.loaded()
+            .vaults
+            .values()
+            .filter(|v| cred.may_see_vault(&v.id))
+            .cloned()
+            .collect()
     }
 
     /// docs/contract.md#the-mcp-surface: explicit id, else the only visible vault, else the default; a vault outside the
@@ -565,23 +700,24 @@ impl Core {
         cred: &Credential,
         requested: Option<&str>,
     ) -> Result<Arc<VaultHandle>, GatewayError> {
+        let loaded = self.loaded();
         if let Some(id) = requested {
-            return self
+            return loaded
                 .vaults
                 .get(id)
                 .filter(|v| cred.may_see_vault(&v.id))
                 .cloned()
                 .ok_or_else(|| GatewayError::VaultNotFound(id.to_owned()));
         }
-        let mut visible = self.visible(cred);
+        let mut visible = loaded.vaults.values().filter(|v| cred.may_see_vault(&v.id));
         let first = visible.next();
         if let Some(only) = first
             && visible.next().is_none()
         {
             return Ok(only.clone());
         }
-        if let Some(default) = self.config.default_vault.as_deref()
-            && let Some(v) = self.vaults.get(default).filter(|v| cred.may_see_vault(&v.id))
+        if let Some(default) = loaded.config.default_vault.as_deref()
+            && let Some(v) = loaded.vaults.get(default).filter(|v| cred.may_see_vault(&v.id))
         {
             return Ok(v.clone());
         }
@@ -593,29 +729,26 @@ impl Core {
 
     /// The CLI's vault: explicit id, else the default, else the only one.
     pub fn vault_for_cli(&self, requested: Option<&str>) -> Result<Arc<VaultHandle>, GatewayError> {
+        let loaded = self.loaded();
         if let Some(id) = requested {
-            return self
+            return loaded
                 .vaults
                 .get(id)
                 .cloned()
                 .ok_or_else(|| GatewayError::VaultNotFound(id.to_owned()));
         }
-        if let Some(v) = self
+        if let Some(v) = loaded
             .config
             .default_vault
             .as_deref()
-            .and_then(|d| self.vaults.get(d))
+            .and_then(|d| loaded.vaults.get(d))
         {
             return Ok(v.clone());
         }
-        match self.vaults.len() {
-            1 => Ok(self
-                .vaults
-                .values()
-                .next()
-                .cloned()
-                .ok_or(GatewayError::VaultTargetRequired)?),
-            0 => Err(GatewayError::VaultNotFound(
+        let mut all = loaded.vaults.values();
+        match (all.next(), all.next()) {
+            (Some(only), None) => Ok(only.clone()),
+            (None, _) => Err(GatewayError::VaultNotFound(
                 "(no vault registered; vaultgate vault add PATH)".into(),
             )),
             _ => Err(GatewayError::VaultTargetRequired),
@@ -626,7 +759,8 @@ impl Core {
     /// for the JSON-RPC envelope, so a result at the cap still fits a client's 16 MiB message limit.
     pub fn read_limits(&self) -> ReadLimits {
         const ENVELOPE: u64 = 64 * 1024;
-        let l = &self.config.limits;
+        let config = self.config();
+        let l = &config.limits;
         ReadLimits {
             max_output_bytes: usize::try_from(l.max_output_bytes.saturating_sub(ENVELOPE))
                 .unwrap_or(usize::MAX),

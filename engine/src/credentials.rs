@@ -89,10 +89,12 @@ impl Credentials<'_> {
 
     /// The caller a token names, checked fresh, and whether its last use is due to be noted.
     fn check_credential(&self, token: &Token, transport: Transport) -> Result<(Caller, bool), GatewayError> {
+        // Every request starts here: a changed `gateway.toml` is read before it is answered.
+        self.core.refresh();
         let now = now_unix();
         let claims = self.auth_cache.claims(
             &self.core.secret,
-            &self.core.config.gateway_id,
+            &self.core.config().gateway_id,
             token.expose(),
             now,
         )?;
@@ -192,7 +194,7 @@ impl Credentials<'_> {
         approve_in_client: bool,
     ) -> Result<(Credential, Token), GatewayError> {
         for v in &vaults {
-            if !self.core.vaults.contains_key(v) {
+            if !self.core.loaded().vaults.contains_key(v) {
                 return Err(GatewayError::VaultNotFound(v.clone()));
             }
         }
@@ -221,7 +223,7 @@ impl Credentials<'_> {
                         &self.core.secret,
                         &auth::Claims {
                             iss: auth::ISSUER.into(),
-                            aud: self.core.config.gateway_id.clone(),
+                            aud: self.core.config().gateway_id.clone(),
                             sub: cred.id.as_str().to_owned(),
                             jti: jti.clone(),
                             iat: now,

@@ -384,7 +384,7 @@ impl Challenges<'_> {
         {
             tracing::warn!(error = %e, "pruning old challenges failed");
         }
-        let ttl = i64::try_from(self.core.config.limits.challenge_ttl_seconds).unwrap_or(i64::MAX);
+        let ttl = i64::try_from(self.core.config().limits.challenge_ttl_seconds).unwrap_or(i64::MAX);
         let expires = now.saturating_add(ttl);
         let expires_at = time::OffsetDateTime::from_unix_timestamp(expires)
             .map(rfc3339)

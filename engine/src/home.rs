@@ -219,7 +219,7 @@ impl Default for LimitsConfig {
 }
 
 /// One registered vault.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VaultConfig {
     /// The id clients name (`vault`); letters, digits, `-` and `_`.

@@ -312,7 +312,7 @@ impl Proposals<'_> {
     ) -> Result<(), GatewayError> {
         // SECURITY(T-LIMIT2): a `propose` credential cannot fill the inbox, the disk or the
         // reviewer's queue: every pending proposal is counted against its maker and its vault.
-        let l = &self.core.config.limits;
+        let l = &self.core.config().limits;
         check_proposal_bytes(incoming, l)?;
         let me = actor.principal_id();
         let pending = self.core.state.pending_refs(&v.id)?;

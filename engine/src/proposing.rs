@@ -441,7 +441,7 @@ impl Proposals<'_> {
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
         // Edits can grow a note past what could ever be read back.
-        crate::limits::check_proposal_bytes(new.len() as u64, &self.core.config.limits)?;
+        crate::limits::check_proposal_bytes(new.len() as u64, &self.core.config().limits)?;
         if new == old {
             return Err(GatewayError::InvalidArgument(
                 "the proposed text equals the current text".into(),

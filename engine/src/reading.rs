@@ -226,14 +226,16 @@ impl Reads<'_> {
     }
 
     pub fn vault_list(&self, cred: &Credential) -> VaultListOut {
+        let config = self.core.config();
         let mut vaults: Vec<VaultItem> = self
             .core
             .visible(cred)
+            .into_iter()
             .take(vault::MAX_LIST_ITEMS + 1)
             .map(|v| VaultItem {
                 id: v.id.clone(),
                 name: v.name.clone(),
-                is_default: self.core.config.default_vault.as_deref() == Some(v.id.as_str()),
+                is_default: config.default_vault.as_deref() == Some(v.id.as_str()),
                 note_count: v.reader.note_count() as u64,
             })
             .collect();
@@ -270,6 +272,6 @@ impl Reads<'_> {
     }
 
     pub fn vault_handles(&self, cred: &Credential) -> Vec<Arc<VaultHandle>> {
-        self.core.visible(cred).cloned().collect()
+        self.core.visible(cred)
     }
 }

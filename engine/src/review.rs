@@ -86,7 +86,7 @@ impl ReviewSessions<'_> {
         self.core.audit_preflight()?;
         let code = random_hex(SECRET_BYTES)?;
         let now = now_unix();
-        let ttl = i64::try_from(self.core.config.review.login_code_ttl_seconds).unwrap_or(i64::MAX);
+        let ttl = i64::try_from(self.core.config().review.login_code_ttl_seconds).unwrap_or(i64::MAX);
         self.core
             .state
             .add_review_code(&sha256_hex(&code), &operator.user, now, now.saturating_add(ttl))?;
@@ -111,7 +111,7 @@ impl ReviewSessions<'_> {
         let cookie = random_hex(SECRET_BYTES)?;
         let path = random_hex(PATH_BYTES)?;
         let now = now_unix();
-        let max_age = self.core.config.review.session_seconds.max(60);
+        let max_age = self.core.config().review.session_seconds.max(60);
         let expires_at = now.saturating_add(i64::try_from(max_age).unwrap_or(i64::MAX));
         let id_hash = sha256_hex(&cookie);
         let user = self
@@ -141,6 +141,7 @@ impl ReviewSessions<'_> {
     /// SECURITY(T-REVIEW2): the session of `path`, only with its own cookie; any other
     /// combination (no cookie, another session's, an ended or expired one) is `UNAUTHORIZED`.
     pub fn review_session(&self, path: &str, cookie: Option<&str>) -> Result<Session, GatewayError> {
+        self.core.refresh();
         let cookie = cookie.ok_or_else(not_logged_in)?;
         if !well_formed(path, PATH_BYTES * 2) || !well_formed(cookie, SECRET_BYTES * 2) {
             return Err(not_logged_in());
@@ -229,13 +230,13 @@ impl ReviewSessions<'_> {
                 "nonce: 64 lowercase hex digits".into(),
             ));
         }
-        let message = proof_message(&self.core.config.gateway_id, nonce, served);
+        let message = proof_message(&self.core.config().gateway_id, nonce, served);
         Ok(hex::encode(ring::hmac::sign(&self.csrf_key(), &message).as_ref()))
     }
 
     /// Whether `proof` is the answer of this home's server listening on `served` to `nonce`.
     pub fn is_server_proof(&self, nonce: &str, served: &SocketAddr, proof: &str) -> bool {
-        let message = proof_message(&self.core.config.gateway_id, nonce, served);
+        let message = proof_message(&self.core.config().gateway_id, nonce, served);
         hex::decode(proof.trim())
             .is_ok_and(|tag| ring::hmac::verify(&self.csrf_key(), &message, &tag).is_ok())
     }
@@ -350,8 +351,11 @@ mod tests {
 
     #[test]
     fn a_late_code_opens_nothing() {
-        let (_d, mut core) = core();
-        core.config.review.login_code_ttl_seconds = 0;
+        let (_d, core) = core();
+        let mut config = core.home.load_config().unwrap();
+        config.review.login_code_ttl_seconds = 0;
+        core.home.save_config(&config).unwrap();
+        core.refresh();
         let code = core.review().mint_review_code(&Operator::cli("ann")).unwrap();
         assert!(matches!(
             core.review().review_login(&code),

@@ -75,7 +75,7 @@ impl Settings<'_> {
             self.core.secret(),
             &Claims {
                 iss: auth::ISSUER.into(),
-                aud: self.core.config.gateway_id.clone(),
+                aud: self.core.config().gateway_id.clone(),
                 sub: cred.id.as_str().to_owned(),
                 jti: cred.jti.clone(),
                 iat: now,

@@ -733,8 +733,8 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
         Command::Vault(cmd) => vault_cmd(&home, cmd, &user),
         Command::Serve { host, port, tunnel } => {
             let core = open_core(&home)?;
-            let addr = crate::http::loopback_addr(&host, port.unwrap_or(core.config.server.port))?;
-            let tunnel = tunnel || core.config.tunnel.autostart;
+            let addr = crate::http::loopback_addr(&host, port.unwrap_or(core.config().server.port))?;
+            let tunnel = tunnel || core.config().tunnel.autostart;
             crate::http::serve(
                 Arc::new(core),
                 addr,
@@ -1150,7 +1150,7 @@ fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), GatewayError>
             let target = crate::clientconf::Target {
                 exe: &exe,
                 home: &home.dir,
-                port: core.config.server.port,
+                port: core.config().server.port,
             };
             let text = crate::clientconf::render(format, &target, &cred, &token);
             if matches!(format, Some(TokenFormat::Json)) {
@@ -1586,7 +1586,7 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
     };
     let addr = crate::http::loopback_addr(&host, port)?;
     let core = open_core(home)?;
-    if !core.config.review.enabled {
+    if !core.config().review.enabled {
         return Err(GatewayError::InvalidArgument(
             "the review page is off: set [review] enabled = true in gateway.toml and restart the server"
                 .into(),
@@ -1612,7 +1612,7 @@ fn review_cmd(home: &Home, open: bool, port: Option<u16>, user: &str) -> Result<
     out(&url);
     err(&format!(
         "open it within {} s; it works once (run `vaultgate review` again for another)",
-        core.config.review.login_code_ttl_seconds
+        core.config().review.login_code_ttl_seconds
     ));
     if open {
         let page = write_login_redirect(home, &url)?;

@@ -93,7 +93,7 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
     )?;
     let exe = std::env::current_exe()?;
     // Bind before printing, so the printed URL carries the real port (`--port 0` picks one).
-    let port = port.unwrap_or(core.config.server.port);
+    let port = port.unwrap_or(core.config().server.port);
     let listener = if no_serve || stdio {
         None
     } else {
@@ -121,14 +121,14 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
         crate::clientconf::render(None, &target, &cred, &token)
     ));
     // A login link for the review page of the server about to start (it works once, briefly).
-    if listener.is_some() && core.config.review.enabled {
+    if listener.is_some() && core.config().review.enabled {
         let code = core
             .review()
             .mint_review_code(&engine::core::Operator::cli(&user))?;
         err(&format!(
             "review page: http://127.0.0.1:{port}/review/login?code={code}\n  (works once within {} s; \
              for another: vaultgate --home {} review)\n",
-            core.config.review.login_code_ttl_seconds,
+            core.config().review.login_code_ttl_seconds,
             home.dir.display()
         ));
     }

@@ -146,15 +146,15 @@ impl Sessions {
 /// The routes of the listener bound to `served`: `/mcp`, `/healthz` and the review page.
 pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tunnel::Supervisor>>) -> Router {
     let port = served.port();
-    let max_body = core.config.server.max_body_bytes;
-    let limits = &core.config.limits;
+    let max_body = core.config().server.max_body_bytes;
+    let limits = &core.config().limits;
     let idle = Duration::from_secs(limits.session_idle_seconds.max(1));
     let mut manager = LocalSessionManager::default();
     // SECURITY(T-HTTP5): an abandoned session is closed and everything it holds freed.
     manager.session_config.keep_alive = Some(idle);
     let manager = Arc::new(manager);
     let gate = Arc::new(Gate {
-        allowed_origins: core.config.server.allowed_origins.clone(),
+        allowed_origins: core.config().server.allowed_origins.clone(),
         core: core.clone(),
         port,
         max_body,
@@ -189,7 +189,7 @@ pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tun
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
         );
     // SECURITY(T-REVIEW2): the review page has its own guard (session cookie), never /mcp's bearer.
-    let review = core.config.review.enabled;
+    let review = core.config().review.enabled;
     let app = if review {
         app.merge(crate::review::router(core, served, tunnel))
     } else {
@@ -533,7 +533,7 @@ pub fn serve_std(
             },
         )?;
         tracing::info!(%local, "serving MCP over Streamable HTTP");
-        let review = if core.config.review.enabled {
+        let review = if core.config().review.enabled {
             format!(
                 "\nreview page: run `vaultgate --home {} review` for a one-time login link",
                 core.home.dir.display()

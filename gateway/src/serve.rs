@@ -22,7 +22,7 @@ pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
         let _watches = engine::changes::start(&core);
         // SECURITY(T-HTTP3): a stdio message is bounded like an HTTP body; a longer line is
         // dropped as it streams in (memory stays bounded), and the connection goes on.
-        let max_line = core.config.server.max_body_bytes;
+        let max_line = core.config().server.max_body_bytes;
         let (read, write) = rmcp::transport::io::stdio_pipes();
         let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(read, write)
             .with_max_line_length(max_line);

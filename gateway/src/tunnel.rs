@@ -951,7 +951,7 @@ impl Supervisor {
         served: std::net::SocketAddr,
     ) -> Result<Arc<Supervisor>, GatewayError> {
         let base = cache_base(&env)?;
-        let files = match open_profile(&base, &core.config.gateway_id, true) {
+        let files = match open_profile(&base, &core.config().gateway_id, true) {
             Ok(Some(f)) => Ok(f),
             Ok(None) => Err(Refused {
                 what: "the tunnel profile folder was not made".into(),
@@ -959,7 +959,8 @@ impl Supervisor {
             }),
             Err(r) => Err(r),
         };
-        let config = core.home.load_config().unwrap_or_else(|_| core.config.clone());
+        core.refresh();
+        let config = core.config();
         let status = status(&core.home, &config, &env);
         let lock = match &files {
             Ok(f) => {
@@ -1038,7 +1039,7 @@ impl Supervisor {
             .home
             .load_config()
             .map(|c| c.tunnel)
-            .unwrap_or_else(|_| self.core.config.tunnel.clone());
+            .unwrap_or_else(|_| self.core.config().tunnel.clone());
         let command = resolve(&config, self.env.get("PATH").map(String::as_str));
         s.set_up = config.tunnel_id.is_some() && self.core.home.tunnel_key_path().exists();
         with_lookup(s, command)

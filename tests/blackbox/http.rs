@@ -1829,3 +1829,92 @@ fn serve_is_the_process_started_with_the_allocator_tunable_set_once() {
     assert_eq!(exe, std::fs::canonicalize(bin()).unwrap());
     assert!(raw_get(&s.host, s.port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
 }
+
+/// docs/contract.md#the-command-line: a running server answers with the vault set `vault add`,
+/// `remove` and `set-default` left, at its next request, without a restart; the change is on
+/// record, and the new vault is watched like the others.
+#[tokio::test]
+async fn a_running_server_sees_vault_add_remove_and_set_default_at_its_next_request() {
+    let env = Env::new();
+    let (_, token) = env.token("t", "read");
+    let srv = Server::start(&env);
+    let c = srv.client(&token).await;
+    let ids = |v: &Value| -> Vec<String> {
+        v["vaults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        ids(&crate::util::ok(&c, "vault_list", json!({})).await),
+        ["basic"]
+    );
+
+    let second = env.tmp.path().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(second.join("Fresh.md"), "# Fresh\n\nbrand-new-vault-word\n").unwrap();
+    env.ok(&["vault", "add", second.to_str().unwrap(), "--id", "second"]);
+    // The same session, the very next request.
+    let listed = crate::util::ok(&c, "vault_list", json!({})).await;
+    assert_eq!(ids(&listed), ["basic", "second"], "{listed}");
+    let note = crate::util::ok(&c, "read_note", json!({"vault": "second", "path": "Fresh.md"})).await;
+    assert!(
+        note["content"].as_str().unwrap().contains("brand-new-vault-word"),
+        "{note}"
+    );
+
+    // The new vault is watched: a note written behind vaultgate's back moves its revision.
+    let overview = json!({"vault": "second"});
+    let before = crate::util::ok(&c, "get_vault_overview", overview.clone()).await["revision"].clone();
+    std::fs::write(second.join("Later.md"), "# Later\n\nwritten-after-add\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = crate::util::ok(&c, "get_vault_overview", overview.clone()).await;
+        if now["revision"] != before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the added vault is not watched: {now}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    env.ok(&["vault", "set-default", "second"]);
+    let listed = crate::util::ok(&c, "vault_list", json!({})).await;
+    let default: Vec<&Value> = listed["vaults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["isDefault"] == true)
+        .collect();
+    assert_eq!(default.len(), 1, "{listed}");
+    assert_eq!(default[0]["id"], "second", "{listed}");
+
+    env.ok(&["vault", "remove", "second"]);
+    assert_eq!(
+        ids(&crate::util::ok(&c, "vault_list", json!({})).await),
+        ["basic"]
+    );
+    assert_eq!(
+        crate::util::call(&c, "read_note", json!({"vault": "second", "path": "Fresh.md"}))
+            .await
+            .code(),
+        "VAULT_NOT_FOUND"
+    );
+    let tools: Vec<String> = crate::util::audit_lines(&env)
+        .iter()
+        .filter(|r| r["vault"] == "second" && r["outcome"] == "ok" && r["event"] == "cli")
+        .filter_map(|r| r["tool"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(tools, ["vault_add", "vault_set_default", "vault_remove"]);
+
+    // A gateway.toml that no longer parses leaves the server on what it read before.
+    std::fs::write(env.home.join("gateway.toml"), "this is [ not toml").unwrap();
+    assert_eq!(
+        ids(&crate::util::ok(&c, "vault_list", json!({})).await),
+        ["basic"]
+    );
+}
