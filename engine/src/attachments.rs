@@ -196,11 +196,12 @@ impl Attachments<'_> {
     /// Whether the vault's `gateway.toml` entry has `pdf_text = true`, read now so that turning
     /// it off takes effect at the next call; a file that cannot be read counts as off.
     pub fn pdf_text_on(&self, vault: &str) -> bool {
+        self.core.refresh();
         self.core
-            .home
-            .load_config()
-            .ok()
-            .and_then(|c| c.vaults.into_iter().find(|v| v.id == vault))
+            .config()
+            .vaults
+            .iter()
+            .find(|v| v.id == vault)
             .is_some_and(|v| v.pdf_text)
     }
 
@@ -224,12 +225,14 @@ impl Attachments<'_> {
             return Err(GatewayError::InvalidArgument("pages are numbered from 1".into()));
         }
         // Read now, like the opt-in: a changed setting holds at the next call.
-        let config = self.core.home.load_config().ok();
+        self.core.refresh();
+        let config = self.core.config();
         let pdf_text = config
-            .as_ref()
-            .and_then(|c| c.vaults.iter().find(|vc| vc.id == v.id))
+            .vaults
+            .iter()
+            .find(|vc| vc.id == v.id)
             .is_some_and(|vc| vc.pdf_text);
-        let allow_without_sandbox = config.is_some_and(|c| c.pdf.allow_without_sandbox);
+        let allow_without_sandbox = config.pdf.allow_without_sandbox;
         // SECURITY(T-PDF): the opt-in comes first, so a vault that has not turned PDF text on
         // answers the same whatever the path names.
         if !pdf_text {

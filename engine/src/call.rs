@@ -295,7 +295,8 @@ no_ids!(
     u64,
     crate::api::ApplyOut,
     crate::api::RejectOut,
-    crate::history::HistoryStatusOut
+    crate::history::HistoryStatusOut,
+    inbox::Credential
 );
 
 impl<T: ResultIds> ResultIds for Option<T> {

@@ -204,6 +204,15 @@ fn stamp(path: &std::path::Path) -> Option<Stamp> {
     Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
+/// Whether a vault entry opens as it did: only settings read per call (`pdf_text`) changed.
+fn same_opening(a: &crate::home::VaultConfig, b: &crate::home::VaultConfig) -> bool {
+    let plain = |v: &crate::home::VaultConfig| crate::home::VaultConfig {
+        pdf_text: false,
+        ..v.clone()
+    };
+    plain(a) == plain(b)
+}
+
 /// Opens the vaults `config` names, reusing the handle of each whose entry did not change.
 fn open_vaults(
     config: &Config,
@@ -213,7 +222,9 @@ fn open_vaults(
     for v in &config.vaults {
         let same = before.and_then(|b| {
             let old = b.config.vaults.iter().find(|o| o.id == v.id)?;
-            (old == v).then(|| b.vaults.get(&v.id).cloned()).flatten()
+            same_opening(old, v)
+                .then(|| b.vaults.get(&v.id).cloned())
+                .flatten()
         });
         let handle = match same {
             Some(h) => h,

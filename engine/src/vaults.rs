@@ -5,11 +5,12 @@
 //! can still be removed.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::json;
 
 use crate::call::ResultIds;
-use crate::core::Operator;
+use crate::core::{Operator, VaultHandle};
 use crate::error::GatewayError;
 use crate::home::VaultConfig;
 
@@ -172,7 +173,7 @@ impl Settings<'_> {
             standards,
             inbox: args.inbox.unwrap_or_else(|| "inbox".into()),
             readable: None,
-            // Off until `operator_pdf_text` turns it on: the one audited way to change it.
+            // Off until `vault_pdf_text` turns it on: the one audited way to change it.
             pdf_text: false,
         };
         vc.layout()?;
@@ -182,6 +183,84 @@ impl Settings<'_> {
         config.vaults.push(vc.clone());
         self.core.home.save_config(&config)?;
         Ok(vc)
+    }
+
+    /// `vault git ID on|off` (docs/contract.md#git-history), under the vault's write lock so no change is queued
+    /// between the check and the switch. Off refuses while commits wait, unless `drop_queue`.
+    pub fn vault_git(
+        &self,
+        operator: &Operator,
+        v: &Arc<VaultHandle>,
+        on: bool,
+        drop_queue: bool,
+    ) -> Result<crate::changelog::GitStatus, GatewayError> {
+        let args =
+            serde_json::json!({"vault": v.id, "git": if on { "on" } else { "off" }, "dropQueue": drop_queue});
+        self.core
+            .operator_call(operator, "vault_git", &args, |call| {
+                call.set_vault(&v.id);
+                let _lock = v.reader.fs().write_lock()?;
+                if on {
+                    let status = self.core.history().git_on(v)?;
+                    // Commits queued before an earlier `off --drop-queue` are gone; anything queued
+                    // while git was on is made now.
+                    self.core.history().drain_git(v);
+                    Ok(status)
+                } else {
+                    self.core.history().git_off(v, drop_queue).map(|(s, _)| s)
+                }
+            })
+            .into_inner()
+    }
+
+    /// Turns PDF text (`read_attachment_text`, docs/contract.md#notes-as-data-and-attachments) on or off for a vault in
+    /// `gateway.toml`; a running server reads the changed file at its next request, so it takes
+    /// effect at once. Audited like every operator change.
+    pub fn vault_pdf_text(&self, operator: &Operator, vault: &str, on: bool) -> Result<bool, GatewayError> {
+        let args = serde_json::json!({"vault": vault, "pdfText": on});
+        self.core
+            .operator_call(operator, "vault_pdf_text", &args, |call| {
+                call.set_vault(vault);
+                let mut config = self.core.home.load_config()?;
+                let Some(v) = config.vaults.iter_mut().find(|v| v.id == vault) else {
+                    return Err(GatewayError::VaultNotFound(vault.to_owned()));
+                };
+                v.pdf_text = on;
+                self.core.home.save_config(&config)?;
+                Ok(on)
+            })
+            .into_inner()
+    }
+
+    /// `vaultgate tunnel setup` (docs/contract.md#the-chatgpt-tunnel): rotates the tunnel's credential and
+    /// records the tunnel id and the `tunnel-client` found in `gateway.toml`, audited as one
+    /// operator change. The API key file is the edge's to write.
+    pub fn tunnel_setup(
+        &self,
+        operator: &Operator,
+        tunnel_id: &str,
+        command: Option<std::path::PathBuf>,
+        tier: policy::Tier,
+        vaults: Vec<String>,
+    ) -> Result<inbox::Credential, GatewayError> {
+        let args = serde_json::json!({
+            "tunnelId": tunnel_id,
+            "command": command.as_ref().map(|c| c.display().to_string()),
+            "tier": tier.as_str(),
+            "vaults": vaults,
+        });
+        self.core
+            .operator_call(operator, "tunnel_setup", &args, |_call| {
+                let credential = self.rotate_tunnel_credential(operator, tier, vaults)?;
+                let mut config = self.core.home.load_config()?;
+                config.tunnel.tunnel_id = Some(tunnel_id.to_owned());
+                if let Some(c) = command {
+                    config.tunnel.command = Some(c);
+                }
+                self.core.home.save_config(&config)?;
+                Ok(credential)
+            })
+            .into_inner()
     }
 }
 

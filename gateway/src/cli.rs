@@ -827,16 +827,14 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             if a.pdf_text {
                 let core = open_core(home)?;
                 let on = core
-                    .decisions()
-                    .operator_pdf_text(&Operator::cli(user), &vc.id, true)?;
+                    .settings()
+                    .vault_pdf_text(&Operator::cli(user), &vc.id, true)?;
                 out(&describe_pdf_text(&vc.id, on));
             }
             if a.git {
                 let core = open_core(home)?;
                 let v = core.vault_for_cli(Some(&vc.id))?;
-                let s = core
-                    .decisions()
-                    .operator_git(&Operator::cli(user), &v, true, false)?;
+                let s = core.settings().vault_git(&Operator::cli(user), &v, true, false)?;
                 out(&engine::changelog::describe_git(&s));
             }
             out("next: vaultgate token issue --name my-client");
@@ -845,8 +843,8 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
         VaultCmd::PdfText { id, action } => {
             let core = open_core(home)?;
             let on = core
-                .decisions()
-                .operator_pdf_text(&Operator::cli(user), &id, action == OnOff::On)?;
+                .settings()
+                .vault_pdf_text(&Operator::cli(user), &id, action == OnOff::On)?;
             out(&describe_pdf_text(&id, on));
             Ok(())
         }
@@ -865,13 +863,10 @@ fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError>
             let v = core.vault_for_cli(Some(&id))?;
             let s = match action {
                 GitAction::Status => core.history().git_status(&v)?,
-                GitAction::On => core
-                    .decisions()
-                    .operator_git(&Operator::cli(user), &v, true, false)?,
-                GitAction::Off => {
-                    core.decisions()
-                        .operator_git(&Operator::cli(user), &v, false, drop_queue)?
-                }
+                GitAction::On => core.settings().vault_git(&Operator::cli(user), &v, true, false)?,
+                GitAction::Off => core
+                    .settings()
+                    .vault_git(&Operator::cli(user), &v, false, drop_queue)?,
             };
             if json {
                 return json_out(&s);

@@ -79,8 +79,8 @@ pub fn run(opts: DemoOptions) -> Result<(), GatewayError> {
     let core = crate::cli::open_core(&home)?;
     // The demo's own PDF, so read_attachment_text can be tried; a real vault starts off.
     if !core.attachments().pdf_text_on("demo") {
-        core.decisions()
-            .operator_pdf_text(&engine::core::Operator::cli(&user), "demo", true)?;
+        core.settings()
+            .vault_pdf_text(&engine::core::Operator::cli(&user), "demo", true)?;
     }
     let name = format!("demo-{}", uuid::Uuid::now_v7().simple());
     let (cred, token) = core.credentials().issue_credential(

@@ -899,17 +899,14 @@ pub fn setup(
     env: &BTreeMap<String, String>,
 ) -> Result<SetupOut, GatewayError> {
     let key = read_api_key(key_file)?;
-    let mut config = home.load_config()?;
-    let core = crate::cli::open_core(home)?;
-    let credential = core.settings().rotate_tunnel_credential(operator, tier, vaults)?;
-    write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
-    config.tunnel.tunnel_id = Some(tunnel_id.to_owned());
+    let config = home.load_config()?;
     let found = resolve(&config.tunnel, env.get("PATH").map(String::as_str));
     let command = found.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
-    if command.is_some() {
-        config.tunnel.command = command.clone();
-    }
-    home.save_config(&config)?;
+    write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
+    let core = crate::cli::open_core(home)?;
+    let credential = core
+        .settings()
+        .tunnel_setup(operator, tunnel_id, command.clone(), tier, vaults)?;
     Ok(SetupOut { credential, command })
 }
 

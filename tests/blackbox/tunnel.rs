@@ -344,6 +344,22 @@ impl Tunnel {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
+        // A configuration change like any other: the engine wrote it, and it is on record.
+        let last = crate::util::audit_lines(&self.env)
+            .into_iter()
+            .rev()
+            .find(|r| r["tool"] == "tunnel_setup")
+            .expect("tunnel setup is audited");
+        assert_eq!(
+            (&last["outcome"], &last["event"]),
+            (&json!("ok"), &json!("cli")),
+            "{last}"
+        );
+        assert_eq!(self.config()["tunnel"]["tunnel_id"].as_str(), Some(TUNNEL_ID));
+        assert!(
+            !last.to_string().contains(&self.key),
+            "the API key is on record: {last}"
+        );
     }
 
     fn config(&self) -> toml::Table {

@@ -769,17 +769,13 @@ impl Ctx<'_> {
     fn pdf_text(&self, vault: &str) -> Response {
         let back = format!("{}/vaults", self.f.base);
         let on = first(&self.a.form, "on") == Some("1");
-        let r = self
-            .core
-            .decisions()
-            .operator_pdf_text(self.op, vault, on)
-            .map(|on| {
-                if on {
-                    format!("PDF text is on for vault '{vault}': agents may read the text of its PDFs")
-                } else {
-                    format!("PDF text is off for vault '{vault}'")
-                }
-            });
+        let r = self.core.settings().vault_pdf_text(self.op, vault, on).map(|on| {
+            if on {
+                format!("PDF text is on for vault '{vault}': agents may read the text of its PDFs")
+            } else {
+                format!("PDF text is off for vault '{vault}'")
+            }
+        });
         self.decided(r, &back)
     }
 
