@@ -585,3 +585,36 @@ fn the_engine_asks_may_apply_once() {
         .collect();
     assert_eq!(calls.len(), 1, "policy::may_apply is asked at {calls:?}");
 }
+
+/// Every HMAC key and the token key come from `proposals::keys::derive` with a label listed
+/// there; the only other `hmac::Key::new` wraps the bytes the token library hands its HS256
+/// provider (already derived). Test modules may build keys of their own.
+#[test]
+fn every_key_is_derived_in_one_place() {
+    let allowed = ["proposals/src/keys.rs", "engine/src/auth.rs"];
+    let mut found = Vec::new();
+    for dir in [
+        "engine/src",
+        "proposals/src",
+        "gateway/src",
+        "inbox/src",
+        "audit/src",
+        "vault/src",
+        "policy/src",
+    ] {
+        for (path, text) in rust_files(&root().join(dir)) {
+            let rel = path.strip_prefix(root()).unwrap().display().to_string();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in code.lines().enumerate() {
+                if line.contains("hmac::Key::new(") && !allowed.contains(&rel.as_str()) {
+                    found.push(format!("{rel}:{}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "an HMAC key not made by keys::derive: {found:?}"
+    );
+    assert!(read("engine/src/auth.rs").contains("keys::derive(secret.bytes(), keys::TOKEN)"));
+}

@@ -310,7 +310,7 @@ impl Approvals<'_> {
     }
 
     fn approval_key(&self) -> ring::hmac::Key {
-        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.core.secret().bytes())
+        proposals::keys::hmac_key(self.core.secret().bytes(), proposals::keys::APPROVAL)
     }
 
     fn seal_approval(

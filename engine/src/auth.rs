@@ -6,6 +6,8 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
+use proposals::keys;
+
 use crate::error::GatewayError;
 use crate::home::SecretKey;
 
@@ -109,9 +111,11 @@ fn provider() {
 
 pub fn issue(secret: &SecretKey, claims: &Claims) -> Result<Token, GatewayError> {
     provider();
-    let key = EncodingKey::from_secret(secret.bytes())
+    let key = EncodingKey::from_secret(&keys::derive(secret.bytes(), keys::TOKEN))
         .map_err(|e| GatewayError::Internal(format!("token key: {e}")))?;
-    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key)
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some(keys::TOKEN_KID.to_owned());
+    jsonwebtoken::encode(&header, claims, &key)
         .map(Token)
         .map_err(|e| GatewayError::Internal(format!("token encoding: {e}")))
 }
@@ -128,8 +132,22 @@ pub fn verify(secret: &SecretKey, audience: &str, token: &str) -> Result<Claims,
     v.validate_exp = true;
     v.leeway = 0;
     v.required_spec_claims.remove("exp");
-    let key = DecodingKey::from_secret(secret.bytes())
-        .map_err(|e| GatewayError::Internal(format!("token key: {e}")))?;
+    // The key the token names: derived (`kid` t1), or the secret itself for a token issued
+    // before keys were derived (no `kid`). Any other `kid` is refused.
+    let kid = jsonwebtoken::decode_header(token)
+        .map_err(|_| GatewayError::Unauthorized("malformed token"))?
+        .kid;
+    let derived;
+    let key_bytes: &[u8] = match kid.as_deref() {
+        Some(keys::TOKEN_KID) => {
+            derived = keys::derive(secret.bytes(), keys::TOKEN);
+            &derived
+        }
+        None => secret.bytes(),
+        Some(_) => return Err(GatewayError::Unauthorized("unknown key id")),
+    };
+    let key =
+        DecodingKey::from_secret(key_bytes).map_err(|e| GatewayError::Internal(format!("token key: {e}")))?;
     match jsonwebtoken::decode::<Claims>(token, &key, &v) {
         Ok(data) => Ok(data.claims),
         Err(e) => Err(match e.kind() {
@@ -188,6 +206,36 @@ mod tests {
             Err(GatewayError::Unauthorized(_))
         ));
         assert_eq!(format!("{t:?}"), "Token([redacted])");
+    }
+
+    /// Tokens issued before keys were derived carry no `kid` and were signed with the secret:
+    /// they stay valid. A `kid` token is valid only under the derived key, and an unknown `kid`
+    /// is refused.
+    #[test]
+    fn tokens_name_their_key() {
+        let k = key(1);
+        let c = claims("vg-a", None);
+        let t = issue(&k, &c).unwrap();
+        let header = jsonwebtoken::decode_header(t.expose()).unwrap();
+        assert_eq!(header.kid.as_deref(), Some(keys::TOKEN_KID));
+        provider();
+        let raw = EncodingKey::from_secret(k.bytes()).unwrap();
+        let old = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &c, &raw).unwrap();
+        assert_eq!(verify(&k, "vg-a", &old).unwrap().sub, "cred_1");
+        let mut h = Header::new(Algorithm::HS256);
+        h.kid = Some(keys::TOKEN_KID.to_owned());
+        let mixed = jsonwebtoken::encode(&h, &c, &raw).unwrap();
+        assert!(matches!(
+            verify(&k, "vg-a", &mixed),
+            Err(GatewayError::Unauthorized(_))
+        ));
+        h.kid = Some("t9".to_owned());
+        let derived = EncodingKey::from_secret(&keys::derive(k.bytes(), keys::TOKEN)).unwrap();
+        let unknown = jsonwebtoken::encode(&h, &c, &derived).unwrap();
+        assert!(matches!(
+            verify(&k, "vg-a", &unknown),
+            Err(GatewayError::Unauthorized("unknown key id"))
+        ));
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl Binding<'_> {
 }
 
 fn mac(secret: &[u8; 32], binding: &Binding<'_>, payload: &[u8]) -> [u8; MAC_BYTES] {
-    let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
+    let key = proposals::keys::hmac_key(secret, proposals::keys::CURSOR);
     let tag = hmac::sign(&key, &binding.message(payload));
     let mut out = [0u8; MAC_BYTES];
     out.copy_from_slice(&tag.as_ref()[..MAC_BYTES]);

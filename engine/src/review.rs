@@ -171,8 +171,12 @@ impl ReviewSessions<'_> {
         hex::encode(tag.as_ref())
     }
 
+    fn proof_key(&self) -> ring::hmac::Key {
+        proposals::keys::hmac_key(self.core.secret().bytes(), proposals::keys::REVIEW_SERVER_PROOF)
+    }
+
     fn csrf_key(&self) -> ring::hmac::Key {
-        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.core.secret().bytes())
+        proposals::keys::hmac_key(self.core.secret().bytes(), proposals::keys::REVIEW_CSRF)
     }
 
     /// SECURITY(T-REVIEW3): every state-changing request carries its session's CSRF token.
@@ -231,14 +235,16 @@ impl ReviewSessions<'_> {
             ));
         }
         let message = proof_message(&self.core.config().gateway_id, nonce, served);
-        Ok(hex::encode(ring::hmac::sign(&self.csrf_key(), &message).as_ref()))
+        Ok(hex::encode(
+            ring::hmac::sign(&self.proof_key(), &message).as_ref(),
+        ))
     }
 
     /// Whether `proof` is the answer of this home's server listening on `served` to `nonce`.
     pub fn is_server_proof(&self, nonce: &str, served: &SocketAddr, proof: &str) -> bool {
         let message = proof_message(&self.core.config().gateway_id, nonce, served);
         hex::decode(proof.trim())
-            .is_ok_and(|tag| ring::hmac::verify(&self.csrf_key(), &message, &tag).is_ok())
+            .is_ok_and(|tag| ring::hmac::verify(&self.proof_key(), &message, &tag).is_ok())
     }
 }
 

@@ -17,7 +17,7 @@ use crate::canonical::{canonical_json, is_sha256_hex, sha256_hex};
 
 /// The label under which the plan-hash key is derived from `secret.key`:
 /// `key = HMAC-SHA256(secret, label)`. Changing it invalidates every open challenge.
-pub const PLAN_HASH_KEY_LABEL: &[u8] = b"vaultgate/plan-hash/v1";
+pub const PLAN_HASH_KEY_LABEL: &[u8] = crate::keys::PLAN_HASH;
 
 /// The fields a second call adds to the first call's arguments.
 pub const CHALLENGE_FIELDS: [&str; 3] = ["challengeId", "planHash", "acknowledged"];
@@ -147,9 +147,7 @@ pub fn verify_plan_hash(secret: &[u8], plan: &Plan, given: &str) -> bool {
 }
 
 fn plan_key(secret: &[u8]) -> hmac::Key {
-    let root = hmac::Key::new(hmac::HMAC_SHA256, secret);
-    let derived = hmac::sign(&root, PLAN_HASH_KEY_LABEL);
-    hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
+    crate::keys::hmac_key(secret, crate::keys::PLAN_HASH)
 }
 
 /// A challenge as stored: its plan, when it expires and whether it has been used.

@@ -15,6 +15,7 @@ mod canonical;
 pub mod challenge;
 pub mod diff;
 mod edit;
+pub mod keys;
 mod model;
 pub mod ops;
 pub mod plan;

@@ -15,7 +15,7 @@ use crate::slug::slug;
 
 /// The label under which the proposal signing key is derived from `secret.key`:
 /// `key = HMAC-SHA256(secret, label)`. Changing it invalidates every pending proposal.
-pub const SIGNATURE_KEY_LABEL: &[u8] = b"vaultgate/proposal-signature/v1";
+pub const SIGNATURE_KEY_LABEL: &[u8] = crate::keys::PROPOSAL_SIGNATURE;
 
 /// The outcome of [`verify`], checked in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,9 +122,7 @@ pub fn verify(secret: &[u8], p: &Proposal) -> Verdict {
 }
 
 fn signing_key(secret: &[u8]) -> hmac::Key {
-    let root = hmac::Key::new(hmac::HMAC_SHA256, secret);
-    let derived = hmac::sign(&root, SIGNATURE_KEY_LABEL);
-    hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
+    crate::keys::hmac_key(secret, crate::keys::PROPOSAL_SIGNATURE)
 }
 
 fn signed_bytes(p: &Proposal) -> String {
