@@ -618,3 +618,67 @@ fn every_key_is_derived_in_one_place() {
     );
     assert!(read("engine/src/auth.rs").contains("keys::derive(secret.bytes(), keys::TOKEN)"));
 }
+
+/// `ErrorCode::X` as a value (not a pattern, not one side of `==`/`!=`): a code chosen here.
+struct CodeChoices {
+    found: Vec<String>,
+}
+
+impl<'a> syn::visit::Visit<'a> for CodeChoices {
+    fn visit_expr_binary(&mut self, b: &'a syn::ExprBinary) {
+        let compare = matches!(b.op, syn::BinOp::Eq(_) | syn::BinOp::Ne(_));
+        for side in [&*b.left, &*b.right] {
+            if !(compare && matches!(side, syn::Expr::Path(_))) {
+                self.visit_expr(side);
+            }
+        }
+    }
+
+    fn visit_expr_path(&mut self, p: &'a syn::ExprPath) {
+        let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if segs.len() >= 2 && segs[segs.len() - 2] == "ErrorCode" {
+            self.found.push(segs.join("::"));
+        }
+    }
+
+    fn visit_pat(&mut self, p: &'a syn::Pat) {
+        // A pattern matches a code decided elsewhere.
+        if !matches!(p, syn::Pat::Path(_)) {
+            syn::visit::visit_pat(self, p);
+        }
+    }
+
+    fn visit_item_mod(&mut self, m: &'a syn::ItemMod) {
+        // Test modules may name codes to check them.
+        if m.ident != "tests" {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+}
+
+/// Refusals are typed facts (`engine::error::Refused`, …) mapped to their codes in
+/// `GatewayError::code`: no other engine file picks a code.
+#[test]
+fn the_engine_chooses_error_codes_in_one_place() {
+    let mut found = Vec::new();
+    let mut in_error_rs = 0;
+    for (path, text) in rust_files(&root().join("engine/src")) {
+        let rel = path.strip_prefix(root()).unwrap().display().to_string();
+        let mut v = CodeChoices { found: Vec::new() };
+        syn::visit::visit_file(&mut v, &parse(&path, &text));
+        if rel == "engine/src/error.rs" {
+            in_error_rs = v.found.len();
+        } else {
+            found.extend(v.found.into_iter().map(|c| format!("{rel}: {c}")));
+        }
+    }
+    assert!(
+        in_error_rs > 20,
+        "error.rs maps only {in_error_rs} codes: the guard reads nothing"
+    );
+    assert!(
+        found.is_empty(),
+        "codes chosen outside engine/src/error.rs:\n{}",
+        found.join("\n")
+    );
+}

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use policy::{ErrorCode, VaultPath};
+use policy::VaultPath;
 use proposals::ops::Zone;
 use proposals::plan::{ApplyFacts, Decision, PlannedRewrite, Refusal, TargetState};
 use proposals::{Kind, Proposal};
@@ -14,7 +14,7 @@ use crate::api::ApplyOut;
 use crate::approval::ClientApproval;
 use crate::call::Call;
 use crate::core::{VaultHandle, rfc3339};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Refused, Stale};
 use crate::files::Files;
 use crate::ids::{ProposalHash, ProposalId};
 use crate::proposing::{InboxFiles, already_applied, inbox_path, proposal_not_found, rejected, today};
@@ -23,16 +23,9 @@ use crate::txn::{AuditPlan, Intent, TxnKind, internal};
 /// A file's bytes and their hash, as read under the lock.
 type Bytes = (Vec<u8>, String);
 
-fn refusal(code: ErrorCode, msg: impl Into<String>) -> GatewayError {
-    GatewayError::Proposal(code, msg.into())
-}
-
 /// `PROPOSAL_HASH_MISMATCH` as the client reads it.
 pub(crate) fn hash_mismatch() -> GatewayError {
-    refusal(
-        ErrorCode::PROPOSAL_HASH_MISMATCH,
-        "proposalHash does not match this proposal; use the one propose_* or get_proposal returned",
-    )
+    Refused::HashMismatch.into()
 }
 
 /// The wire refusal of each decision.
@@ -40,30 +33,27 @@ fn refused(d: Decision, p: &Proposal) -> GatewayError {
     match d {
         Decision::Path(e) => GatewayError::Path(e),
         Decision::Refused(Refusal::HashMismatch) => hash_mismatch(),
-        Decision::Refused(Refusal::Tampered(what)) => refusal(
-            ErrorCode::PROPOSAL_TAMPERED,
-            format!("{what}; the proposal cannot be applied, propose again"),
-        ),
+        Decision::Refused(Refusal::Tampered(what)) => Refused::Tampered {
+            what: what.to_string(),
+        }
+        .into(),
         Decision::Refused(Refusal::TargetExists) => crate::proposing::exists_str(&p.target),
         // SECURITY(T-PROP2): a proposal applies only to the exact bytes it was made against.
-        Decision::Refused(Refusal::StaleBase { actual: None, .. }) => refusal(
-            ErrorCode::PROPOSAL_STALE_BASE,
-            format!(
-                "{} no longer exists; read the vault again and re-propose",
-                p.from.as_deref().unwrap_or(&p.target)
-            ),
-        ),
-        Decision::Refused(Refusal::RewriteStale { path }) => refusal(
-            ErrorCode::PROPOSAL_STALE_BASE,
-            format!("{path} changed while the move was planned; apply again"),
-        ),
-        Decision::Refused(Refusal::StaleBase { .. }) => refusal(
-            ErrorCode::PROPOSAL_STALE_BASE,
-            format!(
-                "{} changed since the proposal was made; read_note it again and re-propose",
-                p.from.as_deref().unwrap_or(&p.target)
-            ),
-        ),
+        Decision::Refused(Refusal::StaleBase { actual: None, .. }) => Refused::StaleBase {
+            path: p.from.as_deref().unwrap_or(&p.target).to_owned(),
+            why: Stale::Gone,
+        }
+        .into(),
+        Decision::Refused(Refusal::RewriteStale { path }) => Refused::StaleBase {
+            path: path.to_string(),
+            why: Stale::WhilePlanned,
+        }
+        .into(),
+        Decision::Refused(Refusal::StaleBase { .. }) => Refused::StaleBase {
+            path: p.from.as_deref().unwrap_or(&p.target).to_owned(),
+            why: Stale::SinceProposed,
+        }
+        .into(),
     }
 }
 
@@ -284,10 +274,9 @@ impl Writes<'_> {
     ) -> Result<(Option<Vec<u8>>, Vec<(String, String, String)>), GatewayError> {
         let files = Files::of(v);
         let tampered = |what: &str| {
-            refusal(
-                ErrorCode::PROPOSAL_TAMPERED,
-                format!("{what}; the proposal cannot be applied, propose again"),
-            )
+            GatewayError::from(Refused::Tampered {
+                what: what.to_string(),
+            })
         };
         let date = today(now);
         let mut content = None;
@@ -321,10 +310,7 @@ impl Writes<'_> {
 /// arguments.
 fn replay(rec: inbox::IdemRecord, tool: &str, args_hash: &str) -> Result<ApplyOut, GatewayError> {
     if rec.tool != tool || rec.args_hash != args_hash {
-        return Err(refusal(
-            ErrorCode::IDEMPOTENCY_CONFLICT,
-            "this idempotencyKey was used with other arguments; use a new key for a new apply",
-        ));
+        return Err(Refused::IdempotencyConflict { what: "apply" }.into());
     }
     let mut out: ApplyOut = serde_json::from_value(rec.result).map_err(internal)?;
     out.replayed = true;

@@ -231,12 +231,13 @@ impl Approvals<'_> {
                 // SECURITY(T-APPROVE1): one question at a time per credential, so an agent cannot
                 // flood its user with prompts or hold a thread per waiting call.
                 let _asking = Asking::claim(self.asking, cred.id.as_str()).ok_or_else(|| {
-                    GatewayError::Proposal(
-                        policy::ErrorCode::QUOTA_EXCEEDED,
-                        "another apply of this credential is already waiting for the person's answer; \
+                    GatewayError::from(crate::error::Refused::QuotaExceeded {
+                        which: crate::error::Quota::OneQuestionAtATime,
+                        message:
+                            "another apply of this credential is already waiting for the person's answer; \
                          wait for it, then try again"
-                            .into(),
-                    )
+                                .into(),
+                    })
                 })?;
                 match ask(&question) {
                     ApprovalAnswer::Approved => Ok(Some(approved())),

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{PageCall, VaultHandle};
 use crate::cursor::Position;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Unreadable};
 
 /// PDFs larger than this are not read (`TOO_LARGE`).
 pub const MAX_PDF_BYTES: u64 = 64 * 1024 * 1024;
@@ -251,7 +251,7 @@ impl Attachments<'_> {
             .take(credential, SLOT_WAIT)
             .map_err(|why| {
                 GatewayError::Attachment(
-                    ErrorCode::NOT_TEXT,
+                    Unreadable::NotText,
                     match why {
                         NoSlot::Credential => "another PDF of this credential was being read for a minute (one at a time per credential); try again later",
                         NoSlot::All => "every PDF worker stayed busy for a minute; try again later",
@@ -264,11 +264,11 @@ impl Attachments<'_> {
             .read_pdf(&args.path, MAX_PDF_BYTES)
             .map_err(|e| match e.code() {
                 ErrorCode::NOT_TEXT => GatewayError::Attachment(
-                    ErrorCode::NOT_TEXT,
+                    Unreadable::NotText,
                     format!("{} is not a PDF: only PDF text can be read", args.path),
                 ),
                 ErrorCode::TOO_LARGE => GatewayError::Attachment(
-                    ErrorCode::TOO_LARGE,
+                    Unreadable::TooLarge,
                     format!(
                         "{} is larger than {} MiB, the most a PDF may be to be read",
                         args.path,
@@ -307,7 +307,7 @@ impl Attachments<'_> {
             };
             tracing::info!(kind = ?f.kind, "PDF text refused");
             GatewayError::Attachment(
-                ErrorCode::NOT_TEXT,
+                Unreadable::NotText,
                 format!("{} has no readable text: {why} ({})", args.path, f.reason),
             )
         })?;

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use inbox::{Change, GitDone, NewChange};
-use policy::ErrorCode;
 use proposals::ops::{FileOp, Zone};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -741,10 +740,10 @@ impl History<'_> {
         hash: &str,
     ) -> Result<vault::ReadNote, GatewayError> {
         let not_found = || {
-            GatewayError::Proposal(
-                ErrorCode::NOT_FOUND,
-                format!("{path} has no version {hash} in vaultgate's history (see get_note_history)"),
-            )
+            GatewayError::from(crate::error::Refused::VersionNotFound {
+                path: path.to_owned(),
+                hash: hash.to_owned(),
+            })
         };
         if hash.len() != 64
             || !hash

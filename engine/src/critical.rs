@@ -468,7 +468,7 @@ impl Challenges<'_> {
                 None
             }
         };
-        GatewayError::Challenge(refusal.code(), message, fresh)
+        GatewayError::Challenge(refusal, message, fresh)
     }
 
     /// Checks each path as a deletable note that exists: every path syntactically first, so

@@ -39,13 +39,21 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     AuditBroken(String),
-    /// A proposal or apply refusal whose SPEC code is decided where it arises.
+    /// A refusal of a proposal, an apply, a history step or a quota: a fact (docs/contract.md#error-codes).
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// An earlier refusal made again with its code and message, where its cause (an I/O error)
+    /// does not clone: a rolled-back transaction answers every waiter with it.
     #[error("{1}")]
-    Proposal(ErrorCode, String),
+    Again(ErrorCode, String),
     /// A critical-call refusal (docs/contract.md#critical-operations) with a fresh challenge for the call as sent, when one
     /// could be issued.
     #[error("{1}")]
-    Challenge(ErrorCode, String, Option<Box<serde_json::Value>>),
+    Challenge(
+        proposals::challenge::Refusal,
+        String,
+        Option<Box<serde_json::Value>>,
+    ),
     /// An HTTP request refused before authentication matters (Host, Origin, session owner).
     #[error("forbidden: {0}")]
     Forbidden(String),
@@ -67,7 +75,7 @@ pub enum GatewayError {
     /// An attachment that cannot be read as text (docs/contract.md#notes-as-data-and-attachments): `NOT_TEXT` or `TOO_LARGE`, with
     /// the reason (never the document's own text).
     #[error("{1}")]
-    Attachment(ErrorCode, String),
+    Attachment(Unreadable, String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -101,9 +109,43 @@ impl GatewayError {
             // The contract's code for a log that cannot be written to: broken, missing or replaced.
             GatewayError::AuditBroken(_) => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::Forbidden(_) => ErrorCode::UNAUTHORIZED,
-            GatewayError::Proposal(code, _) => *code,
-            GatewayError::Attachment(code, _) => *code,
-            GatewayError::Challenge(code, _, _) => *code,
+            GatewayError::Refused(r) => match r {
+                Refused::StaleBase { .. } => ErrorCode::PROPOSAL_STALE_BASE,
+                Refused::HashMismatch => ErrorCode::PROPOSAL_HASH_MISMATCH,
+                Refused::Tampered { .. } => ErrorCode::PROPOSAL_TAMPERED,
+                Refused::TargetExists { .. } | Refused::TargetCollides { .. } => {
+                    ErrorCode::PROPOSAL_TARGET_EXISTS
+                }
+                Refused::ProposalNotFound { .. } => ErrorCode::PROPOSAL_NOT_FOUND,
+                Refused::AlreadyApplied { .. } | Refused::DecidedMeanwhile => {
+                    ErrorCode::PROPOSAL_ALREADY_APPLIED
+                }
+                Refused::Rejected { .. } | Refused::RejectedWhileApplying { .. } => {
+                    ErrorCode::PROPOSAL_REJECTED
+                }
+                Refused::EditNotUnique { .. } => ErrorCode::EDIT_NOT_UNIQUE,
+                Refused::NoteMissing { .. } | Refused::VersionNotFound { .. } => ErrorCode::NOT_FOUND,
+                Refused::QuotaExceeded { .. } => ErrorCode::QUOTA_EXCEEDED,
+                Refused::PathTooLong { .. } => ErrorCode::PATH_INVALID,
+                Refused::HistoryNotTop { .. } => ErrorCode::HISTORY_NOT_TOP,
+                Refused::HistoryStale { .. } => ErrorCode::HISTORY_STALE,
+                Refused::ChallengeStale { .. } => ErrorCode::CHALLENGE_STALE,
+                Refused::IdempotencyConflict { .. } => ErrorCode::IDEMPOTENCY_CONFLICT,
+                Refused::NotApplied { first, .. } => first.unwrap_or(ErrorCode::INTERNAL),
+            },
+            GatewayError::Again(code, _) => *code,
+            GatewayError::Attachment(Unreadable::NotText, _) => ErrorCode::NOT_TEXT,
+            GatewayError::Attachment(Unreadable::TooLarge, _) => ErrorCode::TOO_LARGE,
+            GatewayError::Challenge(r, _, _) => {
+                use proposals::challenge::Refusal;
+                match r {
+                    Refusal::Required => ErrorCode::CHALLENGE_REQUIRED,
+                    Refusal::Mismatch(_) => ErrorCode::CHALLENGE_MISMATCH,
+                    Refusal::Consumed => ErrorCode::CHALLENGE_CONSUMED,
+                    Refusal::Expired => ErrorCode::CHALLENGE_EXPIRED,
+                    Refusal::Stale { .. } => ErrorCode::CHALLENGE_STALE,
+                }
+            }
             GatewayError::OutputLimitExceeded(_) => ErrorCode::OUTPUT_LIMIT_EXCEEDED,
             GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::ApprovalDeclined(_) => ErrorCode::APPROVAL_DECLINED,
@@ -155,5 +197,122 @@ impl GatewayError {
             o.insert("challenge".into(), (**c).clone());
         }
         body
+    }
+}
+
+/// Why an attachment cannot be read as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Not a PDF, no readable text, or no worker free.
+    NotText,
+    /// Over the size a PDF may be to be read.
+    TooLarge,
+}
+
+/// Why a note no longer matches what a proposal was made against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// Since the agent read it (checked when proposing).
+    SinceRead {
+        expected: String,
+        actual: Option<String>,
+    },
+    /// It is gone.
+    Gone,
+    /// Since the proposal was made (checked when applying).
+    SinceProposed,
+    /// While a move's link rewrites were planned.
+    WhilePlanned,
+    /// While the apply ran (its transaction was rolled back).
+    WhileApplying,
+}
+
+/// Which inbox quota a proposal would exceed (docs/contract.md#limits-and-pagination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    PendingPerCredential,
+    PendingBytesPerCredential,
+    InboxBytes,
+    /// One question at a time per credential waits for a person.
+    OneQuestionAtATime,
+}
+
+/// A refusal as a fact, with what its message needs. The wire code of each is chosen in
+/// [`GatewayError::code`] and nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("{}", stale_message(path, why))]
+    StaleBase { path: String, why: Stale },
+    #[error("proposalHash does not match this proposal; use the one propose_* or get_proposal returned")]
+    HashMismatch,
+    #[error("{what}; the proposal cannot be applied, propose again")]
+    Tampered { what: String },
+    #[error("{path} already exists; propose a patch instead, or pick another path")]
+    TargetExists { path: String },
+    #[error(
+        "{path} differs from the existing {existing} only by case or Unicode normalization; pick another name"
+    )]
+    TargetCollides { path: String, existing: String },
+    #[error("no proposal '{id}' in this vault (see list_proposals)")]
+    ProposalNotFound { id: String },
+    #[error("proposal {id} was already applied")]
+    AlreadyApplied { id: String },
+    #[error("the proposal was decided meanwhile")]
+    DecidedMeanwhile,
+    #[error("proposal {id} was rejected")]
+    Rejected { id: String },
+    #[error("proposal {id} was decided while its apply ran")]
+    RejectedWhileApplying { id: String },
+    /// `count` 0: the text does not occur at all.
+    #[error("{}", edit_message(*index, *count))]
+    EditNotUnique { index: usize, count: usize },
+    #[error("{path} does not exist")]
+    NoteMissing { path: String },
+    #[error("{path} has no version {hash} in vaultgate's history (see get_note_history)")]
+    VersionNotFound { path: String, hash: String },
+    #[error("{message}")]
+    QuotaExceeded { which: Quota, message: String },
+    #[error("{what} is {len} bytes; the limit is {limit} (limits.max_path_bytes)")]
+    PathTooLong { what: String, len: u64, limit: u64 },
+    #[error("{message}")]
+    HistoryNotTop { message: String },
+    #[error("{message}")]
+    HistoryStale { message: String },
+    #[error(
+        "{path} changed while the deletion ran; nothing was deleted. Call again without challenge fields for a new challenge"
+    )]
+    ChallengeStale { path: String },
+    /// `what`: the kind of call (`apply`, `undo/redo`).
+    #[error("this idempotencyKey was used with other arguments; use a new key for a new {what}")]
+    IdempotencyConflict { what: &'static str },
+    /// A batch of the CLI's applies of which some failed; `first` is the first failure's code.
+    #[error("{failed} proposal(s) not applied")]
+    NotApplied { failed: usize, first: Option<ErrorCode> },
+}
+
+fn stale_message(path: &str, why: &Stale) -> String {
+    match why {
+        Stale::SinceRead { expected, actual } => format!(
+            "{path} changed since you read it (baseHash {expected}, now {}); read_note it again and re-propose",
+            actual.as_deref().unwrap_or("missing")
+        ),
+        Stale::Gone => format!("{path} no longer exists; read the vault again and re-propose"),
+        Stale::SinceProposed => {
+            format!("{path} changed since the proposal was made; read_note it again and re-propose")
+        }
+        Stale::WhilePlanned => format!("{path} changed while the move was planned; apply again"),
+        Stale::WhileApplying => format!(
+            "{path} changed while the apply ran; everything it wrote was put back and the proposal is pending. Read the note again and re-propose"
+        ),
+    }
+}
+
+fn edit_message(index: usize, count: usize) -> String {
+    if count == 0 {
+        format!("edits[{index}].oldText does not occur in the note; copy it exactly from read_note")
+    } else {
+        format!(
+            "edits[{index}].oldText occurs {count} times; include more surrounding text so it occurs once"
+        )
     }
 }

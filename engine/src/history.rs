@@ -11,14 +11,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use inbox::{HistoryEntry, HistoryTops, Transition};
-use policy::{ErrorCode, VaultPath};
+use policy::VaultPath;
 use proposals::ops::{FileOp, OpState, Zone, inverse_all};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::call::Call;
 use crate::core::{VaultHandle, rfc3339};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Refused};
 use crate::files::Files;
 use crate::ids::HistoryEntryId;
 use crate::txn::{AuditPlan, Intent, TxnKind, internal};
@@ -208,10 +208,6 @@ pub fn tool_name(t: Transition) -> &'static str {
     }
 }
 
-fn refusal(code: ErrorCode, msg: impl Into<String>) -> GatewayError {
-    GatewayError::Proposal(code, msg.into())
-}
-
 fn not_top(t: Transition, expected: &str, tops: &HistoryTops) -> GatewayError {
     let top = match t {
         Transition::Undo => &tops.undo,
@@ -221,24 +217,24 @@ fn not_top(t: Transition, expected: &str, tops: &HistoryTops) -> GatewayError {
         Some(id) => format!("the current {} top is {id}", t.as_str()),
         None => format!("there is nothing to {}", t.as_str()),
     };
-    refusal(
-        ErrorCode::HISTORY_NOT_TOP,
-        format!(
+    Refused::HistoryNotTop {
+        message: format!(
             "{expected} is not the entry history_{} acts on: {now}. Call history_status and pass its {}Top",
             t.as_str(),
             t.as_str()
         ),
-    )
+    }
+    .into()
 }
 
 fn stale(t: Transition, entry: &str, path: &str, why: &str) -> GatewayError {
-    refusal(
-        ErrorCode::HISTORY_STALE,
-        format!(
+    Refused::HistoryStale {
+        message: format!(
             "cannot {} {entry}: {path} {why}; nothing was written. Read the note and propose the change instead",
             t.as_str()
         ),
-    )
+    }
+    .into()
 }
 
 /// Undo and redo (here), note history and the git change log (changelog.rs).
@@ -483,10 +479,7 @@ impl History<'_> {
 /// A retried call: the first answer if the arguments are the same, else `IDEMPOTENCY_CONFLICT`.
 fn replay(t: Transition, rec: inbox::IdemRecord, args_hash: &str) -> Result<HistoryStatusOut, GatewayError> {
     if !rec.same_call(tool_name(t), args_hash) {
-        return Err(refusal(
-            ErrorCode::IDEMPOTENCY_CONFLICT,
-            "this idempotencyKey was used with other arguments; use a new key for a new undo/redo",
-        ));
+        return Err(Refused::IdempotencyConflict { what: "undo/redo" }.into());
     }
     serde_json::from_value(rec.result).map_err(internal)
 }

@@ -8,11 +8,11 @@
 use std::collections::HashMap;
 use std::fmt::Display;
 
-use policy::{ErrorCode, FolderPath};
+use policy::FolderPath;
 use serde_json::Value;
 
 use crate::core::{Actor, VaultHandle};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Quota, Refused};
 use crate::proposing::InboxFiles;
 use crate::proposing::Proposals;
 
@@ -215,14 +215,12 @@ fn check_path(what: &str, value: &Value, l: &Limits) -> Result<(), GatewayError>
         && len(s.len()) > l.max_path_bytes
     {
         // PATH_INVALID, as docs/contract.md#paths names an over-long path; the message names the limit.
-        return Err(GatewayError::Proposal(
-            ErrorCode::PATH_INVALID,
-            format!(
-                "{what} is {} bytes; the limit is {} (limits.max_path_bytes)",
-                s.len(),
-                l.max_path_bytes
-            ),
-        ));
+        return Err(Refused::PathTooLong {
+            what: what.to_owned(),
+            len: len(s.len()),
+            limit: l.max_path_bytes,
+        }
+        .into());
     }
     Ok(())
 }
@@ -295,8 +293,8 @@ fn json_size(value: &Value, cap: u64) -> u64 {
     }
 }
 
-fn quota(msg: String) -> GatewayError {
-    GatewayError::Proposal(ErrorCode::QUOTA_EXCEEDED, msg)
+fn quota(which: Quota, message: String) -> GatewayError {
+    Refused::QuotaExceeded { which, message }.into()
 }
 
 impl Proposals<'_> {
@@ -320,10 +318,13 @@ impl Proposals<'_> {
         let next_step =
             "ask a reviewer to apply or reject pending proposals (list_proposals), then propose again";
         if mine >= l.max_pending_per_credential {
-            return Err(quota(format!(
-                "this credential holds {mine} pending proposals in vault '{}'; the limit is {} (limits.max_pending_per_credential): {next_step}",
-                v.id, l.max_pending_per_credential
-            )));
+            return Err(quota(
+                Quota::PendingPerCredential,
+                format!(
+                    "this credential holds {mine} pending proposals in vault '{}'; the limit is {} (limits.max_pending_per_credential): {next_step}",
+                    v.id, l.max_pending_per_credential
+                ),
+            ));
         }
         let (sizes, unlisted) = inbox_sizes(v);
         let (mut mine_bytes, mut all_bytes) = (0u64, 0u64);
@@ -350,16 +351,22 @@ impl Proposals<'_> {
             }
         }
         if mine_bytes.saturating_add(incoming) > l.max_pending_bytes_per_credential {
-            return Err(quota(format!(
-                "this credential's pending proposals in vault '{}' hold {mine_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_pending_bytes_per_credential): {next_step}",
-                v.id, l.max_pending_bytes_per_credential
-            )));
+            return Err(quota(
+                Quota::PendingBytesPerCredential,
+                format!(
+                    "this credential's pending proposals in vault '{}' hold {mine_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_pending_bytes_per_credential): {next_step}",
+                    v.id, l.max_pending_bytes_per_credential
+                ),
+            ));
         }
         if all_bytes.saturating_add(incoming) > l.max_inbox_bytes {
-            return Err(quota(format!(
-                "the pending proposals of vault '{}' hold {all_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_inbox_bytes): {next_step}",
-                v.id, l.max_inbox_bytes
-            )));
+            return Err(quota(
+                Quota::InboxBytes,
+                format!(
+                    "the pending proposals of vault '{}' hold {all_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_inbox_bytes): {next_step}",
+                    v.id, l.max_inbox_bytes
+                ),
+            ));
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use crate::call::{Call, TxnRecord};
 use crate::core::{Actor, VaultHandle, recorded, rfc3339};
 use crate::core::{PageCall, not_this_cursor};
 use crate::cursor::Position;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Refused, Stale};
 use crate::ids::{NoteHash, ProposalId};
 
 /// The inbox files of one proposal, relative to the inbox folder (docs/contract.md#proposals).
@@ -103,13 +103,14 @@ fn based_text(
 }
 
 fn stale(p: &VaultPath, expected: &str, actual: Option<&str>) -> GatewayError {
-    GatewayError::Proposal(
-        policy::ErrorCode::PROPOSAL_STALE_BASE,
-        format!(
-            "{p} changed since you read it (baseHash {expected}, now {}); read_note it again and re-propose",
-            actual.unwrap_or("missing")
-        ),
-    )
+    Refused::StaleBase {
+        path: p.to_string(),
+        why: Stale::SinceRead {
+            expected: expected.to_owned(),
+            actual: actual.map(str::to_owned),
+        },
+    }
+    .into()
 }
 
 /// Proposals: made, listed, read and rejected; the inbox quotas (limits.rs).
@@ -683,10 +684,7 @@ impl Proposals<'_> {
             })
             .map_err(recorded)?;
         if !moved {
-            return Err(GatewayError::Proposal(
-                policy::ErrorCode::PROPOSAL_ALREADY_APPLIED,
-                "the proposal was decided meanwhile".into(),
-            ));
+            return Err(Refused::DecidedMeanwhile.into());
         }
         let archived_to = self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
         Ok(RejectOut {
@@ -811,21 +809,13 @@ fn edit_error(e: proposals::EditError) -> GatewayError {
     match e {
         Empty => GatewayError::InvalidArgument("`edits` is empty".into()),
         EmptyOldText { index } => GatewayError::InvalidArgument(format!("edits[{index}].oldText is empty")),
-        NotFound { index } => GatewayError::Proposal(
-            policy::ErrorCode::EDIT_NOT_UNIQUE,
-            format!("edits[{index}].oldText does not occur in the note; copy it exactly from read_note"),
-        ),
-        NotUnique { index, count } => GatewayError::Proposal(
-            policy::ErrorCode::EDIT_NOT_UNIQUE,
-            format!(
-                "edits[{index}].oldText occurs {count} times; include more surrounding text so it occurs once"
-            ),
-        ),
+        NotFound { index } => Refused::EditNotUnique { index, count: 0 }.into(),
+        NotUnique { index, count } => Refused::EditNotUnique { index, count }.into(),
     }
 }
 
 pub fn not_found(p: &VaultPath) -> GatewayError {
-    GatewayError::Proposal(policy::ErrorCode::NOT_FOUND, format!("{p} does not exist"))
+    Refused::NoteMissing { path: p.to_string() }.into()
 }
 
 pub fn exists(p: &VaultPath) -> GatewayError {
@@ -833,40 +823,27 @@ pub fn exists(p: &VaultPath) -> GatewayError {
 }
 
 pub fn exists_str(p: &str) -> GatewayError {
-    GatewayError::Proposal(
-        policy::ErrorCode::PROPOSAL_TARGET_EXISTS,
-        format!("{p} already exists; propose a patch instead, or pick another path"),
-    )
+    Refused::TargetExists { path: p.to_owned() }.into()
 }
 
 fn collides(p: &VaultPath, other: &VaultPath) -> GatewayError {
-    GatewayError::Proposal(
-        policy::ErrorCode::PROPOSAL_TARGET_EXISTS,
-        format!(
-            "{p} differs from the existing {other} only by case or Unicode normalization; pick another name"
-        ),
-    )
+    Refused::TargetCollides {
+        path: p.to_string(),
+        existing: other.to_string(),
+    }
+    .into()
 }
 
 pub fn proposal_not_found(id: &str) -> GatewayError {
-    GatewayError::Proposal(
-        policy::ErrorCode::PROPOSAL_NOT_FOUND,
-        format!("no proposal '{id}' in this vault (see list_proposals)"),
-    )
+    Refused::ProposalNotFound { id: id.to_owned() }.into()
 }
 
 pub fn already_applied(id: &str) -> GatewayError {
-    GatewayError::Proposal(
-        policy::ErrorCode::PROPOSAL_ALREADY_APPLIED,
-        format!("proposal {id} was already applied"),
-    )
+    Refused::AlreadyApplied { id: id.to_owned() }.into()
 }
 
 pub fn rejected(id: &str) -> GatewayError {
-    GatewayError::Proposal(
-        policy::ErrorCode::PROPOSAL_REJECTED,
-        format!("proposal {id} was rejected"),
-    )
+    Refused::Rejected { id: id.to_owned() }.into()
 }
 
 /// The slug of a file named like a proposal's inbox file, `None` for anything else.

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::apply::Writes;
 use crate::call::{Call, TxnRecord};
 use crate::core::{VaultHandle, rfc3339};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Refused, Stale};
 use crate::files::{Cas, Files};
 
 /// The intents-table step of a transaction that is being rolled back.
@@ -137,27 +137,24 @@ impl TxnKind {
     /// The refusal a call gets when its own transaction is rolled back because a file changed.
     fn stale(&self, path: &str) -> GatewayError {
         match self {
-            TxnKind::Apply { .. } => GatewayError::Proposal(
-                ErrorCode::PROPOSAL_STALE_BASE,
-                format!(
-                    "{path} changed while the apply ran; everything it wrote was put back and the proposal is pending. Read the note again and re-propose"
-                ),
-            ),
+            TxnKind::Apply { .. } => Refused::StaleBase {
+                path: path.to_owned(),
+                why: Stale::WhileApplying,
+            }
+            .into(),
             TxnKind::History {
                 transition, entry_id, ..
-            } => GatewayError::Proposal(
-                ErrorCode::HISTORY_STALE,
-                format!(
+            } => Refused::HistoryStale {
+                message: format!(
                     "cannot {} {entry_id}: {path} changed outside vaultgate while it ran; everything it wrote was put back",
                     transition.as_str()
                 ),
-            ),
-            TxnKind::Critical { .. } => GatewayError::Proposal(
-                ErrorCode::CHALLENGE_STALE,
-                format!(
-                    "{path} changed while the deletion ran; nothing was deleted. Call again without challenge fields for a new challenge"
-                ),
-            ),
+            }
+            .into(),
+            TxnKind::Critical { .. } => Refused::ChallengeStale {
+                path: path.to_owned(),
+            }
+            .into(),
         }
     }
 }
@@ -601,10 +598,9 @@ impl Writes<'_> {
                         disk,
                     )?
                     .ok_or_else(|| {
-                        GatewayError::Proposal(
-                            ErrorCode::PROPOSAL_REJECTED,
-                            format!("proposal {proposal_id} was decided while its apply ran"),
-                        )
+                        GatewayError::from(Refused::RejectedWhileApplying {
+                            id: proposal_id.to_string(),
+                        })
                     })?;
                 Ok(Committed {
                     revision: c.revision,
@@ -653,10 +649,9 @@ impl Writes<'_> {
                         disk: disk.copied(),
                     })?
                     .ok_or_else(|| {
-                        GatewayError::Proposal(
-                            ErrorCode::HISTORY_NOT_TOP,
-                            format!("{entry_id} is no longer the top of the history"),
-                        )
+                        GatewayError::from(Refused::HistoryNotTop {
+                            message: format!("{entry_id} is no longer the top of the history"),
+                        })
                     })?;
                 Ok(Committed {
                     revision: c.revision,
@@ -963,8 +958,9 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> GatewayError {
 fn clone_error(e: &GatewayError) -> GatewayError {
     match e {
         GatewayError::AuditUnavailable => GatewayError::AuditUnavailable,
-        GatewayError::Proposal(code, m) => GatewayError::Proposal(*code, m.clone()),
+        GatewayError::Refused(r) => GatewayError::Refused(r.clone()),
+        GatewayError::Again(code, m) => GatewayError::Again(*code, m.clone()),
         other if other.code() == ErrorCode::INTERNAL => GatewayError::Internal(other.to_string()),
-        other => GatewayError::Proposal(other.code(), other.to_string()),
+        other => GatewayError::Again(other.code(), other.to_string()),
     }
 }

@@ -1485,10 +1485,11 @@ fn apply_cmd(
         ));
     }
     if failed > 0 {
-        return Err(GatewayError::Proposal(
-            first_code.unwrap_or(policy::ErrorCode::INTERNAL),
-            format!("{failed} proposal(s) not applied"),
-        ));
+        return Err(engine::error::Refused::NotApplied {
+            failed,
+            first: first_code,
+        }
+        .into());
     }
     Ok(())
 }
@@ -1523,10 +1524,10 @@ fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayEr
         refused => {
             let e = match refused {
                 Err(e) => e,
-                Ok(_) => GatewayError::Proposal(
-                    policy::ErrorCode::HISTORY_NOT_TOP,
-                    format!("nothing to {} in vault '{}'", t.as_str(), v.id),
-                ),
+                Ok(_) => engine::error::Refused::HistoryNotTop {
+                    message: format!("nothing to {} in vault '{}'", t.as_str(), v.id),
+                }
+                .into(),
             };
             return Err(core
                 .decisions()

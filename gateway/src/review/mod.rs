@@ -932,11 +932,15 @@ mod tests {
             (GatewayError::InvalidArgument("x".into()), StatusCode::BAD_REQUEST),
             (GatewayError::VaultNotFound("x".into()), StatusCode::NOT_FOUND),
             (
-                GatewayError::Proposal(ErrorCode::PROPOSAL_STALE_BASE, "x".into()),
+                engine::error::Refused::StaleBase {
+                    path: "x".into(),
+                    why: engine::error::Stale::Gone,
+                }
+                .into(),
                 StatusCode::CONFLICT,
             ),
             (
-                GatewayError::Proposal(ErrorCode::PROPOSAL_NOT_FOUND, "x".into()),
+                engine::error::Refused::ProposalNotFound { id: "x".into() }.into(),
                 StatusCode::NOT_FOUND,
             ),
         ];
