@@ -682,3 +682,38 @@ fn the_engine_chooses_error_codes_in_one_place() {
         found.join("\n")
     );
 }
+
+/// Every write opens the same way (key → lock → key again → recover → the operation):
+/// `Writes::write` in `engine/src/txn.rs` is the one place that reads an idempotency key.
+#[test]
+fn one_write_skeleton_reads_idempotency_keys() {
+    let mut found = Vec::new();
+    for (path, text) in rust_files(&root().join("engine/src")) {
+        let rel = path.strip_prefix(root()).unwrap().display().to_string();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        if code.contains("idempotency_get(") {
+            found.push(rel);
+        }
+    }
+    assert_eq!(
+        found,
+        ["engine/src/txn.rs"],
+        "idempotency keys read outside the skeleton"
+    );
+    let txn = read("engine/src/txn.rs");
+    assert!(
+        txn.contains("pub(crate) fn write<"),
+        "no write skeleton in txn.rs"
+    );
+    for (rel, opener) in [
+        ("engine/src/apply.rs", ".write("),
+        ("engine/src/history.rs", ".write("),
+        ("engine/src/critical.rs", ".write("),
+        ("engine/src/proposing.rs", ".write("),
+    ] {
+        assert!(
+            read(rel).contains(opener),
+            "{rel} does not open its write with Writes::write"
+        );
+    }
+}

@@ -18,7 +18,7 @@ use crate::error::{GatewayError, Refused, Stale};
 use crate::files::Files;
 use crate::ids::{ProposalHash, ProposalId};
 use crate::proposing::{InboxFiles, already_applied, inbox_path, proposal_not_found, rejected, today};
-use crate::txn::{AuditPlan, Intent, TxnKind, internal};
+use crate::txn::{AuditPlan, Intent, Keyed, TxnKind, internal};
 
 /// A file's bytes and their hash, as read under the lock.
 type Bytes = (Vec<u8>, String);
@@ -74,32 +74,39 @@ impl Writes<'_> {
         idempotency_key: &str,
         approval: &ClientApproval<'_>,
     ) -> Result<ApplyOut, GatewayError> {
-        if idempotency_key.trim().is_empty() {
-            return Err(GatewayError::InvalidArgument(
-                "idempotencyKey must not be empty".into(),
-            ));
-        }
+        self.write(
+            call,
+            v,
+            Keyed::Key {
+                key: idempotency_key,
+                what: "apply",
+                first: first_apply,
+            },
+            // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the
+            // answer counts only for this proposal and hash, and every check below runs again.
+            |call| {
+                self.core
+                    .approvals()
+                    .client_approval(call, v, id, given_hash, approval)
+            },
+            |call, approved| self.apply_locked(call, v, id, given_hash, idempotency_key, approved),
+        )
+    }
+
+    /// `apply_proposal` under the vault's write lock, its key unused and interrupted writes
+    /// settled: the checks of docs/contract.md#applying-a-proposal, then the transaction.
+    fn apply_locked(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        id: &ProposalId,
+        given_hash: &ProposalHash,
+        idempotency_key: &str,
+        approved: Option<crate::approval::Approved>,
+    ) -> Result<ApplyOut, GatewayError> {
         let principal = call.actor().principal_id();
         let args_hash = call.args_hash();
-        // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
-        // does nothing; other arguments under a used key are refused.
-        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
-            return replay(rec, call.tool(), &args_hash);
-        }
-        // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the answer
-        // counts only for this proposal and hash, and every check below runs again.
-        let approved = self
-            .core
-            .approvals()
-            .client_approval(call, v, id, given_hash, approval)?;
         let fs = v.reader.fs();
-        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
-        let _lock = fs.write_lock()?;
-        // Another process may have finished the same key while we waited for the lock.
-        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
-            return replay(rec, call.tool(), &args_hash);
-        }
-        self.recover(v)?;
 
         // 1. exists for this vault and pending
         let row = self
@@ -306,13 +313,9 @@ impl Writes<'_> {
     }
 }
 
-/// The first answer to a key used again: only for the same tool (the one recording this call) and
-/// arguments.
-fn replay(rec: inbox::IdemRecord, tool: &str, args_hash: &str) -> Result<ApplyOut, GatewayError> {
-    if rec.tool != tool || rec.args_hash != args_hash {
-        return Err(Refused::IdempotencyConflict { what: "apply" }.into());
-    }
-    let mut out: ApplyOut = serde_json::from_value(rec.result).map_err(internal)?;
+/// The first answer to a key used again, marked as replayed.
+fn first_apply(result: serde_json::Value) -> Result<ApplyOut, GatewayError> {
+    let mut out: ApplyOut = serde_json::from_value(result).map_err(internal)?;
     out.replayed = true;
     Ok(out)
 }

@@ -31,7 +31,7 @@ use crate::changes::VaultChanged;
 use crate::core::{Actor, Caller, Core, VaultHandle, now_unix, rfc3339};
 use crate::error::GatewayError;
 use crate::files::Files;
-use crate::txn::{AuditPlan, Intent, IntentAt, TxnKind};
+use crate::txn::{AuditPlan, Intent, IntentAt, Keyed, TxnKind};
 
 pub const DELETE_PERMANENT: &str = "delete_permanent";
 pub const EMPTY_TRASH: &str = "empty_trash";
@@ -248,11 +248,27 @@ impl Challenges<'_> {
             ));
         }
         // SECURITY(T-CRIT2): one decision and one execution at a time per vault, across
-        // processes; the revision is read from the disk itself under the lock, so a change the
-        // watcher has not reported yet still makes the challenge stale.
-        let _lock = v.reader.fs().write_lock()?;
-        // Interrupted applies, undo/redo and critical calls are finished before anything is decided.
-        self.core.writes().recover(v)?;
+        // processes (the challenge row keys a repeat); the revision is read from the disk itself
+        // under the lock, so a change the watcher has not reported yet still makes the challenge
+        // stale.
+        self.core.writes().write(
+            call,
+            v,
+            Keyed::Row,
+            |_| Ok(()),
+            |call, ()| self.critical_locked(call, caller, v, which, args),
+        )
+    }
+
+    /// A critical call under the vault's write lock, interrupted writes settled.
+    fn critical_locked(
+        &self,
+        call: &mut Call<'_>,
+        caller: &Caller,
+        v: &Arc<VaultHandle>,
+        which: Which,
+        args: &Value,
+    ) -> Result<Value, GatewayError> {
         let revision = self.revision_now(v)?;
         let refuse = |refusal, stored| self.refuse(caller, v, which, args, revision, refusal, stored);
 

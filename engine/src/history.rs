@@ -21,7 +21,7 @@ use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused};
 use crate::files::Files;
 use crate::ids::HistoryEntryId;
-use crate::txn::{AuditPlan, Intent, TxnKind, internal};
+use crate::txn::{AuditPlan, Intent, Keyed, TxnKind, internal};
 
 /// The `proposal_id` prefix of an undo/redo intent in the intents table (`history:<entry id>`).
 pub const INTENT_PREFIX: &str = "history:";
@@ -343,25 +343,32 @@ impl History<'_> {
         expected: &HistoryEntryId,
         idempotency_key: &str,
     ) -> Result<HistoryStatusOut, GatewayError> {
-        let expected = expected.as_str();
-        if idempotency_key.trim().is_empty() {
-            return Err(GatewayError::InvalidArgument(
-                "idempotencyKey must not be empty".into(),
-            ));
-        }
+        let first: fn(serde_json::Value) -> Result<HistoryStatusOut, GatewayError> =
+            |result| serde_json::from_value(result).map_err(internal);
+        self.core.writes().write(
+            call,
+            v,
+            Keyed::Key {
+                key: idempotency_key,
+                what: "undo/redo",
+                first,
+            },
+            |_| Ok(()),
+            |call, ()| self.transition_locked(call, v, t, expected.as_str(), idempotency_key),
+        )
+    }
+
+    /// Undo or redo under the vault's write lock, the key unused and interrupted writes settled.
+    fn transition_locked(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        t: Transition,
+        expected: &str,
+        idempotency_key: &str,
+    ) -> Result<HistoryStatusOut, GatewayError> {
         let principal = call.actor().principal_id();
         let args_hash = call.args_hash();
-        // SECURITY(T-PROP3): the same key with the same arguments answers with the first result and
-        // does nothing; other arguments under a used key are refused.
-        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
-            return replay(t, rec, &args_hash);
-        }
-        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
-        let _lock = v.reader.fs().write_lock()?;
-        if let Some(rec) = self.core.state.idempotency_get(&principal, idempotency_key)? {
-            return replay(t, rec, &args_hash);
-        }
-        self.core.writes().recover(v)?;
 
         if !self.core.state.history_is_top(&v.id, expected, t)? {
             return Err(not_top(t, expected, &self.core.state.history_tops(&v.id)?));
@@ -474,14 +481,6 @@ impl History<'_> {
         let _lock = v.reader.fs().write_lock()?;
         self.core.writes().recover(v)
     }
-}
-
-/// A retried call: the first answer if the arguments are the same, else `IDEMPOTENCY_CONFLICT`.
-fn replay(t: Transition, rec: inbox::IdemRecord, args_hash: &str) -> Result<HistoryStatusOut, GatewayError> {
-    if !rec.same_call(tool_name(t), args_hash) {
-        return Err(Refused::IdempotencyConflict { what: "undo/redo" }.into());
-    }
-    serde_json::from_value(rec.result).map_err(internal)
 }
 
 /// The CLI's one-screen summary of `history status`.

@@ -18,6 +18,7 @@ use crate::core::{PageCall, not_this_cursor};
 use crate::cursor::Position;
 use crate::error::{GatewayError, Refused, Stale};
 use crate::ids::{NoteHash, ProposalId};
+use crate::txn::Keyed;
 
 /// The inbox files of one proposal, relative to the inbox folder (docs/contract.md#proposals).
 pub struct InboxFiles {
@@ -644,11 +645,25 @@ impl Proposals<'_> {
         id: &ProposalId,
         reason: &str,
     ) -> Result<RejectOut, GatewayError> {
-        let id = id.as_str();
         require_reason(reason)?;
-        let _lock = v.reader.fs().write_lock()?;
-        // An apply a crash interrupted is finished first: it may be this very proposal.
-        self.core.writes().recover(v)?;
+        self.core.writes().write(
+            call,
+            v,
+            Keyed::Row,
+            |_| Ok(()),
+            |call, ()| self.reject_locked(call, v, id.as_str(), reason),
+        )
+    }
+
+    /// `reject_proposal` under the vault's write lock, interrupted writes settled (an apply a
+    /// crash interrupted may be this very proposal's).
+    fn reject_locked(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        id: &str,
+        reason: &str,
+    ) -> Result<RejectOut, GatewayError> {
         let row = self
             .core
             .state

@@ -159,6 +159,19 @@ impl TxnKind {
     }
 }
 
+/// How a write is keyed for retries.
+pub(crate) enum Keyed<'k, T> {
+    /// By the caller's idempotency key: `what` names the call in a conflict, `first` reads the
+    /// first answer back from its record.
+    Key {
+        key: &'k str,
+        what: &'static str,
+        first: fn(Value) -> Result<T, GatewayError>,
+    },
+    /// By its own row: a decided proposal (reject), a consumed challenge (critical).
+    Row,
+}
+
 /// Where an intent is kept: the intents table, or (for a critical call) the challenge row it
 /// consumed, so that consuming and recording are one statement.
 #[derive(Debug, Clone)]
@@ -190,6 +203,57 @@ enum Cause {
 
 impl Writes<'_> {
     /// Test-only crash and pause injection (`Failpoints`, given by the edge).
+    /// The one opening of every write — apply, reject, undo/redo and an executed challenge:
+    /// the idempotency key (a retry answers the first result), `before_lock` (what may wait, such
+    /// as a person's yes), the vault's write lock, the key again (another process may have
+    /// finished it meanwhile), interrupted writes settled, then `op` under the lock.
+    pub(crate) fn write<P, T>(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        keyed: Keyed<'_, T>,
+        before_lock: impl FnOnce(&Call<'_>) -> Result<P, GatewayError>,
+        op: impl FnOnce(&mut Call<'_>, P) -> Result<T, GatewayError>,
+    ) -> Result<T, GatewayError> {
+        if let Keyed::Key { key, .. } = &keyed
+            && key.trim().is_empty()
+        {
+            return Err(GatewayError::InvalidArgument(
+                "idempotencyKey must not be empty".into(),
+            ));
+        }
+        if let Some(first) = self.first_answer(call, &keyed)? {
+            return Ok(first);
+        }
+        let prepared = before_lock(call)?;
+        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
+        let _lock = v.reader.fs().write_lock()?;
+        if let Some(first) = self.first_answer(call, &keyed)? {
+            return Ok(first);
+        }
+        // Interrupted applies, undo/redo and critical calls are finished before anything is
+        // decided: one may be this very call's.
+        self.recover(v)?;
+        op(call, prepared)
+    }
+
+    /// SECURITY(T-PROP3): the same key with the same arguments answers with the first result
+    /// and does nothing; other arguments under a used key are refused.
+    fn first_answer<T>(&self, call: &Call<'_>, keyed: &Keyed<'_, T>) -> Result<Option<T>, GatewayError> {
+        let Keyed::Key { key, what, first } = keyed else {
+            return Ok(None);
+        };
+        match self
+            .core
+            .state
+            .idempotency_get(&call.actor().principal_id(), key)?
+        {
+            None => Ok(None),
+            Some(rec) if rec.same_call(call.tool(), &call.args_hash()) => first(rec.result).map(Some),
+            Some(_) => Err(Refused::IdempotencyConflict { what }.into()),
+        }
+    }
+
     pub(crate) fn failpoint(&self, kind: &TxnKind, step: &str) {
         self.core.failpoints.hit(&format!("{}{step}", kind.prefix()));
     }
