@@ -17,7 +17,7 @@ use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused, Stale};
 use crate::files::Files;
 use crate::ids::{ProposalHash, ProposalId};
-use crate::proposing::{InboxFiles, already_applied, inbox_path, proposal_not_found, rejected, today};
+use crate::proposing::{InboxFiles, inbox_path, today};
 use crate::txn::{AuditPlan, Intent, Keyed, TxnKind, internal};
 
 /// A file's bytes and their hash, as read under the lock.
@@ -109,16 +109,7 @@ impl Writes<'_> {
         let fs = v.reader.fs();
 
         // 1. exists for this vault and pending
-        let row = self
-            .core
-            .state
-            .proposal(&v.id, id.as_str())?
-            .ok_or_else(|| proposal_not_found(id.as_str()))?;
-        match row.status {
-            inbox::ProposalStatus::Applied => return Err(already_applied(&row.id)),
-            inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
-            inbox::ProposalStatus::Pending => {}
-        }
+        let row = self.core.proposals().pending(v, id.as_str())?;
         // 2. the tier may apply this proposal (own or anyone's)
         match &approved {
             Some(a) if a.covers(&row.id, given_hash.as_str()) => {

@@ -15,7 +15,6 @@ use crate::call::Call;
 use crate::core::{Actor, VaultHandle, now_unix};
 use crate::error::GatewayError;
 use crate::ids::{ProposalHash, ProposalId};
-use crate::proposing::{already_applied, proposal_not_found, rejected};
 
 /// The reason is cut to this many characters in the question (docs/contract.md#the-review-page-and-in-client-approval).
 const REASON_CHARS: usize = 300;
@@ -194,16 +193,7 @@ impl Approvals<'_> {
             return Ok(None);
         }
         // docs/contract.md#applying-a-proposal check 1, early: nobody is asked about a proposal that cannot be applied.
-        let row = self
-            .core
-            .state
-            .proposal(&v.id, id.as_str())?
-            .ok_or_else(|| proposal_not_found(id.as_str()))?;
-        match row.status {
-            inbox::ProposalStatus::Applied => return Err(already_applied(&row.id)),
-            inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
-            inbox::ProposalStatus::Pending => {}
-        }
+        let row = self.core.proposals().pending(v, id.as_str())?;
         if may_apply(cred, &row.created_by) != policy::MayApply::NeedsPersonYes {
             return Ok(None);
         }
@@ -214,7 +204,7 @@ impl Approvals<'_> {
             .unwrap_or_default();
         // Check 3, early: a person is asked only about the proposal the call names exactly.
         proposals::plan::check_given_hash(recorded_hash, given_hash.as_str())
-            .map_err(|_| crate::apply::hash_mismatch())?;
+            .map_err(|_| GatewayError::from(crate::error::Refused::HashMismatch))?;
         let approved = || Approved {
             proposal_id: row.id.clone(),
             proposal_hash: recorded_hash.to_owned(),

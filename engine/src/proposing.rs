@@ -120,6 +120,22 @@ pub struct Proposals<'a> {
 }
 
 impl Proposals<'_> {
+    /// The proposal `id` of vault `v` if it exists and is pending, else the refusal
+    /// (docs/contract.md#applying-a-proposal check 1): the one answer of apply, reject and the
+    /// in-client question alike.
+    pub(crate) fn pending(&self, v: &VaultHandle, id: &str) -> Result<inbox::StoredProposal, GatewayError> {
+        let row = self
+            .core
+            .state
+            .proposal(&v.id, id)?
+            .ok_or_else(|| proposal_not_found(id))?;
+        match row.status {
+            inbox::ProposalStatus::Applied => Err(already_applied(&row.id)),
+            inbox::ProposalStatus::Rejected => Err(rejected(&row.id)),
+            inbox::ProposalStatus::Pending => Ok(row),
+        }
+    }
+
     /// `list_proposals`: newest first, a page after the cursor's (createdAt, row). `page` is
     /// `None` for the CLI, which takes no cursor.
     pub fn list_proposals_page(
@@ -664,16 +680,7 @@ impl Proposals<'_> {
         id: &str,
         reason: &str,
     ) -> Result<RejectOut, GatewayError> {
-        let row = self
-            .core
-            .state
-            .proposal(&v.id, id)?
-            .ok_or_else(|| proposal_not_found(id))?;
-        match row.status {
-            inbox::ProposalStatus::Applied => return Err(already_applied(&row.id)),
-            inbox::ProposalStatus::Rejected => return Err(rejected(&row.id)),
-            inbox::ProposalStatus::Pending => {}
-        }
+        let row = self.pending(v, id)?;
         self.core
             .approvals()
             .authorize_decision(call.actor(), &row.created_by)?;

@@ -723,3 +723,17 @@ impl VaultFs {
         )
     }
 }
+
+/// Opens (creating if needed) the lock file `name` in `dir`: the write lock, the staging lock
+/// and the index's locks alike.
+pub(crate) fn open_lock_file(dir: &cap_std::fs::Dir, name: &str) -> std::io::Result<std::fs::File> {
+    use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+    let mut options = cap_std::fs::OpenOptions::new();
+    // SECURITY(T-PATH): a lock file swapped for a symlink is not followed.
+    options
+        .read(true)
+        .write(true)
+        .create(true)
+        .follow(FollowSymlinks::No);
+    Ok(dir.open_with(name, &options)?.into_std())
+}

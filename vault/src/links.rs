@@ -298,6 +298,33 @@ pub enum Resolution {
     NotANote,
 }
 
+/// A note's links out, as `get_related_notes` reports them: the notes they resolve to (not the
+/// note itself) and the links that resolve to nothing, from the index and a scan alike.
+pub(crate) fn links_out(
+    resolver: &Resolver,
+    path: &VaultPath,
+    links: &[Link],
+) -> (
+    std::collections::BTreeSet<VaultPath>,
+    Vec<crate::types::BrokenLink>,
+) {
+    let mut outlinks = std::collections::BTreeSet::new();
+    let mut broken = Vec::new();
+    for link in links {
+        match resolver.resolve(path, link) {
+            Resolution::Note(p) if p != *path => {
+                outlinks.insert(p);
+            }
+            Resolution::Note(_) | Resolution::NotANote => {}
+            Resolution::Broken => broken.push(crate::types::BrokenLink {
+                target: link.target.clone(),
+                line: link.line,
+            }),
+        }
+    }
+    (outlinks, broken)
+}
+
 /// Resolves links against a set of note paths. Persistent maps: a clone is O(1) and adding or
 /// removing a path O(log n), so the index keeps one per catalog generation at the cost of the
 /// change, and a planned move derives the resolver "after" from the one "before" (docs/contract.md#proposals).

@@ -106,6 +106,12 @@ impl Note {
 }
 
 /// The file stem: the last segment without a `.md` extension (ASCII case-insensitive).
+/// A map of content (docs/contract.md#the-mcp-surface): tagged `#moc`, or named `MOC…`. The one rule of
+/// `get_related_notes`' `mocs`, from the index and a scan alike.
+pub(crate) fn is_moc(note: &Note, path: &policy::VaultPath) -> bool {
+    note.has_tag("moc") || stem(path.file_name()).starts_with("MOC")
+}
+
 pub fn stem(file_name: &str) -> &str {
     match file_name.len().checked_sub(3) {
         Some(i) if file_name.is_char_boundary(i) && file_name[i..].eq_ignore_ascii_case(".md") => {

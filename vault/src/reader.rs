@@ -7,7 +7,7 @@
 //! functions, so their answers are the same.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -23,9 +23,9 @@ use crate::links::{Resolution, Resolver};
 use crate::note::{Note, stem};
 use crate::search::{Ranker, Step, fold, knowledge_score, parse_terms, snippet, terms_in_line};
 use crate::types::{
-    BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes,
-    ListStandards, ListTags, MAX_LIST_ITEMS, NoteEntry, NoteEntryKind, NoteRef, NotesPos, ReadNote,
-    RecentNote, RecentNotes, RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount, VaultError,
+    ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes, ListStandards,
+    ListTags, MAX_LIST_ITEMS, NoteEntry, NoteEntryKind, NoteRef, NotesPos, ReadNote, RecentNote, RecentNotes,
+    RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount, VaultError,
 };
 
 /// One vault opened for reading.
@@ -311,20 +311,7 @@ impl Vault {
         let cat = Catalog::scan(&self.fs);
         let resolver = Resolver::new(cat.entries.iter().map(|e| &e.path));
 
-        let mut outlinks = BTreeSet::new();
-        let mut broken_links = Vec::new();
-        for link in &this.links {
-            match resolver.resolve(&path, link) {
-                Resolution::Note(p) if p != path => {
-                    outlinks.insert(p);
-                }
-                Resolution::Note(_) | Resolution::NotANote => {}
-                Resolution::Broken => broken_links.push(BrokenLink {
-                    target: link.target.clone(),
-                    line: link.line,
-                }),
-            }
-        }
+        let (outlinks, broken_links) = crate::links::links_out(&resolver, &path, &this.links);
         let outlinks = outlinks
             .into_iter()
             .map(|p| {
@@ -353,7 +340,7 @@ impl Vault {
                 path: e.path.to_string(),
                 title: note.title.clone(),
             };
-            if note.has_tag("moc") || stem(e.path.file_name()).starts_with("MOC") {
+            if crate::note::is_moc(note, &e.path) {
                 mocs.push(item.clone());
             }
             backlinks.push(item);

@@ -455,14 +455,7 @@ impl VaultFs {
         let parent = self.open_parent(Area::Machine, &path, true)?;
         let dir = parent.dir.as_ref().unwrap_or(self.root_dir());
         self.check_destination(dir, &parent.segments, name)?;
-        let mut options = OpenOptions::new();
-        // SECURITY(T-PATH): a lock file swapped for a symlink is not followed.
-        options
-            .read(true)
-            .write(true)
-            .create(true)
-            .follow(FollowSymlinks::No);
-        Ok(dir.open_with(name, &options)?.into_std())
+        Ok(crate::fs::open_lock_file(dir, name)?)
     }
 
     /// `.vaultgate/tmp`: where temp files are made before they are linked or renamed into place,

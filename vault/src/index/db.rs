@@ -827,13 +827,7 @@ impl Drop for Db {
 
 /// A lock file in `.vaultgate/` (created if missing, never through a symlink).
 fn lock_file(dir: &Dir, name: &str) -> Result<fd_lock::RwLock<std::fs::File>, IndexError> {
-    let mut options = OpenOptions::new();
-    options
-        .read(true)
-        .write(true)
-        .create(true)
-        .follow(FollowSymlinks::No);
-    Ok(fd_lock::RwLock::new(dir.open_with(name, &options)?.into_std()))
+    Ok(fd_lock::RwLock::new(crate::fs::open_lock_file(dir, name)?))
 }
 
 /// Removes the index file and its companions, unless another process already replaced the one

@@ -1,7 +1,7 @@
 //! The read tools answered from an index snapshot, with the semantics of the per-call scan in
 //! `reader.rs` (docs/contract.md#the-mcp-surface): the index narrows, the same `search`, `note` and `links` functions decide.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 use policy::{FolderPath, NoteClass, VaultPath};
@@ -18,8 +18,8 @@ use crate::note::{Note, stem};
 use crate::reader::{cap_standards, knowledge_page, knowledge_top, recent_is_after, rfc3339, to_u32};
 use crate::search::{Ranked, Ranker, Step, knowledge_score, snippet};
 use crate::types::{
-    BrokenLink, ContentHit, ContentHits, Counts, Key, ListStandards, ListTags, MAX_LIST_ITEMS, NoteRef,
-    RecentNote, RecentNotes, RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount,
+    ContentHit, ContentHits, Counts, Key, ListStandards, ListTags, MAX_LIST_ITEMS, NoteRef, RecentNote,
+    RecentNotes, RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount,
 };
 
 /// A `Note` with the fields the index keeps (frontmatter and dates are not needed by any caller).
@@ -479,20 +479,7 @@ pub fn list_standards(snap: &Snapshot<'_>) -> Result<ListStandards, IndexError> 
 pub fn related(snap: &Snapshot<'_>, path: &VaultPath, this: &Note) -> Result<Related, IndexError> {
     let cat = &snap.catalog;
     let resolver = cat.resolver();
-    let mut outlinks = BTreeSet::new();
-    let mut broken_links = Vec::new();
-    for link in &this.links {
-        match resolver.resolve(path, link) {
-            Resolution::Note(p) if p != *path => {
-                outlinks.insert(p);
-            }
-            Resolution::Note(_) | Resolution::NotANote => {}
-            Resolution::Broken => broken_links.push(BrokenLink {
-                target: link.target.clone(),
-                line: link.line,
-            }),
-        }
-    }
+    let (outlinks, broken_links) = crate::links::links_out(resolver, path, &this.links);
     let outlinks = outlinks
         .into_iter()
         .map(|p| {
@@ -537,7 +524,7 @@ pub fn related(snap: &Snapshot<'_>, path: &VaultPath, this: &Note) -> Result<Rel
             path: e.path.to_string(),
             title: note.title.clone(),
         };
-        if note.has_tag("moc") || stem(e.path.file_name()).starts_with("MOC") {
+        if crate::note::is_moc(&note, &e.path) {
             mocs.push(item.clone());
         }
         backlinks.push(item);
