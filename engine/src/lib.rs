@@ -8,6 +8,7 @@
 //! leaves as an [`Audited`] value: nothing outside this crate builds an audit entry.
 #![forbid(unsafe_code)]
 
+mod actors;
 pub mod api;
 mod apply;
 pub mod approval;

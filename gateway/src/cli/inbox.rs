@@ -1,0 +1,326 @@
+//! `vaultgate inbox`, `apply`, `history` and `audit`: the operator reads and decides as the engine's `Decisions`.
+
+use super::*;
+
+pub(crate) fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), GatewayError> {
+    let path = home.audit_path();
+    if !home.exists() {
+        return Err(GatewayError::NoHome(home.dir.clone()));
+    }
+    match cmd {
+        AuditCmd::Verify => match engine::audit_log::chain_status(home)? {
+            engine::audit_log::ChainStatus::Holds { records } => {
+                out(&format!(
+                    "audit chain ok: {records} records in {}",
+                    path.display()
+                ));
+                Ok(())
+            }
+            engine::audit_log::ChainStatus::Broken(problem) => Err(GatewayError::AuditBroken(problem)),
+        },
+        AuditCmd::Repair => {
+            let msg = match engine::audit_log::repair_torn_tail(&path)? {
+                engine::audit_log::Repair::Clean => "audit log ends cleanly; nothing to repair".to_owned(),
+                engine::audit_log::Repair::Completed { seq } => {
+                    format!("completed the last record (seq {seq})")
+                }
+                engine::audit_log::Repair::MovedAside {
+                    offset,
+                    len,
+                    saved_to,
+                } => format!(
+                    "moved a torn fragment of {len} bytes at offset {offset} to {}",
+                    saved_to.display()
+                ),
+            };
+            out(&msg);
+            Ok(())
+        }
+        AuditCmd::Restart { yes: false } => {
+            // A usage error (exit 2), like a missing argument: nothing was looked at or changed.
+            clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "`vaultgate audit restart` opens a new audit chain when audit.jsonl is missing or \
+                 was replaced; the records it lost cannot be verified any more. Restore the file \
+                 from a backup if you can; otherwise run `vaultgate audit restart --yes`.\n",
+            )
+            .exit()
+        }
+        AuditCmd::Restart { yes: true } => {
+            let r = engine::audit_log::restart(home, user)?;
+            if let Some(old) = &r.moved_aside {
+                out(&format!("kept the replaced log as {}", old.display()));
+            }
+            out(&format!(
+                "opened a new audit chain in {} (its first record names the previous head: {})",
+                path.display(),
+                r.record.target.as_deref().unwrap_or("")
+            ));
+            Ok(())
+        }
+        AuditCmd::Tail { n, json } => {
+            let records = engine::audit_log::tail(&path, n)?;
+            if json {
+                json_out(&records)?;
+            } else {
+                for r in records {
+                    json_out(&r)?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn json_out<T: serde::Serialize>(v: &T) -> Result<(), GatewayError> {
+    out_json_text(&serde_json::to_string(v).map_err(|e| GatewayError::Internal(e.to_string()))?);
+    Ok(())
+}
+
+/// A field shown on one line (a reason, a name): its newlines and tabs become visible `\n` and
+/// `\t`, so it cannot add lines or columns that look like the CLI's own.
+pub(crate) fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['\n', '\t']) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(s.replace('\n', "\\n").replace('\t', "\\t"))
+}
+
+/// A proposal as a reviewer reads it: who, why, and the diff (all escaped by `out`).
+pub(crate) fn show_proposal(p: &engine::api::GetProposalOut) {
+    let it = &p.item;
+    let from = it.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
+    out(&format!(
+        "{} {} {from}{}  [{}]\n  id: {}\n  by: {} ({}) at {}\n  reason: {}\n  proposalHash: {}",
+        it.slug,
+        it.kind,
+        it.target,
+        it.status,
+        it.id,
+        one_line(&it.created_by.name),
+        it.created_by.credential_id,
+        it.created_at,
+        one_line(&it.reason),
+        it.proposal_hash
+    ));
+    if !p.diff.is_empty() {
+        // The size a reviewer decides on, and the diff a line per terminal line: a lone CR ends
+        // a line here as it does in the count (SECURITY(T-CR)).
+        let (added, removed) = engine::diff::counts(&engine::diff::hunks(&p.diff));
+        out(&format!("  changes: +{added} \u{2212}{removed} lines"));
+        out(&policy::text::lines(&p.diff).collect::<Vec<_>>().join("\n"));
+    }
+}
+
+pub(crate) fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), GatewayError> {
+    let core = open_core(home)?;
+    match cmd {
+        InboxCmd::List { vault, status, json } => {
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let status = status.as_str();
+            let list = core.proposals().list_proposals(&v, Some(status), Some(500))?;
+            if json {
+                return json_out(&list.proposals);
+            }
+            if list.proposals.is_empty() {
+                out(&format!("no {status} proposals in vault '{}'", v.id));
+            }
+            for p in &list.proposals {
+                let from = p.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
+                out(&format!(
+                    "{}\t{}\t{from}{}\t{}\t{}",
+                    p.slug,
+                    p.kind,
+                    p.target,
+                    one_line(&p.created_by.name),
+                    one_line(&p.reason)
+                ));
+            }
+            Ok(())
+        }
+        InboxCmd::Show { id, vault, json } => {
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let p = core
+                .proposals()
+                .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone()))?;
+            if json {
+                return json_out(&p);
+            }
+            show_proposal(&p);
+            Ok(())
+        }
+        InboxCmd::Reject { id, reason, vault } => {
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let r = core
+                .decisions()
+                .operator_reject(&Operator::cli(user), &v, &id, &reason)?;
+            out(&format!("rejected {id}; archived to {}", r.archived_to));
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn apply_cmd(
+    home: &Home,
+    vault: Option<&str>,
+    only: Option<&str>,
+    yes: bool,
+    user: &str,
+) -> Result<(), GatewayError> {
+    let interactive = std::io::stdin().is_terminal();
+    if !yes && !interactive {
+        return Err(GatewayError::InvalidArgument(
+            "apply shows each diff and asks y/N on a terminal; without one, pass --yes".into(),
+        ));
+    }
+    let core = open_core(home)?;
+    let v = core.vault_for_cli(vault)?;
+    // Every pending proposal as it stands now (not one page of them); ones decided meanwhile by
+    // another process are skipped below.
+    let ids: Vec<String> = match only {
+        Some(id) => vec![id.to_owned()],
+        None => core.proposals().pending_proposal_ids(&v)?,
+    };
+    if ids.is_empty() {
+        out(&format!("no pending proposals in vault '{}'", v.id));
+        return Ok(());
+    }
+    let (mut applied, mut failed) = (0usize, 0usize);
+    let mut first_code = None;
+    for id in ids {
+        // One unreadable proposal does not stop the batch.
+        let p = match core
+            .proposals()
+            .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.clone()))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                failed += 1;
+                first_code.get_or_insert(e.code());
+                err(&format!("error[{}]: {id}: {e}", e.code()));
+                continue;
+            }
+        };
+        if only.is_none() && p.item.status != "pending" {
+            out(&format!("skipped {}: {} meanwhile", p.item.slug, p.item.status));
+            continue;
+        }
+        // The reviewer sees what is applied: the whole proposal when asked or named, its reason
+        // otherwise.
+        if !yes || only.is_some() {
+            show_proposal(&p);
+        }
+        if !yes {
+            err("apply this proposal? [y/N] ");
+            let mut line = String::new();
+            if std::io::stdin().read_line(&mut line)? == 0 {
+                out("no answer (end of input); nothing more is applied");
+                break;
+            }
+            if !matches!(line.trim(), "y" | "Y" | "yes") {
+                out(&format!("skipped {}", p.item.slug));
+                continue;
+            }
+        }
+        let r = core
+            .decisions()
+            .operator_apply(&Operator::cli(user), &v, &p.item.id, &p.item.proposal_hash);
+        match r {
+            Ok(a) => {
+                applied += 1;
+                let reason = if yes && only.is_none() {
+                    format!("\n  reason: {}", one_line(&p.item.reason))
+                } else {
+                    String::new()
+                };
+                // Where git is on, whether the commit was made or waits (`vault git ID status`).
+                let git = match a.git.as_str() {
+                    "off" => String::new(),
+                    state => format!(", git {state}"),
+                };
+                out(&format!(
+                    "applied {} -> {} (history {}, audit seq {}{git}){reason}",
+                    p.item.slug, a.target, a.history_entry_id, a.audit_seq
+                ))
+            }
+            Err(e) => {
+                failed += 1;
+                first_code.get_or_insert(e.code());
+                err(&format!("error[{}]: {}: {e}", e.code(), p.item.slug));
+            }
+        }
+    }
+    if only.is_none() {
+        out(&format!(
+            "{applied} applied, {failed} not applied in vault '{}'",
+            v.id
+        ));
+    }
+    if failed > 0 {
+        return Err(engine::error::Refused::NotApplied {
+            failed,
+            first: first_code,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+pub(crate) fn history_cmd(home: &Home, cmd: HistoryCmd, user: &str) -> Result<(), GatewayError> {
+    let (vault, t, yes) = match cmd {
+        HistoryCmd::Status { vault, json } => {
+            let core = open_core(home)?;
+            let v = core.vault_for_cli(vault.as_deref())?;
+            let s = core.history().history_status(&v)?;
+            if json {
+                return json_out(&s);
+            }
+            out(&engine::history::describe_status(&v.id, &s));
+            return Ok(());
+        }
+        HistoryCmd::Undo { vault, yes } => (vault, engine::Transition::Undo, yes),
+        HistoryCmd::Redo { vault, yes } => (vault, engine::Transition::Redo, yes),
+    };
+    if !yes && !std::io::stdin().is_terminal() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "history {} shows the change and asks y/N on a terminal; without one, pass --yes",
+            t.as_str()
+        )));
+    }
+    let core = open_core(home)?;
+    let v = core.vault_for_cli(vault.as_deref())?;
+    // Settles an interrupted write first, so the entry shown is the one that counts.
+    let top = match core.history().history_top(&v, t) {
+        Ok(Some(entry)) => entry,
+        // A refusal before anything ran is recorded as the command's one call.
+        refused => {
+            let e = match refused {
+                Err(e) => e,
+                Ok(_) => engine::error::Refused::HistoryNotTop {
+                    message: format!("nothing to {} in vault '{}'", t.as_str(), v.id),
+                }
+                .into(),
+            };
+            return Err(core
+                .decisions()
+                .operator_history_refused(&Operator::cli(user), &v, t, e));
+        }
+    };
+    let entry = top;
+    out(&entry.describe(t));
+    if !yes {
+        err(&format!("{} this change? [y/N] ", t.as_str()));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        if !matches!(line.trim(), "y" | "Y" | "yes") {
+            out("nothing changed");
+            return Ok(());
+        }
+    }
+    let s = core
+        .decisions()
+        .operator_history(&Operator::cli(user), &v, t, &entry.id)?;
+    out(&format!("{} {}: done", t.as_str(), entry.id));
+    out(&engine::history::describe_status(&v.id, &s));
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! `vaultgate vault …` and `vaultgate index`: the vault set, PDF text and git switches, the search index.
+
+use super::*;
+
+pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
+    match cmd {
+        VaultCmd::Add(a) => {
+            // `--git` outside a work tree is refused before anything is registered.
+            if a.git {
+                engine::changelog::check_work_tree(&a.path)?;
+            }
+            let vc = configuration_core(home)?.settings().vault_add(
+                &Operator::cli(user),
+                engine::vaults::VaultAdd {
+                    path: a.path,
+                    id: a.id,
+                    name: a.name,
+                    notes: a.notes,
+                    standards: a.standards,
+                    inbox: a.inbox,
+                    default: a.default,
+                },
+            )?;
+            out(&format!(
+                "added vault '{}' ({}) at {}",
+                vc.id,
+                vc.name,
+                vc.path.display()
+            ));
+            if a.pdf_text {
+                let core = open_core(home)?;
+                let on = core
+                    .settings()
+                    .vault_pdf_text(&Operator::cli(user), &vc.id, true)?;
+                out(&describe_pdf_text(&vc.id, on));
+            }
+            if a.git {
+                let core = open_core(home)?;
+                let v = core.vault_for_cli(Some(&vc.id))?;
+                let s = core.settings().vault_git(&Operator::cli(user), &v, true, false)?;
+                out(&engine::changelog::describe_git(&s));
+            }
+            out("next: vaultgate token issue --name my-client");
+            Ok(())
+        }
+        VaultCmd::PdfText { id, action } => {
+            let core = open_core(home)?;
+            let on = core
+                .settings()
+                .vault_pdf_text(&Operator::cli(user), &id, action == OnOff::On)?;
+            out(&describe_pdf_text(&id, on));
+            Ok(())
+        }
+        VaultCmd::Git {
+            id,
+            action,
+            drop_queue,
+            json,
+        } => {
+            if drop_queue && action != GitAction::Off {
+                return Err(GatewayError::InvalidArgument(
+                    "--drop-queue goes with `off`".into(),
+                ));
+            }
+            let core = open_core(home)?;
+            let v = core.vault_for_cli(Some(&id))?;
+            let s = match action {
+                GitAction::Status => core.history().git_status(&v)?,
+                GitAction::On => core.settings().vault_git(&Operator::cli(user), &v, true, false)?,
+                GitAction::Off => core
+                    .settings()
+                    .vault_git(&Operator::cli(user), &v, false, drop_queue)?,
+            };
+            if json {
+                return json_out(&s);
+            }
+            out(&engine::changelog::describe_git(&s));
+            Ok(())
+        }
+        VaultCmd::List { json } => {
+            let config = home.load_config()?;
+            if json {
+                let list: Vec<_> = config
+                    .vaults
+                    .iter()
+                    .map(|v| {
+                        serde_json::json!({
+                            "id": v.id, "name": v.name, "path": v.path,
+                            "isDefault": config.default_vault.as_deref() == Some(v.id.as_str()),
+                            "notes": v.notes, "standards": v.standards, "inbox": v.inbox,
+                        })
+                    })
+                    .collect();
+                out_json_text(&serde_json::Value::Array(list).to_string());
+            } else if config.vaults.is_empty() {
+                out("no vaults; add one with: vaultgate vault add PATH");
+            } else {
+                for v in &config.vaults {
+                    let d = if config.default_vault.as_deref() == Some(v.id.as_str()) {
+                        " (default)"
+                    } else {
+                        ""
+                    };
+                    out(&format!("{}{d}\t{}\t{}", v.id, v.name, v.path.display()));
+                }
+            }
+            Ok(())
+        }
+        VaultCmd::Remove { id } => {
+            configuration_core(home)?
+                .settings()
+                .vault_remove(&Operator::cli(user), &id)?;
+            out(&format!("removed vault '{id}' (its files were not touched)"));
+            Ok(())
+        }
+        VaultCmd::SetDefault { id } => {
+            configuration_core(home)?
+                .settings()
+                .vault_set_default(&Operator::cli(user), &id)?;
+            out(&format!("default vault is now '{id}'"));
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn describe_pdf_text(id: &str, on: bool) -> String {
+    if on {
+        format!("PDF text is on for vault '{id}': read_attachment_text sends PDF text to clients")
+    } else {
+        format!("PDF text is off for vault '{id}'")
+    }
+}
+
+/// `vaultgate index`: one pass in this process; servers that have the vault open pick it up.
+pub(crate) fn index_cmd(home: &Home, vault: Option<&str>, rebuild: bool) -> Result<(), GatewayError> {
+    let core = open_core(home)?;
+    let v = core.vault_for_cli(vault)?;
+    // Progress only for a person watching; scripts get the summary alone.
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} indexing {pos}/{len} notes [{bar:40}] {eta} left",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let report = core.reads().refresh_index(&v, rebuild, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    let r = report?;
+    let secs = r.elapsed.as_secs_f64();
+    let read = r.added + r.updated;
+    out(&format!(
+        "{} vault '{}': {} notes in the index ({} added, {} updated, {} removed, {} unchanged) in {:.2}s{}\nindex: {}",
+        if rebuild { "rebuilt" } else { "updated" },
+        v.id,
+        r.notes,
+        r.added,
+        r.updated,
+        r.removed,
+        r.unchanged,
+        secs,
+        if read > 0 && secs > 0.0 {
+            format!(", {:.0} notes/s", read as f64 / secs)
+        } else {
+            String::new()
+        },
+        v.index_file().display()
+    ));
+    Ok(())
+}
