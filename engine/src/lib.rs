@@ -41,6 +41,7 @@ pub mod review;
 pub mod tunnel;
 mod txn;
 pub mod vaults;
+pub mod versions;
 
 pub use crate::approval::{ApprovalAnswer, ApprovalQuestion, ApprovalRequest, ClientApproval};
 pub use crate::call::{Audited, Call, ResultIds};

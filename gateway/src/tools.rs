@@ -75,7 +75,7 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Read a note",
             "The whole text of one note with its parsed frontmatter, title, SHA-256 hash (use it as baseHash when proposing a change), size and modification time. With `hash`, an earlier version that get_note_history lists for this path.",
         ),
-        read_tool::<NoteHistoryArgs, engine::changelog::NoteHistoryOut>(
+        read_tool::<NoteHistoryArgs, engine::versions::NoteHistoryOut>(
             "get_note_history",
             "A note's history",
             "The changes vaultgate made to one note, newest first, following it back across moves: when, what kind, who, why, the history entry, the hashes before and after (read either with read_note {path, hash}) and the git commit where the vault has git on. When truncated, pass nextCursor as cursor for the next page.",
