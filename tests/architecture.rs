@@ -717,3 +717,34 @@ fn one_write_skeleton_reads_idempotency_keys() {
         );
     }
 }
+
+/// A source file over 850 lines (its tests aside) is one ARCHITECTURE.md's "Long files" names,
+/// with the reason; anything else is split.
+#[test]
+fn long_files_are_named_with_a_reason() {
+    let arch = read("ARCHITECTURE.md");
+    let section = arch
+        .split("## Long files")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("ARCHITECTURE.md has a Long files section");
+    let mut unnamed = Vec::new();
+    let mut long = 0;
+    for (_, dir, _, _) in members() {
+        for (path, text) in rust_files(&dir.join("src")) {
+            let rel = path.strip_prefix(root()).unwrap().display().to_string();
+            if rel.contains("/tests/") || rel.starts_with("tests/") {
+                continue;
+            }
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            if code.lines().count() > 850 {
+                long += 1;
+                if !section.contains(&format!("`{rel}`")) {
+                    unnamed.push(format!("{rel} ({} lines)", code.lines().count()));
+                }
+            }
+        }
+    }
+    assert!(long > 0, "no long file found: the guard reads nothing");
+    assert!(unnamed.is_empty(), "long files ARCHITECTURE.md does not explain: {unnamed:?}");
+}
