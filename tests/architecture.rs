@@ -746,5 +746,8 @@ fn long_files_are_named_with_a_reason() {
         }
     }
     assert!(long > 0, "no long file found: the guard reads nothing");
-    assert!(unnamed.is_empty(), "long files ARCHITECTURE.md does not explain: {unnamed:?}");
+    assert!(
+        unnamed.is_empty(),
+        "long files ARCHITECTURE.md does not explain: {unnamed:?}"
+    );
 }

@@ -1,7 +1,7 @@
 //! The command line: thin commands over `Core`, errors mapped to exit codes in `run`.
 
 mod args;
-mod inbox;
+mod decide;
 mod review;
 mod tokens;
 mod tunnel;
@@ -9,7 +9,7 @@ mod vaults;
 
 pub use args::TokenFormat;
 use args::*;
-use inbox::*;
+use decide::*;
 use review::*;
 pub(crate) use tokens::parse_duration;
 use tokens::*;
