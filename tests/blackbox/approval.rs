@@ -280,14 +280,7 @@ async fn propose_split(c: &Client, reason: &str) -> Value {
     p
 }
 
-async fn propose_new(c: &Client, path: &str, content: &str, reason: &str) -> Value {
-    c.call(
-        "propose_new_note",
-        json!({"path": path, "content": content, "reason": reason}),
-    )
-    .await
-    .ok()
-}
+use crate::util::propose_new;
 
 fn apply_args(p: &Value, key: &str) -> Value {
     json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key})
@@ -366,14 +359,7 @@ fn assert_pending(env: &Env, p: &Value, what: &str) {
     );
 }
 
-fn audit(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.home.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use crate::util::audit_lines as audit;
 
 /// The `apply_proposal` records for proposal `p`.
 fn apply_records(env: &Env, p: &Value) -> Vec<Value> {

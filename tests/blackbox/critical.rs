@@ -3,7 +3,7 @@
 //! the call as sent and deletes nothing; the exact second call executes once, even when sent twice
 //! at the same time, and is a history barrier (docs/contract.md#history).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,56 +15,15 @@ use crate::util::{Client, Env, Reply, audit_lines};
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-/// A client that checks every success against the tool's declared `outputSchema`.
-struct Session {
-    client: Client,
-    validators: HashMap<String, jsonschema::Validator>,
+use crate::util::Checked as Session;
+
+/// What the critical tests ask of a session beyond a checked call.
+trait Critical {
+    async fn challenge(&self, tool: &str, args: Value) -> Value;
+    async fn revision(&self) -> u64;
 }
 
-impl Session {
-    async fn open(env: &Env, token: &str) -> Session {
-        let client = env.stdio(token).await;
-        let mut validators = HashMap::new();
-        for tool in client.inner.list_all_tools().await.expect("tools/list") {
-            let t = serde_json::to_value(&tool).unwrap();
-            if let Some(schema) = t.get("outputSchema") {
-                let name = t["name"].as_str().unwrap().to_owned();
-                validators.insert(name, jsonschema::draft202012::new(schema).unwrap());
-            }
-        }
-        Session { client, validators }
-    }
-
-    async fn call(&self, tool: &str, args: Value) -> Reply {
-        let reply = self.client.call(tool, args.clone()).await;
-        if let Reply::Ok(v) = &reply {
-            let validator = self
-                .validators
-                .get(tool)
-                .unwrap_or_else(|| panic!("{tool} declares no outputSchema"));
-            let errors: Vec<String> = validator.iter_errors(v).map(|e| e.to_string()).collect();
-            assert!(
-                errors.is_empty(),
-                "{tool}({args}) breaks its outputSchema: {errors:?}\n{v}"
-            );
-        }
-        reply
-    }
-
-    async fn ok(&self, tool: &str, args: Value) -> Value {
-        match self.call(tool, args.clone()).await {
-            Reply::Ok(v) => v,
-            Reply::Err(e) => panic!("{tool}({args}): expected success, got {e}"),
-        }
-    }
-
-    async fn err(&self, tool: &str, args: Value) -> Value {
-        match self.call(tool, args.clone()).await {
-            Reply::Ok(v) => panic!("{tool}({args}): expected an error, got {v}"),
-            Reply::Err(e) => e,
-        }
-    }
-
+impl Critical for Session {
     /// The first call: returns the challenge object.
     async fn challenge(&self, tool: &str, args: Value) -> Value {
         let v = self.ok(tool, args.clone()).await;
@@ -77,10 +36,6 @@ impl Session {
         self.ok("get_vault_overview", json!({})).await["revision"]
             .as_u64()
             .unwrap()
-    }
-
-    async fn close(self) {
-        self.client.close().await;
     }
 }
 

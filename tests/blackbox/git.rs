@@ -440,11 +440,7 @@ impl Lab {
     }
 
     fn audit_lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.env.home.join("audit.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .collect()
+        crate::util::audit_lines(&self.env)
     }
 
     /// Waits (bounded) until `HEAD` has `n` commits after `base`; returns them.
@@ -506,14 +502,7 @@ async fn hash_of(c: &Client, path: &str) -> Value {
     ok(c, "read_note", json!({"path": path})).await["hash"].clone()
 }
 
-async fn propose_new(c: &Client, path: &str, content: &str, reason: &str) -> Value {
-    ok(
-        c,
-        "propose_new_note",
-        json!({"path": path, "content": content, "reason": reason}),
-    )
-    .await
-}
+use crate::util::propose_new;
 
 async fn propose_patch(c: &Client, path: &str, content: &str, reason: &str) -> Value {
     let base = hash_of(c, path).await;

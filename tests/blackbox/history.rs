@@ -1,12 +1,12 @@
 //! History undo/redo (docs/contract.md#history) through the real binary: rmcp stdio clients and the CLI.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-use crate::util::{Client, Env, Reply, bin};
+use crate::util::{Env, Reply, bin};
 
 /// Every file of the vault outside `.vaultgate/` and the inbox: path → bytes.
 fn snapshot(vault: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -29,51 +29,17 @@ fn snapshot(vault: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-/// A client that also checks every history answer against the tool's declared `outputSchema`.
-struct Agent {
-    client: Client,
-    schemas: HashMap<String, jsonschema::Validator>,
+/// What the history tests ask of a checked session.
+trait History {
+    async fn status(&self) -> Value;
+    async fn undo(&self, id: &Value, key: &str) -> Reply;
+    async fn redo(&self, id: &Value, key: &str) -> Reply;
+    async fn apply(&self, p: &Value) -> Value;
+    async fn new_note(&self, path: &str, content: &str) -> Value;
+    async fn patch(&self, path: &str, content: &str) -> Value;
 }
 
-impl Agent {
-    async fn connect(env: &Env, token: &str) -> Agent {
-        let client = env.stdio(token).await;
-        let mut schemas = HashMap::new();
-        for tool in client.inner.list_all_tools().await.unwrap() {
-            let t = serde_json::to_value(&tool).unwrap();
-            let name = t["name"].as_str().unwrap().to_owned();
-            if name.starts_with("history_") {
-                schemas.insert(name, jsonschema::draft202012::new(&t["outputSchema"]).unwrap());
-            }
-        }
-        assert_eq!(
-            schemas.len(),
-            3,
-            "history_status, history_undo, history_redo are listed"
-        );
-        Agent { client, schemas }
-    }
-
-    async fn call(&self, tool: &str, args: Value) -> Reply {
-        let reply = self.client.call(tool, args).await;
-        if let (Reply::Ok(v), Some(schema)) = (&reply, self.schemas.get(tool)) {
-            let errors: Vec<String> = schema.iter_errors(v).map(|e| e.to_string()).collect();
-            assert!(
-                errors.is_empty(),
-                "{tool}: {v} breaks its outputSchema: {errors:?}"
-            );
-        }
-        reply
-    }
-
-    async fn ok(&self, tool: &str, args: Value) -> Value {
-        self.call(tool, args).await.ok()
-    }
-
-    async fn code(&self, tool: &str, args: Value) -> String {
-        self.call(tool, args).await.code()
-    }
-
+impl History for crate::util::Checked {
     async fn status(&self) -> Value {
         self.ok("history_status", json!({})).await
     }
@@ -126,9 +92,18 @@ impl Agent {
             .await;
         self.apply(&p).await
     }
+}
 
-    async fn close(self) {
-        self.client.close().await;
+/// A schema-checking client that lists the three history tools.
+struct Agent;
+
+impl Agent {
+    async fn connect(env: &Env, token: &str) -> crate::util::Checked {
+        let c = crate::util::Checked::open(env, token).await;
+        for tool in ["history_status", "history_undo", "history_redo"] {
+            assert!(c.lists(tool), "{tool} is listed with an outputSchema");
+        }
+        c
     }
 }
 

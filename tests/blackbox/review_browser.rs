@@ -109,14 +109,7 @@ async fn unified(b: &Browser, kind: &str) -> Vec<String> {
         .collect()
 }
 
-fn audit(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(env.home.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
-        .collect()
-}
+use crate::util::audit_lines as audit;
 
 fn json_of(env: &Env, args: &[&str]) -> Value {
     let out = env.ok(args);

@@ -8,7 +8,9 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
-use serde_json::Value;
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
 
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vaultgate"))
@@ -219,12 +221,96 @@ pub async fn ok(c: &Client, tool: &str, args: Value) -> Value {
     }
 }
 
+/// A client that checks every success against the tool's declared `outputSchema` (every tool
+/// declares one) and bounds every call.
+pub struct Checked {
+    pub client: Client,
+    schemas: HashMap<String, jsonschema::Validator>,
+}
+
+impl Checked {
+    /// `vaultgate stdio` with `token`, its tools' output schemas compiled.
+    pub async fn open(env: &Env, token: &str) -> Checked {
+        Checked::of(env.stdio(token).await).await
+    }
+
+    pub async fn of(client: Client) -> Checked {
+        let mut schemas = HashMap::new();
+        let tools = bounded("tools/list", client.inner.list_all_tools())
+            .await
+            .expect("tools/list");
+        for tool in tools {
+            let t = serde_json::to_value(&tool).unwrap();
+            if let Some(schema) = t.get("outputSchema") {
+                let name = t["name"].as_str().unwrap().to_owned();
+                schemas.insert(name, jsonschema::draft202012::new(schema).unwrap());
+            }
+        }
+        Checked { client, schemas }
+    }
+
+    /// Whether the server lists `tool` with an output schema.
+    pub fn lists(&self, tool: &str) -> bool {
+        self.schemas.contains_key(tool)
+    }
+
+    pub async fn call(&self, tool: &str, args: Value) -> Reply {
+        let reply = call(&self.client, tool, args.clone()).await;
+        if let Reply::Ok(v) = &reply {
+            let schema = self
+                .schemas
+                .get(tool)
+                .unwrap_or_else(|| panic!("{tool} declares no outputSchema"));
+            let errors: Vec<String> = schema.iter_errors(v).map(|e| e.to_string()).collect();
+            assert!(
+                errors.is_empty(),
+                "{tool}({args}) breaks its outputSchema: {errors:?}\n{v}"
+            );
+        }
+        reply
+    }
+
+    pub async fn ok(&self, tool: &str, args: Value) -> Value {
+        match self.call(tool, args.clone()).await {
+            Reply::Ok(v) => v,
+            Reply::Err(e) => panic!("{tool}({args}): expected success, got {e}"),
+        }
+    }
+
+    pub async fn code(&self, tool: &str, args: Value) -> String {
+        self.call(tool, args).await.code()
+    }
+
+    /// A call that must fail: its error JSON.
+    pub async fn err(&self, tool: &str, args: Value) -> Value {
+        match self.call(tool, args.clone()).await {
+            Reply::Ok(v) => panic!("{tool}({args}): expected an error, got {v}"),
+            Reply::Err(e) => e,
+        }
+    }
+
+    pub async fn close(self) {
+        self.client.close().await;
+    }
+}
+
+/// `propose_new_note` that must succeed: the proposal (id, proposalHash, …).
+pub async fn propose_new(c: &Client, path: &str, content: &str, reason: &str) -> Value {
+    ok(
+        c,
+        "propose_new_note",
+        json!({"path": path, "content": content, "reason": reason}),
+    )
+    .await
+}
+
 /// Every record of the home's audit log, parsed.
 pub fn audit_lines(env: &Env) -> Vec<Value> {
     std::fs::read_to_string(env.home.join("audit.jsonl"))
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
         .collect()
 }
 
