@@ -477,7 +477,11 @@ fn the_engine_decides_nothing_by_a_tool_name() {
 #[test]
 fn no_hash_is_compared_in_the_engines_write_path() {
     let tools = tool_names();
-    for rel in ["engine/src/apply.rs", "engine/src/approval.rs"] {
+    for rel in [
+        "engine/src/apply.rs",
+        "engine/src/approval.rs",
+        "engine/src/proposing.rs",
+    ] {
         let (_, hashes) = decisions(&root().join(rel), &tools);
         assert!(
             hashes.is_empty(),

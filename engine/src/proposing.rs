@@ -95,9 +95,7 @@ fn based_text(
     base_hash: &str,
 ) -> Result<(String, String), GatewayError> {
     let (bytes, hash) = current(v, target)?.ok_or_else(|| not_found(target))?;
-    if hash != base_hash {
-        return Err(stale(target, base_hash, Some(&hash)));
-    }
+    proposals::plan::check_base(base_hash, Some(&hash)).map_err(|_| stale(target, base_hash, Some(&hash)))?;
     let old = String::from_utf8(bytes)
         .map_err(|_| GatewayError::Vault(vault::VaultError::Fs(vault::fs::FsError::NotText)))?;
     Ok((old, hash))
@@ -564,9 +562,8 @@ impl Proposals<'_> {
         require_reason(reason)?;
         let target = target_path(v, path)?;
         let (_, hash) = current(v, &target)?.ok_or_else(|| not_found(&target))?;
-        if hash != base_hash {
-            return Err(stale(&target, base_hash, Some(&hash)));
-        }
+        proposals::plan::check_base(base_hash, Some(&hash))
+            .map_err(|_| stale(&target, base_hash, Some(&hash)))?;
         let mut d = self.draft(call.actor(), v, Kind::Delete, &target, reason);
         d.base_hash = Some(hash.clone());
         let p = self.store_proposal(call, v, d, None, None)?;

@@ -125,20 +125,28 @@ pub fn check(
     }
 }
 
+/// The one base check (docs/contract.md#proposals), when proposing and when applying alike: the
+/// note's hash now (`None`: it is gone) must be the base the change was made against.
+pub fn check_base(expected: &str, now: Option<&str>) -> Result<(), Refusal> {
+    match now {
+        Some(hash) if hash == expected => Ok(()),
+        _ => Err(Refusal::StaleBase {
+            expected: expected.to_owned(),
+            actual: now.map(str::to_owned),
+        }),
+    }
+}
+
 fn base_matches(p: &Proposal, current: &TargetState) -> Result<(), Refusal> {
     // check_shape has already required it; kept as a refusal rather than a panic.
     let Some(expected) = p.base_hash.as_deref() else {
         return Err(Refusal::Tampered("baseHash missing"));
     };
-    let actual = match current {
-        TargetState::Present { hash } if hash == expected => return Ok(()),
-        TargetState::Present { hash } => Some(hash.clone()),
+    let now = match current {
+        TargetState::Present { hash } => Some(hash.as_str()),
         TargetState::Missing | TargetState::Collides { .. } => None,
     };
-    Err(Refusal::StaleBase {
-        expected: expected.to_owned(),
-        actual,
-    })
+    check_base(expected, now)
 }
 
 /// What the engine found under the write lock, beyond what [`check`] takes.
