@@ -376,16 +376,7 @@ impl Proposals<'_> {
         let mut d = self.draft(call.actor(), v, Kind::New, &target, reason);
         d.content_hash = Some(proposals::sha256_hex(content.as_bytes()));
         let p = self.store_proposal(call, v, d, Some(content), None)?;
-        Ok(ProposedOut {
-            id: p.id,
-            slug: p.slug,
-            proposal_hash: p.proposal_hash,
-            target: p.target,
-            from: None,
-            base_hash: None,
-            diff: None,
-            link_rewrites: None,
-        })
+        Ok(proposed(p))
     }
 
     pub fn propose_patch(
@@ -469,14 +460,8 @@ impl Proposals<'_> {
         d.base_hash = Some(hash.clone());
         let p = self.store_proposal(call, v, d, Some(new), Some(&diff))?;
         Ok(ProposedOut {
-            id: p.id,
-            slug: p.slug,
-            proposal_hash: p.proposal_hash,
-            target: p.target,
-            from: None,
-            base_hash: Some(hash),
             diff: Some(diff),
-            link_rewrites: None,
+            ..proposed(p)
         })
     }
 
@@ -510,13 +495,6 @@ impl Proposals<'_> {
         d.base_hash = Some(hash.clone());
         let p = self.store_proposal(call, v, d, None, None)?;
         Ok(ProposedOut {
-            id: p.id,
-            slug: p.slug,
-            proposal_hash: p.proposal_hash,
-            target: p.target,
-            from: p.from,
-            base_hash: Some(hash),
-            diff: None,
             link_rewrites: Some(
                 rewrites
                     .iter()
@@ -526,6 +504,7 @@ impl Proposals<'_> {
                     })
                     .collect(),
             ),
+            ..proposed(p)
         })
     }
 
@@ -567,16 +546,7 @@ impl Proposals<'_> {
         let mut d = self.draft(call.actor(), v, Kind::Delete, &target, reason);
         d.base_hash = Some(hash.clone());
         let p = self.store_proposal(call, v, d, None, None)?;
-        Ok(ProposedOut {
-            id: p.id,
-            slug: p.slug,
-            proposal_hash: p.proposal_hash,
-            target: p.target,
-            from: None,
-            base_hash: Some(hash),
-            diff: None,
-            link_rewrites: None,
-        })
+        Ok(proposed(p))
     }
 
     /// The CLI's `inbox list`: the first page (see `Proposals::list_proposals_page`).
@@ -762,6 +732,20 @@ impl Proposals<'_> {
             self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
         }
         Ok(())
+    }
+}
+
+/// The answer of a `propose_*` call: the stored proposal's id, hash, target, source and base.
+fn proposed(p: Proposal) -> ProposedOut {
+    ProposedOut {
+        id: p.id,
+        slug: p.slug,
+        proposal_hash: p.proposal_hash,
+        target: p.target,
+        from: p.from,
+        base_hash: p.base_hash,
+        diff: None,
+        link_rewrites: None,
     }
 }
 
