@@ -207,7 +207,7 @@ fn run(
             let v = call.vault(a.vault.as_deref())?;
             match a.hash.as_deref() {
                 Some(hash) => to_value(core.history().read_version(&v, &a.path, hash)?),
-                None => to_value(core.reads().read_note(&v, &a.path)?),
+                None => Ok(core.reads().read_note(&v, &a.path)?.into_value()),
             }
         }
         "get_note_history" => {

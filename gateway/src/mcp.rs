@@ -446,7 +446,7 @@ impl ServerHandler for McpServer {
                 format!("unknown tool '{}'", request.name),
                 None,
             )),
-            Some(Ok(value)) => Ok(CallToolResult::structured(value).into()),
+            Some(Ok(value)) => Ok(structured(value).into()),
             Some(Err(GatewayError::ApprovalAsked(req))) => Ok(CallToolResponse::InputRequired(
                 crate::approval::input_required(&req),
             )),
@@ -505,4 +505,14 @@ impl ServerHandler for McpServer {
         self.start_forwarding(context.peer.clone(), caller.credential.id.as_str().to_owned());
         Ok(())
     }
+}
+
+/// A success: `structuredContent` and the text block that repeats it. The text is written by
+/// serde_json's writer, not through `Value`'s `Display` (the formatting machinery, several times
+/// slower on a large note): a large `read_note` pays one encode for it.
+fn structured(value: serde_json::Value) -> CallToolResult {
+    let text = serde_json::to_string(&value).unwrap_or_else(|_| value.to_string());
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(value);
+    result
 }

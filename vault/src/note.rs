@@ -47,7 +47,7 @@ impl NoteHeader {
     pub fn parse(text: &str, stem: &str) -> NoteHeader {
         let fm = split_frontmatter(text);
         let title = field_string(&fm.fields, "title")
-            .or_else(|| first_heading(&prose_lines(text, fm.body_line)))
+            .or_else(|| first_heading(prose(text, fm.body_line)))
             .unwrap_or_else(|| stem.to_owned());
         NoteHeader {
             title,
@@ -65,7 +65,7 @@ impl Note {
         let fields = fm.fields;
         let frontmatter_error = fm.error;
         let title = field_string(&fields, "title")
-            .or_else(|| first_heading(&lines))
+            .or_else(|| first_heading(lines.iter()))
             .unwrap_or_else(|| stem.to_owned());
         let aliases = string_list(fields.get("aliases").or_else(|| fields.get("alias")), false);
         let mut tags = string_list(fields.get("tags").or_else(|| fields.get("tag")), true);
@@ -277,26 +277,33 @@ pub struct ProseLine<'a> {
 /// The body lines from `body_line` on that are not inside a fenced code block (the fence lines
 /// themselves excluded), with inline code blanked.
 pub fn prose_lines(text: &str, body_line: usize) -> Vec<ProseLine<'_>> {
-    let mut out = Vec::new();
+    prose(text, body_line).collect()
+}
+
+/// [`prose_lines`], one line at a time: a reader that needs only the first heading stops there
+/// instead of walking (and masking) a long note to its end.
+pub fn prose(text: &str, body_line: usize) -> impl Iterator<Item = ProseLine<'_>> {
     let mut fence: Option<(u8, usize)> = None;
-    for (idx, raw) in policy::text::lines(text).enumerate().skip(body_line) {
-        if let Some((ch, len)) = fence {
-            if is_fence_close(raw, ch, len) {
-                fence = None;
+    policy::text::lines(text)
+        .enumerate()
+        .skip(body_line)
+        .filter_map(move |(idx, raw)| {
+            if let Some((ch, len)) = fence {
+                if is_fence_close(raw, ch, len) {
+                    fence = None;
+                }
+                return None;
             }
-            continue;
-        }
-        if let Some(open) = fence_open(raw) {
-            fence = Some(open);
-            continue;
-        }
-        out.push(ProseLine {
-            number: idx + 1,
-            raw,
-            masked: mask_inline_code(raw),
-        });
-    }
-    out
+            if let Some(open) = fence_open(raw) {
+                fence = Some(open);
+                return None;
+            }
+            Some(ProseLine {
+                number: idx + 1,
+                raw,
+                masked: mask_inline_code(raw),
+            })
+        })
 }
 
 /// The line without up to three spaces of indentation, or `None` when indented more.
@@ -365,8 +372,11 @@ fn mask_inline_code(line: &str) -> Cow<'_, str> {
 }
 
 /// The text of the first non-empty level-1 ATX heading.
-fn first_heading(lines: &[ProseLine<'_>]) -> Option<String> {
-    lines.iter().find_map(|l| {
+fn first_heading<'a, L: std::borrow::Borrow<ProseLine<'a>>>(
+    mut lines: impl Iterator<Item = L>,
+) -> Option<String> {
+    lines.find_map(|l| {
+        let l = l.borrow();
         let t = unindent(l.raw)?;
         let rest = t.strip_prefix('#')?;
         if !(rest.is_empty() || rest.starts_with([' ', '\t'])) {

@@ -28,6 +28,27 @@ pub struct ReadNote {
     pub modified: String,
 }
 
+impl ReadNote {
+    /// The answer as JSON, its text moved rather than copied: what `serde_json::to_value` gives,
+    /// without a second copy of a large note (a test keeps the two equal).
+    pub fn into_value(self) -> Value {
+        let mut m = Map::new();
+        m.insert("path".into(), Value::String(self.path));
+        m.insert("title".into(), Value::String(self.title));
+        if let Some(f) = self.frontmatter {
+            m.insert("frontmatter".into(), Value::Object(f));
+        }
+        if let Some(e) = self.frontmatter_error {
+            m.insert("frontmatterError".into(), Value::String(e));
+        }
+        m.insert("content".into(), Value::String(self.content));
+        m.insert("hash".into(), Value::String(self.hash));
+        m.insert("bytes".into(), Value::from(self.bytes));
+        m.insert("modified".into(), Value::String(self.modified));
+        Value::Object(m)
+    }
+}
+
 /// `list_notes`: one folder level.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -417,6 +438,35 @@ impl VaultError {
             VaultError::Fs(FsError::TooLarge) => ErrorCode::TOO_LARGE,
             VaultError::Fs(FsError::Io(_)) => ErrorCode::INTERNAL,
             VaultError::InvalidArgument(_) => ErrorCode::INVALID_ARGUMENT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod read_note_value {
+    use super::*;
+
+    #[test]
+    fn into_value_is_what_serde_writes() {
+        let mut fm = Map::new();
+        fm.insert("tags".into(), serde_json::json!(["a"]));
+        for (frontmatter, frontmatter_error) in [
+            (Some(fm), None),
+            (None, Some("too deep".to_owned())),
+            (Some(Map::new()), None),
+        ] {
+            let n = ReadNote {
+                path: "z/a.md".into(),
+                title: "A \"quoted\" title".into(),
+                frontmatter,
+                frontmatter_error,
+                content: "---\ntags: [a]\n---\n# A\n\u{202E}x\n".into(),
+                hash: "0".repeat(64),
+                bytes: 27,
+                modified: "2026-01-01T00:00:00Z".into(),
+            };
+            let expected = serde_json::to_value(&n).expect("serializes");
+            assert_eq!(n.into_value(), expected);
         }
     }
 }
