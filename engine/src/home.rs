@@ -374,6 +374,35 @@ impl Home {
             .map_err(|e| GatewayError::Config(format!("{}: {e}", self.config_path().display())))
     }
 
+    /// Holds `gateway.lock` (an exclusive `flock`) until dropped: a read-modify-write of
+    /// `gateway.toml` under it cannot lose another process's change made at the same moment
+    /// (two terminals running `vault add`). Readers need no lock: the file is replaced whole.
+    pub fn lock_config(&self) -> Result<ConfigLock, GatewayError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.dir.join("gateway.lock"))?;
+        let mut lock = fd_lock::RwLock::new(file);
+        loop {
+            match lock.write() {
+                Ok(guard) => {
+                    // Held until the file closes (`ConfigLock` is dropped); the guard borrows it.
+                    std::mem::forget(guard);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(ConfigLock {
+            _file: lock.into_inner(),
+        })
+    }
+
     /// Writes `gateway.toml` atomically (temp file, fsync, rename).
     pub fn save_config(&self, config: &Config) -> Result<(), GatewayError> {
         let text = toml::to_string_pretty(config).map_err(|e| GatewayError::Internal(e.to_string()))?;
@@ -418,6 +447,11 @@ impl Home {
             .map_err(|_| GatewayError::Config("secret.key must be exactly 32 bytes".into()))?;
         Ok(SecretKey(key))
     }
+}
+
+/// An exclusive hold on the home's configuration, released when dropped ([`Home::lock_config`]).
+pub struct ConfigLock {
+    _file: std::fs::File,
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), GatewayError> {

@@ -75,6 +75,8 @@ impl Settings<'_> {
         self.core
             .operator_call(operator, "vault_remove", &json!({"vault": id}), |call| {
                 call.set_vault(id);
+                // Held to the save: a change made meanwhile by another process is not lost.
+                let _edit = self.core.home.lock_config()?;
                 let mut config = self.core.home.load_config()?;
                 let before = config.vaults.len();
                 config.vaults.retain(|v| v.id != id);
@@ -95,6 +97,8 @@ impl Settings<'_> {
         self.core
             .operator_call(operator, "vault_set_default", &json!({"vault": id}), |call| {
                 call.set_vault(id);
+                // Held to the save: a change made meanwhile by another process is not lost.
+                let _edit = self.core.home.lock_config()?;
                 let mut config = self.core.home.load_config()?;
                 if !config.vaults.iter().any(|v| v.id == id) {
                     return Err(GatewayError::VaultNotFound(id.to_owned()));
@@ -107,6 +111,8 @@ impl Settings<'_> {
 
     /// The rules of a new vault: its id, no vault inside or around another, the default layout.
     fn register_vault(&self, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
+        // Held to the save: a change made meanwhile by another process is not lost.
+        let _edit = self.core.home.lock_config()?;
         let mut config = self.core.home.load_config()?;
         let path = std::fs::canonicalize(&args.path)
             .map_err(|e| GatewayError::InvalidArgument(format!("{}: {e}", args.path.display())))?;
@@ -221,6 +227,8 @@ impl Settings<'_> {
         self.core
             .operator_call(operator, "vault_pdf_text", &args, |call| {
                 call.set_vault(vault);
+                // Held to the save: a change made meanwhile by another process is not lost.
+                let _edit = self.core.home.lock_config()?;
                 let mut config = self.core.home.load_config()?;
                 let Some(v) = config.vaults.iter_mut().find(|v| v.id == vault) else {
                     return Err(GatewayError::VaultNotFound(vault.to_owned()));
@@ -252,6 +260,8 @@ impl Settings<'_> {
         self.core
             .operator_call(operator, "tunnel_setup", &args, |_call| {
                 let credential = self.rotate_tunnel_credential(operator, tier, vaults)?;
+                // Held to the save: a change made meanwhile by another process is not lost.
+                let _edit = self.core.home.lock_config()?;
                 let mut config = self.core.home.load_config()?;
                 config.tunnel.tunnel_id = Some(tunnel_id.to_owned());
                 if let Some(c) = command {

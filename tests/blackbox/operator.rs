@@ -645,3 +645,52 @@ fn vault_add_remove_and_set_default_are_audited() {
     let out = env.run(&["audit", "verify"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// Configuration changes from several terminals at once all land: each read-modify-write of
+/// `gateway.toml` holds the home's config lock, so none overwrites another's change.
+#[test]
+fn concurrent_vault_adds_from_several_processes_all_land() {
+    let env = Env::new();
+    let n = 8;
+    let dirs: Vec<std::path::PathBuf> = (0..n)
+        .map(|i| {
+            let d = env.tmp.path().join(format!("v{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    let children: Vec<std::process::Child> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            std::process::Command::new(crate::util::bin())
+                .args(["vault", "add", d.to_str().unwrap(), "--id", &format!("v{i}")])
+                .arg("--home")
+                .arg(&env.home)
+                .env_remove("VAULTGATE_HOME")
+                .env_remove("VAULTGATE_TOKEN")
+                .env("USER", "tester")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let list: Value = serde_json::from_str(&env.ok(&["vault", "list", "--json"])).unwrap();
+    let mut ids: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    let mut want: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+    want.push("basic".into());
+    want.sort();
+    assert_eq!(ids, want, "a concurrent vault add was lost");
+}
