@@ -1,6 +1,6 @@
 //! Review diffs: what a person reads in `patch/<slug>.diff` and `get_proposal.diff`.
 
-use similar::TextDiff;
+use similar::{ChangeTag, TextDiff};
 
 /// Line-based unified diff of `old` → `new` with headers `--- a/<path>` and `+++ b/<path>` and three
 /// lines of context; for a new note pass `old = ""`. Identical texts give `""` (no headers, no
@@ -68,6 +68,51 @@ impl Hunk {
         }
         rows
     }
+}
+
+/// One piece of a changed line: its text, and whether the line it is paired with lacks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub text: String,
+    pub changed: bool,
+}
+
+/// The changed words of a removed line and of the added line that replaces it (paired by
+/// [`Hunk::side_by_side`]): `similar`'s word diff, as pieces on each side, neighbours of one kind
+/// joined. Lines with no word in common are one unmarked piece each: marking every word says
+/// nothing the line's own tint does not.
+pub fn words(old: &str, new: &str) -> (Vec<Piece>, Vec<Piece>) {
+    fn push(side: &mut Vec<Piece>, text: &str, changed: bool) {
+        match side.last_mut() {
+            Some(last) if last.changed == changed => last.text.push_str(text),
+            _ => side.push(Piece {
+                text: text.to_owned(),
+                changed,
+            }),
+        }
+    }
+    let whole = |s: &str| {
+        vec![Piece {
+            text: s.to_owned(),
+            changed: false,
+        }]
+    };
+    let diff = TextDiff::from_words(old, new);
+    let (mut o, mut n) = (Vec::new(), Vec::new());
+    let mut shared = false;
+    for change in diff.iter_all_changes() {
+        let text = change.value();
+        match change.tag() {
+            ChangeTag::Equal => {
+                shared |= !text.trim().is_empty();
+                push(&mut o, text, false);
+                push(&mut n, text, false);
+            }
+            ChangeTag::Delete => push(&mut o, text, true),
+            ChangeTag::Insert => push(&mut n, text, true),
+        }
+    }
+    if shared { (o, n) } else { (whole(old), whole(new)) }
 }
 
 /// The hunks of a diff written by [`unified_diff`], with line numbers: what a reviewer's page
@@ -331,5 +376,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn words_marks_only_what_changed_in_a_line() {
+        let (o, n) = words(
+            "Subtract max(x) before exponentiating for stability.",
+            "Subtract max(x) before exponentiating for overflow.",
+        );
+        let marked = |side: &[Piece]| -> Vec<String> {
+            side.iter()
+                .filter(|p| p.changed)
+                .map(|p| p.text.clone())
+                .collect()
+        };
+        assert_eq!(marked(&o), ["stability."]);
+        assert_eq!(marked(&n), ["overflow."]);
+        let joined = |side: &[Piece]| side.iter().map(|p| p.text.as_str()).collect::<String>();
+        assert_eq!(joined(&o), "Subtract max(x) before exponentiating for stability.");
+        assert_eq!(joined(&n), "Subtract max(x) before exponentiating for overflow.");
+        // A link whose target changed is a changed word.
+        let (o, n) = words("see [[Alpha]] here", "see [[Beta]] here");
+        assert_eq!(
+            (marked(&o), marked(&n)),
+            (vec!["[[Alpha]]".to_owned()], vec!["[[Beta]]".to_owned()])
+        );
+        // Nothing in common: no marks.
+        let (o, n) = words("one two", "three four");
+        assert!(o.iter().chain(&n).all(|p| !p.changed));
     }
 }

@@ -1762,3 +1762,42 @@ async fn the_vaults_page_switches_pdf_text_for_a_running_server() {
     assert_eq!(again, "CAPABILITY_DENIED", "off did not take effect at once");
     agent.close().await;
 }
+
+/// docs/contract.md#the-review-page-and-in-client-approval: a changed line shows which words
+/// changed, in both views, and a changed word is escaped like every other text.
+#[tokio::test]
+async fn a_changed_line_marks_its_changed_words_in_both_views() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let old = std::fs::read_to_string(env.vault.join(NOTE)).unwrap();
+    let line = old
+        .lines()
+        .find(|l| l.split_whitespace().count() >= 4 && !l.starts_with(['#', '-']) && !l.contains(':'))
+        .expect("a prose line")
+        .to_owned();
+    let last = line.split_whitespace().last().unwrap().to_owned();
+    let changed = line.replacen(&last, "<b>bold</b>", 1);
+    let (_, token) = env.token("agent", "propose");
+    let c = env.stdio(&token).await;
+    let (id, _) = propose(&c, &old.replacen(&line, &changed, 1), "one word").await;
+    c.close().await;
+    let s = login(&env, &srv).await;
+    let page = s.get(&srv, &format!("/v/{VAULT}/p/{id}")).await;
+    page.expect(200, "the patch's page");
+    assert_inert("the patch's page", &page.body);
+    let del = format!(
+        "<del class=\"w\">{}</del>",
+        last.replace('&', "&amp;").replace('<', "&lt;")
+    );
+    let ins = "<ins class=\"w\">&lt;b&gt;bold&lt;/b&gt;</ins>";
+    // Once in the split view and once in the unified one.
+    assert_eq!(page.body.matches(&del).count(), 2, "{del} in:\n{}", page.body);
+    assert_eq!(page.body.matches(ins).count(), 2, "{ins} in:\n{}", page.body);
+    // The words both lines share are not marked.
+    let first = line.split_whitespace().next().unwrap();
+    assert!(
+        !page.body.contains(&format!("<del class=\"w\">{first}")),
+        "{}",
+        page.body
+    );
+}

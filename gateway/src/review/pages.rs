@@ -5,7 +5,7 @@
 use maud::{DOCTYPE, Markup, html};
 
 use engine::api::{GetProposalOut, LinkRewriteItem, OverviewOut, ProposalItem};
-use engine::diff::{DiffLine, Hunk, LineKind};
+use engine::diff::{DiffLine, Hunk, LineKind, Piece};
 use engine::history::{HistoryEntryView, HistoryStatusOut};
 
 /// Untrusted text as a reviewer may see it: control characters (other than newline and tab)
@@ -218,7 +218,8 @@ fn unified(hunks: &[Hunk]) -> Markup {
         div #diff-unified .diff {
             @for h in hunks {
                 div.hunk { (h.header) }
-                @for l in &h.lines {
+                @let marks = line_marks(h);
+                @for (i, l) in h.lines.iter().enumerate() {
                     @let (class, sign) = match l.kind {
                         LineKind::Added => ("line add", "+"),
                         LineKind::Removed => ("line del", "-"),
@@ -228,7 +229,10 @@ fn unified(hunks: &[Hunk]) -> Markup {
                         span.ln { (ln(l.old)) }
                         span.ln { (ln(l.new)) }
                         span.sign { (sign) }
-                        span.text { (t(&l.text)) @if l.no_newline { span.muted { " (no newline at end of file)" } } }
+                        span.text {
+                            @if let Some(p) = marks.get(&i) { (marked(p, l.kind == LineKind::Added)) } @else { (t(&l.text)) }
+                            @if l.no_newline { span.muted { " (no newline at end of file)" } }
+                        }
                     }
                 }
             }
@@ -236,8 +240,38 @@ fn unified(hunks: &[Hunk]) -> Markup {
     }
 }
 
+/// For the unified view: the word marks of each removed line and the added line paired with it
+/// (the pairing of [`Hunk::side_by_side`]), by their indexes in the hunk.
+fn line_marks(h: &Hunk) -> std::collections::HashMap<usize, Vec<Piece>> {
+    let lines = &h.lines;
+    let mut out = std::collections::HashMap::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].kind != LineKind::Removed {
+            i += 1;
+            continue;
+        }
+        let removed = lines[i..]
+            .iter()
+            .take_while(|l| l.kind == LineKind::Removed)
+            .count();
+        let added = lines[i + removed..]
+            .iter()
+            .take_while(|l| l.kind == LineKind::Added)
+            .count();
+        for k in 0..removed.min(added) {
+            if let Some((o, n)) = changed_pair(Some(&lines[i + k]), Some(&lines[i + removed + k])) {
+                out.insert(i + k, o);
+                out.insert(i + removed + k, n);
+            }
+        }
+        i += removed + added;
+    }
+    out
+}
+
 fn split(hunks: &[Hunk]) -> Markup {
-    let cell = |side: &str, l: Option<&DiffLine>| {
+    let cell = |side: &str, l: Option<&DiffLine>, pieces: Option<&[Piece]>| {
         let tint = match (side, l.map(|l| l.kind)) {
             (_, None) => "empty",
             ("old", Some(LineKind::Removed)) => "del",
@@ -248,7 +282,10 @@ fn split(hunks: &[Hunk]) -> Markup {
         let ln_class = format!("ln {tint}{}", if side == "new" { " new-side" } else { "" });
         html! {
             td class=(ln_class) { (ln(num)) }
-            td class={ (side) " " (tint) } { @if let Some(l) = l { (t(&l.text)) } }
+            td class={ (side) " " (tint) } {
+                @if let Some(p) = pieces { (marked(p, side == "new")) }
+                @else if let Some(l) = l { (t(&l.text)) }
+            }
         }
     };
     html! {
@@ -256,9 +293,43 @@ fn split(hunks: &[Hunk]) -> Markup {
             @for h in hunks {
                 tr { td.hunk colspan="4" { (h.header) } }
                 @for (old, new) in h.side_by_side() {
-                    tr { (cell("old", old)) (cell("new", new)) }
+                    @let pair = changed_pair(old, new);
+                    tr {
+                        (cell("old", old, pair.as_ref().map(|(o, _)| o.as_slice())))
+                        (cell("new", new, pair.as_ref().map(|(_, n)| n.as_slice())))
+                    }
                 }
             }
+        }
+    }
+}
+
+/// The longest line whose changed words are marked.
+const MAX_MARKED_LINE: usize = 4096;
+
+/// The word marks of a removed line and the added line that replaces it (docs/contract.md#the-review-page-and-in-client-approval:
+/// changed words are marked inside a changed line); `None` for any other row.
+fn changed_pair(old: Option<&DiffLine>, new: Option<&DiffLine>) -> Option<(Vec<Piece>, Vec<Piece>)> {
+    match (old, new) {
+        // Bounded work: a word diff of two very long lines (minified text) is left unmarked.
+        (Some(o), Some(n))
+            if o.kind == LineKind::Removed
+                && n.kind == LineKind::Added
+                && o.text.len().max(n.text.len()) <= MAX_MARKED_LINE =>
+        {
+            Some(engine::diff::words(&o.text, &n.text))
+        }
+        _ => None,
+    }
+}
+
+/// A changed line's pieces, the changed words in `<del>` (old) or `<ins>` (new), each escaped.
+fn marked(pieces: &[Piece], new: bool) -> Markup {
+    html! {
+        @for p in pieces {
+            @if !p.changed { (t(&p.text)) }
+            @else if new { ins.w { (t(&p.text)) } }
+            @else { del.w { (t(&p.text)) } }
         }
     }
 }
