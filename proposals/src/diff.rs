@@ -43,6 +43,39 @@ pub struct Hunk {
 }
 
 impl Hunk {
+    /// The word marks of each removed line and the added line paired with it (the pairing of
+    /// [`Hunk::side_by_side`]), by their indexes in the hunk; lines over [`MAX_MARKED_LINE`]
+    /// bytes are left out.
+    pub fn marks(&self) -> std::collections::HashMap<usize, Vec<Piece>> {
+        let lines = &self.lines;
+        let mut out = std::collections::HashMap::new();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i].kind != LineKind::Removed {
+                i += 1;
+                continue;
+            }
+            let removed = lines[i..]
+                .iter()
+                .take_while(|l| l.kind == LineKind::Removed)
+                .count();
+            let added = lines[i + removed..]
+                .iter()
+                .take_while(|l| l.kind == LineKind::Added)
+                .count();
+            for k in 0..removed.min(added) {
+                let (old, new) = (&lines[i + k].text, &lines[i + removed + k].text);
+                if old.len().max(new.len()) <= MAX_MARKED_LINE {
+                    let (o, n) = words(old, new);
+                    out.insert(i + k, o);
+                    out.insert(i + removed + k, n);
+                }
+            }
+            i += removed + added;
+        }
+        out
+    }
+
     /// The hunk as side-by-side rows: context on both sides, each run of removed lines paired
     /// with the run of added lines that follows it, the shorter side padded with `None`.
     pub fn side_by_side(&self) -> Vec<(Option<&DiffLine>, Option<&DiffLine>)> {
@@ -69,6 +102,10 @@ impl Hunk {
         rows
     }
 }
+
+/// The longest line whose changed words are marked: a word diff of two very long lines
+/// (minified text) would cost more than it shows.
+pub const MAX_MARKED_LINE: usize = 4096;
 
 /// One piece of a changed line: its text, and whether the line it is paired with lacks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +213,43 @@ pub fn hunks(diff: &str) -> Vec<Hunk> {
             text: text.to_owned(),
             no_newline: false,
         });
+    }
+    out
+}
+
+/// The diff as a terminal shows it (`inbox show`, `apply`): the unified diff's lines, with the
+/// words that changed inside a changed line marked `[-old-]` and `{+new+}`, as `git diff
+/// --word-diff=plain` marks them. Each item is one terminal line (split as [`hunks`] splits).
+pub fn for_terminal(diff: &str) -> Vec<String> {
+    let mut out: Vec<String> = policy::text::lines(diff)
+        .take_while(|l| !l.starts_with("@@"))
+        .map(str::to_owned)
+        .collect();
+    for h in hunks(diff) {
+        out.push(h.header.clone());
+        let marks = h.marks();
+        for (i, l) in h.lines.iter().enumerate() {
+            let sign = match l.kind {
+                LineKind::Context => ' ',
+                LineKind::Added => '+',
+                LineKind::Removed => '-',
+            };
+            let text = match marks.get(&i) {
+                Some(pieces) => pieces
+                    .iter()
+                    .map(|p| match (p.changed, l.kind) {
+                        (false, _) => p.text.clone(),
+                        (true, LineKind::Added) => format!("{{+{}+}}", p.text),
+                        (true, _) => format!("[-{}-]", p.text),
+                    })
+                    .collect(),
+                None => l.text.clone(),
+            };
+            out.push(format!("{sign}{text}"));
+            if l.no_newline {
+                out.push("\\ No newline at end of file".to_owned());
+            }
+        }
     }
     out
 }
@@ -404,5 +478,28 @@ mod tests {
         // Nothing in common: no marks.
         let (o, n) = words("one two", "three four");
         assert!(o.iter().chain(&n).all(|p| !p.changed));
+    }
+
+    #[test]
+    fn a_terminal_diff_marks_changed_words_and_keeps_every_other_line() {
+        let old = "a\nkeep this line\nthe quick brown fox\nz\n";
+        let new = "a\nkeep this line\nthe quick red fox\nadded\nz";
+        let diff = unified_diff("n.md", old, new);
+        let shown = for_terminal(&diff);
+        let plain: Vec<&str> = policy::text::lines(&diff).collect();
+        assert_eq!(shown.len(), plain.len(), "{shown:#?}\n{plain:#?}");
+        assert!(
+            shown.contains(&"-the quick [-brown-] fox".to_owned()),
+            "{shown:#?}"
+        );
+        assert!(shown.contains(&"+the quick {+red+} fox".to_owned()), "{shown:#?}");
+        assert!(shown.contains(&"+added".to_owned()), "{shown:#?}");
+        assert!(shown.contains(&" keep this line".to_owned()), "{shown:#?}");
+        // Lines that are not a changed pair read exactly as in the unified diff.
+        for (s, p) in shown.iter().zip(&plain) {
+            if !s.contains("[-") && !s.contains("{+") {
+                assert_eq!(s, p);
+            }
+        }
     }
 }

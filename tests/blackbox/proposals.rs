@@ -1652,8 +1652,22 @@ async fn inbox_show_by_slug_prints_the_diff() {
     let slug = p["slug"].as_str().unwrap();
     let out = env.ok(&["inbox", "show", slug]);
     let diff = p["diff"].as_str().unwrap();
-    assert!(out.contains(diff.trim_end()), "the diff is printed:\n{out}");
-    assert!(out.contains("+Subtract max(x) before exponentiating for overflow."));
+    // Every line of the diff is printed; in the changed line the words that changed are marked.
+    assert!(
+        out.contains("-Subtract max(x) before exponentiating for [-numerical stability.-]"),
+        "the changed words are marked:\n{out}"
+    );
+    assert!(
+        out.contains("+Subtract max(x) before exponentiating for {+overflow.+}"),
+        "{out}"
+    );
+    for line in diff.lines() {
+        let marked = line.starts_with("-Subtract") || line.starts_with("+Subtract");
+        assert!(
+            marked || out.lines().any(|l| l == line),
+            "{line:?} is not printed:\n{out}"
+        );
+    }
     let json_out = env.ok(&["inbox", "show", p["id"].as_str().unwrap(), "--json"]);
     let shown: Value = serde_json::from_str(json_out.trim()).unwrap();
     let mcp = a.call("get_proposal", json!({"id": p["id"]})).await.ok();

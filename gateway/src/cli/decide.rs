@@ -108,7 +108,8 @@ pub(crate) fn show_proposal(p: &engine::api::GetProposalOut) {
         // a line here as it does in the count (SECURITY(T-CR)).
         let (added, removed) = engine::diff::counts(&engine::diff::hunks(&p.diff));
         out(&format!("  changes: +{added} \u{2212}{removed} lines"));
-        out(&policy::text::lines(&p.diff).collect::<Vec<_>>().join("\n"));
+        // The words that changed inside a changed line are marked `[-old-]{+new+}`.
+        out(&engine::diff::for_terminal(&p.diff).join("\n"));
     }
 }
 

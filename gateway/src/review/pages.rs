@@ -218,7 +218,7 @@ fn unified(hunks: &[Hunk]) -> Markup {
         div #diff-unified .diff {
             @for h in hunks {
                 div.hunk { (h.header) }
-                @let marks = line_marks(h);
+                @let marks = h.marks();
                 @for (i, l) in h.lines.iter().enumerate() {
                     @let (class, sign) = match l.kind {
                         LineKind::Added => ("line add", "+"),
@@ -238,36 +238,6 @@ fn unified(hunks: &[Hunk]) -> Markup {
             }
         }
     }
-}
-
-/// For the unified view: the word marks of each removed line and the added line paired with it
-/// (the pairing of [`Hunk::side_by_side`]), by their indexes in the hunk.
-fn line_marks(h: &Hunk) -> std::collections::HashMap<usize, Vec<Piece>> {
-    let lines = &h.lines;
-    let mut out = std::collections::HashMap::new();
-    let mut i = 0;
-    while i < lines.len() {
-        if lines[i].kind != LineKind::Removed {
-            i += 1;
-            continue;
-        }
-        let removed = lines[i..]
-            .iter()
-            .take_while(|l| l.kind == LineKind::Removed)
-            .count();
-        let added = lines[i + removed..]
-            .iter()
-            .take_while(|l| l.kind == LineKind::Added)
-            .count();
-        for k in 0..removed.min(added) {
-            if let Some((o, n)) = changed_pair(Some(&lines[i + k]), Some(&lines[i + removed + k])) {
-                out.insert(i + k, o);
-                out.insert(i + removed + k, n);
-            }
-        }
-        i += removed + added;
-    }
-    out
 }
 
 fn split(hunks: &[Hunk]) -> Markup {
@@ -304,18 +274,14 @@ fn split(hunks: &[Hunk]) -> Markup {
     }
 }
 
-/// The longest line whose changed words are marked.
-const MAX_MARKED_LINE: usize = 4096;
-
 /// The word marks of a removed line and the added line that replaces it (docs/contract.md#the-review-page-and-in-client-approval:
 /// changed words are marked inside a changed line); `None` for any other row.
 fn changed_pair(old: Option<&DiffLine>, new: Option<&DiffLine>) -> Option<(Vec<Piece>, Vec<Piece>)> {
     match (old, new) {
-        // Bounded work: a word diff of two very long lines (minified text) is left unmarked.
         (Some(o), Some(n))
             if o.kind == LineKind::Removed
                 && n.kind == LineKind::Added
-                && o.text.len().max(n.text.len()) <= MAX_MARKED_LINE =>
+                && o.text.len().max(n.text.len()) <= engine::diff::MAX_MARKED_LINE =>
         {
             Some(engine::diff::words(&o.text, &n.text))
         }
