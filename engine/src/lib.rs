@@ -50,8 +50,8 @@ pub use crate::error::GatewayError;
 pub use crate::failpoints::Failpoints;
 pub use inbox::{Credential, Transition};
 pub use policy::Tier;
-/// Review diffs as hunks with line numbers: the one computation the CLI and the page show.
-pub use proposals::diff;
+/// Review diffs as people read them: hunks, changed words and changed links, for the CLI and the page.
+pub mod diff;
 
 /// The read answers of the vault, as the engine hands them out (their schemas are the tools'
 /// output schemas).

@@ -43,12 +43,11 @@ pub struct Hunk {
 }
 
 impl Hunk {
-    /// The word marks of each removed line and the added line paired with it (the pairing of
-    /// [`Hunk::side_by_side`]), by their indexes in the hunk; lines over [`MAX_MARKED_LINE`]
-    /// bytes are left out.
-    pub fn marks(&self) -> std::collections::HashMap<usize, Vec<Piece>> {
+    /// Each removed line paired with the added line that replaces it (the pairing of
+    /// [`Hunk::side_by_side`]), as indexes into `lines`.
+    pub fn pairs(&self) -> Vec<(usize, usize)> {
         let lines = &self.lines;
-        let mut out = std::collections::HashMap::new();
+        let mut out = Vec::new();
         let mut i = 0;
         while i < lines.len() {
             if lines[i].kind != LineKind::Removed {
@@ -63,15 +62,23 @@ impl Hunk {
                 .iter()
                 .take_while(|l| l.kind == LineKind::Added)
                 .count();
-            for k in 0..removed.min(added) {
-                let (old, new) = (&lines[i + k].text, &lines[i + removed + k].text);
-                if old.len().max(new.len()) <= MAX_MARKED_LINE {
-                    let (o, n) = words(old, new);
-                    out.insert(i + k, o);
-                    out.insert(i + removed + k, n);
-                }
-            }
+            out.extend((0..removed.min(added)).map(|k| (i + k, i + removed + k)));
             i += removed + added;
+        }
+        out
+    }
+
+    /// The word marks of each removed line and the added line paired with it ([`Hunk::pairs`]),
+    /// by their indexes in the hunk; lines over [`MAX_MARKED_LINE`] bytes are left out.
+    pub fn marks(&self) -> std::collections::HashMap<usize, Vec<Piece>> {
+        let mut out = std::collections::HashMap::new();
+        for (i, j) in self.pairs() {
+            let (old, new) = (&self.lines[i].text, &self.lines[j].text);
+            if old.len().max(new.len()) <= MAX_MARKED_LINE {
+                let (o, n) = words(old, new);
+                out.insert(i, o);
+                out.insert(j, n);
+            }
         }
         out
     }

@@ -1801,3 +1801,28 @@ async fn a_changed_line_marks_its_changed_words_in_both_views() {
         page.body
     );
 }
+
+/// A retargeted link reads as a link change on the review page and in `inbox show`.
+#[tokio::test]
+async fn a_retargeted_link_reads_as_a_link_change_on_the_page_and_the_terminal() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let old = std::fs::read_to_string(env.vault.join(NOTE)).unwrap();
+    assert!(old.contains("[[softmax]]"));
+    let new = old.replacen("[[softmax]]", "[[transformer]]", 1);
+    let line = new.lines().position(|l| l.contains("[[transformer]]")).unwrap() + 1;
+    let (_, token) = env.token("agent", "propose");
+    let c = env.stdio(&token).await;
+    let (id, _) = propose(&c, &new, "point at the transformer").await;
+    c.close().await;
+    let change = format!("[[softmax]] \u{2192} [[transformer]] (line {line})");
+
+    let s = login(&env, &srv).await;
+    let page = s.get(&srv, &format!("/v/{VAULT}/p/{id}")).await;
+    page.expect(200, "the patch's page");
+    let shown = element(&page.body, "ul", "link-changes");
+    assert!(shown.contains(&change), "{change} not in:\n{shown}");
+
+    let out = env.ok(&["inbox", "show", &id]);
+    assert!(out.contains(&format!("  link: {change}")), "{out}");
+}

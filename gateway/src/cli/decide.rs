@@ -108,6 +108,10 @@ pub(crate) fn show_proposal(p: &engine::api::GetProposalOut) {
         // a line here as it does in the count (SECURITY(T-CR)).
         let (added, removed) = engine::diff::counts(&engine::diff::hunks(&p.diff));
         out(&format!("  changes: +{added} \u{2212}{removed} lines"));
+        let hunks = engine::diff::hunks(&p.diff);
+        for l in engine::diff::link_changes(&hunks) {
+            out(&format!("  link: {l}"));
+        }
         // The words that changed inside a changed line are marked `[-old-]{+new+}`.
         out(&engine::diff::for_terminal(&p.diff).join("\n"));
     }

@@ -338,6 +338,13 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
             }
             @if view.rewrites.is_none_or(|r| r.is_empty()) { p.muted { "No note links to it." } }
         }
+        @let links = engine::diff::link_changes(view.hunks);
+        @if !links.is_empty() {
+            h2 { "Links changed" }
+            ul #link-changes {
+                @for l in &links { li { code { (t(&l.to_string())) } } }
+            }
+        }
         @if !view.hunks.is_empty() {
             h2 { "Side by side" }
             (split(view.hunks))
