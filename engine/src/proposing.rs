@@ -569,6 +569,36 @@ impl Proposals<'_> {
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
+    /// The frontmatter keys a pending patch changes against the note as it is now, key by key
+    /// (docs/contract.md#the-review-page-and-in-client-approval): what the review page and `inbox show` list. Empty for other
+    /// kinds, decided proposals, and a side whose frontmatter does not parse.
+    pub fn field_changes(
+        &self,
+        v: &VaultHandle,
+        p: &GetProposalOut,
+    ) -> Result<Vec<proposals::diff::FieldChange>, GatewayError> {
+        let (Some(new), "patch", "pending") = (&p.content, p.item.kind.as_str(), p.item.status.as_str())
+        else {
+            return Ok(Vec::new());
+        };
+        let target = VaultPath::parse(&p.item.target)?;
+        let old = match current(v, &target)? {
+            Some((bytes, _)) => String::from_utf8(bytes).unwrap_or_default(),
+            None => String::new(),
+        };
+        let (before, after) = (
+            vault::note::NoteHeader::parse(&old, ""),
+            vault::note::NoteHeader::parse(new, ""),
+        );
+        if before.frontmatter_error.is_some() || after.frontmatter_error.is_some() {
+            return Ok(Vec::new());
+        }
+        Ok(proposals::diff::field_changes(
+            &before.frontmatter,
+            &after.frontmatter,
+        ))
+    }
+
     pub fn get_proposal(&self, v: &VaultHandle, id: &ProposalId) -> Result<GetProposalOut, GatewayError> {
         let id = id.as_str();
         let row = self

@@ -159,6 +159,63 @@ pub fn words(old: &str, new: &str) -> (Vec<Piece>, Vec<Piece>) {
     if shared { (o, n) } else { (whole(old), whole(new)) }
 }
 
+/// One frontmatter key a change touches, as a reviewer reads it: `status: draft → done`,
+/// `tags: +x −y`, `due: — → 2026-12-24` (added), `owner: ann → —` (removed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldChange {
+    pub key: String,
+    pub before: Option<serde_json::Value>,
+    pub after: Option<serde_json::Value>,
+}
+
+impl std::fmt::Display for FieldChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use serde_json::Value;
+        fn shown(v: &Value) -> String {
+            match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }
+        }
+        match (&self.before, &self.after) {
+            (Some(Value::Array(a)), Some(Value::Array(b))) => {
+                let added: Vec<String> = b.iter().filter(|x| !a.contains(x)).map(shown).collect();
+                let removed: Vec<String> = a.iter().filter(|x| !b.contains(x)).map(shown).collect();
+                let mut parts: Vec<String> = added.iter().map(|x| format!("+{x}")).collect();
+                parts.extend(removed.iter().map(|x| format!("\u{2212}{x}")));
+                if parts.is_empty() {
+                    // The same items in another order.
+                    parts.push("reordered".to_owned());
+                }
+                write!(f, "{}: {}", self.key, parts.join(" "))
+            }
+            (before, after) => {
+                let side = |v: &Option<Value>| v.as_ref().map_or_else(|| "\u{2014}".to_owned(), shown);
+                write!(f, "{}: {} \u{2192} {}", self.key, side(before), side(after))
+            }
+        }
+    }
+}
+
+/// The frontmatter keys whose values differ between `before` and `after` (parsed YAML), in key
+/// order: what "frontmatter changes are listed key by key" lists.
+pub fn field_changes(
+    before: &serde_json::Map<String, serde_json::Value>,
+    after: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<FieldChange> {
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| FieldChange {
+            key: k.clone(),
+            before: before.get(k).cloned(),
+            after: after.get(k).cloned(),
+        })
+        .collect()
+}
+
 /// The hunks of a diff written by [`unified_diff`], with line numbers: what a reviewer's page
 /// renders, so it shows exactly the diff the CLI prints. Headers and anything that is not a
 /// hunk line are skipped. Lines split as `similar` wrote them, at `\n`, `\r\n` or a lone `\r`
@@ -508,5 +565,27 @@ mod tests {
                 assert_eq!(s, p);
             }
         }
+    }
+
+    #[test]
+    fn frontmatter_changes_read_key_by_key() {
+        let map = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let before = map(serde_json::json!({"status": "draft", "tags": ["a", "b"], "owner": "ann", "n": 1}));
+        let after =
+            map(serde_json::json!({"status": "done", "tags": ["b", "x"], "due": "2026-12-24", "n": 1}));
+        let shown: Vec<String> = field_changes(&before, &after)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "due: \u{2014} \u{2192} 2026-12-24",
+                "owner: ann \u{2192} \u{2014}",
+                "status: draft \u{2192} done",
+                "tags: +x \u{2212}a",
+            ]
+        );
+        assert!(field_changes(&before, &before).is_empty());
     }
 }

@@ -1826,3 +1826,41 @@ async fn a_retargeted_link_reads_as_a_link_change_on_the_page_and_the_terminal()
     let out = env.ok(&["inbox", "show", &id]);
     assert!(out.contains(&format!("  link: {change}")), "{out}");
 }
+
+/// Frontmatter changes read key by key on the review page and in `inbox show`.
+#[tokio::test]
+async fn frontmatter_changes_read_key_by_key_on_the_page_and_the_terminal() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let old = std::fs::read_to_string(env.vault.join(NOTE)).unwrap();
+    assert!(old.contains("tags: [ml, transformer]\n") && old.contains("updated: 2026-01-04\n"));
+    let new = old
+        .replacen(
+            "tags: [ml, transformer]\n",
+            "tags: [ml, attention]\nstatus: done\n",
+            1,
+        )
+        .replacen("updated: 2026-01-04\n", "updated: 2026-12-05\n", 1);
+    let (_, token) = env.token("agent", "propose");
+    let c = env.stdio(&token).await;
+    let (id, _) = propose(&c, &new, "retag").await;
+    c.close().await;
+    let want = [
+        "status: \u{2014} \u{2192} done",
+        "tags: +attention \u{2212}transformer",
+        "updated: 2026-01-04 \u{2192} 2026-12-05",
+    ];
+
+    let s = login(&env, &srv).await;
+    let page = s.get(&srv, &format!("/v/{VAULT}/p/{id}")).await;
+    page.expect(200, "the patch's page");
+    let shown = element(&page.body, "ul", "field-changes");
+    for w in want {
+        assert!(shown.contains(w), "{w} not in:\n{shown}");
+    }
+    assert_eq!(shown.matches("<li>").count(), want.len(), "{shown}");
+
+    let out = env.ok(&["inbox", "show", &id]);
+    let fields: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("  field: ")).collect();
+    assert_eq!(fields, want, "{out}");
+}

@@ -87,7 +87,7 @@ pub(crate) fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// A proposal as a reviewer reads it: who, why, and the diff (all escaped by `out`).
-pub(crate) fn show_proposal(p: &engine::api::GetProposalOut) {
+pub(crate) fn show_proposal(p: &engine::api::GetProposalOut, fields: &[engine::diff::FieldChange]) {
     let it = &p.item;
     let from = it.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
     out(&format!(
@@ -108,6 +108,9 @@ pub(crate) fn show_proposal(p: &engine::api::GetProposalOut) {
         // a line here as it does in the count (SECURITY(T-CR)).
         let (added, removed) = engine::diff::counts(&engine::diff::hunks(&p.diff));
         out(&format!("  changes: +{added} \u{2212}{removed} lines"));
+        for f in fields {
+            out(&format!("  field: {f}"));
+        }
         let hunks = engine::diff::hunks(&p.diff);
         for l in engine::diff::link_changes(&hunks) {
             out(&format!("  link: {l}"));
@@ -151,7 +154,7 @@ pub(crate) fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), Ga
             if json {
                 return json_out(&p);
             }
-            show_proposal(&p);
+            show_proposal(&p, &core.proposals().field_changes(&v, &p)?);
             Ok(())
         }
         InboxCmd::Reject { id, reason, vault } => {
@@ -213,7 +216,7 @@ pub(crate) fn apply_cmd(
         // The reviewer sees what is applied: the whole proposal when asked or named, its reason
         // otherwise.
         if !yes || only.is_some() {
-            show_proposal(&p);
+            show_proposal(&p, &core.proposals().field_changes(&v, &p)?);
         }
         if !yes {
             err("apply this proposal? [y/N] ");

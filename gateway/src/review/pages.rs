@@ -304,6 +304,8 @@ pub struct ProposalView<'a> {
     pub p: &'a GetProposalOut,
     pub hunks: &'a [Hunk],
     pub rewrites: Option<&'a [LinkRewriteItem]>,
+    /// The frontmatter keys a pending patch changes, key by key.
+    pub fields: &'a [engine::diff::FieldChange],
     /// The note's text for a delete (what goes).
     pub deleted_text: Option<String>,
 }
@@ -337,6 +339,12 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
                 }
             }
             @if view.rewrites.is_none_or(|r| r.is_empty()) { p.muted { "No note links to it." } }
+        }
+        @if !view.fields.is_empty() {
+            h2 { "Frontmatter changed" }
+            ul #field-changes {
+                @for fc in view.fields { li { code { (t(&fc.to_string())) } } }
+            }
         }
         @let links = engine::diff::link_changes(view.hunks);
         @if !links.is_empty() {
