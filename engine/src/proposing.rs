@@ -569,19 +569,31 @@ impl Proposals<'_> {
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
-    /// The frontmatter keys a pending patch changes against the note as it is now, key by key
-    /// (docs/contract.md#the-review-page-and-in-client-approval): what the review page and `inbox show` list. Empty for other
-    /// kinds, decided proposals, and a side whose frontmatter does not parse.
-    pub fn field_changes(
+    /// What a person reads of a proposal beyond its diff (docs/contract.md#the-review-page-and-in-client-approval), for the review
+    /// page and the terminal alike: a pending patch's frontmatter changes key by key against the
+    /// note as it is now, and a pending move's rewrites, each note with each link it rewrites.
+    pub fn shown(&self, v: &VaultHandle, p: &GetProposalOut) -> Result<Shown, GatewayError> {
+        let pending = p.item.status == "pending";
+        let fields = match (&p.content, p.item.kind.as_str()) {
+            (Some(new), "patch") if pending => self.field_changes(v, &p.item.target, new)?,
+            _ => Vec::new(),
+        };
+        let rewrites = match (p.item.kind.as_str(), &p.item.from) {
+            ("move", Some(from)) if pending => self.rewritten_links(v, from, &p.item.target)?,
+            _ => Vec::new(),
+        };
+        Ok(Shown { fields, rewrites })
+    }
+
+    /// The frontmatter keys `new` changes against the note at `target` now; none when either
+    /// side's frontmatter does not parse.
+    fn field_changes(
         &self,
         v: &VaultHandle,
-        p: &GetProposalOut,
+        target: &str,
+        new: &str,
     ) -> Result<Vec<proposals::diff::FieldChange>, GatewayError> {
-        let (Some(new), "patch", "pending") = (&p.content, p.item.kind.as_str(), p.item.status.as_str())
-        else {
-            return Ok(Vec::new());
-        };
-        let target = VaultPath::parse(&p.item.target)?;
+        let target = VaultPath::parse(target)?;
         let old = match current(v, &target)? {
             Some((bytes, _)) => String::from_utf8(bytes).unwrap_or_default(),
             None => String::new(),
@@ -597,6 +609,29 @@ impl Proposals<'_> {
             &before.frontmatter,
             &after.frontmatter,
         ))
+    }
+
+    /// Each note a move from `from` to `to` rewrites now, with each link it rewrites.
+    fn rewritten_links(
+        &self,
+        v: &VaultHandle,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<RewrittenNote>, GatewayError> {
+        let (from, to) = (target_path(v, from)?, target_path(v, to)?);
+        let mut out = Vec::new();
+        for r in v.reader.plan_move(&from, &to)? {
+            let old = match current(v, &r.path)? {
+                Some((bytes, _)) => String::from_utf8(bytes).unwrap_or_default(),
+                None => continue,
+            };
+            let diff = proposals::diff::unified_diff(r.path.as_str(), &old, &r.new_text);
+            out.push(RewrittenNote {
+                path: r.path.to_string(),
+                links: crate::diff::link_changes(&proposals::diff::hunks(&diff)),
+            });
+        }
+        Ok(out)
     }
 
     pub fn get_proposal(&self, v: &VaultHandle, id: &ProposalId) -> Result<GetProposalOut, GatewayError> {
@@ -763,6 +798,20 @@ impl Proposals<'_> {
         }
         Ok(())
     }
+}
+
+/// What a person reads of a proposal beyond its diff ([`Proposals::shown`]).
+#[derive(Debug, Clone, Default)]
+pub struct Shown {
+    pub fields: Vec<proposals::diff::FieldChange>,
+    pub rewrites: Vec<RewrittenNote>,
+}
+
+/// A note a move rewrites, with each link it rewrites.
+#[derive(Debug, Clone)]
+pub struct RewrittenNote {
+    pub path: String,
+    pub links: Vec<crate::diff::LinkChange>,
 }
 
 /// The answer of a `propose_*` call: the stored proposal's id, hash, target, source and base.

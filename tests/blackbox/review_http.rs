@@ -1864,3 +1864,51 @@ async fn frontmatter_changes_read_key_by_key_on_the_page_and_the_terminal() {
     let fields: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("  field: ")).collect();
     assert_eq!(fields, want, "{out}");
 }
+
+/// A move lists every note whose links it rewrites with each rewritten link, on the review page
+/// and in `inbox show`.
+#[tokio::test]
+async fn a_move_lists_each_rewritten_link_on_the_page_and_the_terminal() {
+    let env = Env::new();
+    let srv = Server::start(&env);
+    let (_, token) = env.token("agent", "propose");
+    let c = env.stdio(&token).await;
+    let p = c
+        .call(
+            "propose_move",
+            json!({"from": "z/softmax.md", "to": "z/soft-max.md", "reason": "rename"}),
+        )
+        .await
+        .ok();
+    c.close().await;
+    let id = p["id"].as_str().unwrap().to_owned();
+    let line = std::fs::read_to_string(env.vault.join(NOTE))
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("[[softmax]]"))
+        .unwrap()
+        + 1;
+    let change = format!("[[softmax]] \u{2192} [[soft-max]] (line {line})");
+
+    let s = login(&env, &srv).await;
+    let page = s.get(&srv, &format!("/v/{VAULT}/p/{id}")).await;
+    page.expect(200, "the move's page");
+    // Each rewritten note, then its links (the list nests one list per note).
+    let shown = &page.body[page.body.find("id=\"link-rewrites\"").unwrap()..];
+    let at = shown
+        .find(&format!("<code>{NOTE}</code>"))
+        .expect("the note is listed");
+    assert!(
+        shown[at..].contains(&change),
+        "{change} not under {NOTE}:\n{shown}"
+    );
+
+    let out = env.ok(&["inbox", "show", &id]);
+    let block: Vec<&str> = out
+        .lines()
+        .skip_while(|l| *l != format!("  rewrites {NOTE}:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    assert!(block.contains(&format!("    {change}").as_str()), "{out}");
+}

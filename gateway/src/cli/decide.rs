@@ -87,7 +87,7 @@ pub(crate) fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// A proposal as a reviewer reads it: who, why, and the diff (all escaped by `out`).
-pub(crate) fn show_proposal(p: &engine::api::GetProposalOut, fields: &[engine::diff::FieldChange]) {
+pub(crate) fn show_proposal(p: &engine::api::GetProposalOut, shown: &engine::proposing::Shown) {
     let it = &p.item;
     let from = it.from.as_deref().map(|f| format!("{f} -> ")).unwrap_or_default();
     out(&format!(
@@ -108,7 +108,7 @@ pub(crate) fn show_proposal(p: &engine::api::GetProposalOut, fields: &[engine::d
         // a line here as it does in the count (SECURITY(T-CR)).
         let (added, removed) = engine::diff::counts(&engine::diff::hunks(&p.diff));
         out(&format!("  changes: +{added} \u{2212}{removed} lines"));
-        for f in fields {
+        for f in &shown.fields {
             out(&format!("  field: {f}"));
         }
         let hunks = engine::diff::hunks(&p.diff);
@@ -117,6 +117,13 @@ pub(crate) fn show_proposal(p: &engine::api::GetProposalOut, fields: &[engine::d
         }
         // The words that changed inside a changed line are marked `[-old-]{+new+}`.
         out(&engine::diff::for_terminal(&p.diff).join("\n"));
+    }
+    // A move: every note whose links it rewrites, with each link.
+    for n in &shown.rewrites {
+        out(&format!("  rewrites {}:", n.path));
+        for l in &n.links {
+            out(&format!("    {l}"));
+        }
     }
 }
 
@@ -154,7 +161,7 @@ pub(crate) fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), Ga
             if json {
                 return json_out(&p);
             }
-            show_proposal(&p, &core.proposals().field_changes(&v, &p)?);
+            show_proposal(&p, &core.proposals().shown(&v, &p)?);
             Ok(())
         }
         InboxCmd::Reject { id, reason, vault } => {
@@ -216,7 +223,7 @@ pub(crate) fn apply_cmd(
         // The reviewer sees what is applied: the whole proposal when asked or named, its reason
         // otherwise.
         if !yes || only.is_some() {
-            show_proposal(&p, &core.proposals().field_changes(&v, &p)?);
+            show_proposal(&p, &core.proposals().shown(&v, &p)?);
         }
         if !yes {
             err("apply this proposal? [y/N] ");

@@ -496,7 +496,7 @@ impl Ctx<'_> {
             .proposals()
             .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.to_owned()))?;
         let hunks = engine::diff::hunks(&p.diff);
-        let fields = self.core.proposals().field_changes(&v, &p)?;
+        let shown = self.core.proposals().shown(&v, &p)?;
         let rewrites = match (p.item.kind.as_str(), p.item.status.as_str(), &p.item.from) {
             ("move", "pending", Some(from)) => {
                 Some(self.core.proposals().move_rewrites(&v, from, &p.item.target)?)
@@ -514,7 +514,7 @@ impl Ctx<'_> {
             p: &p,
             hunks: &hunks,
             rewrites: rewrites.as_deref(),
-            fields: &fields,
+            shown: &shown,
             deleted_text,
         };
         Ok(html(StatusCode::OK, pages::proposal(self.f, &view)))

@@ -304,8 +304,8 @@ pub struct ProposalView<'a> {
     pub p: &'a GetProposalOut,
     pub hunks: &'a [Hunk],
     pub rewrites: Option<&'a [LinkRewriteItem]>,
-    /// The frontmatter keys a pending patch changes, key by key.
-    pub fields: &'a [engine::diff::FieldChange],
+    /// Frontmatter changes key by key, and a move's rewritten links.
+    pub shown: &'a engine::proposing::Shown,
     /// The note's text for a delete (what goes).
     pub deleted_text: Option<String>,
 }
@@ -335,15 +335,20 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
             h2 { "Links rewritten" }
             ul #link-rewrites {
                 @for r in view.rewrites.unwrap_or(&[]) {
-                    li { code { (t(&r.path)) } " — " (r.count) " link(s)" }
+                    li {
+                        code { (t(&r.path)) } " — " (r.count) " link(s)"
+                        @if let Some(n) = view.shown.rewrites.iter().find(|n| n.path == r.path) {
+                            ul.rewritten { @for l in &n.links { li { code { (t(&l.to_string())) } } } }
+                        }
+                    }
                 }
             }
             @if view.rewrites.is_none_or(|r| r.is_empty()) { p.muted { "No note links to it." } }
         }
-        @if !view.fields.is_empty() {
+        @if !view.shown.fields.is_empty() {
             h2 { "Frontmatter changed" }
             ul #field-changes {
-                @for fc in view.fields { li { code { (t(&fc.to_string())) } } }
+                @for fc in &view.shown.fields { li { code { (t(&fc.to_string())) } } }
             }
         }
         @let links = engine::diff::link_changes(view.hunks);
