@@ -476,7 +476,8 @@ async fn review_open_hands_the_browser_a_private_file_never_the_code() {
     std::fs::write(
         &opener,
         format!(
-            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > '{}'\n",
+            // Written whole, then renamed: the test reads it as soon as it exists.
+            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > '{0}.tmp' && mv '{0}.tmp' '{0}'\n",
             argv_file.display()
         ),
     )
