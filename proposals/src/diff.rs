@@ -46,35 +46,25 @@ impl Hunk {
     /// Each removed line paired with the added line that replaces it (the pairing of
     /// [`Hunk::side_by_side`]), as indexes into `lines`.
     pub fn pairs(&self) -> Vec<(usize, usize)> {
-        let lines = &self.lines;
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < lines.len() {
-            if lines[i].kind != LineKind::Removed {
-                i += 1;
-                continue;
-            }
-            let removed = lines[i..]
-                .iter()
-                .take_while(|l| l.kind == LineKind::Removed)
-                .count();
-            let added = lines[i + removed..]
-                .iter()
-                .take_while(|l| l.kind == LineKind::Added)
-                .count();
-            out.extend((0..removed.min(added)).map(|k| (i + k, i + removed + k)));
-            i += removed + added;
-        }
-        out
+        self.rows()
+            .into_iter()
+            .filter_map(|r| match r {
+                (Some(i), Some(j)) if self.lines[i].kind == LineKind::Removed => Some((i, j)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The word marks of each removed line and the added line paired with it ([`Hunk::pairs`]),
-    /// by their indexes in the hunk; lines over [`MAX_MARKED_LINE`] bytes are left out.
-    pub fn marks(&self) -> std::collections::HashMap<usize, Vec<Piece>> {
+    /// by their indexes in the hunk, while `budget` (bytes of paired lines, see
+    /// [`MAX_MARKED_BYTES`]) lasts; lines over [`MAX_MARKED_LINE`] bytes are left out.
+    pub fn marks(&self, budget: &mut usize) -> std::collections::HashMap<usize, Vec<Piece>> {
         let mut out = std::collections::HashMap::new();
         for (i, j) in self.pairs() {
             let (old, new) = (&self.lines[i].text, &self.lines[j].text);
-            if old.len().max(new.len()) <= MAX_MARKED_LINE {
+            let cost = old.len() + new.len();
+            if old.len().max(new.len()) <= MAX_MARKED_LINE && cost <= *budget {
+                *budget -= cost;
                 let (o, n) = words(old, new);
                 out.insert(i, o);
                 out.insert(j, n);
@@ -83,14 +73,13 @@ impl Hunk {
         out
     }
 
-    /// The hunk as side-by-side rows: context on both sides, each run of removed lines paired
-    /// with the run of added lines that follows it, the shorter side padded with `None`.
-    pub fn side_by_side(&self) -> Vec<(Option<&DiffLine>, Option<&DiffLine>)> {
+    /// The hunk as side-by-side rows of line indexes: what [`Hunk::side_by_side`] pairs.
+    pub fn rows(&self) -> Vec<(Option<usize>, Option<usize>)> {
         let mut rows = Vec::new();
         let mut i = 0;
         while i < self.lines.len() {
             if self.lines[i].kind == LineKind::Context {
-                rows.push((Some(&self.lines[i]), Some(&self.lines[i])));
+                rows.push((Some(i), Some(i)));
                 i += 1;
                 continue;
             }
@@ -100,19 +89,34 @@ impl Hunk {
             let removed = run(i, LineKind::Removed);
             let added = run(i + removed, LineKind::Added);
             for k in 0..removed.max(added) {
-                let old = (k < removed).then(|| &self.lines[i + k]);
-                let new = (k < added).then(|| &self.lines[i + removed + k]);
-                rows.push((old, new));
+                rows.push((
+                    (k < removed).then_some(i + k),
+                    (k < added).then_some(i + removed + k),
+                ));
             }
             i += removed + added;
         }
         rows
+    }
+
+    /// The hunk as side-by-side rows: context on both sides, each run of removed lines paired
+    /// with the run of added lines that follows it, the shorter side padded with `None`.
+    pub fn side_by_side(&self) -> Vec<(Option<&DiffLine>, Option<&DiffLine>)> {
+        self.rows()
+            .into_iter()
+            .map(|(o, n)| (o.map(|i| &self.lines[i]), n.map(|j| &self.lines[j])))
+            .collect()
     }
 }
 
 /// The longest line whose changed words are marked: a word diff of two very long lines
 /// (minified text) would cost more than it shows.
 pub const MAX_MARKED_LINE: usize = 4096;
+
+/// At most this many bytes of paired lines are word-diffed in one diff; later pairs stay
+/// unmarked. A word diff costs up to the square of a line's words, so an agent's proposal of
+/// thousands of long rewritten lines cannot make a reviewer's page slow.
+pub const MAX_MARKED_BYTES: usize = 256 * 1024;
 
 /// One piece of a changed line: its text, and whether the line it is paired with lacks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,9 +293,10 @@ pub fn for_terminal(diff: &str) -> Vec<String> {
         .take_while(|l| !l.starts_with("@@"))
         .map(str::to_owned)
         .collect();
+    let mut budget = MAX_MARKED_BYTES;
     for h in hunks(diff) {
         out.push(h.header.clone());
-        let marks = h.marks();
+        let marks = h.marks(&mut budget);
         for (i, l) in h.lines.iter().enumerate() {
             let sign = match l.kind {
                 LineKind::Context => ' ',
@@ -587,5 +592,27 @@ mod tests {
             ]
         );
         assert!(field_changes(&before, &before).is_empty());
+    }
+
+    #[test]
+    fn word_marks_stop_at_the_diffs_budget() {
+        let line = |w: &str| format!("{} {w}\n", "word ".repeat(799));
+        let old: String = (0..100).map(|_| line("old")).collect();
+        let new: String = (0..100).map(|_| line("new")).collect();
+        let hs = hunks(&unified_diff("n.md", &old, &new));
+        let mut budget = MAX_MARKED_BYTES;
+        let marked: usize = hs.iter().map(|h| h.marks(&mut budget).len() / 2).sum();
+        let per_pair = line("old").len() - 1 + line("new").len() - 1;
+        assert_eq!(
+            marked,
+            MAX_MARKED_BYTES / per_pair,
+            "pairs marked within the budget"
+        );
+        assert!(marked < 100);
+        // The terminal shows every line whatever the budget.
+        assert_eq!(
+            for_terminal(&unified_diff("n.md", &old, &new)).len(),
+            policy::text::lines(&unified_diff("n.md", &old, &new)).count()
+        );
     }
 }

@@ -213,12 +213,11 @@ fn ln(n: Option<u64>) -> String {
     n.map(|n| n.to_string()).unwrap_or_default()
 }
 
-fn unified(hunks: &[Hunk]) -> Markup {
+fn unified(hunks: &[Hunk], marks: &[Marks]) -> Markup {
     html! {
         div #diff-unified .diff {
-            @for h in hunks {
+            @for (h, marks) in hunks.iter().zip(marks) {
                 div.hunk { (h.header) }
-                @let marks = h.marks();
                 @for (i, l) in h.lines.iter().enumerate() {
                     @let (class, sign) = match l.kind {
                         LineKind::Added => ("line add", "+"),
@@ -240,8 +239,8 @@ fn unified(hunks: &[Hunk]) -> Markup {
     }
 }
 
-fn split(hunks: &[Hunk]) -> Markup {
-    let cell = |side: &str, l: Option<&DiffLine>, pieces: Option<&[Piece]>| {
+fn split(hunks: &[Hunk], marks: &[Marks]) -> Markup {
+    let cell = |side: &str, l: Option<&DiffLine>, pieces: Option<&Vec<Piece>>| {
         let tint = match (side, l.map(|l| l.kind)) {
             (_, None) => "empty",
             ("old", Some(LineKind::Removed)) => "del",
@@ -260,13 +259,12 @@ fn split(hunks: &[Hunk]) -> Markup {
     };
     html! {
         table #diff-split .split.diff {
-            @for h in hunks {
+            @for (h, marks) in hunks.iter().zip(marks) {
                 tr { td.hunk colspan="4" { (h.header) } }
-                @for (old, new) in h.side_by_side() {
-                    @let pair = changed_pair(old, new);
+                @for (o, n) in h.rows() {
                     tr {
-                        (cell("old", old, pair.as_ref().map(|(o, _)| o.as_slice())))
-                        (cell("new", new, pair.as_ref().map(|(_, n)| n.as_slice())))
+                        (cell("old", o.map(|i| &h.lines[i]), o.and_then(|i| marks.get(&i))))
+                        (cell("new", n.map(|j| &h.lines[j]), n.and_then(|j| marks.get(&j))))
                     }
                 }
             }
@@ -274,19 +272,13 @@ fn split(hunks: &[Hunk]) -> Markup {
     }
 }
 
-/// The word marks of a removed line and the added line that replaces it (docs/contract.md#the-review-page-and-in-client-approval:
-/// changed words are marked inside a changed line); `None` for any other row.
-fn changed_pair(old: Option<&DiffLine>, new: Option<&DiffLine>) -> Option<(Vec<Piece>, Vec<Piece>)> {
-    match (old, new) {
-        (Some(o), Some(n))
-            if o.kind == LineKind::Removed
-                && n.kind == LineKind::Added
-                && o.text.len().max(n.text.len()) <= engine::diff::MAX_MARKED_LINE =>
-        {
-            Some(engine::diff::words(&o.text, &n.text))
-        }
-        _ => None,
-    }
+/// The word marks of each hunk's changed lines, by line index (docs/contract.md#the-review-page-and-in-client-approval: changed
+/// words are marked inside a changed line), within one diff's budget.
+type Marks = std::collections::HashMap<usize, Vec<Piece>>;
+
+fn hunk_marks(hunks: &[Hunk]) -> Vec<Marks> {
+    let mut budget = engine::diff::MAX_MARKED_BYTES;
+    hunks.iter().map(|h| h.marks(&mut budget)).collect()
 }
 
 /// A changed line's pieces, the changed words in `<del>` (old) or `<ins>` (new), each escaped.
@@ -360,9 +352,10 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
         }
         @if !view.hunks.is_empty() {
             h2 { "Side by side" }
-            (split(view.hunks))
+            @let marks = hunk_marks(view.hunks);
+            (split(view.hunks, &marks))
             h2 { "Unified" }
-            (unified(view.hunks))
+            (unified(view.hunks, &marks))
         } @else if it.kind != "move" {
             p.muted { "No difference against the note as it is now." }
         }
