@@ -114,8 +114,8 @@ impl Hunk {
 pub const MAX_MARKED_LINE: usize = 4096;
 
 /// At most this many bytes of paired lines are word-diffed in one diff; later pairs stay
-/// unmarked. A word diff costs up to the square of a line's words, so an agent's proposal of
-/// thousands of long rewritten lines cannot make a reviewer's page slow.
+/// unmarked. SECURITY(T-DIFF1): a word diff costs up to the square of a line's words, so an
+/// agent's proposal of thousands of long rewritten lines cannot make a reviewer's page slow.
 pub const MAX_MARKED_BYTES: usize = 256 * 1024;
 
 /// One piece of a changed line: its text, and whether the line it is paired with lacks it.
