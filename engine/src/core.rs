@@ -210,13 +210,19 @@ impl Core {
         }
     }
 
+    /// Whether `gateway.toml` changed since it was read (one `stat`): cheap enough for an async
+    /// worker, which then leaves the reload ([`Core::refresh`]) to a thread that may block.
+    pub fn config_changed(&self) -> bool {
+        let now = stamp(&self.home.config_path());
+        now.is_some() && now != self.loaded().stamp
+    }
+
     /// Reads `gateway.toml` again if it changed since it was read (one `stat` when it did not),
     /// so `vault add`, `remove`, `set-default` and settings reach a running server at its next
     /// request (docs/contract.md#the-command-line). A file that does not parse, or a vault that does not
     /// open, leaves the configuration as it was, logged once per change.
     pub fn refresh(&self) {
-        let now = stamp(&self.home.config_path());
-        if now.is_none() || now == self.loaded().stamp {
+        if !self.config_changed() {
             return;
         }
         let _one = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
@@ -458,7 +464,8 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<Value, GatewayError>> {
-        self.refresh();
+        // The configuration was brought up to date when the caller was authenticated (a call
+        // may run on an async worker, which must not open vaults).
         // Bounds first (docs/contract.md#limits-and-pagination): an argument over a limit is refused, and recorded, before
         // anything else runs.
         if let Err(e) = crate::limits::check_args(spec.name, args, &self.config().limits) {
@@ -515,6 +522,8 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<T, GatewayError>> {
+        // A blocking thread: the review page's session check or a CLI process; either way the
+        // configuration is read as it is now.
         self.refresh();
         let actor = || Actor::Operator(operator.clone());
         // The operator's arguments are bounded exactly like a tool's (docs/contract.md#limits-and-pagination).

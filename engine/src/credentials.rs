@@ -66,6 +66,11 @@ impl Credentials<'_> {
     /// [`Credentials::authenticate_from`], on a thread that may block. Cheap enough to run on an async
     /// worker: memory, and one read of the credentials' generation.
     pub fn authenticate_without_writing(&self, token: &Token, transport: Transport) -> Option<Caller> {
+        // A changed `gateway.toml` is read on the blocking path: opening a vault it adds walks
+        // the vault, which an async worker must never do.
+        if self.core.config_changed() {
+            return None;
+        }
         match self.check_credential(token, transport) {
             Ok((caller, false)) => Some(caller),
             _ => None,
@@ -73,6 +78,9 @@ impl Credentials<'_> {
     }
 
     fn authenticate_inner(&self, token: &Token, transport: Transport) -> Result<Caller, GatewayError> {
+        // Every MCP request passes here (on a thread that may block) unless the fast path above
+        // answered it: a changed `gateway.toml` is read before the request is answered.
+        self.core.refresh();
         let (caller, touch) = self.check_credential(token, transport)?;
         // Last use to the minute (the Credentials page): the row was read anyway, so at most
         // one write a minute per credential, never one per request.
@@ -89,8 +97,6 @@ impl Credentials<'_> {
 
     /// The caller a token names, checked fresh, and whether its last use is due to be noted.
     fn check_credential(&self, token: &Token, transport: Transport) -> Result<(Caller, bool), GatewayError> {
-        // Every request starts here: a changed `gateway.toml` is read before it is answered.
-        self.core.refresh();
         let now = now_unix();
         let claims = self.auth_cache.claims(
             &self.core.secret,
