@@ -508,26 +508,6 @@ impl Proposals<'_> {
         })
     }
 
-    /// The notes a move from `from` to `to` would rewrite now, and how many links in each: what
-    /// a reviewer sees before applying it (the apply plans them again under the lock).
-    pub fn move_rewrites(
-        &self,
-        v: &VaultHandle,
-        from: &str,
-        to: &str,
-    ) -> Result<Vec<LinkRewriteItem>, GatewayError> {
-        let from = target_path(v, from)?;
-        let to = target_path(v, to)?;
-        Ok(v.reader
-            .plan_move(&from, &to)?
-            .iter()
-            .map(|r| LinkRewriteItem {
-                path: r.path.to_string(),
-                count: r.count as u64,
-            })
-            .collect())
-    }
-
     pub fn propose_delete(
         &self,
         call: &mut Call<'_>,
@@ -611,7 +591,8 @@ impl Proposals<'_> {
         ))
     }
 
-    /// Each note a move from `from` to `to` rewrites now, with each link it rewrites.
+    /// Each note a move from `from` to `to` rewrites now, with each link it rewrites: one plan,
+    /// each note read through the read policy (a note that cannot be read shows its count only).
     fn rewritten_links(
         &self,
         v: &VaultHandle,
@@ -621,14 +602,17 @@ impl Proposals<'_> {
         let (from, to) = (target_path(v, from)?, target_path(v, to)?);
         let mut out = Vec::new();
         for r in v.reader.plan_move(&from, &to)? {
-            let old = match current(v, &r.path)? {
-                Some((bytes, _)) => String::from_utf8(bytes).unwrap_or_default(),
-                None => continue,
+            let links = match v.reader.fs().read_text(&r.path) {
+                Ok(old) => {
+                    let diff = proposals::diff::unified_diff(r.path.as_str(), &old.text, &r.new_text);
+                    crate::diff::link_changes(&proposals::diff::hunks(&diff))
+                }
+                Err(_) => Vec::new(),
             };
-            let diff = proposals::diff::unified_diff(r.path.as_str(), &old, &r.new_text);
             out.push(RewrittenNote {
                 path: r.path.to_string(),
-                links: crate::diff::link_changes(&proposals::diff::hunks(&diff)),
+                count: r.count as u64,
+                links,
             });
         }
         Ok(out)
@@ -807,10 +791,12 @@ pub struct Shown {
     pub rewrites: Vec<RewrittenNote>,
 }
 
-/// A note a move rewrites, with each link it rewrites.
+/// A note a move rewrites: how many links, and each one.
 #[derive(Debug, Clone)]
 pub struct RewrittenNote {
     pub path: String,
+    pub count: u64,
+    /// Empty when the note cannot be read now (it changed kind, or went): the count still shows.
     pub links: Vec<crate::diff::LinkChange>,
 }
 

@@ -497,12 +497,6 @@ impl Ctx<'_> {
             .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.to_owned()))?;
         let hunks = engine::diff::hunks(&p.diff);
         let shown = self.core.proposals().shown(&v, &p)?;
-        let rewrites = match (p.item.kind.as_str(), p.item.status.as_str(), &p.item.from) {
-            ("move", "pending", Some(from)) => {
-                Some(self.core.proposals().move_rewrites(&v, from, &p.item.target)?)
-            }
-            _ => None,
-        };
         let deleted_text = (p.item.kind == "delete").then(|| {
             hunks
                 .iter()
@@ -513,7 +507,6 @@ impl Ctx<'_> {
         let view = pages::ProposalView {
             p: &p,
             hunks: &hunks,
-            rewrites: rewrites.as_deref(),
             shown: &shown,
             deleted_text,
         };

@@ -4,7 +4,7 @@
 
 use maud::{DOCTYPE, Markup, html};
 
-use engine::api::{GetProposalOut, LinkRewriteItem, OverviewOut, ProposalItem};
+use engine::api::{GetProposalOut, OverviewOut, ProposalItem};
 use engine::diff::{DiffLine, Hunk, LineKind, Piece};
 use engine::history::{HistoryEntryView, HistoryStatusOut};
 
@@ -295,7 +295,6 @@ fn marked(pieces: &[Piece], new: bool) -> Markup {
 pub struct ProposalView<'a> {
     pub p: &'a GetProposalOut,
     pub hunks: &'a [Hunk],
-    pub rewrites: Option<&'a [LinkRewriteItem]>,
     /// Frontmatter changes key by key, and a move's rewritten links.
     pub shown: &'a engine::proposing::Shown,
     /// The note's text for a delete (what goes).
@@ -326,16 +325,16 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
             p { "From " code #move-from { (t(it.from.as_deref().unwrap_or(""))) } " to " code #move-to { (t(&it.target)) } }
             h2 { "Links rewritten" }
             ul #link-rewrites {
-                @for r in view.rewrites.unwrap_or(&[]) {
+                @for r in &view.shown.rewrites {
                     li {
                         code { (t(&r.path)) } " — " (r.count) " link(s)"
-                        @if let Some(n) = view.shown.rewrites.iter().find(|n| n.path == r.path) {
-                            ul.rewritten { @for l in &n.links { li { code { (t(&l.to_string())) } } } }
+                        @if !r.links.is_empty() {
+                            ul.rewritten { @for l in &r.links { li { code { (t(&l.to_string())) } } } }
                         }
                     }
                 }
             }
-            @if view.rewrites.is_none_or(|r| r.is_empty()) { p.muted { "No note links to it." } }
+            @if view.shown.rewrites.is_empty() { p.muted { "No note links to it." } }
         }
         @if !view.shown.fields.is_empty() {
             h2 { "Frontmatter changed" }
