@@ -295,11 +295,12 @@ pub fn setup(
     let config = home.load_config()?;
     let found = resolve(&config.tunnel, env.get("PATH").map(String::as_str));
     let command = found.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
-    write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
     let core = crate::cli::open_core(home)?;
     let credential = core
         .settings()
         .tunnel_setup(operator, tunnel_id, command.clone(), tier, vaults)?;
+    // Only after the change is on record: a refused setup leaves no new key behind.
+    write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
     Ok(SetupOut { credential, command })
 }
 
