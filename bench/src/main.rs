@@ -72,7 +72,8 @@ pub struct Config {
     pub command: String,
     /// What to measure: `all`, or only `writes` (per size: the index build, propose+apply with 1 and
     /// 8 clients over stdio and HTTP, syncs per write, the fsync floor and memory; no reads,
-    /// throughput, peers, freshness or profiles).
+    /// throughput, peers, freshness or profiles), or only `search` (the index build, then reads
+    /// and searches of one client per transport).
     #[arg(long, value_enum, default_value_t = Only::All)]
     pub only: Only,
 }
@@ -84,6 +85,9 @@ pub enum Only {
     All,
     /// The write path only, with the floor and memory.
     Writes,
+    /// The searches and reads of one client per transport only (with the index build): no
+    /// throughput, peers, writes, freshness or profiles.
+    Search,
 }
 
 impl Only {
@@ -91,6 +95,7 @@ impl Only {
         match self {
             Only::All => "all",
             Only::Writes => "writes",
+            Only::Search => "search",
         }
     }
 }

@@ -387,6 +387,13 @@ async fn size(
     if all {
         first_answer(&gate, &paths, &mut r).await;
     }
+    if cfg.only == Only::Search {
+        verify_search(&http, &manifest, &mut r).await;
+        for (transport, client) in [("stdio", &stdio), ("HTTP", &http)] {
+            vaultgate_reads(cfg, client, transport, &paths, &manifest, &mut r).await;
+        }
+        return r;
+    }
     if all {
         // ---- vaultgate reads, one client per transport ----
         verify_search(&http, &manifest, &mut r).await;
@@ -1381,7 +1388,7 @@ async fn writes(
     // served the reads, so a fresh one writes.
     let dedicated = match cfg.only {
         Only::All => Some(gate.stdio("writer").await),
-        Only::Writes => None,
+        Only::Writes | Only::Search => None,
     };
     let writer = match &dedicated {
         None => Some(stdio),

@@ -38,9 +38,16 @@ pub struct SearchKnowledgeArgs {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SearchNoteContentArgs {
     pub vault: Option<String>,
-    /// Whitespace-separated terms (quote a phrase); a note matches when every term occurs in it,
-    /// case-insensitively; each hit is one line holding at least one term.
+    /// Whitespace-separated terms (quote a phrase); a note matches when every term (or, with
+    /// `match: "any"`, at least one) occurs in it, case-insensitively; each hit is one line
+    /// holding at least one term.
     pub query: String,
+    /// `all` (default): notes holding every term; `any`: notes holding at least one, for
+    /// questions in plain words (notes holding more and rarer terms rank first).
+    #[serde(rename = "match")]
+    pub match_mode: Option<MatchMode>,
+    /// Hit lines a note (default 3, 1–50): the lines holding the most terms first.
+    pub per_note: Option<u32>,
     /// Maximum hits (default 60, 1–200).
     pub limit: Option<u32>,
     /// Only notes carrying every one of these tags.
@@ -49,6 +56,23 @@ pub struct SearchNoteContentArgs {
     pub path_prefix: Option<String>,
     /// The `nextCursor` of the previous page of this same search.
     pub cursor: Option<String>,
+}
+
+/// How a note must hold the terms of `search_note_content`.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchMode {
+    All,
+    Any,
+}
+
+impl From<MatchMode> for vault::Match {
+    fn from(m: MatchMode) -> vault::Match {
+        match m {
+            MatchMode::All => vault::Match::All,
+            MatchMode::Any => vault::Match::Any,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -55,27 +55,23 @@ impl Reads<'_> {
         Ok(out)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `search_note_content` (docs/contract.md#the-mcp-surface): one page of the ranked hits.
     pub fn search_content(
         &self,
         v: &VaultHandle,
         page: &PageCall<'_>,
-        query: String,
-        limit: Option<u32>,
-        tags: Vec<String>,
-        path_prefix: Option<String>,
-        cursor: Option<&str>,
+        a: crate::api::SearchNoteContentArgs,
     ) -> Result<vault::ContentHits, GatewayError> {
-        let (from, revision) = self.search_from(v, page, cursor)?;
-        let (mut out, next) = v.reader.search_content_page(
-            &vault::ContentQuery {
-                query,
-                limit,
-                tags,
-                path_prefix,
-            },
-            &from,
-        )?;
+        let (from, revision) = self.search_from(v, page, a.cursor.as_deref())?;
+        let q = vault::ContentQuery {
+            query: a.query,
+            mode: a.match_mode.map(Into::into).unwrap_or_default(),
+            per_note: a.per_note,
+            limit: a.limit,
+            tags: a.tag.unwrap_or_default(),
+            path_prefix: a.path_prefix,
+        };
+        let (mut out, next) = v.reader.search_content_page(&q, &from)?;
         out.next_cursor = next.map(|pos| self.core.seal(v, page, &Position::Search { revision, pos }));
         Ok(out)
     }

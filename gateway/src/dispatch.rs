@@ -192,15 +192,7 @@ fn run(
         "search_note_content" => {
             let a: SearchNoteContentArgs = parse(args)?;
             let v = call.vault(a.vault.as_deref())?;
-            to_value(core.reads().search_content(
-                &v,
-                &page,
-                a.query,
-                a.limit,
-                a.tag.unwrap_or_default(),
-                a.path_prefix,
-                a.cursor.as_deref(),
-            )?)
+            to_value(core.reads().search_content(&v, &page, a)?)
         }
         "read_note" => {
             let a: ReadNoteArgs = parse(args)?;

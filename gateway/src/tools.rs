@@ -68,7 +68,7 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         read_tool::<SearchNoteContentArgs, r::ContentHits>(
             "search_note_content",
             "Search note text",
-            "Exact full-text search: a note matches when every term occurs in it (case-insensitive substring, works for CJK and short terms); returns matching lines with 1-based line numbers and snippets. When truncated (more hits, or the search time budget ran out), pass nextCursor as cursor for the next page (valid until the vault changes).",
+            "Full-text search ranked by relevance: a note matches when every term (match: \"all\", the default) or at least one term (match: \"any\", for questions in plain words) occurs in it (case-insensitive substring, works for CJK and short terms). Notes are ranked best first (how often and how rarely each term occurs, matches in titles, aliases and headings most); each hit is a line with its 1-based number and a snippet, at most perNote lines a note (default 3). When truncated with nextCursor, pass it as cursor for the next page (valid until the vault changes); truncated without a cursor means the search ran out of time: narrow the query.",
         ),
         read_tool::<ReadNoteArgs, r::ReadNote>(
             "read_note",

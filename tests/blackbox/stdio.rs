@@ -234,8 +234,12 @@ fn owned(expected: &[(&str, u64)]) -> Vec<(String, u64)> {
     expected.iter().map(|(p, l)| ((*p).to_owned(), *l)).collect()
 }
 
-/// Checks every content hit: title, score = number of terms on the line, snippet from the line.
+/// Checks every content hit: title, the line holds a term, snippet from the line; and the ranking:
+/// note scores never rise, a note's hits come together with its one score, at most `perNote`
+/// (3) of them, those holding more terms first.
 fn check_content_hits(v: &Value, terms: &[&str]) {
+    let hits = v["hits"].as_array().unwrap();
+    let mut notes: Vec<(&str, u64, Vec<usize>)> = Vec::new();
     for h in v["hits"].as_array().unwrap() {
         let path = h["path"].as_str().unwrap();
         let line = fixture_line(path, h["line"].as_u64().unwrap() as usize);
@@ -246,12 +250,37 @@ fn check_content_hits(v: &Value, terms: &[&str]) {
             .filter(|t| folded.contains(&t.to_lowercase()))
             .count();
         assert!(held > 0, "hit {h} holds no term; line is {line:?}");
-        assert_eq!(h["score"].as_u64().unwrap() as usize, held, "score of hit {h}");
+        let score = h["score"].as_u64().unwrap();
+        assert!(score > 0, "score of hit {h}");
+        match notes.last_mut() {
+            Some((p, sc, held_by)) if *p == path => {
+                assert_eq!(*sc, score, "one note, one score: {v}");
+                held_by.push(held);
+            }
+            _ => {
+                assert!(
+                    notes.iter().all(|(p, _, _)| *p != path),
+                    "{path}'s hits apart: {v}"
+                );
+                if let Some((_, sc, _)) = notes.last() {
+                    assert!(*sc >= score, "note scores rise: {v}");
+                }
+                notes.push((path, score, vec![held]));
+            }
+        }
         let snippet = h["snippet"].as_str().unwrap();
         assert!(snippet.chars().count() <= 200, "snippet over 200 chars: {h}");
         assert!(
             !snippet.trim().is_empty() && line.contains(snippet.trim()),
             "snippet {snippet:?} is not taken from line {line:?}"
+        );
+    }
+    assert!(hits.len() <= 60);
+    for (p, _, held_by) in notes {
+        assert!(held_by.len() <= 3, "{p}: more than perNote lines: {v}");
+        assert!(
+            held_by.windows(2).all(|w| w[0] >= w[1]),
+            "{p}: lines holding more terms first: {v}"
         );
     }
 }
@@ -378,7 +407,15 @@ async fn tools_list_has_every_read_tool_with_read_only_annotations_and_schemas()
         ("search_knowledge", &["query", "tag", "limit", "cursor"][..]),
         (
             "search_note_content",
-            &["query", "limit", "tag", "pathPrefix", "cursor"][..],
+            &[
+                "query",
+                "match",
+                "perNote",
+                "limit",
+                "tag",
+                "pathPrefix",
+                "cursor",
+            ][..],
         ),
         ("read_note", &["path", "hash"][..]),
         ("get_note_history", &["path", "limit", "cursor"][..]),
@@ -1018,8 +1055,24 @@ async fn list_recent_notes_orders_by_mtime_newest_first_and_filters_by_since() {
 
 // ---- search_note_content ------------------------------------------------------------------------------
 
-/// `attention`: 16 hits in 8 notes, all of score 1, so in path order then line order.
-const ATTENTION_HITS: [(&str, u64); 16] = [
+/// `attention`: 16 lines in 8 notes hold it; at most 3 a note are answered (the first 3 by line,
+/// as each holds the one term), the note whose title is "Attention" first.
+const ATTENTION_HITS: [(&str, u64); 11] = [
+    ("z/attention.md", 2),
+    ("z/attention.md", 4),
+    ("z/attention.md", 6),
+    ("welcome.md", 8),
+    ("z/transformer.md", 4),
+    ("z/transformer.md", 10),
+    ("z/moc-ml.md", 8),
+    ("journal/2026-01-05.md", 9),
+    ("z/softmax.md", 11),
+    ("notes/cooking.md", 10),
+    ("notes/中文笔记.md", 10),
+];
+
+/// Every line of the fixture that holds `attention`.
+const ATTENTION_LINES: [(&str, u64); 16] = [
     ("journal/2026-01-05.md", 9),
     ("notes/cooking.md", 10),
     ("notes/中文笔记.md", 10),
@@ -1039,7 +1092,7 @@ const ATTENTION_HITS: [(&str, u64); 16] = [
 ];
 
 #[tokio::test]
-async fn search_note_content_finds_every_line_case_insensitively_ranked_by_path_then_line() {
+async fn search_note_content_finds_matching_notes_ranked_with_the_title_match_first() {
     let (_env, s) = reader().await;
     let v = s.ok("search_note_content", json!({"query": "attention"})).await;
     assert_eq!(hit_lines(&v), owned(&ATTENTION_HITS), "{v}");
@@ -1048,6 +1101,29 @@ async fn search_note_content_finds_every_line_case_insensitively_ranked_by_path_
 
     let upper = s.ok("search_note_content", json!({"query": "ATTENTION"})).await;
     assert_eq!(hit_lines(&upper), owned(&ATTENTION_HITS));
+
+    // perNote 50: every line of every matching note.
+    let every = s
+        .ok(
+            "search_note_content",
+            json!({"query": "attention", "perNote": 50}),
+        )
+        .await;
+    let mut got = hit_lines(&every);
+    got.sort();
+    let mut want = owned(&ATTENTION_LINES);
+    want.sort();
+    assert_eq!(got, want, "{every}");
+    for bad in [0, 51] {
+        assert_eq!(
+            s.code(
+                "search_note_content",
+                json!({"query": "attention", "perNote": bad})
+            )
+            .await,
+            "INVALID_ARGUMENT"
+        );
+    }
 
     let missing = s
         .ok("search_note_content", json!({"query": "Missing Page"}))
@@ -1071,7 +1147,7 @@ async fn search_note_content_limit_counts_hits_and_truncated_says_more_existed()
     assert_eq!(hit_lines(&five), owned(&ATTENTION_HITS[..5]), "{five}");
     assert_eq!(five["truncated"], true);
     let exact = s
-        .ok("search_note_content", json!({"query": "attention", "limit": 16}))
+        .ok("search_note_content", json!({"query": "attention", "limit": 11}))
         .await;
     assert_eq!(hit_lines(&exact), owned(&ATTENTION_HITS));
     assert_eq!(exact["truncated"], false);
@@ -1096,8 +1172,10 @@ async fn search_note_content_limit_counts_hits_and_truncated_says_more_existed()
 async fn search_note_content_matches_cjk_terms_including_a_single_character() {
     let (_env, s) = reader().await;
     let v = s.ok("search_note_content", json!({"query": "注意力"})).await;
+    let mut got = hit_lines(&v);
+    got.sort();
     assert_eq!(
-        hit_lines(&v),
+        got,
         owned(&[
             ("notes/中文笔记.md", 8),
             ("notes/中文笔记.md", 10),
@@ -1134,39 +1212,32 @@ async fn search_note_content_ands_terms_over_notes_and_ranks_lines_holding_both_
     let v = s
         .ok("search_note_content", json!({"query": "attention 注意力"}))
         .await;
+    // The note titled "Attention" first; in each note, the line holding both terms first.
     assert_eq!(
         hit_lines(&v),
         owned(&[
-            ("notes/中文笔记.md", 10),
             ("z/attention.md", 24),
-            ("notes/中文笔记.md", 8),
             ("z/attention.md", 2),
             ("z/attention.md", 4),
-            ("z/attention.md", 5),
-            ("z/attention.md", 6),
-            ("z/attention.md", 11),
-            ("z/attention.md", 13),
-            ("z/attention.md", 22),
-            ("z/attention.md", 23),
+            ("notes/中文笔记.md", 10),
+            ("notes/中文笔记.md", 8),
         ]),
         "{v}"
     );
     assert_eq!(v["truncated"], false);
     check_content_hits(&v, &["attention", "注意力"]);
-    let scores: Vec<u64> = v["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["score"].as_u64().unwrap())
-        .collect();
-    assert_eq!(&scores[..3], [2, 2, 1]);
 
     // A note needs every term somewhere in the file, not on one line.
     let split = s
-        .ok("search_note_content", json!({"query": "softmax stability"}))
+        .ok(
+            "search_note_content",
+            json!({"query": "softmax stability", "perNote": 50}),
+        )
         .await;
+    let mut got = hit_lines(&split);
+    got.sort();
     assert_eq!(
-        hit_lines(&split),
+        got,
         owned(&[
             ("z/softmax.md", 2),
             ("z/softmax.md", 6),
@@ -1174,6 +1245,11 @@ async fn search_note_content_ands_terms_over_notes_and_ranks_lines_holding_both_
             ("z/softmax.md", 10),
         ]),
         "{split}"
+    );
+    check_content_hits(
+        &s.ok("search_note_content", json!({"query": "softmax stability"}))
+            .await,
+        &["softmax", "stability"],
     );
     let none = s
         .ok(
@@ -1186,20 +1262,52 @@ async fn search_note_content_ands_terms_over_notes_and_ranks_lines_holding_both_
 }
 
 #[tokio::test]
+async fn search_note_content_match_any_answers_a_question_in_plain_words() {
+    let (_env, s) = reader().await;
+    // No note holds all these words; `any` finds the notes holding some, most and rarest first.
+    let q = "how do eggs and attention heads work";
+    let all = s.ok("search_note_content", json!({"query": q})).await;
+    assert_eq!(all["hits"], json!([]), "{all}");
+    let any = s
+        .ok("search_note_content", json!({"query": q, "match": "any"}))
+        .await;
+    let words: Vec<&str> = q.split(' ').collect();
+    check_content_hits(&any, &words);
+    let paths: Vec<&str> = any["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&"notes/cooking.md") && paths.contains(&"journal/2026-01-05.md"),
+        "{any}"
+    );
+    assert_eq!(
+        s.code("search_note_content", json!({"query": q, "match": "some"}))
+            .await,
+        "INVALID_ARGUMENT"
+    );
+    s.close().await;
+}
+
+#[tokio::test]
 async fn search_note_content_filters_by_path_prefix_and_tag() {
     let (_env, s) = reader().await;
+    // A filter keeps the ranking: the vault's answer with the other notes left out.
+    let only = |keep: &[&str]| -> Vec<(String, u64)> {
+        owned(&ATTENTION_HITS)
+            .into_iter()
+            .filter(|(p, _)| keep.iter().any(|k| p.starts_with(k)))
+            .collect()
+    };
     let z = s
         .ok(
             "search_note_content",
             json!({"query": "attention", "pathPrefix": "z"}),
         )
         .await;
-    let in_z: Vec<_> = ATTENTION_HITS
-        .iter()
-        .filter(|(p, _)| p.starts_with("z/"))
-        .copied()
-        .collect();
-    assert_eq!(hit_lines(&z), owned(&in_z), "{z}");
+    assert_eq!(hit_lines(&z), only(&["z/"]), "{z}");
     let notes = s
         .ok(
             "search_note_content",
@@ -1218,12 +1326,11 @@ async fn search_note_content_filters_by_path_prefix_and_tag() {
             json!({"query": "attention", "tag": ["ml"]}),
         )
         .await;
-    let tagged: Vec<_> = ATTENTION_HITS
-        .iter()
-        .filter(|(p, _)| ["z/attention.md", "z/softmax.md", "z/transformer.md"].contains(p))
-        .copied()
-        .collect();
-    assert_eq!(hit_lines(&ml), owned(&tagged), "{ml}");
+    assert_eq!(
+        hit_lines(&ml),
+        only(&["z/attention.md", "z/softmax.md", "z/transformer.md"]),
+        "{ml}"
+    );
     // An inline tag filters like a frontmatter one; every listed tag is required.
     let food = s
         .ok(

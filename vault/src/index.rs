@@ -16,9 +16,9 @@
 //! It never writes anything but `.vaultgate/index.sqlite` (and its `-wal`, `-shm`, `index.lock`).
 
 mod db;
-mod grams;
+pub(crate) mod grams;
 mod pool;
-mod query;
+pub(crate) mod query;
 mod record;
 
 use std::collections::BTreeSet;
@@ -833,23 +833,13 @@ impl Index {
 
     pub(crate) fn search_content(
         &self,
-        terms: &[String],
-        limit: usize,
-        prefix: &FolderPath,
-        tags: &[String],
-        page: &SearchPage,
+        args: query::ContentArgs,
     ) -> Option<(ContentHits, Option<SearchPos>)> {
-        let (fs, terms, prefix, tags, page) = (
-            self.fs.clone(),
-            terms.to_vec(),
-            prefix.clone(),
-            tags.to_vec(),
-            page.clone(),
-        );
+        let fs = self.fs.clone();
         let (out, stale) = self
             .read_on_pool(move |snap| {
                 let mut stale = Vec::new();
-                let out = query::search_content(&fs, snap, &terms, limit, &prefix, &tags, &page, &mut stale)?;
+                let out = query::search_content(&fs, snap, &args, &mut stale)?;
                 Ok((out, stale))
             })
             .unzip();

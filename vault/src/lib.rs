@@ -16,6 +16,7 @@ pub mod fs;
 pub mod index;
 pub mod links;
 pub mod note;
+pub mod rank;
 pub mod reader;
 pub mod rewrite;
 pub mod search;
@@ -24,6 +25,7 @@ pub mod watch;
 pub mod write;
 
 pub use index::{IndexError, IndexHealth, SyncReport};
+pub use rank::Match;
 pub use reader::{Vault, rfc3339};
 pub use types::{
     BrokenLink, ContentHit, ContentHits, ContentQuery, Counts, Key, KnowledgeHit, KnowledgeHits, ListNotes,

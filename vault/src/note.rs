@@ -371,6 +371,19 @@ fn mask_inline_code(line: &str) -> Cow<'_, str> {
     String::from_utf8(out).map_or(Cow::Borrowed(line), Cow::Owned)
 }
 
+/// The ATX heading lines (levels 1–6) outside fenced code, whole, with their 1-based numbers;
+/// frontmatter is not told apart (a YAML comment that looks like a heading counts, which only
+/// ranks: see `rank`).
+pub fn heading_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    prose(text, 0).filter_map(|l| {
+        let t = unindent(l.raw)?;
+        let marks = t.bytes().take_while(|&b| b == b'#').count();
+        let rest = &t[marks..];
+        ((1..=6).contains(&marks) && (rest.is_empty() || rest.starts_with([' ', '\t'])))
+            .then_some((l.number, l.raw))
+    })
+}
+
 /// The text of the first non-empty level-1 ATX heading.
 fn first_heading<'a, L: std::borrow::Borrow<ProseLine<'a>>>(
     mut lines: impl Iterator<Item = L>,
@@ -517,6 +530,13 @@ mod tests {
         assert_eq!(split_frontmatter(&bomb).body_line, 13);
         // Within bounds: no error.
         assert_eq!(parse("---\ntitle: ok\n---\n").frontmatter_error, None);
+    }
+
+    #[test]
+    fn heading_lines_are_atx_headings_outside_code() {
+        let text = "# One\n#tag\n```\n## not\n```\n   ### Three\n    # indented code\n####### seven\n##\n";
+        let got: Vec<(usize, &str)> = heading_lines(text).collect();
+        assert_eq!(got, [(1, "# One"), (6, "   ### Three"), (9, "##")]);
     }
 
     #[test]

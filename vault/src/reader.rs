@@ -18,10 +18,13 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::fs::{DirEntry, EntryKind, FsError, VaultFs};
+use crate::index::grams::term_query_tokens;
+use crate::index::query::ContentArgs;
 use crate::index::{Index, IndexError, IndexHealth, SETTLE_WAIT, SyncReport, catalog_walk};
 use crate::links::{Resolution, Resolver};
 use crate::note::{Note, stem};
-use crate::search::{Ranker, Step, fold, knowledge_score, parse_terms, snippet, terms_in_line};
+use crate::rank::{Fields, NoteRanker, Step as RankStep, Weights, judge};
+use crate::search::{Ranker, Step, fold, fold_into, knowledge_score, parse_terms, snippet};
 use crate::types::{
     ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes, ListStandards,
     ListTags, MAX_LIST_ITEMS, NoteEntry, NoteEntryKind, NoteRef, NotesPos, ReadNote, RecentNote, RecentNotes,
@@ -470,6 +473,7 @@ impl Vault {
     ) -> Result<(ContentHits, Option<SearchPos>), VaultError> {
         let terms = query_terms(&q.query)?;
         let limit = check_limit(q.limit, 60, 200)?;
+        let per_note = check_range("perNote", q.per_note, 3, 50)?;
         let prefix = match q.path_prefix.as_deref() {
             None => FolderPath::Root,
             Some(p) => {
@@ -481,63 +485,78 @@ impl Vault {
             }
         };
         let tags = tag_filter(&q.tags);
-        if let Some(out) = self
-            .ix()
-            .and_then(|ix| ix.search_content(&terms, limit, &prefix, &tags, page))
-        {
+        if let Some(out) = self.ix().and_then(|ix| {
+            ix.search_content(ContentArgs {
+                terms: terms.clone(),
+                mode: q.mode,
+                per_note,
+                limit,
+                prefix: prefix.clone(),
+                tags: tags.clone(),
+                page: page.clone(),
+            })
+        }) {
             return Ok(out);
         }
         let cat = Catalog::scan(&self.fs);
-
-        // Notes come in path order and lines in line order; the ranker keeps per score the first
-        // `limit` hits. Snippets are cut only for the hits returned.
-        let top = u32::try_from(terms.len()).unwrap_or(u32::MAX);
-        let mut ranker: Ranker<(&CatalogEntry, String)> = Ranker::new(page, limit, top);
-        for e in cat.entries.iter().filter(|e| prefix.contains(&e.path)) {
-            match ranker.before_note(e.path.as_str()) {
-                Step::Skip => continue,
-                Step::Stop => break,
-                Step::Examine => {}
-            }
+        // The statistics cover every readable note (read once for them, then again to judge
+        // those in scope, so that no more than one note's text is held at a time).
+        let query_tokens: Vec<Vec<String>> = terms.iter().map(|t| term_query_tokens(t)).collect();
+        let (mut notes, mut bytes) = (0u64, 0u64);
+        let mut df = vec![0u64; terms.len()];
+        let mut folded = String::new();
+        for e in &cat.entries {
             let Some(text) = cat.read(e) else { continue };
-            let mut seen = vec![false; terms.len()];
-            let mut lines = Vec::new();
-            for (i, line) in policy::text::lines(&text).enumerate() {
-                let mask = terms_in_line(line, &terms);
-                let score = mask.iter().filter(|m| **m).count();
-                if score > 0 {
-                    seen.iter_mut().zip(&mask).for_each(|(s, m)| *s |= *m);
-                    lines.push((score, i + 1, line));
+            notes += 1;
+            bytes += text.len() as u64;
+            fold_into(&text, &mut folded);
+            for (d, tokens) in df.iter_mut().zip(&query_tokens) {
+                if tokens.iter().all(|g| folded.contains(g.as_str())) {
+                    *d += 1;
                 }
             }
-            if !seen.iter().all(|s| *s) {
-                continue;
-            }
-            // Parsed now, from the text at hand, for the tag filter and the hits' title.
-            let carries = cat
-                .note_from(e, &text)
-                .is_some_and(|n| tags.iter().all(|t| n.has_tag(t)));
-            if !carries {
-                continue;
-            }
-            for (score, line, text) in lines {
-                let (score, line) = (to_u32(score), to_u32(line));
-                ranker.offer(score, e.path.as_str(), line, || (e, text.to_owned()));
-            }
-            if ranker.after_note() {
+        }
+        let weights = Weights::new(notes, bytes, &df);
+
+        let mut ranker: NoteRanker<String> = NoteRanker::new(page, limit);
+        for e in cat.entries.iter().filter(|e| prefix.contains(&e.path)) {
+            if ranker.before_note() == RankStep::Stop {
                 break;
             }
+            let Some(text) = cat.read(e) else { continue };
+            // Parsed now, from the text at hand, for the tag filter, the title and the aliases.
+            let Some(note) = cat.note_from(e, &text) else {
+                continue;
+            };
+            if !tags.iter().all(|t| note.has_tag(t)) {
+                continue;
+            }
+            fold_into(&text, &mut folded);
+            let fields = Fields::Some {
+                title: &note.title,
+                aliases: &note.aliases,
+            };
+            let Some(j) = judge(&text, &folded, &terms, q.mode, &fields, per_note) else {
+                continue;
+            };
+            let score = weights.score(&j);
+            let hits = j
+                .lines
+                .iter()
+                .map(|(_, line, text)| (*line, snippet(text, &terms)))
+                .collect();
+            ranker.offer(score, e.path.as_str(), hits);
         }
         let (ranked, truncated, next) = ranker.finish();
         let hits = ranked
             .into_iter()
             .map(|h| {
-                let (e, text) = h.item;
+                let title = cat.find_str(&h.path).map(|e| cat.title(e)).unwrap_or_default();
                 ContentHit {
                     path: h.path,
                     line: h.line as usize,
-                    snippet: snippet(&text, &terms),
-                    title: cat.title(e),
+                    snippet: h.item,
+                    title,
                     score: h.score as usize,
                 }
             })
@@ -726,11 +745,15 @@ pub(crate) fn cap_standards(mut standards: Vec<StandardItem>) -> ListStandards {
 }
 
 fn check_limit(limit: Option<u32>, default: usize, max: usize) -> Result<usize, VaultError> {
-    match limit {
+    check_range("limit", limit, default, max)
+}
+
+fn check_range(name: &str, n: Option<u32>, default: usize, max: usize) -> Result<usize, VaultError> {
+    match n {
         None => Ok(default),
         Some(n) if (1..=max).contains(&(n as usize)) => Ok(n as usize),
         Some(n) => Err(VaultError::InvalidArgument(format!(
-            "limit must be between 1 and {max}, got {n}"
+            "{name} must be between 1 and {max}, got {n}"
         ))),
     }
 }
@@ -787,6 +810,13 @@ impl<'v> Catalog<'v> {
 
     fn count(&self, class: NoteClass) -> usize {
         self.entries.iter().filter(|e| e.class == class).count()
+    }
+
+    fn find_str(&self, path: &str) -> Option<&CatalogEntry> {
+        self.entries
+            .binary_search_by(|e| e.path.as_str().cmp(path))
+            .ok()
+            .map(|i| &self.entries[i])
     }
 
     fn find(&self, path: &VaultPath) -> Option<&CatalogEntry> {

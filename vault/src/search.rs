@@ -23,6 +23,42 @@ pub fn fold(s: &str) -> String {
     s.chars().flat_map(char::to_lowercase).collect()
 }
 
+/// Whether a metadata field (a title, an alias…) holds the folded `term`: the one rule both
+/// searches use for a title match.
+pub fn in_field(field: &str, term: &str) -> bool {
+    fold(field).contains(term)
+}
+
+/// `fold` of `s` into `out` (cleared first), faster: ASCII, and the CJK and Hangul blocks (which
+/// have no case), skip the case tables. The result is the same character for character (see the
+/// test that checks every character).
+pub fn fold_into(s: &str, out: &mut String) {
+    out.clear();
+    let mut rest = s;
+    while !rest.is_empty() {
+        // The ASCII run first, a byte at a time; then one other character.
+        let run = rest.bytes().position(|b| !b.is_ascii()).unwrap_or(rest.len());
+        let start = out.len();
+        out.push_str(&rest[..run]);
+        out[start..].make_ascii_lowercase();
+        rest = &rest[run..];
+        let mut chars = rest.chars();
+        if let Some(c) = chars.next() {
+            if caseless(c) {
+                out.push(c);
+            } else {
+                out.extend(c.to_lowercase());
+            }
+            rest = chars.as_str();
+        }
+    }
+}
+
+/// Characters of blocks without case: CJK symbols, kana, CJK ideographs, Hangul syllables.
+fn caseless(c: char) -> bool {
+    matches!(u32::from(c), 0x3000..=0x9FFF | 0xAC00..=0xD7A3 | 0xF900..=0xFAFF)
+}
+
 /// Splits a query into folded, distinct terms: Unicode whitespace separates terms, and a
 /// `"quoted phrase"` (starting a term) is one term. An unclosed quote runs to the end.
 pub fn parse_terms(query: &str) -> Vec<String> {
@@ -144,8 +180,6 @@ const WEIGHTS: [(MatchedField, u32); 4] = [
 /// one field; else the fields that matched any term (in `MatchedField` order) and the sum over terms
 /// of the best field weight.
 pub fn knowledge_score(note: &Note, terms: &[String]) -> Option<(Vec<MatchedField>, u32)> {
-    let title = fold(&note.title);
-    let aliases: Vec<String> = note.aliases.iter().map(|a| fold(a)).collect();
     let description = note.description.as_deref().map(fold).unwrap_or_default();
     let tags: Vec<String> = note.tags.iter().map(|t| fold(t)).collect();
     let mut seen = [false; 4];
@@ -154,8 +188,8 @@ pub fn knowledge_score(note: &Note, terms: &[String]) -> Option<(Vec<MatchedFiel
         // `#rust` finds the tag `rust`: tags are stored without `#`.
         let tag_term = term.trim_start_matches('#');
         let hit = |field: MatchedField| match field {
-            MatchedField::Title => title.contains(term.as_str()),
-            MatchedField::Alias => aliases.iter().any(|a| a.contains(term.as_str())),
+            MatchedField::Title => in_field(&note.title, term),
+            MatchedField::Alias => note.aliases.iter().any(|a| in_field(a, term)),
             MatchedField::Tag => !tag_term.is_empty() && tags.iter().any(|t| t.contains(tag_term)),
             MatchedField::Description => description.contains(term.as_str()),
         };
@@ -484,6 +518,16 @@ mod tests {
         assert_eq!(parse_terms(r#"x"y"#), [r#"x"y"#]);
         assert_eq!(parse_terms("A a \"\""), ["a"]);
         assert!(parse_terms(" \n ").is_empty());
+    }
+
+    #[test]
+    fn fold_into_is_fold_for_every_character() {
+        let mut buf = String::new();
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let s = format!("a{c}");
+            fold_into(&s, &mut buf);
+            assert_eq!(buf, fold(&s), "{:X}", u32::from(c));
+        }
     }
 
     #[test]

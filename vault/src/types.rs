@@ -222,6 +222,10 @@ pub struct RecentNote {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContentQuery {
     pub query: String,
+    /// Every term, or any (`match`).
+    pub mode: crate::rank::Match,
+    /// Hit lines a note, 1–50 (default 3).
+    pub per_note: Option<u32>,
     /// Default 60, 1–200.
     pub limit: Option<u32>,
     /// Every tag must be carried by the note (case-insensitive, `#` optional).

@@ -125,10 +125,6 @@ fn hits(v: &Vault, q: &ContentQuery) -> Vec<(String, usize, usize)> {
         .collect()
 }
 
-fn h(path: &str, line: usize, score: usize) -> (String, usize, usize) {
-    (path.to_owned(), line, score)
-}
-
 #[test]
 fn read_note_returns_the_whole_file_with_metadata() {
     let (_d, v) = vault();
@@ -332,28 +328,59 @@ fn recent_notes_newest_first_with_since() {
     assert_eq!(code(v.recent(Some(0), None)), ErrorCode::INVALID_ARGUMENT);
 }
 
+/// (path, line) of each hit.
+fn lines(v: &Vault, q: &ContentQuery) -> Vec<(String, usize)> {
+    v.search_content(q)
+        .unwrap()
+        .hits
+        .into_iter()
+        .map(|h| (h.path, h.line))
+        .collect()
+}
+
+fn l(path: &str, line: usize) -> (String, usize) {
+    (path.to_owned(), line)
+}
+
+/// Hits come by note score (non-increasing), each note's hits together, `score` the note's.
+fn assert_ranked(got: &[(String, usize, usize)]) {
+    for w in got.windows(2) {
+        assert!(w[0].2 >= w[1].2, "not ranked: {got:?}");
+        if w[0].0 == w[1].0 {
+            assert_eq!(w[0].2, w[1].2, "one note, one score: {got:?}");
+        }
+    }
+    let mut notes: Vec<&str> = got.iter().map(|h| h.0.as_str()).collect();
+    notes.dedup();
+    let mut distinct = notes.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(notes.len(), distinct.len(), "a note's hits are together: {got:?}");
+}
+
 #[test]
 fn search_content_finds_cjk_and_skips_inbox() {
     let (_d, v) = vault();
     let got = v.search_content(&search("注意力")).unwrap();
-    let long = got.hits[0].clone();
+    let scored: Vec<(String, usize, usize)> = got
+        .hits
+        .iter()
+        .map(|h| (h.path.clone(), h.line, h.score))
+        .collect();
+    assert_ranked(&scored);
+    // The 500-character line of `long.md` holds the term once: the longest note ranks last.
     assert_eq!(
-        to_json(&got),
-        json!({
-            "hits": [
-                {"path": "long.md", "line": 2, "snippet": long.snippet, "title": "Long", "score": 1},
-                {
-                    "path": "z/attention.md",
-                    "line": 9,
-                    "snippet": "Self-attention relates positions. 注意力机制 is the Chinese term.",
-                    "title": "Attention Is All You Need",
-                    "score": 1,
-                },
-                {"path": "zz/other.md", "line": 3, "snippet": "注意力 again", "title": "Other", "score": 1},
-            ],
-            "truncated": false,
-        })
+        lines(&v, &search("注意力")),
+        [l("zz/other.md", 3), l("z/attention.md", 9), l("long.md", 2)]
     );
+    assert!(!got.truncated);
+    assert_eq!(got.hits[1].title, "Attention Is All You Need");
+    assert_eq!(
+        got.hits[1].snippet,
+        "Self-attention relates positions. 注意力机制 is the Chinese term."
+    );
+    let long = got.hits[2].clone();
+    assert_eq!(long.title, "Long");
     // A 500-character line with the term at character 300: a char-safe window of 200 characters.
     let expected = format!("…{}注意力{}…", "字".repeat(97), "尾".repeat(98));
     assert_eq!(long.snippet, expected);
@@ -367,37 +394,77 @@ fn search_content_finds_cjk_and_skips_inbox() {
 #[test]
 fn search_content_one_char_terms_and_case_insensitivity() {
     let (_d, v) = vault();
-    assert_eq!(hits(&v, &search("q")), [h("z/transformers.md", 6, 1)]);
+    assert_eq!(lines(&v, &search("q")), [l("z/transformers.md", 6)]);
     assert_eq!(hits(&v, &search("Q")), hits(&v, &search("q")));
-    assert_eq!(hits(&v, &search("力")), hits(&v, &search("注意力")));
+    assert!(hits(&v, &search("q"))[0].2 > 0, "a one-letter term scores too");
+    assert_eq!(lines(&v, &search("力")), lines(&v, &search("注意力")));
     assert_eq!(hits(&v, &search("ATTENTION")), hits(&v, &search("attention")));
 }
 
 #[test]
-fn search_content_is_and_over_terms_ranked_by_score_then_path_then_line() {
+fn search_content_is_and_over_terms_ranked_by_note_then_lines_holding_most_terms() {
     let (_d, v) = vault();
+    let got = hits(&v, &search("attention 注意力"));
+    assert_ranked(&got);
+    // At most three lines a note (the default `perNote`), the line holding both terms first.
     assert_eq!(
-        hits(&v, &search("attention 注意力")),
+        got.iter().map(|h| (h.0.clone(), h.1)).collect::<Vec<_>>(),
         [
-            h("z/attention.md", 9, 2),
-            h("z/attention.md", 2, 1),
-            h("z/attention.md", 4, 1),
-            h("z/attention.md", 7, 1),
-            h("zz/other.md", 2, 1),
-            h("zz/other.md", 3, 1),
+            l("z/attention.md", 9),
+            l("z/attention.md", 2),
+            l("z/attention.md", 4),
+            l("zz/other.md", 2),
+            l("zz/other.md", 3),
         ]
     );
+    // The note whose title holds the term ranks above the one that only mentions it.
+    assert!(got[0].2 > got[3].2);
+    let per_note = |n| ContentQuery {
+        per_note: Some(n),
+        ..search("attention 注意力")
+    };
+    assert_eq!(
+        lines(&v, &per_note(1)),
+        [l("z/attention.md", 9), l("zz/other.md", 2)]
+    );
+    assert_eq!(lines(&v, &per_note(50)).len(), 6);
+    for bad in [0, 51] {
+        assert_eq!(
+            code(v.search_content(&per_note(bad))),
+            ErrorCode::INVALID_ARGUMENT
+        );
+    }
     // Frontmatter counts; a quoted phrase is one term.
     assert_eq!(
-        hits(&v, &search("paper")),
-        [h("z/attention.md", 3, 1), h("z/attention.md", 5, 1)]
+        lines(&v, &search("paper")),
+        [l("z/attention.md", 3), l("z/attention.md", 5)]
     );
     assert_eq!(
-        hits(&v, &search("\"relates positions\"")),
-        [h("z/attention.md", 9, 1)]
+        lines(&v, &search("\"relates positions\"")),
+        [l("z/attention.md", 9)]
     );
     assert!(hits(&v, &search("\"positions relates\"")).is_empty());
     assert!(hits(&v, &search("attention nowhere-to-be-found")).is_empty());
+}
+
+#[test]
+fn search_content_any_finds_notes_holding_some_terms_the_most_first() {
+    let (_d, v) = vault();
+    let any = |q: &str| ContentQuery {
+        mode: vault::Match::Any,
+        ..search(q)
+    };
+    let got = hits(&v, &any("attention nowhere-to-be-found"));
+    assert_eq!(got, hits(&v, &search("attention")));
+    let both = hits(&v, &any("注意力 positions"));
+    assert_ranked(&both);
+    // `z/attention.md` holds both terms: first; the notes holding one follow.
+    assert_eq!(both[0].0, "z/attention.md");
+    let notes: std::collections::BTreeSet<&str> = both.iter().map(|h| h.0.as_str()).collect();
+    let all_of = hits(&v, &search("注意力 positions"));
+    assert!(all_of.iter().all(|h| notes.contains(h.0.as_str())));
+    assert!(notes.contains("long.md") && notes.contains("zz/other.md"));
+    assert!(hits(&v, &any("nowhere-to-be-found elsewhere-neither")).is_empty());
 }
 
 #[test]
@@ -409,12 +476,10 @@ fn search_content_limit_and_truncated() {
     };
     let got = v.search_content(&q).unwrap();
     assert!(got.truncated);
+    // The note titled "Attention…" first.
     assert_eq!(
         got.hits.into_iter().map(|h| (h.path, h.line)).collect::<Vec<_>>(),
-        [
-            ("MOC Machine Learning.md".to_owned(), 2),
-            ("code.md".to_owned(), 3)
-        ]
+        [l("z/attention.md", 2), l("z/attention.md", 4)]
     );
     let all = v.search_content(&search("attention")).unwrap();
     assert!(!all.truncated);
@@ -444,30 +509,30 @@ fn search_content_tag_and_prefix_filters() {
         ..search("attention")
     };
     let expected = [
-        h("z/attention.md", 2, 1),
-        h("z/attention.md", 4, 1),
-        h("z/attention.md", 7, 1),
-        h("z/attention.md", 9, 1),
-        h("z/rnn.md", 2, 1),
-        h("z/transformers.md", 5, 1),
+        l("z/attention.md", 2),
+        l("z/attention.md", 4),
+        l("z/attention.md", 7),
+        l("z/rnn.md", 2),
+        l("z/transformers.md", 5),
     ];
-    assert_eq!(hits(&v, &ml), expected);
+    assert_eq!(lines(&v, &ml), expected);
+    assert_ranked(&hits(&v, &ml));
     let both = ContentQuery {
         tags: vec!["#paper".to_owned(), "ml".to_owned()],
         ..search("attention")
     };
-    assert_eq!(hits(&v, &both), expected[..4]);
+    assert_eq!(lines(&v, &both), expected[..3]);
     // `z` is a folder prefix by components: `zz/other.md` is not under it.
     let z = ContentQuery {
         path_prefix: Some("z".to_owned()),
         ..search("attention")
     };
-    assert_eq!(hits(&v, &z), expected);
+    assert_eq!(lines(&v, &z), expected);
     let file = ContentQuery {
         path_prefix: Some("z/rnn.md".to_owned()),
         ..search("attention")
     };
-    assert_eq!(hits(&v, &file), [h("z/rnn.md", 2, 1)]);
+    assert_eq!(lines(&v, &file), [l("z/rnn.md", 2)]);
     let root = ContentQuery {
         path_prefix: Some(".".to_owned()),
         ..search("attention")

@@ -36,7 +36,8 @@ const LOCK_FILE: &str = "index.lock";
 const BUILD_LOCK_FILE: &str = "index-build.lock";
 /// Bumped on any change of the schema below: an index of another version is rebuilt.
 /// 2: `fields` (each note's tags and frontmatter, for `query_notes`).
-const SCHEMA_VERSION: i64 = 2;
+/// 3: level tokens in `body_grams`, and `head_grams` (title, aliases, headings) for the ranking.
+const SCHEMA_VERSION: i64 = 3;
 /// How long a statement waits for another connection's lock before failing with `SQLITE_BUSY`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// FTS5 keeps this many bytes of new tokens in memory before writing a segment: a batch of notes
@@ -67,6 +68,7 @@ const TABLES: &[&str] = &[
     "fields",
     "body_grams",
     "meta_grams",
+    "head_grams",
 ];
 
 fn schema_sql() -> String {
@@ -101,9 +103,12 @@ fn schema_sql() -> String {
              g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
          CREATE VIRTUAL TABLE meta_grams USING fts5(
              g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
+         CREATE VIRTUAL TABLE head_grams USING fts5(
+             g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
          INSERT INTO body_grams (body_grams, rank) VALUES ('hashsize', {HASH_SIZE});
          INSERT INTO body_grams (body_grams, rank) VALUES ('automerge', {AUTOMERGE});
          INSERT INTO meta_grams (meta_grams, rank) VALUES ('automerge', {AUTOMERGE});
+         INSERT INTO head_grams (head_grams, rank) VALUES ('automerge', {AUTOMERGE});
          PRAGMA user_version = {SCHEMA_VERSION};"
     )
 }
@@ -170,6 +175,10 @@ pub struct Catalog {
     /// Per-generation answers that read every tag (computed on first use).
     pub tag_counts: OnceLock<Vec<(String, String, usize)>>,
     pub distinct_tags: OnceLock<usize>,
+    /// The ranking's statistics of this generation: readable notes, their total and least size.
+    pub sizes: OnceLock<(u64, u64, u64)>,
+    /// Document frequencies the ranking asked this generation for, by index query.
+    pub df: Mutex<HashMap<String, u64>>,
     /// `query_notes` key columns of this generation, built on first use (at most
     /// `MAX_COLUMNS`, the oldest dropped first).
     columns: Mutex<Vec<(String, Arc<Vec<crate::data::KeyCell>>)>>,
@@ -307,6 +316,8 @@ impl Catalog {
             resolver,
             tag_counts: OnceLock::new(),
             distinct_tags: OnceLock::new(),
+            sizes: OnceLock::new(),
+            df: Mutex::new(HashMap::new()),
             columns: Mutex::default(),
         }
     }
@@ -760,7 +771,8 @@ impl Db {
                  DELETE FROM fields;
                  DELETE FROM catalog_log;
                  INSERT INTO body_grams (body_grams) VALUES ('delete-all');
-                 INSERT INTO meta_grams (meta_grams) VALUES ('delete-all');",
+                 INSERT INTO meta_grams (meta_grams) VALUES ('delete-all');
+                 INSERT INTO head_grams (head_grams) VALUES ('delete-all');",
             )?;
             bump_generation(tx)?;
             epoch(tx)
@@ -805,6 +817,7 @@ impl Db {
             conn.execute_batch(
                 "INSERT INTO body_grams (body_grams) VALUES ('optimize');
                  INSERT INTO meta_grams (meta_grams) VALUES ('optimize');
+                 INSERT INTO head_grams (head_grams) VALUES ('optimize');
                  PRAGMA wal_checkpoint(TRUNCATE);",
             )?;
         }
@@ -1013,6 +1026,8 @@ fn load_catalog(conn: &Connection, generation: i64) -> Result<Catalog, IndexErro
         resolver: OnceLock::new(),
         tag_counts: OnceLock::new(),
         distinct_tags: OnceLock::new(),
+        sizes: OnceLock::new(),
+        df: Mutex::new(HashMap::new()),
         columns: Mutex::default(),
     })
 }
@@ -1028,6 +1043,8 @@ impl Catalog {
             resolver: OnceLock::new(),
             tag_counts: OnceLock::new(),
             distinct_tags: OnceLock::new(),
+            sizes: OnceLock::new(),
+            df: Mutex::new(HashMap::new()),
             columns: Mutex::default(),
         }
     }
@@ -1129,6 +1146,8 @@ fn put(conn: &Connection, rec: &NoteRecord) -> Result<Option<i64>, IndexError> {
         .execute(params![id, c.body_tokens])?;
     conn.prepare_cached("INSERT INTO meta_grams (rowid, g) VALUES (?1, ?2)")?
         .execute(params![id, c.meta_tokens])?;
+    conn.prepare_cached("INSERT INTO head_grams (rowid, g) VALUES (?1, ?2)")?
+        .execute(params![id, c.head_tokens])?;
     let tags = serde_json::to_string(&c.tags).unwrap_or_else(|_| "[]".into());
     conn.prepare_cached("INSERT INTO fields (id, tags, frontmatter) VALUES (?1, ?2, ?3)")?
         .execute(params![id, tags, c.frontmatter])?;
@@ -1158,6 +1177,7 @@ fn remove_content(conn: &Connection, id: i64) -> Result<(), IndexError> {
         "DELETE FROM bodies WHERE id = ?1",
         "DELETE FROM body_grams WHERE rowid = ?1",
         "DELETE FROM meta_grams WHERE rowid = ?1",
+        "DELETE FROM head_grams WHERE rowid = ?1",
         "DELETE FROM tags WHERE note_id = ?1",
         "DELETE FROM links WHERE note_id = ?1",
         "DELETE FROM fields WHERE id = ?1",
@@ -1209,15 +1229,26 @@ impl Snapshot<'_> {
             .optional()?)
     }
 
-    /// The ids above `after` of the notes whose body tokens match `query`.
-    pub fn body_matching_after(&self, query: &str, after: i64) -> Result<Vec<i64>, IndexError> {
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT rowid FROM body_grams WHERE body_grams MATCH ?1 AND rowid > ?2")?;
+    /// The ids of the notes whose `table` tokens (`body_grams` or `head_grams`) match `query`.
+    pub fn grams_matching(&self, table: Grams, query: &str) -> Result<Vec<i64>, IndexError> {
+        let sql = match table {
+            Grams::Body => "SELECT rowid FROM body_grams WHERE body_grams MATCH ?1",
+            Grams::Head => "SELECT rowid FROM head_grams WHERE head_grams MATCH ?1",
+        };
+        let mut stmt = self.conn().prepare_cached(sql)?;
         let ids = stmt
-            .query_map(rusqlite::params![query, after], |r| r.get(0))?
+            .query_map([query], |r| r.get(0))?
             .collect::<Result<Vec<i64>, _>>()?;
         Ok(ids)
+    }
+
+    /// How many notes' body tokens match `query`.
+    pub fn body_count(&self, query: &str) -> Result<u64, IndexError> {
+        let n: i64 = self
+            .conn()
+            .prepare_cached("SELECT count(*) FROM body_grams WHERE body_grams MATCH ?1")?
+            .query_row([query], |r| r.get(0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     pub fn body(&self, id: i64) -> Result<Option<String>, IndexError> {
@@ -1403,6 +1434,13 @@ impl Snapshot<'_> {
     }
 }
 
+/// The full-text tables of grams a search asks.
+#[derive(Debug, Clone, Copy)]
+pub enum Grams {
+    Body,
+    Head,
+}
+
 /// A note's stored metadata fields.
 #[derive(Debug, Clone)]
 pub struct StoredMeta {
@@ -1443,6 +1481,7 @@ mod tests {
                 body: String::new(),
                 body_tokens: String::new(),
                 meta_tokens: String::new(),
+                head_tokens: String::new(),
                 tags: Vec::new(),
                 links: Vec::new(),
                 frontmatter: "{}".into(),

@@ -14,6 +14,8 @@
 //! every non-ASCII character stand for themselves (folded text has no ASCII capitals, so the
 //! tokenizer's own folding changes nothing), and distinct grams are distinct tokens.
 
+use std::collections::HashMap;
+#[cfg(test)]
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -53,10 +55,27 @@ impl Hasher for GramHasher {
     }
 }
 
+/// A gram that occurs at least this many times in a note also gets the token `gram·level`
+/// (U+00B7 is not alphanumeric, so no gram holds it): the ranking bounds how often a term can
+/// occur in a note the index has not named at a level (see `vault::rank`).
+pub const LEVELS: [u32; 7] = [2, 3, 4, 6, 8, 12, 16];
+
+/// The separator of a level token.
+const LEVEL_MARK: char = '\u{B7}';
+
+/// The token of `gram` at `level` (1: the gram itself).
+pub fn level_token(gram: &str, level: u32) -> String {
+    if level <= 1 {
+        gram.to_owned()
+    } else {
+        format!("{gram}{LEVEL_MARK}{level}")
+    }
+}
+
 /// Reusable buffers for `doc_tokens`.
 #[derive(Default)]
 pub struct TokenBuf {
-    seen: HashSet<u64, BuildHasherDefault<GramHasher>>,
+    seen: HashMap<u64, u32, BuildHasherDefault<GramHasher>>,
     out: String,
 }
 
@@ -80,7 +99,9 @@ struct Grams<'b> {
 impl Grams<'_> {
     fn emit(&mut self, len: usize) {
         let gram = &self.window[3 - len..];
-        if self.buf.seen.insert(pack(gram)) {
+        let n = self.buf.seen.entry(pack(gram)).or_insert(0);
+        *n += 1;
+        if *n == 1 {
             self.buf.out.extend(gram);
             self.buf.out.push(' ');
         }
@@ -106,8 +127,9 @@ impl Grams<'_> {
 }
 
 /// The index document of a note's text: its indexed grams (see the module doc) after folding
-/// as `search::fold` does (per character), space-separated.
-pub fn doc_tokens<'b>(text: &str, buf: &'b mut TokenBuf) -> &'b str {
+/// as `search::fold` does (per character), space-separated, and with `counted` the level token
+/// of each gram at every level of `LEVELS` it reaches.
+pub fn doc_tokens<'b>(text: &str, buf: &'b mut TokenBuf, counted: bool) -> &'b str {
     buf.seen.clear();
     buf.out.clear();
     let mut g = Grams {
@@ -124,7 +146,30 @@ pub fn doc_tokens<'b>(text: &str, buf: &'b mut TokenBuf) -> &'b str {
             }
         }
     }
-    g.buf.out.as_str()
+    if counted {
+        let TokenBuf { seen, out } = &mut *buf;
+        for (&gram, &n) in seen.iter() {
+            for level in LEVELS.into_iter().take_while(|l| n >= *l) {
+                out.extend(unpack(gram));
+                out.push(LEVEL_MARK);
+                out.push_str(&level.to_string());
+                out.push(' ');
+            }
+        }
+    }
+    buf.out.as_str()
+}
+
+/// The characters `pack` packed.
+fn unpack(mut packed: u64) -> impl Iterator<Item = char> {
+    let mut chars = ['\0'; 3];
+    let mut n = 0;
+    while packed != 0 && n < 3 {
+        chars[n] = char::from_u32(((packed & 0x1F_FFFF) as u32).saturating_sub(1)).unwrap_or('\0');
+        packed >>= 21;
+        n += 1;
+    }
+    chars.into_iter().take(n).rev()
 }
 
 /// The tokens that every note containing the folded `term` holds (empty: the term cannot
@@ -178,6 +223,27 @@ pub fn match_query<'a>(terms: impl IntoIterator<Item = &'a str>) -> Option<Strin
     Some(quoted.join(" AND "))
 }
 
+/// At most this many tokens a term when the ranking asks about it: each one more makes the
+/// index intersect another long list of level tokens.
+const RANK_GRAMS: usize = 4;
+
+/// The tokens of `term` the ranking asks the index about (its document frequency, its levels):
+/// at most `RANK_GRAMS` of `term_tokens`, evenly spaced. Empty: the term cannot narrow.
+pub fn term_query_tokens(term: &str) -> Vec<String> {
+    let all = term_tokens(term);
+    spread(&all, RANK_GRAMS).cloned().collect()
+}
+
+/// The FTS5 query "every one of `tokens` at `level`" (`tokens` non-empty).
+pub fn all_of(tokens: &[String], level: u32) -> String {
+    // Tokens are letters, digits and the level mark only, so quoting each makes it one string.
+    let quoted: Vec<String> = tokens
+        .iter()
+        .map(|t| format!("\"{}\"", level_token(t, level)))
+        .collect();
+    quoted.join(" AND ")
+}
+
 /// At most `n` of `items`, evenly spaced, always including the first and the last.
 fn spread<T>(items: &[T], n: usize) -> impl Iterator<Item = &T> {
     let picks = items.len().min(n);
@@ -199,7 +265,7 @@ mod tests {
 
     fn tokens(text: &str) -> HashSet<String> {
         let mut buf = TokenBuf::default();
-        doc_tokens(text, &mut buf)
+        doc_tokens(text, &mut buf, false)
             .split(' ')
             .filter(|t| !t.is_empty())
             .map(str::to_owned)
@@ -218,8 +284,8 @@ mod tests {
     fn tokens_are_folded_like_search_fold() {
         let text = "ÀÉÎ ΟΔΟΣ İstanbul Straße KELVIN";
         let mut buf = TokenBuf::default();
-        let direct = doc_tokens(text, &mut buf).to_owned();
-        assert_eq!(direct, doc_tokens(&fold(text), &mut buf));
+        let direct = doc_tokens(text, &mut buf, true).to_owned();
+        assert_eq!(direct, doc_tokens(&fold(text), &mut buf, true));
         assert!(tokens(text).contains("οδο"));
     }
 
@@ -271,5 +337,39 @@ mod tests {
             match_query(["abcd", "猫"]).unwrap(),
             "\"abc\" AND \"bcd\" AND \"猫\""
         );
+    }
+
+    #[test]
+    fn level_tokens_count_every_occurrence_of_a_gram() {
+        let mut buf = TokenBuf::default();
+        let got: HashSet<String> = doc_tokens("aaaaa abc abc 猫猫", &mut buf, true)
+            .split(' ')
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        // "aaaaa" holds "aaa" three times; "abc" twice; "猫" twice, "猫猫" once.
+        for want in ["aaa", "aaa·2", "aaa·3", "abc", "abc·2", "猫", "猫·2", "猫猫"] {
+            assert!(got.contains(want), "{want} in {got:?}");
+        }
+        for not in ["aaa·4", "abc·3", "猫猫·2"] {
+            assert!(!got.contains(not), "{not} in {got:?}");
+        }
+        assert_eq!(level_token("abc", 1), "abc");
+        assert_eq!(
+            all_of(&["abc".into(), "bcd".into()], 4),
+            "\"abc·4\" AND \"bcd·4\""
+        );
+    }
+
+    #[test]
+    fn unpack_is_the_inverse_of_pack() {
+        for g in [
+            &['a'][..],
+            &['a', '猫'],
+            &['x', 'y', 'z'],
+            &['\u{10FFFF}', 'b', 'c'],
+        ] {
+            assert_eq!(unpack(pack(g)).collect::<Vec<_>>(), g);
+        }
     }
 }

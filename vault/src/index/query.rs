@@ -10,13 +10,14 @@ use serde_json::Map;
 use crate::data;
 use crate::fs::{EntryKind, VaultFs};
 use crate::index::IndexError;
-use crate::index::db::{Catalog, Entry, Snapshot};
-use crate::index::grams::match_query;
+use crate::index::db::{Catalog, Entry, Grams, Snapshot};
+use crate::index::grams::{LEVELS, all_of, match_query, term_query_tokens};
 use crate::index::record::{from_nanos, name_key, nanos};
 use crate::links::{Link, Resolution};
-use crate::note::{Note, stem};
-use crate::reader::{cap_standards, knowledge_page, knowledge_top, recent_is_after, rfc3339, to_u32};
-use crate::search::{Ranked, Ranker, Step, knowledge_score, snippet};
+use crate::note::{Note, NoteHeader, stem};
+use crate::rank::{Fields, Match, NoteRanker, RankedHit, Step as RankStep, Weights, judge};
+use crate::reader::{cap_standards, knowledge_page, knowledge_top, recent_is_after, rfc3339};
+use crate::search::{Ranker, Step, fold_into, knowledge_score, snippet};
 use crate::types::{
     ContentHit, ContentHits, Counts, Key, ListStandards, ListTags, MAX_LIST_ITEMS, NoteRef, RecentNote,
     RecentNotes, RecentPos, Related, SearchPage, SearchPos, StandardItem, TagCount,
@@ -40,116 +41,6 @@ fn stored_note(
         created: None,
         updated: None,
         links,
-    }
-}
-
-/// `search::fold` of `s` into `out` (cleared first), faster: ASCII, and the CJK and Hangul blocks
-/// (which have no case), skip the case tables. The result is the same character for character
-/// (see the test that checks every character).
-fn fold_into(s: &str, out: &mut String) {
-    out.clear();
-    let mut rest = s;
-    while !rest.is_empty() {
-        // The ASCII run first, a byte at a time; then one other character.
-        let run = rest.bytes().position(|b| !b.is_ascii()).unwrap_or(rest.len());
-        let start = out.len();
-        out.push_str(&rest[..run]);
-        out[start..].make_ascii_lowercase();
-        rest = &rest[run..];
-        let mut chars = rest.chars();
-        if let Some(c) = chars.next() {
-            if caseless(c) {
-                out.push(c);
-            } else {
-                out.extend(c.to_lowercase());
-            }
-            rest = chars.as_str();
-        }
-    }
-}
-
-/// Characters of blocks without case: CJK symbols, kana, CJK ideographs, Hangul syllables.
-fn caseless(c: char) -> bool {
-    matches!(u32::from(c), 0x3000..=0x9FFF | 0xAC00..=0xD7A3 | 0xF900..=0xFAFF)
-}
-
-/// The exact step of one note: its hit lines `(score, 1-based line, text)` in line order when
-/// every term occurs in some line, exactly as the scan computes them with `search::terms_in_line`
-/// (the whole text is folded once: folding keeps every line break where it is, as no character
-/// folds to or from one, so line k of the folded text is the fold of line k).
-struct Matcher<'t> {
-    terms: &'t [String],
-    folded: String,
-}
-
-impl<'t> Matcher<'t> {
-    fn new(terms: &'t [String]) -> Matcher<'t> {
-        Matcher {
-            terms,
-            folded: String::new(),
-        }
-    }
-
-    fn hit_lines<'b>(&mut self, body: &'b str) -> Option<Vec<(usize, usize, &'b str)>> {
-        fold_into(body, &mut self.folded);
-        // A term missing from the whole text is missing from every line.
-        if !self.terms.iter().all(|t| self.folded.contains(t.as_str())) {
-            return None;
-        }
-        let mut seen = vec![false; self.terms.len()];
-        let mut out = Vec::new();
-        // Lines as people and diffs count them: a lone CR ends one too (policy::text::lines).
-        for (n, (line, folded)) in policy::text::lines(body)
-            .zip(policy::text::lines(&self.folded))
-            .enumerate()
-        {
-            let mut score = 0;
-            for (s, t) in seen.iter_mut().zip(self.terms) {
-                if folded.contains(t.as_str()) {
-                    *s = true;
-                    score += 1;
-                }
-            }
-            if score > 0 {
-                out.push((score, n + 1, line));
-            }
-        }
-        seen.iter().all(|s| *s).then_some(out)
-    }
-}
-
-/// The candidates of a gram query, as catalog positions in path order: those whose ids are in
-/// path order stream from the full-text index in id order (so a search that has its answer
-/// stops reading); the few added since are fetched whole and sorted.
-struct Candidates<'s> {
-    ordered: rusqlite::Rows<'s>,
-    cat: &'s Catalog,
-    next_ordered: Option<usize>,
-    late: std::iter::Peekable<std::vec::IntoIter<usize>>,
-}
-
-impl Candidates<'_> {
-    fn pull_ordered(&mut self) -> Result<Option<usize>, IndexError> {
-        while let Some(r) = self.ordered.next()? {
-            if let Some(p) = self.cat.position(r.get(0)?) {
-                return Ok(Some(p));
-            }
-        }
-        Ok(None)
-    }
-
-    fn next(&mut self) -> Result<Option<usize>, IndexError> {
-        if self.next_ordered.is_none() {
-            self.next_ordered = self.pull_ordered()?;
-        }
-        match (self.next_ordered, self.late.peek()) {
-            (Some(o), Some(&l)) if l < o => Ok(self.late.next()),
-            (Some(o), _) => {
-                self.next_ordered = None;
-                Ok(Some(o))
-            }
-            (None, _) => Ok(self.late.next()),
-        }
     }
 }
 
@@ -194,26 +85,124 @@ struct Texts {
 /// One hit line before its snippet is cut: the note's catalog position and the line's text.
 type Line = (usize, String);
 
-/// `search_note_content` (see `Vault::search_content`): candidates in path order, the exact
-/// substring AND on each note's text (the same per-line test as `search::terms_in_line`),
-/// stopping once the answer cannot change.
+/// The arguments of `search_content`, checked.
+#[derive(Debug, Clone)]
+pub struct ContentArgs {
+    /// Folded and distinct.
+    pub terms: Vec<String>,
+    pub mode: Match,
+    pub per_note: usize,
+    pub limit: usize,
+    pub prefix: FolderPath,
+    pub tags: Vec<String>,
+    pub page: SearchPage,
+}
+
+/// What a search asks the index once: each term's query grams, and the weights.
+struct Plan {
+    /// Per term: `grams::term_query_tokens` (empty: the term cannot narrow).
+    tokens: Vec<Vec<String>>,
+    weights: Weights,
+    /// The least size of a readable note (bounds the notes not yet named).
+    least: u64,
+}
+
+impl Plan {
+    fn new(snap: &Snapshot<'_>, terms: &[String]) -> Result<Plan, IndexError> {
+        let cat = &snap.catalog;
+        let &(notes, bytes, least) = cat.sizes.get_or_init(|| {
+            let (mut n, mut total, mut least) = (0u64, 0u64, u64::MAX);
+            for e in cat.entries.iter().filter(|e| e.readable) {
+                n += 1;
+                total += e.size;
+                least = least.min(e.size);
+            }
+            (n, total, if n == 0 { 0 } else { least })
+        });
+        let tokens: Vec<Vec<String>> = terms.iter().map(|t| term_query_tokens(t)).collect();
+        let df = tokens
+            .iter()
+            .map(|t| {
+                if t.is_empty() {
+                    return Ok(notes);
+                }
+                let q = all_of(t, 1);
+                if let Some(&d) = lock(&cat.df).get(&q) {
+                    return Ok(d);
+                }
+                let d = snap.body_count(&q)?;
+                let mut known = lock(&cat.df);
+                // Bounded: a generation lives until the next write, its queries may not.
+                if known.len() >= MAX_KNOWN_DF {
+                    known.clear();
+                }
+                known.insert(q, d);
+                Ok(d)
+            })
+            .collect::<Result<Vec<u64>, IndexError>>()?;
+        Ok(Plan {
+            weights: Weights::new(notes, bytes, &df),
+            tokens,
+            least,
+        })
+    }
+
+    fn all_narrow(&self) -> bool {
+        self.tokens.iter().all(|t| !t.is_empty())
+    }
+
+    fn narrows(&self, i: usize) -> bool {
+        !self.tokens[i].is_empty()
+    }
+
+    /// The body query of the notes that may match: holding every narrowing term (`all`) or
+    /// one (`any`); `None` when no term narrows. A superset: the exact step decides.
+    fn base_query(&self, mode: Match) -> Option<String> {
+        let each: Vec<String> = self
+            .tokens
+            .iter()
+            .filter(|t| !t.is_empty())
+            .map(|t| format!("({})", all_of(t, 1)))
+            .collect();
+        if each.is_empty() {
+            return None;
+        }
+        Some(match mode {
+            Match::All => each.join(" AND "),
+            Match::Any => each.join(" OR "),
+        })
+    }
+
+    /// The bound of a note of `len` bytes whose term i occurs at most `most[i]` times (`None`:
+    /// unknown), the narrowing terms in none of its title, aliases and headings.
+    fn bound(&self, most: &[Option<u32>], len: u64) -> u32 {
+        let fields: Vec<bool> = (0..self.tokens.len()).map(|i| !self.narrows(i)).collect();
+        self.weights.bound(most, &fields, len)
+    }
+}
+
+/// Document frequencies a generation remembers.
+const MAX_KNOWN_DF: usize = 4096;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `search_note_content` (see `Vault::search_content`): the matching notes ranked
+/// (`rank`), each judged exactly on its text; the index names the notes to examine and bounds
+/// the ones it does not name, so a search stops once no other note can enter the page.
 ///
 /// Notes are judged on their indexed text, which the watcher keeps within a second of the files;
 /// every note that an answer returns is then checked against the file's size and time, and if it
 /// changed, the search runs again on its current text (read through `VaultFs`), so no returned
 /// hit is ever stale.
-#[allow(clippy::too_many_arguments)]
 pub fn search_content(
     fs: &VaultFs,
     snap: &Snapshot<'_>,
-    terms: &[String],
-    limit: usize,
-    prefix: &FolderPath,
-    tags: &[String],
-    page: &SearchPage,
+    a: &ContentArgs,
     stale: &mut Vec<VaultPath>,
 ) -> Result<(ContentHits, Option<SearchPos>), IndexError> {
-    let query = match_query(terms.iter().map(String::as_str));
+    let plan = Plan::new(snap, &a.terms)?;
     let mut texts = Texts {
         fresh: HashMap::new(),
         verify_all: false,
@@ -221,19 +210,8 @@ pub fn search_content(
     let mut verified: HashSet<usize> = HashSet::new();
     for attempt in 0..4 {
         texts.verify_all = attempt == 3;
-        let (ranker, titles) = exact_pass(
-            fs,
-            snap,
-            terms,
-            limit,
-            prefix,
-            tags,
-            page,
-            query.as_deref(),
-            &mut texts,
-            stale,
-        )?;
-        let (hits, truncated, next): (Vec<Ranked<Line>>, bool, Option<SearchPos>) = ranker.finish();
+        let ranker = ranked_pass(fs, snap, a, &plan, &mut texts, stale)?;
+        let (hits, truncated, next): (Vec<RankedHit<Line>>, bool, Option<SearchPos>) = ranker.finish();
         let mut moved = false;
         if !texts.verify_all {
             for h in &hits {
@@ -254,16 +232,26 @@ pub fn search_content(
         if moved {
             continue;
         }
-        let hits = hits
-            .into_iter()
-            .map(|h| ContentHit {
-                snippet: snippet(&h.item.1, terms),
-                title: titles.get(&h.item.0).cloned().unwrap_or_default(),
+        let mut titles: HashMap<usize, String> = HashMap::new();
+        let mut out = Vec::with_capacity(hits.len());
+        for h in hits {
+            let pos = h.item.0;
+            if let std::collections::hash_map::Entry::Vacant(v) = titles.entry(pos) {
+                let e = &snap.catalog.entries[pos];
+                v.insert(match texts.fresh.get(&pos) {
+                    Some(Some(t)) => NoteHeader::parse(t, stem(e.path.file_name())).title,
+                    _ => title_or_stem(snap, e)?,
+                });
+            }
+            out.push(ContentHit {
+                snippet: snippet(&h.item.1, &a.terms),
+                title: titles.get(&pos).cloned().unwrap_or_default(),
                 path: h.path,
                 line: h.line as usize,
                 score: h.score as usize,
-            })
-            .collect();
+            });
+        }
+        let hits = out;
         return Ok((
             ContentHits {
                 hits,
@@ -277,120 +265,253 @@ pub fn search_content(
     Err(IndexError::Io(std::io::Error::other("search did not settle")))
 }
 
-/// One pass of the exact step: the ranker holding, per score, the first `limit` hit lines in
-/// (path, line) order, and the titles of their notes.
-#[allow(clippy::too_many_arguments)]
-fn exact_pass(
+/// One pass: the notes whose title, aliases or headings may hold a term first (the bounds leave
+/// those bonuses out); then the other candidates, best bound first, until no note left can enter
+/// the page. A candidate's bound comes from the level tokens (`grams::LEVELS`): a note the index
+/// does not name at level c for a term holds that term fewer than c times.
+fn ranked_pass(
     fs: &VaultFs,
     snap: &Snapshot<'_>,
-    terms: &[String],
-    limit: usize,
-    prefix: &FolderPath,
-    tags: &[String],
-    page: &SearchPage,
-    query: Option<&str>,
+    a: &ContentArgs,
+    plan: &Plan,
     texts: &mut Texts,
     stale: &mut Vec<VaultPath>,
-) -> Result<(Ranker<Line>, HashMap<usize, String>), IndexError> {
+) -> Result<NoteRanker<Line>, IndexError> {
     let cat = &snap.catalog;
-    let range = prefix_range(cat, prefix);
-    let mut ranker: Ranker<Line> = Ranker::new(page, limit, to_u32(terms.len()));
-    let mut titles: HashMap<usize, String> = HashMap::new();
-    let mut matcher = Matcher::new(terms);
-
-    let mut stmt;
-    let mut cands = match query {
-        None => None,
-        Some(q) => {
-            let late_ids = snap.body_matching_after(q, cat.ordered_upto)?;
-            let mut late: Vec<usize> = late_ids.into_iter().filter_map(|id| cat.position(id)).collect();
-            late.sort_unstable();
-            stmt = snap.conn().prepare_cached(
-                "SELECT rowid FROM body_grams WHERE body_grams MATCH ?1 AND rowid <= ?2 ORDER BY rowid",
-            )?;
-            let rows = stmt.query(rusqlite::params![q, cat.ordered_upto])?;
-            Some(Candidates {
-                ordered: rows,
-                cat,
-                next_ordered: None,
-                late: late.into_iter().peekable(),
-            })
-        }
+    let range = prefix_range(cat, &a.prefix);
+    let mut ex = Examiner {
+        fs,
+        snap,
+        a,
+        plan,
+        texts,
+        stale,
+        ranker: NoteRanker::new(&a.page, a.limit),
+        examined: HashSet::new(),
+        folded: String::new(),
     };
-    let mut all = range.clone();
-    loop {
-        let i = match cands.as_mut() {
-            Some(c) => match c.next()? {
-                Some(i) => i,
-                None => break,
-            },
-            None => match all.next() {
-                Some(i) => i,
-                None => break,
-            },
-        };
-        if !range.contains(&i) {
-            if i >= range.end {
+    let positions = |ids: Vec<i64>| -> Vec<usize> {
+        let mut p: Vec<usize> = ids
+            .into_iter()
+            .filter_map(|id| cat.position(id))
+            .filter(|p| range.contains(p))
+            .collect();
+        p.sort_unstable();
+        p
+    };
+
+    let Some(base) = plan.base_query(a.mode) else {
+        // No term narrows: every note in scope is examined, in path order.
+        for i in range.clone() {
+            if !ex.examine(i, true)? {
                 break;
             }
-            continue;
         }
-        let e = &cat.entries[i];
-        if !prefix.contains(&e.path) {
-            continue;
+        return Ok(ex.ranker);
+    };
+    let heads: Vec<String> = plan
+        .tokens
+        .iter()
+        .filter(|t| !t.is_empty())
+        .map(|t| format!("({})", all_of(t, 1)))
+        .collect();
+    for i in positions(snap.grams_matching(Grams::Head, &heads.join(" OR "))?) {
+        if !ex.examine(i, true)? {
+            return Ok(ex.ranker);
         }
-        match ranker.before_note(e.path.as_str()) {
-            Step::Skip => continue,
-            Step::Stop => break,
-            Step::Examine => {}
-        }
-        if !texts.fresh.contains_key(&i) && texts.verify_all && !unchanged(fs, e) {
-            stale.push(e.path.clone());
-            texts.fresh.insert(i, fs.read_text(&e.path).ok().map(|f| f.text));
-        }
-        let indexed;
-        let (body, fresh) = match texts.fresh.get(&i) {
-            Some(Some(t)) => (t.as_str(), true),
-            Some(None) => continue,
-            None => {
-                if !e.readable {
-                    continue;
-                }
-                let Some(b) = snap.body(e.id)? else { continue };
-                indexed = b;
-                (indexed.as_str(), false)
+    }
+    let mut cands: Vec<usize> = positions(snap.grams_matching(Grams::Body, &base)?);
+    cands.retain(|p| !ex.examined.contains(p));
+    if cands.len() <= EXAMINE_ALL {
+        // Fewer than the level lists would cost to read: each is judged.
+        for i in cands {
+            if !ex.examine(i, !plan.all_narrow())? {
+                return Ok(ex.ranker);
             }
-        };
-        let Some(lines) = matcher.hit_lines(body) else {
+        }
+        return any_rest(&mut ex, a, plan, range).map(|()| ex.ranker);
+    }
+    // How often each candidate may hold each term: levels ascending, each a subset of the last.
+    let n = a.terms.len();
+    let mut most: Vec<Vec<Option<u32>>> = vec![
+        (0..n)
+            .map(|i| if plan.narrows(i) {
+                Some(LEVELS[0] - 1)
+            } else {
+                None
+            })
+            .collect();
+        cands.len()
+    ];
+    let at: HashMap<usize, usize> = cands.iter().enumerate().map(|(k, &p)| (p, k)).collect();
+    for (i, tokens) in plan.tokens.iter().enumerate() {
+        if tokens.is_empty() {
             continue;
-        };
+        }
+        for (l, &level) in LEVELS.iter().enumerate() {
+            let named = snap.grams_matching(Grams::Body, &all_of(tokens, level))?;
+            let mut any = false;
+            for k in named
+                .into_iter()
+                .filter_map(|id| cat.position(id))
+                .filter_map(|p| at.get(&p))
+            {
+                any = true;
+                most[*k][i] = LEVELS.get(l + 1).map(|next| next - 1);
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+    let mut order: Vec<(u32, usize)> = cands
+        .iter()
+        .zip(&most)
+        .map(|(&p, m)| (plan.bound(m, cat.entries[p].size), p))
+        .collect();
+    order.sort_unstable_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+    for (bound, i) in order {
+        // The rest bound lower still.
+        if ex.ranker.threshold().is_some_and(|t| bound < t) {
+            ex.ranker.more_exist();
+            return Ok(ex.ranker);
+        }
+        // Not among the notes whose title, aliases or headings may hold a narrowing term (a
+        // term too short to narrow may be in them still).
+        if !ex.examine(i, !plan.all_narrow())? {
+            return Ok(ex.ranker);
+        }
+    }
+    any_rest(&mut ex, a, plan, range)?;
+    Ok(ex.ranker)
+}
 
-        let (carries, title) = if fresh {
-            let note = Note::parse(body, stem(e.path.file_name()));
-            (tags.iter().all(|t| note.has_tag(t)), note.title)
-        } else {
-            let carries = tags.is_empty() || {
-                let note = stored_note(String::new(), Vec::new(), None, snap.tags(e.id)?, Vec::new());
-                tags.iter().all(|t| note.has_tag(t))
-            };
-            (carries, title_or_stem(snap, e)?)
-        };
-        if !carries {
-            continue;
-        }
-        titles.insert(i, title);
-        for (score, line, text) in lines {
-            ranker.offer(to_u32(score), e.path.as_str(), to_u32(line), || {
-                (i, text.to_owned())
-            });
-        }
-        // Later notes come after in path order: once the top score holds `limit` hits and more
-        // exist, nothing can change the answer.
-        if ranker.after_note() {
+/// Candidates up to this many are all judged, without asking the index for their levels.
+const EXAMINE_ALL: usize = 128;
+
+/// `any`: a note holding no narrowing term may still hold a short one.
+fn any_rest(
+    ex: &mut Examiner<'_, '_>,
+    a: &ContentArgs,
+    plan: &Plan,
+    range: std::ops::Range<usize>,
+) -> Result<(), IndexError> {
+    if a.mode != Match::Any || plan.all_narrow() {
+        return Ok(());
+    }
+    let none: Vec<Option<u32>> = (0..a.terms.len())
+        .map(|i| if plan.narrows(i) { Some(0) } else { None })
+        .collect();
+    if ex
+        .ranker
+        .threshold()
+        .is_some_and(|t| plan.bound(&none, plan.least) < t)
+    {
+        ex.ranker.more_exist();
+        return Ok(());
+    }
+    for i in range {
+        if !ex.examined.contains(&i) && !ex.examine(i, true)? {
             break;
         }
     }
-    Ok((ranker, titles))
+    Ok(())
+}
+
+/// The exact step of one pass.
+struct Examiner<'p, 's> {
+    fs: &'p VaultFs,
+    snap: &'p Snapshot<'s>,
+    a: &'p ContentArgs,
+    plan: &'p Plan,
+    texts: &'p mut Texts,
+    stale: &'p mut Vec<VaultPath>,
+    ranker: NoteRanker<Line>,
+    examined: HashSet<usize>,
+    folded: String,
+}
+
+impl Examiner<'_, '_> {
+    /// Judges the note at catalog position `i` and offers it; false when the budget is spent.
+    /// `fields`: whether its title, aliases and headings may hold a term (else the index knows
+    /// they do not).
+    fn examine(&mut self, i: usize, fields: bool) -> Result<bool, IndexError> {
+        let snap = self.snap;
+        let e = &snap.catalog.entries[i];
+        if !self.a.prefix.contains(&e.path) || !self.examined.insert(i) {
+            return Ok(true);
+        }
+        if self.ranker.before_note() == RankStep::Stop {
+            return Ok(false);
+        }
+        let texts = &mut *self.texts;
+        if !texts.fresh.contains_key(&i) && texts.verify_all && !unchanged(self.fs, e) {
+            self.stale.push(e.path.clone());
+            texts
+                .fresh
+                .insert(i, self.fs.read_text(&e.path).ok().map(|f| f.text));
+        }
+        let indexed;
+        let (body, head) = match texts.fresh.get(&i) {
+            Some(Some(t)) => {
+                let note = Note::parse(t, stem(e.path.file_name()));
+                if !self.a.tags.iter().all(|tag| note.has_tag(tag)) {
+                    return Ok(true);
+                }
+                // The text changed since it was indexed: its fields are looked at, whatever the
+                // index said of them.
+                (t.as_str(), Some((note.title, note.aliases)))
+            }
+            Some(None) => return Ok(true),
+            None => {
+                if !e.readable {
+                    return Ok(true);
+                }
+                if !self.a.tags.is_empty() {
+                    let note = stored_note(String::new(), Vec::new(), None, snap.tags(e.id)?, Vec::new());
+                    if !self.a.tags.iter().all(|t| note.has_tag(t)) {
+                        return Ok(true);
+                    }
+                }
+                let Some(b) = snap.body(e.id)? else {
+                    return Ok(true);
+                };
+                indexed = b;
+                let head = if fields {
+                    Some(match snap.meta(e.id)? {
+                        Some(m) => (m.title, m.aliases),
+                        None => (stem(e.path.file_name()).to_owned(), Vec::new()),
+                    })
+                } else {
+                    None
+                };
+                (indexed.as_str(), head)
+            }
+        };
+        fold_into(body, &mut self.folded);
+        let fields = match &head {
+            Some((title, aliases)) => Fields::Some { title, aliases },
+            None => Fields::None,
+        };
+        let Some(j) = judge(
+            body,
+            &self.folded,
+            &self.a.terms,
+            self.a.mode,
+            &fields,
+            self.a.per_note,
+        ) else {
+            return Ok(true);
+        };
+        let score = self.plan.weights.score(&j);
+        let hits = j
+            .lines
+            .iter()
+            .map(|(_, line, text)| (*line, (i, (*text).to_owned())))
+            .collect();
+        self.ranker.offer(score, e.path.as_str(), hits);
+        Ok(true)
+    }
 }
 
 /// `search_knowledge` (see `Vault::search_knowledge`) over the indexed metadata, one page.
@@ -631,65 +752,4 @@ pub fn counts(snap: &Snapshot<'_>) -> Result<Counts, IndexError> {
         standards: cat.count(NoteClass::Standard),
         tags: snap.distinct_tags()?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::search::{fold, terms_in_line};
-
-    #[test]
-    fn fold_into_is_search_fold_for_every_character() {
-        let mut buf = String::new();
-        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
-            let s = format!("a{c}");
-            fold_into(&s, &mut buf);
-            assert_eq!(buf, fold(&s), "{:X}", u32::from(c));
-        }
-    }
-
-    /// The scan's per-note computation (reader.rs), for comparison.
-    fn scan_lines<'b>(body: &'b str, terms: &[String]) -> Option<Vec<(usize, usize, &'b str)>> {
-        let mut seen = vec![false; terms.len()];
-        let mut out = Vec::new();
-        for (n, line) in policy::text::lines(body).enumerate() {
-            let mask = terms_in_line(line, terms);
-            let score = mask.iter().filter(|m| **m).count();
-            if score > 0 {
-                seen.iter_mut().zip(&mask).for_each(|(s, m)| *s |= *m);
-                out.push((score, n + 1, line));
-            }
-        }
-        seen.iter().all(|s| *s).then_some(out)
-    }
-
-    #[test]
-    fn the_whole_text_matcher_finds_the_lines_the_scan_finds() {
-        let bodies = [
-            "Alpha beta\nbeta\r\n\nALPHA alpha\rbeta\nlast line alpha",
-            "aaa\naa\na\n",
-            "ΟΔΟΣ σ\nİstanbul i̇\r\n注意力\n\n注意",
-            "",
-            "\n\n\n",
-            "no newline at the end beta",
-        ];
-        let queries: &[&[&str]] = &[
-            &["alpha"],
-            &["alpha", "beta"],
-            &["aa"],
-            &["a", "aa", "aaa"],
-            &["σ", "i̇", "注意"],
-            &["line", "beta"],
-            &["a\nb"],
-            &["beta\r"],
-            &["missing"],
-        ];
-        for body in bodies {
-            for q in queries {
-                let terms: Vec<String> = q.iter().map(|t| fold(t)).collect();
-                let mut m = Matcher::new(&terms);
-                assert_eq!(m.hit_lines(body), scan_lines(body, &terms), "{body:?} {terms:?}");
-            }
-        }
-    }
 }

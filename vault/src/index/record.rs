@@ -41,6 +41,8 @@ pub struct Content {
     pub body_tokens: String,
     /// `grams::doc_tokens` of the folded metadata (`meta_text`).
     pub meta_tokens: String,
+    /// `grams::doc_tokens` of what the ranking weighs most (`head_text`).
+    pub head_tokens: String,
     /// The frontmatter object as JSON (`query_notes` answers its values from it).
     pub frontmatter: String,
     /// What `query_notes` compares (title, tags, typed frontmatter).
@@ -51,7 +53,9 @@ impl NoteRecord {
     /// The record of a note read whole; size and time are those of the handle that was read.
     pub fn from_file(path: VaultPath, class: NoteClass, file: TextFile, buf: &mut TokenBuf) -> NoteRecord {
         let note = Note::parse(&file.text, stem(path.file_name()));
-        let body_tokens = doc_tokens(&file.text, buf).to_owned();
+        let body_tokens = doc_tokens(&file.text, buf, true).to_owned();
+        let head_tokens =
+            doc_tokens(&head_text(&note.title, &note.aliases, &file.text), buf, false).to_owned();
         let meta_tokens = doc_tokens(
             &meta_text(
                 &note.title,
@@ -60,6 +64,7 @@ impl NoteRecord {
                 &note.tags,
             ),
             buf,
+            false,
         )
         .to_owned();
         let frontmatter = serde_json::to_string(&note.frontmatter).unwrap_or_else(|_| "{}".into());
@@ -86,6 +91,7 @@ impl NoteRecord {
                 body: file.text,
                 body_tokens,
                 meta_tokens,
+                head_tokens,
                 frontmatter,
                 data,
             }),
@@ -118,6 +124,21 @@ pub fn meta_text(title: &str, aliases: &[String], description: Option<&str>, tag
     for t in tags {
         s.push('\n');
         s.push_str(t);
+    }
+    s
+}
+
+/// The title, the aliases and the heading lines, one per line: the fields `rank` weighs most, so
+/// a note whose field holds a term holds its grams here (the ranking examines those notes first).
+pub fn head_text(title: &str, aliases: &[String], text: &str) -> String {
+    let mut s = title.to_owned();
+    for a in aliases {
+        s.push('\n');
+        s.push_str(a);
+    }
+    for (_, h) in crate::note::heading_lines(text) {
+        s.push('\n');
+        s.push_str(h);
     }
     s
 }
