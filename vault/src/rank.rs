@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use crate::search::in_field;
+use crate::search::{Step, in_field};
 use crate::types::{Key, RankPos, SearchPage, SearchPos};
 
 /// How a note must hold the terms to match.
@@ -229,13 +229,6 @@ fn quantize(s: f64, round: fn(f64) -> f64) -> u32 {
 
 // ---- one page of notes ------------------------------------------------------------------------
 
-/// What the caller does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    Examine,
-    Stop,
-}
-
 /// One answered hit line of a ranked note.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RankedHit<T> {
@@ -288,9 +281,14 @@ impl<T> NoteRanker<T> {
         }
     }
 
-    /// Whether to examine another note.
+    /// Whether the page's time is spent.
+    pub fn spent(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Whether to examine another note (never `Skip`).
     pub fn before_note(&mut self) -> Step {
-        if self.examined && self.deadline.is_some_and(|d| Instant::now() >= d) {
+        if self.examined && self.spent() {
             self.cut = true;
             return Step::Stop;
         }

@@ -23,7 +23,7 @@ use crate::index::query::ContentArgs;
 use crate::index::{Index, IndexError, IndexHealth, SETTLE_WAIT, SyncReport, catalog_walk};
 use crate::links::{Resolution, Resolver};
 use crate::note::{Note, stem};
-use crate::rank::{Fields, NoteRanker, Step as RankStep, Weights, judge};
+use crate::rank::{Fields, NoteRanker, Weights, judge};
 use crate::search::{Ranker, Step, fold, fold_into, knowledge_score, parse_terms, snippet};
 use crate::types::{
     ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes, ListStandards,
@@ -520,7 +520,7 @@ impl Vault {
 
         let mut ranker: NoteRanker<String> = NoteRanker::new(page, limit);
         for e in cat.entries.iter().filter(|e| prefix.contains(&e.path)) {
-            if ranker.before_note() == RankStep::Stop {
+            if ranker.before_note() == Step::Stop {
                 break;
             }
             let Some(text) = cat.read(e) else { continue };

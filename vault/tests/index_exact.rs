@@ -350,3 +350,111 @@ proptest! {
         assert_same_answers(&scan, &ix, &queries, &notes);
     }
 }
+
+// ---- the bounded path: many candidates ---------------------------------------------------------
+
+/// Notes holding the terms 0–20 times each, of many lengths, some in titles and headings: more
+/// candidates than the index judges without asking for levels, so the index reads only the notes
+/// whose bound can still enter the page. The answer must still be the scan's, page for page.
+#[test]
+fn many_candidates_rank_as_the_scan_does_page_for_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 7u64;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let words = ["lighthouse", "orchard", "lantern", "harbor", "注意力", "x"];
+    for i in 0..400 {
+        let mut body = String::new();
+        if next(10) == 0 {
+            body.push_str(&format!("# About the {}\n", words[next(6) as usize]));
+        }
+        for _ in 0..next(30) {
+            let w = words[next(6) as usize];
+            let filler = "filler text ".repeat(next(8) as usize);
+            body.push_str(&format!("{filler}{w} {}\n", if next(3) == 0 { w } else { "and" }));
+        }
+        let title = if next(15) == 0 {
+            "Lighthouse keeping"
+        } else {
+            "Note"
+        };
+        write(
+            dir.path(),
+            &format!("n/{i:03}.md"),
+            format!("---\ntitle: {title} {i}\n---\n{body}").as_bytes(),
+            t(1),
+        );
+    }
+    let (scan, ix) = pair(dir.path());
+    for q in [
+        "lighthouse",
+        "lighthouse orchard",
+        "harbor 注意力",
+        "x lantern",
+        "lantern harbor orchard",
+    ] {
+        for mode in [Match::All, Match::Any] {
+            for limit in [Some(1), Some(7), None] {
+                let cq = ContentQuery {
+                    mode,
+                    ..query(q, limit, &[], None)
+                };
+                // Every page, as the cursor walks: the scan's and the index's are the same.
+                let (mut from_s, mut from_i) = (vault::SearchPage::default(), vault::SearchPage::default());
+                for _ in 0..8 {
+                    let (a, na) = scan.search_content_page(&cq, &from_s).unwrap();
+                    let (b, nb) = ix.search_content_page(&cq, &from_i).unwrap();
+                    assert_eq!(
+                        serde_json::to_string(&a).unwrap(),
+                        serde_json::to_string(&b).unwrap(),
+                        "{cq:?}"
+                    );
+                    assert_eq!(na, nb, "{cq:?}");
+                    match na {
+                        Some(n) => {
+                            from_s.from = n.clone();
+                            from_i.from = n;
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SECURITY(T-PAGE2): a spent budget stops the index between its level lists and its notes: the
+/// answer is what was ranked, `truncated`, without a position to continue from.
+#[test]
+fn a_spent_budget_answers_ranked_and_truncated_without_a_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..300 {
+        write(
+            dir.path(),
+            &format!("n/{i:03}.md"),
+            format!("# N {i}\nlighthouse lantern {}\n", "lighthouse ".repeat(i % 5)).as_bytes(),
+            t(1),
+        );
+    }
+    let (_scan, ix) = pair(dir.path());
+    let spent = vault::SearchPage {
+        from: vault::SearchPos::default(),
+        budget: Some(Duration::ZERO),
+    };
+    let q = ContentQuery {
+        mode: Match::Any,
+        ..query("lighthouse lantern", None, &[], None)
+    };
+    let (hits, next) = ix.search_content_page(&q, &spent).unwrap();
+    assert!(hits.truncated && next.is_none(), "{hits:?}");
+    assert!(
+        !hits.hits.is_empty() && hits.hits.len() <= 3,
+        "one note judged: {hits:?}"
+    );
+    let (all, _) = ix.search_content_page(&q, &vault::SearchPage::default()).unwrap();
+    assert_eq!(all.hits.len(), 60);
+}

@@ -15,7 +15,7 @@ use crate::index::grams::{LEVELS, all_of, match_query, term_query_tokens};
 use crate::index::record::{from_nanos, name_key, nanos};
 use crate::links::{Link, Resolution};
 use crate::note::{Note, NoteHeader, stem};
-use crate::rank::{Fields, Match, NoteRanker, RankedHit, Step as RankStep, Weights, judge};
+use crate::rank::{Fields, Match, NoteRanker, RankedHit, Weights, judge};
 use crate::reader::{cap_standards, knowledge_page, knowledge_top, recent_is_after, rfc3339};
 use crate::search::{Ranker, Step, fold_into, knowledge_score, snippet};
 use crate::types::{
@@ -105,6 +105,9 @@ struct Plan {
     weights: Weights,
     /// The least size of a readable note (bounds the notes not yet named).
     least: u64,
+    /// Per term: whether a note not among the head candidates may still hold it in a title,
+    /// alias or heading (a term too short to narrow: the index cannot tell).
+    open_fields: Vec<bool>,
 }
 
 impl Plan {
@@ -142,6 +145,7 @@ impl Plan {
             .collect::<Result<Vec<u64>, IndexError>>()?;
         Ok(Plan {
             weights: Weights::new(notes, bytes, &df),
+            open_fields: tokens.iter().map(Vec::is_empty).collect(),
             tokens,
             least,
         })
@@ -176,8 +180,7 @@ impl Plan {
     /// The bound of a note of `len` bytes whose term i occurs at most `most[i]` times (`None`:
     /// unknown), the narrowing terms in none of its title, aliases and headings.
     fn bound(&self, most: &[Option<u32>], len: u64) -> u32 {
-        let fields: Vec<bool> = (0..self.tokens.len()).map(|i| !self.narrows(i)).collect();
-        self.weights.bound(most, &fields, len)
+        self.weights.bound(most, &self.open_fields, len)
     }
 }
 
@@ -331,35 +334,37 @@ fn ranked_pass(
         }
         return any_rest(&mut ex, a, plan, range).map(|()| ex.ranker);
     }
-    // How often each candidate may hold each term: levels ascending, each a subset of the last.
+    // How often each candidate may hold each term (`None`: unknown): asked level by level,
+    // ascending, each level's notes a subset of the last's; a candidate the index stops naming at
+    // a level holds the term fewer times than that level.
     let n = a.terms.len();
-    let mut most: Vec<Vec<Option<u32>>> = vec![
-        (0..n)
-            .map(|i| if plan.narrows(i) {
-                Some(LEVELS[0] - 1)
-            } else {
-                None
-            })
-            .collect();
-        cands.len()
-    ];
+    let mut most: Vec<Vec<Option<u32>>> = vec![vec![None; n]; cands.len()];
     let at: HashMap<usize, usize> = cands.iter().enumerate().map(|(k, &p)| (p, k)).collect();
-    for (i, tokens) in plan.tokens.iter().enumerate() {
+    let mut named = vec![false; cands.len()];
+    'terms: for (i, tokens) in plan.tokens.iter().enumerate() {
         if tokens.is_empty() {
             continue;
         }
-        for (l, &level) in LEVELS.iter().enumerate() {
-            let named = snap.grams_matching(Grams::Body, &all_of(tokens, level))?;
-            let mut any = false;
-            for k in named
-                .into_iter()
-                .filter_map(|id| cat.position(id))
-                .filter_map(|p| at.get(&p))
-            {
-                any = true;
-                most[*k][i] = LEVELS.get(l + 1).map(|next| next - 1);
+        let mut alive: Vec<usize> = (0..cands.len()).collect();
+        for &level in &LEVELS {
+            // SECURITY(T-PAGE2): the lists of 32 common terms take long to read; once the budget
+            // is spent, the levels not asked stay unknown (the bounds stay true, only looser).
+            if ex.ranker.spent() {
+                break 'terms;
             }
-            if !any {
+            named.fill(false);
+            for id in snap.grams_matching(Grams::Body, &all_of(tokens, level))? {
+                if let Some(&k) = cat.position(id).and_then(|p| at.get(&p)) {
+                    named[k] = true;
+                }
+            }
+            alive.retain(|&k| {
+                if !named[k] {
+                    most[k][i] = Some(level - 1);
+                }
+                named[k]
+            });
+            if alive.is_empty() {
                 break;
             }
         }
@@ -441,7 +446,7 @@ impl Examiner<'_, '_> {
         if !self.a.prefix.contains(&e.path) || !self.examined.insert(i) {
             return Ok(true);
         }
-        if self.ranker.before_note() == RankStep::Stop {
+        if self.ranker.before_note() == Step::Stop {
             return Ok(false);
         }
         let texts = &mut *self.texts;
