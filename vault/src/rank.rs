@@ -150,8 +150,8 @@ pub struct Weights {
 
 impl Weights {
     /// `notes`: readable notes in the vault; `bytes`: their total length; `df[i]`: the notes that
-    /// may hold term i (those holding all its query grams: see `grams::term_query_tokens`; every
-    /// note for a term that has none).
+    /// may hold term i (those holding its rarest gram of `grams::term_query_tokens`; every note
+    /// for a term that has none).
     pub fn new(notes: u64, bytes: u64, df: &[u64]) -> Weights {
         let n = notes as f64;
         let idf = df

@@ -503,19 +503,26 @@ impl Vault {
         // those in scope, so that no more than one note's text is held at a time).
         let query_tokens: Vec<Vec<String>> = terms.iter().map(|t| term_query_tokens(t)).collect();
         let (mut notes, mut bytes) = (0u64, 0u64);
-        let mut df = vec![0u64; terms.len()];
+        let mut gram_counts: Vec<Vec<u64>> = query_tokens.iter().map(|t| vec![0; t.len()]).collect();
         let mut folded = String::new();
         for e in &cat.entries {
             let Some(text) = cat.read(e) else { continue };
             notes += 1;
             bytes += text.len() as u64;
             fold_into(&text, &mut folded);
-            for (d, tokens) in df.iter_mut().zip(&query_tokens) {
-                if tokens.iter().all(|g| folded.contains(g.as_str())) {
-                    *d += 1;
+            for (counts, tokens) in gram_counts.iter_mut().zip(&query_tokens) {
+                for (c, g) in counts.iter_mut().zip(tokens) {
+                    if folded.contains(g.as_str()) {
+                        *c += 1;
+                    }
                 }
             }
         }
+        // A term's document frequency: the notes holding its rarest gram (all notes when it has none).
+        let df: Vec<u64> = gram_counts
+            .iter()
+            .map(|c| c.iter().copied().min().unwrap_or(notes))
+            .collect();
         let weights = Weights::new(notes, bytes, &df);
 
         let mut ranker: NoteRanker<String> = NoteRanker::new(page, limit);

@@ -177,7 +177,7 @@ pub struct Catalog {
     pub distinct_tags: OnceLock<usize>,
     /// The ranking's statistics of this generation: readable notes, their total and least size.
     pub sizes: OnceLock<(u64, u64, u64)>,
-    /// Document frequencies the ranking asked this generation for, by index query.
+    /// How many notes hold each gram the ranking asked about this generation.
     pub df: Mutex<HashMap<String, u64>>,
     /// `query_notes` key columns of this generation, built on first use (at most
     /// `MAX_COLUMNS`, the oldest dropped first).
@@ -359,13 +359,19 @@ impl Catalog {
     /// The position in `entries` of the note with this id.
     pub fn position(&self, id: i64) -> Option<usize> {
         let s = &self.shifts;
-        if let Some((path, _)) = s.added.get(&id) {
+        // A search maps thousands of ids: skip the shift maps while they are empty.
+        if !s.added.is_empty()
+            && let Some((path, _)) = s.added.get(&id)
+        {
             return self.entries.binary_search_by(|e| e.path.cmp(path)).ok();
         }
-        if s.removed.contains(&id) {
+        if !s.removed.is_empty() && s.removed.contains(&id) {
             return None;
         }
         let at = *self.base.get(&id)?;
+        if s.anchors.is_empty() && s.removed_at.is_empty() {
+            return Some(at);
+        }
         let before = s.anchors.partition_point(|a| *a <= at);
         let gone = s.removed_at.partition_point(|r| *r < at);
         Some(at + before - gone)

@@ -223,16 +223,20 @@ pub fn match_query<'a>(terms: impl IntoIterator<Item = &'a str>) -> Option<Strin
     Some(quoted.join(" AND "))
 }
 
-/// At most this many tokens a term when the ranking asks about it: each one more makes the
-/// index intersect another long list of level tokens.
-const RANK_GRAMS: usize = 4;
+/// At most this many of a term's tokens are counted (a long quoted phrase has hundreds).
+const COUNTED_GRAMS: usize = 16;
 
-/// The tokens of `term` the ranking asks the index about (its document frequency, its levels):
-/// at most `RANK_GRAMS` of `term_tokens`, evenly spaced. Empty: the term cannot narrow.
+/// The tokens of `term` whose note counts the ranking uses: at most `COUNTED_GRAMS` of
+/// `term_tokens`, evenly spaced. Empty: the term cannot narrow. The rarest of them bounds the
+/// notes holding the term (its document frequency) and, with the next rarest, names them.
 pub fn term_query_tokens(term: &str) -> Vec<String> {
     let all = term_tokens(term);
-    spread(&all, RANK_GRAMS).cloned().collect()
+    spread(&all, COUNTED_GRAMS).cloned().collect()
 }
+
+/// How many of a term's rarest tokens a candidate query asks for: the rarest narrows most, the
+/// second removes most of what it lets through; each further one costs another list to read.
+pub const NARROWING_GRAMS: usize = 2;
 
 /// The FTS5 query "every one of `tokens` at `level`" (`tokens` non-empty).
 pub fn all_of(tokens: &[String], level: u32) -> String {

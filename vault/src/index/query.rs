@@ -11,7 +11,7 @@ use crate::data;
 use crate::fs::{EntryKind, VaultFs};
 use crate::index::IndexError;
 use crate::index::db::{Catalog, Entry, Grams, Snapshot};
-use crate::index::grams::{LEVELS, all_of, match_query, term_query_tokens};
+use crate::index::grams::{LEVELS, NARROWING_GRAMS, all_of, match_query, term_query_tokens};
 use crate::index::record::{from_nanos, name_key, nanos};
 use crate::links::{Link, Resolution};
 use crate::note::{Note, NoteHeader, stem};
@@ -100,7 +100,7 @@ pub struct ContentArgs {
 
 /// What a search asks the index once: each term's query grams, and the weights.
 struct Plan {
-    /// Per term: `grams::term_query_tokens` (empty: the term cannot narrow).
+    /// Per term: its `grams::NARROWING_GRAMS` rarest counted tokens (empty: the term cannot narrow).
     tokens: Vec<Vec<String>>,
     weights: Weights,
     /// The least size of a readable note (bounds the notes not yet named).
@@ -122,27 +122,18 @@ impl Plan {
             }
             (n, total, if n == 0 { 0 } else { least })
         });
-        let tokens: Vec<Vec<String>> = terms.iter().map(|t| term_query_tokens(t)).collect();
-        let df = tokens
-            .iter()
-            .map(|t| {
-                if t.is_empty() {
-                    return Ok(notes);
-                }
-                let q = all_of(t, 1);
-                if let Some(&d) = lock(&cat.df).get(&q) {
-                    return Ok(d);
-                }
-                let d = snap.body_count(&q)?;
-                let mut known = lock(&cat.df);
-                // Bounded: a generation lives until the next write, its queries may not.
-                if known.len() >= MAX_KNOWN_DF {
-                    known.clear();
-                }
-                known.insert(q, d);
-                Ok(d)
-            })
-            .collect::<Result<Vec<u64>, IndexError>>()?;
+        // Per term: its counted tokens with the notes holding each, rarest first.
+        let mut tokens: Vec<Vec<String>> = Vec::with_capacity(terms.len());
+        let mut df: Vec<u64> = Vec::with_capacity(terms.len());
+        for t in terms {
+            let mut counted: Vec<(u64, usize, String)> = Vec::new();
+            for (k, g) in term_query_tokens(t).into_iter().enumerate() {
+                counted.push((gram_count(snap, &g)?, k, g));
+            }
+            counted.sort_unstable();
+            df.push(counted.first().map_or(notes, |c| c.0));
+            tokens.push(counted.into_iter().take(NARROWING_GRAMS).map(|c| c.2).collect());
+        }
         Ok(Plan {
             weights: Weights::new(notes, bytes, &df),
             open_fields: tokens.iter().map(Vec::is_empty).collect(),
@@ -184,8 +175,24 @@ impl Plan {
     }
 }
 
-/// Document frequencies a generation remembers.
+/// Gram counts a generation remembers.
 const MAX_KNOWN_DF: usize = 4096;
+
+/// How many notes hold `gram` in this generation (remembered until the next write).
+fn gram_count(snap: &Snapshot<'_>, gram: &str) -> Result<u64, IndexError> {
+    let cat = &snap.catalog;
+    if let Some(&d) = lock(&cat.df).get(gram) {
+        return Ok(d);
+    }
+    let d = snap.body_count(&all_of(&[gram.to_owned()], 1))?;
+    let mut known = lock(&cat.df);
+    // Bounded: a generation lives until the next write, its queries may not.
+    if known.len() >= MAX_KNOWN_DF {
+        known.clear();
+    }
+    known.insert(gram.to_owned(), d);
+    Ok(d)
+}
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
