@@ -69,6 +69,7 @@ const TABLES: &[&str] = &[
     "body_grams",
     "meta_grams",
     "head_grams",
+    "body_vocab",
 ];
 
 fn schema_sql() -> String {
@@ -105,6 +106,7 @@ fn schema_sql() -> String {
              g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
          CREATE VIRTUAL TABLE head_grams USING fts5(
              g, content='', contentless_delete=1, detail=none, tokenize='{TOKENIZER}');
+         CREATE VIRTUAL TABLE body_vocab USING fts5vocab(body_grams, 'row');
          INSERT INTO body_grams (body_grams, rank) VALUES ('hashsize', {HASH_SIZE});
          INSERT INTO body_grams (body_grams, rank) VALUES ('automerge', {AUTOMERGE});
          INSERT INTO meta_grams (meta_grams, rank) VALUES ('automerge', {AUTOMERGE});
@@ -165,7 +167,7 @@ pub struct Catalog {
     pub generation: i64,
     pub entries: imbl::Vector<Entry>,
     /// The position of each note as of the last full read (or rebase).
-    base: Arc<HashMap<i64, usize>>,
+    base: Arc<HashMap<i64, usize, Ids>>,
     /// How the notes added and removed since move those positions.
     shifts: Arc<Shifts>,
     /// Every note with an id up to this one has ids in path order (a build inserts in path
@@ -214,7 +216,7 @@ impl Shifts {
     }
 
     /// The note `id` (in the base, or added since) is gone.
-    fn forget(&mut self, id: i64, base: &HashMap<i64, usize>) {
+    fn forget(&mut self, id: i64, base: &HashMap<i64, usize, Ids>) {
         if let Some((_, anchor)) = self.added.remove(&id) {
             if let Ok(k) = self.anchors.binary_search(&anchor) {
                 self.anchors.remove(k);
@@ -402,7 +404,7 @@ impl Catalog {
 }
 
 /// Each entry's position, by id.
-fn positions(entries: &imbl::Vector<Entry>) -> HashMap<i64, usize> {
+fn positions(entries: &imbl::Vector<Entry>) -> HashMap<i64, usize, Ids> {
     entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect()
 }
 
@@ -1248,13 +1250,15 @@ impl Snapshot<'_> {
         Ok(ids)
     }
 
-    /// How many notes' body tokens match `query`.
-    pub fn body_count(&self, query: &str) -> Result<u64, IndexError> {
-        let n: i64 = self
+    /// How many notes hold the body token `token` (FTS5's own count: it skips deleted notes and
+    /// runs without a row a note, several times faster than counting matches).
+    pub fn token_count(&self, token: &str) -> Result<u64, IndexError> {
+        let n: Option<i64> = self
             .conn()
-            .prepare_cached("SELECT count(*) FROM body_grams WHERE body_grams MATCH ?1")?
-            .query_row([query], |r| r.get(0))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+            .prepare_cached("SELECT doc FROM body_vocab WHERE term = ?1")?
+            .query_row([token], |r| r.get(0))
+            .optional()?;
+        Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
 
     pub fn body(&self, id: i64) -> Result<Option<String>, IndexError> {
@@ -1439,6 +1443,30 @@ impl Snapshot<'_> {
         Ok(out)
     }
 }
+
+/// A hasher for note ids (SQLite rowids: a note per id, not chosen by a client), several times
+/// faster than SipHash over the tens of thousands of ids of a common term's lists.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i64(&mut self, x: i64) {
+        self.0 = (x as u64 ^ ((x as u64) >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Maps keyed by note id.
+pub type Ids = std::hash::BuildHasherDefault<IdHasher>;
 
 /// The full-text tables of grams a search asks.
 #[derive(Debug, Clone, Copy)]

@@ -224,7 +224,7 @@ pub fn match_query<'a>(terms: impl IntoIterator<Item = &'a str>) -> Option<Strin
 }
 
 /// At most this many of a term's tokens are counted (a long quoted phrase has hundreds).
-const COUNTED_GRAMS: usize = 16;
+const COUNTED_GRAMS: usize = 8;
 
 /// The tokens of `term` whose note counts the ranking uses: at most `COUNTED_GRAMS` of
 /// `term_tokens`, evenly spaced. Empty: the term cannot narrow. The rarest of them bounds the
@@ -235,7 +235,8 @@ pub fn term_query_tokens(term: &str) -> Vec<String> {
 }
 
 /// How many of a term's rarest tokens a candidate query asks for: the rarest narrows most, the
-/// second removes most of what it lets through; each further one costs another list to read.
+/// second removes most of what it lets through (a term's rarest trigram may still be common:
+/// `ant` of `lantern`); each further one costs another list to read.
 pub const NARROWING_GRAMS: usize = 2;
 
 /// The FTS5 query "every one of `tokens` at `level`" (`tokens` non-empty).

@@ -153,11 +153,19 @@ impl Plan {
     /// The body query of the notes that may match: holding every narrowing term (`all`) or
     /// one (`any`); `None` when no term narrows. A superset: the exact step decides.
     fn base_query(&self, mode: Match) -> Option<String> {
+        let narrowing = self.tokens.iter().filter(|t| !t.is_empty()).count();
+        // Every note must hold each term: the terms narrow one another, so each term's rarest
+        // gram is enough, and each list not read saves more than the few notes it would remove.
+        let per = if mode == Match::All && narrowing > 1 {
+            1
+        } else {
+            usize::MAX
+        };
         let each: Vec<String> = self
             .tokens
             .iter()
             .filter(|t| !t.is_empty())
-            .map(|t| format!("({})", all_of(t, 1)))
+            .map(|t| format!("({})", all_of(&t[..t.len().min(per)], 1)))
             .collect();
         if each.is_empty() {
             return None;
@@ -184,7 +192,7 @@ fn gram_count(snap: &Snapshot<'_>, gram: &str) -> Result<u64, IndexError> {
     if let Some(&d) = lock(&cat.df).get(gram) {
         return Ok(d);
     }
-    let d = snap.body_count(&all_of(&[gram.to_owned()], 1))?;
+    let d = snap.token_count(gram)?;
     let mut known = lock(&cat.df);
     // Bounded: a generation lives until the next write, its queries may not.
     if known.len() >= MAX_KNOWN_DF {
@@ -345,8 +353,14 @@ fn ranked_pass(
     // ascending, each level's notes a subset of the last's; a candidate the index stops naming at
     // a level holds the term fewer times than that level.
     let n = a.terms.len();
-    let mut most: Vec<Vec<Option<u32>>> = vec![vec![None; n]; cands.len()];
-    let at: HashMap<usize, usize> = cands.iter().enumerate().map(|(k, &p)| (p, k)).collect();
+    // Flat: candidate k's term i at `k * n + i`.
+    let mut most: Vec<Option<u32>> = vec![None; cands.len() * n];
+    // By note id: the level lists name ids, and one lookup beats two.
+    let at: HashMap<i64, usize, crate::index::db::Ids> = cands
+        .iter()
+        .enumerate()
+        .map(|(k, &p)| (cat.entries[p].id, k))
+        .collect();
     let mut named = vec![false; cands.len()];
     'terms: for (i, tokens) in plan.tokens.iter().enumerate() {
         if tokens.is_empty() {
@@ -361,13 +375,13 @@ fn ranked_pass(
             }
             named.fill(false);
             for id in snap.grams_matching(Grams::Body, &all_of(tokens, level))? {
-                if let Some(&k) = cat.position(id).and_then(|p| at.get(&p)) {
+                if let Some(&k) = at.get(&id) {
                     named[k] = true;
                 }
             }
             alive.retain(|&k| {
                 if !named[k] {
-                    most[k][i] = Some(level - 1);
+                    most[k * n + i] = Some(level - 1);
                 }
                 named[k]
             });
@@ -376,13 +390,13 @@ fn ranked_pass(
             }
         }
     }
-    let mut order: Vec<(u32, usize)> = cands
+    // Best bound first, ties by path; a heap, since only the first few are ever taken.
+    let mut order: std::collections::BinaryHeap<(u32, std::cmp::Reverse<usize>)> = cands
         .iter()
-        .zip(&most)
-        .map(|(&p, m)| (plan.bound(m, cat.entries[p].size), p))
+        .zip(most.chunks(n.max(1)))
+        .map(|(&p, m)| (plan.bound(m, cat.entries[p].size), std::cmp::Reverse(p)))
         .collect();
-    order.sort_unstable_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
-    for (bound, i) in order {
+    while let Some((bound, std::cmp::Reverse(i))) = order.pop() {
         // The rest bound lower still.
         if ex.ranker.threshold().is_some_and(|t| bound < t) {
             ex.ranker.more_exist();
