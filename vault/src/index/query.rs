@@ -338,8 +338,35 @@ fn ranked_pass(
             return Ok(ex.ranker);
         }
     }
+    // One term: first the notes holding it at least twice (a list far shorter than all the
+    // notes holding it); the others hold it once and are named only if one could still enter.
+    let single = a.terms.len() == 1 && plan.narrows(0);
+    // Sorted (by `positions`).
+    let mut twice: Vec<usize> = Vec::new();
+    if single {
+        twice = positions(snap.grams_matching(Grams::Body, &all_of(&plan.tokens[0], LEVELS[0]))?);
+        let unjudged: Vec<usize> = twice
+            .iter()
+            .copied()
+            .filter(|p| !ex.examined.contains(p))
+            .collect();
+        if !judge_by_bound(&mut ex, unjudged, 1, None)? {
+            return Ok(ex.ranker);
+        }
+        let once = [Some(LEVELS[0] - 1)];
+        if ex
+            .ranker
+            .threshold()
+            .is_some_and(|t| plan.bound(&once, plan.least) < t)
+        {
+            ex.ranker.more_exist();
+            return Ok(ex.ranker);
+        }
+    }
     let mut cands: Vec<usize> = positions(snap.grams_matching(Grams::Body, &base)?);
-    cands.retain(|p| !ex.examined.contains(p));
+    // The notes named twice are judged or bounded out already (their bound was below the page's,
+    // which only rises), and the bound below is not theirs.
+    cands.retain(|p| !ex.examined.contains(p) && twice.binary_search(p).is_err());
     if cands.len() <= EXAMINE_ALL {
         // Fewer than the level lists would cost to read: each is judged.
         for i in cands {
@@ -349,12 +376,37 @@ fn ranked_pass(
         }
         return any_rest(&mut ex, a, plan, range).map(|()| ex.ranker);
     }
-    // How often each candidate may hold each term (`None`: unknown): asked level by level,
-    // ascending, each level's notes a subset of the last's; a candidate the index stops naming at
-    // a level holds the term fewer times than that level.
-    let n = a.terms.len();
+    // With one term, what is left was not named twice: it holds the term once.
+    let (first, known) = if single {
+        (LEVELS.len(), Some(LEVELS[0] - 1))
+    } else {
+        (0, None)
+    };
+    if !judge_by_bound(&mut ex, cands, first, known)? {
+        return Ok(ex.ranker);
+    }
+    any_rest(&mut ex, a, plan, range)?;
+    Ok(ex.ranker)
+}
+
+/// Judges `cands` best bound first until none left can enter the page. A candidate's narrowing
+/// terms occur at most `known` times (`None`: unknown) until the index, asked level by level from
+/// `LEVELS[first]` up, says fewer: a candidate it stops naming at a level holds the term fewer
+/// times than that level. Ok(false): the budget is spent.
+fn judge_by_bound(
+    ex: &mut Examiner<'_, '_>,
+    cands: Vec<usize>,
+    first: usize,
+    known: Option<u32>,
+) -> Result<bool, IndexError> {
+    let (snap, plan) = (ex.snap, ex.plan);
+    let cat = &snap.catalog;
+    let n = plan.tokens.len();
     // Flat: candidate k's term i at `k * n + i`.
-    let mut most: Vec<Option<u32>> = vec![None; cands.len() * n];
+    let mut most: Vec<Option<u32>> = Vec::with_capacity(cands.len() * n);
+    for _ in 0..cands.len() {
+        most.extend((0..n).map(|i| if plan.narrows(i) { known } else { None }));
+    }
     // By note id: the level lists name ids, and one lookup beats two.
     let at: HashMap<i64, usize, crate::index::db::Ids> = cands
         .iter()
@@ -367,7 +419,7 @@ fn ranked_pass(
             continue;
         }
         let mut alive: Vec<usize> = (0..cands.len()).collect();
-        for &level in &LEVELS {
+        for &level in LEVELS.iter().skip(first) {
             // SECURITY(T-PAGE2): the lists of 32 common terms take long to read; once the budget
             // is spent, the levels not asked stay unknown (the bounds stay true, only looser).
             if ex.ranker.spent() {
@@ -400,16 +452,15 @@ fn ranked_pass(
         // The rest bound lower still.
         if ex.ranker.threshold().is_some_and(|t| bound < t) {
             ex.ranker.more_exist();
-            return Ok(ex.ranker);
+            return Ok(true);
         }
         // Not among the notes whose title, aliases or headings may hold a narrowing term (a
         // term too short to narrow may be in them still).
         if !ex.examine(i, !plan.all_narrow())? {
-            return Ok(ex.ranker);
+            return Ok(false);
         }
     }
-    any_rest(&mut ex, a, plan, range)?;
-    Ok(ex.ranker)
+    Ok(true)
 }
 
 /// Candidates up to this many are all judged, without asking the index for their levels.
