@@ -102,6 +102,8 @@ pub struct ContentArgs {
 struct Plan {
     /// Per term: its `grams::NARROWING_GRAMS` rarest counted tokens (empty: the term cannot narrow).
     tokens: Vec<Vec<String>>,
+    /// Per term: the notes holding its rarest gram.
+    df: Vec<u64>,
     weights: Weights,
     /// The least size of a readable note (bounds the notes not yet named).
     least: u64,
@@ -136,6 +138,7 @@ impl Plan {
         }
         Ok(Plan {
             weights: Weights::new(notes, bytes, &df),
+            df: df.clone(),
             open_fields: tokens.iter().map(Vec::is_empty).collect(),
             tokens,
             least,
@@ -144,6 +147,15 @@ impl Plan {
 
     fn all_narrow(&self) -> bool {
         self.tokens.iter().all(|t| !t.is_empty())
+    }
+
+    /// At most how many notes may match, from the gram counts: the rarest term's (`all`), the
+    /// sum of the terms' (`any`).
+    fn candidates_at_most(&self, mode: Match) -> u64 {
+        match mode {
+            Match::All => self.df.iter().copied().min().unwrap_or(0),
+            Match::Any => self.df.iter().sum(),
+        }
     }
 
     fn narrows(&self, i: usize) -> bool {
@@ -338,35 +350,85 @@ fn ranked_pass(
             return Ok(ex.ranker);
         }
     }
-    // One term: first the notes holding it at least twice (a list far shorter than all the
-    // notes holding it); the others hold it once and are named only if one could still enter.
-    let single = a.terms.len() == 1 && plan.narrows(0);
+    // Many candidates, one term or `any`: first the notes holding a common term at least twice
+    // and every note holding a rare one (lists far shorter than all the notes holding the
+    // terms); every other note holds each common term at most once and no rare one, and the
+    // candidates are named only if one of those could still enter the page. (`all` of several
+    // terms reads its one candidate list: the terms narrow one another.)
+    let top_down = plan.all_narrow()
+        && (a.mode == Match::Any || plan.tokens.len() == 1)
+        && plan.candidates_at_most(a.mode) > TOP_DOWN_FROM;
     // Sorted (by `positions`).
-    let mut twice: Vec<usize> = Vec::new();
-    if single {
-        twice = positions(snap.grams_matching(Grams::Body, &all_of(&plan.tokens[0], LEVELS[0]))?);
-        let unjudged: Vec<usize> = twice
+    let mut seen: Vec<usize> = Vec::new();
+    if top_down {
+        let n = plan.tokens.len();
+        // Per term: whether it is rare (its whole list is read), and the list.
+        let lists = plan
+            .tokens
+            .iter()
+            .zip(&plan.df)
+            .map(|(t, &df)| {
+                let rare = df <= TOP_DOWN_FROM;
+                let level = if rare { 1 } else { LEVELS[0] };
+                Ok((
+                    rare,
+                    positions(snap.grams_matching(Grams::Body, &all_of(t, level))?),
+                ))
+            })
+            .collect::<Result<Vec<(bool, Vec<usize>)>, IndexError>>()?;
+        seen = lists.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        let unjudged: Vec<usize> = seen
             .iter()
             .copied()
             .filter(|p| !ex.examined.contains(p))
             .collect();
-        if !judge_by_bound(&mut ex, unjudged, 1, None)? {
+        // A list that does not name the note: a rare term not at all, a common one at most once.
+        let absent = |rare: bool| Some(if rare { 0 } else { LEVELS[0] - 1 });
+        let mut most = Vec::with_capacity(unjudged.len() * n);
+        for p in &unjudged {
+            most.extend(
+                lists
+                    .iter()
+                    .map(|(rare, l)| l.binary_search(p).map_or(absent(*rare), |_| None)),
+            );
+        }
+        if !judge_by_bound(&mut ex, unjudged, 1, most)? {
             return Ok(ex.ranker);
         }
-        let once = [Some(LEVELS[0] - 1)];
+        let rest: Vec<Option<u32>> = lists.iter().map(|(rare, _)| absent(*rare)).collect();
         if ex
             .ranker
             .threshold()
-            .is_some_and(|t| plan.bound(&once, plan.least) < t)
+            .is_some_and(|t| plan.bound(&rest, plan.least) < t)
         {
             ex.ranker.more_exist();
             return Ok(ex.ranker);
         }
     }
-    let mut cands: Vec<usize> = positions(snap.grams_matching(Grams::Body, &base)?);
-    // The notes named twice are judged or bounded out already (their bound was below the page's,
-    // which only rises), and the bound below is not theirs.
-    cands.retain(|p| !ex.examined.contains(p) && twice.binary_search(p).is_err());
+    // `all`: one list (every note holds every term). `any`: each term's own list, so a note's
+    // bound counts only the terms it may hold (a rare term's weight must not lift every note).
+    let held: Vec<Vec<usize>> = match a.mode {
+        Match::All => Vec::new(),
+        Match::Any => plan
+            .tokens
+            .iter()
+            .map(|t| Ok(positions(snap.grams_matching(Grams::Body, &all_of(t, 1))?)))
+            .collect::<Result<_, IndexError>>()?,
+    };
+    let mut cands: Vec<usize> = match a.mode {
+        Match::All => positions(snap.grams_matching(Grams::Body, &base)?),
+        Match::Any => {
+            let mut c = held.concat();
+            c.sort_unstable();
+            c.dedup();
+            c
+        }
+    };
+    // The notes named above are judged or bounded out already (their bound was below the
+    // page's, which only rises), and the bound below is not theirs.
+    cands.retain(|p| !ex.examined.contains(p) && seen.binary_search(p).is_err());
     if cands.len() <= EXAMINE_ALL {
         // Fewer than the level lists would cost to read: each is judged.
         for i in cands {
@@ -376,37 +438,39 @@ fn ranked_pass(
         }
         return any_rest(&mut ex, a, plan, range).map(|()| ex.ranker);
     }
-    // With one term, what is left was not named twice: it holds the term once.
-    let (first, known) = if single {
+    // After the notes named above, what is left holds each term at most once.
+    let (first, known) = if top_down {
         (LEVELS.len(), Some(LEVELS[0] - 1))
     } else {
         (0, None)
     };
-    if !judge_by_bound(&mut ex, cands, first, known)? {
+    let mut most = Vec::with_capacity(cands.len() * plan.tokens.len());
+    for p in &cands {
+        most.extend((0..plan.tokens.len()).map(|i| match held.get(i) {
+            Some(l) if l.binary_search(p).is_err() => Some(0),
+            _ => known,
+        }));
+    }
+    if !judge_by_bound(&mut ex, cands, first, most)? {
         return Ok(ex.ranker);
     }
     any_rest(&mut ex, a, plan, range)?;
     Ok(ex.ranker)
 }
 
-/// Judges `cands` best bound first until none left can enter the page. A candidate's narrowing
-/// terms occur at most `known` times (`None`: unknown) until the index, asked level by level from
-/// `LEVELS[first]` up, says fewer: a candidate it stops naming at a level holds the term fewer
-/// times than that level. Ok(false): the budget is spent.
+/// Judges `cands` best bound first until none left can enter the page. Candidate k's term i
+/// occurs at most `most[k * n + i]` times (`None`: unknown) until the index, asked level by level
+/// from `LEVELS[first]` up, says fewer: a candidate it stops naming at a level holds the term
+/// fewer times than that level (a known lower count is kept). Ok(false): the budget is spent.
 fn judge_by_bound(
     ex: &mut Examiner<'_, '_>,
     cands: Vec<usize>,
     first: usize,
-    known: Option<u32>,
+    mut most: Vec<Option<u32>>,
 ) -> Result<bool, IndexError> {
     let (snap, plan) = (ex.snap, ex.plan);
     let cat = &snap.catalog;
     let n = plan.tokens.len();
-    // Flat: candidate k's term i at `k * n + i`.
-    let mut most: Vec<Option<u32>> = Vec::with_capacity(cands.len() * n);
-    for _ in 0..cands.len() {
-        most.extend((0..n).map(|i| if plan.narrows(i) { known } else { None }));
-    }
     // By note id: the level lists name ids, and one lookup beats two.
     let at: HashMap<i64, usize, crate::index::db::Ids> = cands
         .iter()
@@ -433,7 +497,8 @@ fn judge_by_bound(
             }
             alive.retain(|&k| {
                 if !named[k] {
-                    most[k * n + i] = Some(level - 1);
+                    let m = &mut most[k * n + i];
+                    *m = Some(m.map_or(level - 1, |m| m.min(level - 1)));
                 }
                 named[k]
             });
@@ -462,6 +527,13 @@ fn judge_by_bound(
     }
     Ok(true)
 }
+
+/// Queries that may match more notes than this read the notes holding a term twice first.
+#[cfg(not(test))]
+const TOP_DOWN_FROM: u64 = 2048;
+/// Small in tests, so a vault of a few hundred notes takes both paths.
+#[cfg(test)]
+const TOP_DOWN_FROM: u64 = 64;
 
 /// Candidates up to this many are all judged, without asking the index for their levels.
 const EXAMINE_ALL: usize = 128;
@@ -829,4 +901,90 @@ pub fn counts(snap: &Snapshot<'_>) -> Result<Counts, IndexError> {
         standards: cat.count(NoteClass::Standard),
         tags: snap.distinct_tags()?,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use policy::{FolderPath, Layout, VaultPath};
+
+    use crate::rank::Match;
+    use crate::reader::Vault;
+    use crate::types::{ContentQuery, SearchPage};
+
+    /// The notes named twice first (`TOP_DOWN_FROM` is 64 here): every page of every mode is the
+    /// scan's. (`tests/index_exact.rs` covers the path that names all candidates first.)
+    #[test]
+    fn reading_the_notes_named_twice_first_ranks_as_the_scan_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seed = 11u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let words = ["lighthouse", "orchard", "lantern", "harbor", "注意力", "x"];
+        for i in 0..300 {
+            let mut body = String::new();
+            if next(10) == 0 {
+                body.push_str(&format!("# About the {}\n", words[next(6) as usize]));
+            }
+            for _ in 0..next(25) {
+                let w = words[next(6) as usize];
+                let filler = "filler text ".repeat(next(8) as usize);
+                body.push_str(&format!("{filler}{w} {}\n", if next(3) == 0 { w } else { "and" }));
+            }
+            let p = dir.path().join(format!("n/{i:03}.md"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, format!("---\ntitle: Note {i}\n---\n{body}")).unwrap();
+        }
+        let layout = Layout::new(
+            vec![FolderPath::Root],
+            vec![],
+            VaultPath::parse("inbox").unwrap(),
+            None,
+        );
+        let scan = Vault::open(dir.path(), layout.clone()).unwrap();
+        let ix = Vault::open(dir.path(), layout).unwrap();
+        ix.refresh_index(false, &mut |_, _| {}).unwrap();
+        assert!(ix.wait_index_ready(Duration::ZERO));
+        for q in [
+            "lighthouse",
+            "lighthouse orchard",
+            "harbor 注意力",
+            "lantern harbor orchard",
+        ] {
+            for mode in [Match::All, Match::Any] {
+                for limit in [Some(1), Some(7), None] {
+                    let cq = ContentQuery {
+                        query: q.to_owned(),
+                        mode,
+                        limit,
+                        ..ContentQuery::default()
+                    };
+                    let (mut from_s, mut from_i) = (SearchPage::default(), SearchPage::default());
+                    for _ in 0..8 {
+                        let (a, na) = scan.search_content_page(&cq, &from_s).unwrap();
+                        let (b, nb) = ix.search_content_page(&cq, &from_i).unwrap();
+                        assert_eq!(
+                            serde_json::to_string(&a).unwrap(),
+                            serde_json::to_string(&b).unwrap(),
+                            "{cq:?}"
+                        );
+                        assert_eq!(na, nb, "{cq:?}");
+                        match na {
+                            Some(n) => {
+                                from_s.from = n.clone();
+                                from_i.from = n;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
