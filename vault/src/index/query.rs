@@ -372,7 +372,12 @@ fn ranked_pass(
                 let level = if rare { 1 } else { LEVELS[0] };
                 Ok((
                     rare,
-                    positions(snap.grams_matching(Grams::Body, &all_of(t, level))?),
+                    // A level list by the rarest gram alone: a second gram's list costs more
+                    // to intersect than the few notes it would remove cost to bound.
+                    positions(snap.grams_matching(
+                        Grams::Body,
+                        &all_of(&t[..t.len().min(if rare { 2 } else { 1 })], level),
+                    )?),
                 ))
             })
             .collect::<Result<Vec<(bool, Vec<usize>)>, IndexError>>()?;
@@ -490,7 +495,8 @@ fn judge_by_bound(
                 break 'terms;
             }
             named.fill(false);
-            for id in snap.grams_matching(Grams::Body, &all_of(tokens, level))? {
+            // The rarest gram alone (see above): looser by a few notes, cheaper by a list.
+            for id in snap.grams_matching(Grams::Body, &all_of(&tokens[..1], level))? {
                 if let Some(&k) = at.get(&id) {
                     named[k] = true;
                 }
