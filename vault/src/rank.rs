@@ -46,15 +46,12 @@ pub struct TermFacts {
     pub heading: bool,
 }
 
-/// A matching note, judged: what it holds of each term, and its hit lines.
+/// A matching note, judged: what it holds of each term.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Judged<'b> {
+pub struct Judged {
     /// The text's length in bytes.
     pub len: u64,
     pub terms: Vec<TermFacts>,
-    /// Its hit lines `(terms held, 1-based line, text)`, the lines holding the most terms first
-    /// (then by line), at most `per_note`.
-    pub lines: Vec<(u32, u32, &'b str)>,
 }
 
 /// A note's title and aliases, or that they (and its headings) are known to hold no term.
@@ -68,15 +65,8 @@ pub enum Fields<'f> {
 }
 
 /// Judges a note: `folded` is `search::fold(body)`, `terms` folded and distinct. `None` when the
-/// note does not match.
-pub fn judge<'b>(
-    body: &'b str,
-    folded: &str,
-    terms: &[String],
-    mode: Match,
-    fields: &Fields<'_>,
-    per_note: usize,
-) -> Option<Judged<'b>> {
+/// note does not match. Its lines are found only for a note that enters the page (`hit_lines`).
+pub fn judge(body: &str, folded: &str, terms: &[String], mode: Match, fields: &Fields<'_>) -> Option<Judged> {
     let tf: Vec<u32> = terms
         .iter()
         .map(|t| u32::try_from(folded.matches(t.as_str()).count()).unwrap_or(u32::MAX))
@@ -88,28 +78,6 @@ pub fn judge<'b>(
     if !matches {
         return None;
     }
-    let mut lines = Vec::new();
-    // Folding keeps every line break where it is (no character folds to or from one), so line k
-    // of the folded text is the fold of line k; a lone CR ends a line as people count them.
-    for (n, (line, f)) in policy::text::lines(body)
-        .zip(policy::text::lines(folded))
-        .enumerate()
-    {
-        let held = terms
-            .iter()
-            .zip(&tf)
-            .filter(|(t, n)| **n > 0 && f.contains(t.as_str()))
-            .count();
-        if held > 0 {
-            lines.push((
-                u32::try_from(held).unwrap_or(u32::MAX),
-                u32::try_from(n + 1).unwrap_or(u32::MAX),
-                line,
-            ));
-        }
-    }
-    lines.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    lines.truncate(per_note.max(1));
     let facts = match fields {
         Fields::None => tf
             .iter()
@@ -137,8 +105,41 @@ pub fn judge<'b>(
     Some(Judged {
         len: body.len() as u64,
         terms: facts,
-        lines,
     })
+}
+
+/// A judged note's hit lines `(terms held, 1-based line, text)`, the lines holding the most terms
+/// first (then by line), at most `per_note`.
+pub fn hit_lines<'b>(
+    body: &'b str,
+    folded: &str,
+    terms: &[String],
+    j: &Judged,
+    per_note: usize,
+) -> Vec<(u32, u32, &'b str)> {
+    let mut lines = Vec::new();
+    // Folding keeps every line break where it is (no character folds to or from one), so line k
+    // of the folded text is the fold of line k; a lone CR ends a line as people count them.
+    for (n, (line, f)) in policy::text::lines(body)
+        .zip(policy::text::lines(folded))
+        .enumerate()
+    {
+        let held = terms
+            .iter()
+            .zip(&j.terms)
+            .filter(|(t, n)| n.tf > 0 && f.contains(t.as_str()))
+            .count();
+        if held > 0 {
+            lines.push((
+                u32::try_from(held).unwrap_or(u32::MAX),
+                u32::try_from(n + 1).unwrap_or(u32::MAX),
+                line,
+            ));
+        }
+    }
+    lines.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    lines.truncate(per_note.max(1));
+    lines
 }
 
 /// The collection statistics a score needs: each term's idf and the mean note length.
@@ -182,7 +183,7 @@ impl Weights {
     }
 
     /// The note's score.
-    pub fn score(&self, j: &Judged<'_>) -> u32 {
+    pub fn score(&self, j: &Judged) -> u32 {
         let mut s = 0.0;
         for (t, idf) in j.terms.iter().zip(&self.idf) {
             let mut x = self.part(Some(t.tf), j.len);
@@ -304,6 +305,14 @@ impl<T> NoteRanker<T> {
             .flatten()
     }
 
+    /// Whether a note of this score at `path` can no longer enter the page (the caller then
+    /// skips finding its lines and calls `more_exist`).
+    pub fn cannot_enter(&self, score: u32, path: &str) -> bool {
+        self.threshold().is_some_and(|t| {
+            score < t || (score == t && self.kept.last().is_some_and(|k| k.path.as_str() < path))
+        })
+    }
+
     /// Notes the caller knows exist but will not examine (they cannot enter the page).
     pub fn more_exist(&mut self) {
         self.more = true;
@@ -396,22 +405,14 @@ mod tests {
     use super::*;
     use crate::search::fold;
 
-    fn judged(body: &str, q: &[&str], mode: Match) -> Option<Judged<'static>> {
-        let body: &'static str = Box::leak(body.to_owned().into_boxed_str());
+    fn judged(body: &str, q: &[&str], mode: Match) -> Option<Judged> {
         let terms: Vec<String> = q.iter().map(|t| fold(t)).collect();
-        let folded: &'static str = Box::leak(fold(body).into_boxed_str());
-        let aliases: &'static [String] = Box::leak(vec!["Alias".to_owned()].into_boxed_slice());
-        judge(
-            body,
-            folded,
-            &terms,
-            mode,
-            &Fields::Some {
-                title: "A Title",
-                aliases,
-            },
-            3,
-        )
+        let aliases = vec!["Alias".to_owned()];
+        let fields = Fields::Some {
+            title: "A Title",
+            aliases: &aliases,
+        };
+        judge(body, &fold(body), &terms, mode, &fields)
     }
 
     #[test]
@@ -424,9 +425,14 @@ mod tests {
 
     #[test]
     fn lines_holding_the_most_terms_come_first_at_most_per_note() {
-        let j = judged("a x\nb\na b\nb a\na\n", &["a", "b"], Match::All).unwrap();
+        let body = "a x\nb\na b\nb a\na\n";
+        let j = judged(body, &["a", "b"], Match::All).unwrap();
+        let terms = ["a".to_owned(), "b".to_owned()];
         assert_eq!(
-            j.lines.iter().map(|l| (l.0, l.1)).collect::<Vec<_>>(),
+            hit_lines(body, &fold(body), &terms, &j, 3)
+                .iter()
+                .map(|l| (l.0, l.1))
+                .collect::<Vec<_>>(),
             [(2, 3), (2, 4), (1, 1)]
         );
     }
@@ -474,7 +480,6 @@ mod tests {
                 },
                 TermFacts::default(),
             ],
-            lines: Vec::new(),
         };
         assert!(w.score(&one(3, 1000, false)) > w.score(&one(1, 1000, false)));
         assert!(w.score(&one(1, 500, false)) > w.score(&one(1, 5000, false)));
@@ -488,7 +493,6 @@ mod tests {
                 },
                 TermFacts::default(),
             ],
-            lines: vec![],
         };
         let common = Judged {
             len: 1000,
@@ -499,7 +503,6 @@ mod tests {
                     ..TermFacts::default()
                 },
             ],
-            lines: vec![],
         };
         assert!(w.score(&rare) > w.score(&common));
     }
@@ -514,7 +517,7 @@ mod tests {
         ) {
             let w = Weights::new(n, n * 3000, &vec![df; tf.len()]);
             let terms: Vec<TermFacts> = tf.iter().zip(&fields).map(|(&tf, &f)| TermFacts { tf, title: f && tf > 0, alias: f && tf > 0, heading: f && tf > 0 }).collect();
-            let j = Judged { len, terms, lines: vec![] };
+            let j = Judged { len, terms };
             let most: Vec<Option<u32>> = tf.iter().zip(&most_extra).map(|(t, e)| Some(t + e)).collect();
             proptest::prop_assert!(w.bound(&most, &fields[..tf.len()], len) >= w.score(&j));
             let unknown = vec![None; tf.len()];
@@ -540,7 +543,12 @@ mod tests {
             for _ in 0..100 {
                 let mut r: NoteRanker<()> = NoteRanker::new(&SearchPage { from: from.clone(), budget: None }, limit);
                 for (p, s, n) in &order {
-                    r.offer(*s, p, (1..=*n as u32).map(|l| (l, ())).collect());
+                    // As the readers do: a note that cannot enter is not offered.
+                    if r.cannot_enter(*s, p) {
+                        r.more_exist();
+                    } else {
+                        r.offer(*s, p, (1..=*n as u32).map(|l| (l, ())).collect());
+                    }
                 }
                 let (hits, truncated, next) = r.finish();
                 proptest::prop_assert!(hits.len() <= limit);

@@ -23,7 +23,7 @@ use crate::index::query::ContentArgs;
 use crate::index::{Index, IndexError, IndexHealth, SETTLE_WAIT, SyncReport, catalog_walk};
 use crate::links::{Resolution, Resolver};
 use crate::note::{Note, stem};
-use crate::rank::{Fields, NoteRanker, Weights, judge};
+use crate::rank::{Fields, NoteRanker, Weights, hit_lines, judge};
 use crate::search::{Ranker, Step, fold, fold_into, knowledge_score, parse_terms, snippet};
 use crate::types::{
     ContentHit, ContentHits, ContentQuery, Counts, KnowledgeHit, KnowledgeHits, ListNotes, ListStandards,
@@ -543,14 +543,17 @@ impl Vault {
                 title: &note.title,
                 aliases: &note.aliases,
             };
-            let Some(j) = judge(&text, &folded, &terms, q.mode, &fields, per_note) else {
+            let Some(j) = judge(&text, &folded, &terms, q.mode, &fields) else {
                 continue;
             };
             let score = weights.score(&j);
-            let hits = j
-                .lines
-                .iter()
-                .map(|(_, line, text)| (*line, snippet(text, &terms)))
+            if ranker.cannot_enter(score, e.path.as_str()) {
+                ranker.more_exist();
+                continue;
+            }
+            let hits = hit_lines(&text, &folded, &terms, &j, per_note)
+                .into_iter()
+                .map(|(_, line, text)| (line, snippet(text, &terms)))
                 .collect();
             ranker.offer(score, e.path.as_str(), hits);
         }

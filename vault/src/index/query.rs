@@ -15,7 +15,7 @@ use crate::index::grams::{LEVELS, NARROWING_GRAMS, all_of, match_query, term_que
 use crate::index::record::{from_nanos, name_key, nanos};
 use crate::links::{Link, Resolution};
 use crate::note::{Note, NoteHeader, stem};
-use crate::rank::{Fields, Match, NoteRanker, RankedHit, Weights, judge};
+use crate::rank::{Fields, Match, NoteRanker, RankedHit, Weights, hit_lines, judge};
 use crate::reader::{cap_standards, knowledge_page, knowledge_top, recent_is_after, rfc3339};
 use crate::search::{Ranker, Step, fold_into, knowledge_score, snippet};
 use crate::types::{
@@ -648,21 +648,18 @@ impl Examiner<'_, '_> {
             Some((title, aliases)) => Fields::Some { title, aliases },
             None => Fields::None,
         };
-        let Some(j) = judge(
-            body,
-            &self.folded,
-            &self.a.terms,
-            self.a.mode,
-            &fields,
-            self.a.per_note,
-        ) else {
+        let Some(j) = judge(body, &self.folded, &self.a.terms, self.a.mode, &fields) else {
             return Ok(true);
         };
         let score = self.plan.weights.score(&j);
-        let hits = j
-            .lines
-            .iter()
-            .map(|(_, line, text)| (*line, (i, (*text).to_owned())))
+        // Most notes of a common term score below the page: their lines are never looked for.
+        if self.ranker.cannot_enter(score, e.path.as_str()) {
+            self.ranker.more_exist();
+            return Ok(true);
+        }
+        let hits = hit_lines(body, &self.folded, &self.a.terms, &j, self.a.per_note)
+            .into_iter()
+            .map(|(_, line, text)| (line, (i, text.to_owned())))
             .collect();
         self.ranker.offer(score, e.path.as_str(), hits);
         Ok(true)
