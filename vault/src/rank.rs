@@ -213,7 +213,9 @@ impl Weights {
             }
             s += idf * x;
         }
-        quantize(s, f64::ceil)
+        // Rounded as scores are (rounding keeps order, so a score never rounds above the bound
+        // of a larger sum); the epsilon covers a last-bit difference between the two sums.
+        quantize(s + 1e-9, f64::round)
     }
 }
 

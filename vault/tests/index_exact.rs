@@ -458,3 +458,39 @@ fn a_spent_budget_answers_ranked_and_truncated_without_a_cursor() {
     let (all, _) = ix.search_content_page(&q, &vault::SearchPage::default()).unwrap();
     assert_eq!(all.hits.len(), 60);
 }
+
+/// In a large vault a term in every note (or one too short to narrow) weighs nothing: every
+/// score rounds to 0, the ranking is path order, and the index stops after the page instead of
+/// judging every note. It must still answer what the scan answers, page for page.
+#[test]
+fn terms_in_every_note_rank_by_path_as_the_scan_does() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..7000 {
+        let extra = if i % 7 == 0 { "x common x\n" } else { "" };
+        write(
+            dir.path(),
+            &format!("n/{i:04}.md"),
+            format!("# N{i}\ncommon x {i}\n{extra}").as_bytes(),
+            t(1),
+        );
+    }
+    let (scan, ix) = pair(dir.path());
+    for q in ["x", "common", "common x"] {
+        let cq = query(q, Some(5), &[], None);
+        let (mut from_s, mut from_i) = (vault::SearchPage::default(), vault::SearchPage::default());
+        for page in 0..2 {
+            let (a, na) = scan.search_content_page(&cq, &from_s).unwrap();
+            let (b, nb) = ix.search_content_page(&cq, &from_i).unwrap();
+            assert_eq!(
+                serde_json::to_string(&a).unwrap(),
+                serde_json::to_string(&b).unwrap(),
+                "{q} page {page}"
+            );
+            assert!(b.hits.iter().all(|h| h.score == 0), "{b:?}");
+            assert!(b.truncated && nb.is_some());
+            assert_eq!(na, nb);
+            from_s.from = na.unwrap();
+            from_i.from = nb.unwrap();
+        }
+    }
+}

@@ -330,9 +330,25 @@ fn ranked_pass(
         p
     };
 
-    let Some(base) = plan.base_query(a.mode) else {
-        // No term narrows: every note in scope is examined, in path order.
+    // When no note can score above 0 (terms in nearly every note, or too short to narrow, in a
+    // large vault: their weight rounds away), the ranking is path order: notes are examined in it,
+    // and the search stops once a note can no longer enter. Likewise when no term narrows.
+    let unknown = vec![None; plan.tokens.len()];
+    let any_field = vec![true; plan.tokens.len()];
+    let flat = plan.weights.bound(&unknown, &any_field, plan.least) == 0;
+    let Some(base) = plan.base_query(a.mode).filter(|_| !flat) else {
         for i in range.clone() {
+            let e = &cat.entries[i];
+            // Field bonuses included: these notes were not sorted by the head stage.
+            let bound = plan.weights.bound(&unknown, &any_field, e.size);
+            if ex.ranker.cannot_enter(bound, e.path.as_str()) {
+                ex.ranker.more_exist();
+                // In path order the rest bound no higher once the bound is flat.
+                if flat {
+                    break;
+                }
+                continue;
+            }
             if !ex.examine(i, true)? {
                 break;
             }
@@ -520,8 +536,8 @@ fn judge_by_bound(
         .map(|(&p, m)| (plan.bound(m, cat.entries[p].size), std::cmp::Reverse(p)))
         .collect();
     while let Some((bound, std::cmp::Reverse(i))) = order.pop() {
-        // The rest bound lower still.
-        if ex.ranker.threshold().is_some_and(|t| bound < t) {
+        // The rest bound lower still, or as low and later by path.
+        if ex.ranker.cannot_enter(bound, cat.entries[i].path.as_str()) {
             ex.ranker.more_exist();
             return Ok(true);
         }
