@@ -231,15 +231,14 @@ pub enum Step {
     Stop,
 }
 
-/// One page of a ranked search (score descending, then path, then line), shared by both
-/// searches on both paths (scan and index). The caller offers the hit lines of each note in
-/// (path, line) order; the ranker keeps, per score, only the first `limit` (nothing later in
-/// path order can displace them).
+/// One page of `search_knowledge` (score descending, then path), on both paths (scan and index).
+/// The caller offers the hits of each note in path order; the ranker keeps, per score, only the
+/// first `limit` (nothing later in path order can displace them).
 ///
 /// SECURITY(T-PAGE2): once the page's deadline passes, the ranker stops the examination (after
-/// at least one note, so every page makes progress) and the page answers, ranked, the hits up to
-/// the `limit`-th hit in path order; the next page starts examining right after it, still
-/// skipping what ranked before `after`. Every hit is answered exactly once across the pages.
+/// at least one note, so every call answers something) and the page answers the hits found so
+/// far, ranked, `truncated`, with no position to continue from. (`start` is still honoured for a
+/// cursor an earlier build made.)
 pub struct Ranker<T> {
     limit: usize,
     start: Option<(Key, u32)>,
@@ -250,8 +249,6 @@ pub struct Ranker<T> {
     buckets: BTreeMap<u32, Vec<Ranked<T>>>,
     /// Hits offered (after `start` and `after`).
     total: usize,
-    /// The `limit`-th of those, in path order.
-    limit_th: Option<(String, u32)>,
     last_note: Option<String>,
     cut: bool,
 }
@@ -269,7 +266,6 @@ impl<T> Ranker<T> {
             deadline: page.budget.map(|b| Instant::now() + b),
             buckets: BTreeMap::new(),
             total: 0,
-            limit_th: None,
             last_note: None,
             cut: false,
         }
@@ -315,9 +311,6 @@ impl<T> Ranker<T> {
             }
         }
         self.total += 1;
-        if self.total == self.limit {
-            self.limit_th = Some((path.to_owned(), line));
-        }
         let bucket = self.buckets.entry(score).or_default();
         if bucket.len() < self.limit {
             bucket.push(Ranked {
@@ -337,36 +330,17 @@ impl<T> Ranker<T> {
     /// The page: its hits, whether more may exist, and where the next page starts.
     pub fn finish(self) -> (Vec<Ranked<T>>, bool, Option<SearchPos>) {
         if self.cut {
-            // Only the hits up to the `limit`-th in path order: every hit after `after` in
-            // that stretch is answered now, and the next page examines what follows it.
-            let bound = self.limit_th.clone();
-            let mut hits: Vec<Ranked<T>> = self
+            // SECURITY(T-PAGE2): the hits found so far, ranked among themselves; no position to
+            // go on from (docs/contract.md#limits-and-pagination: a ranking cut short cannot be
+            // continued, a narrower query can).
+            let hits: Vec<Ranked<T>> = self
                 .buckets
                 .into_values()
+                .rev()
                 .flatten()
-                .filter(|h| {
-                    bound
-                        .as_ref()
-                        .is_none_or(|(p, l)| (h.path.as_str(), h.line) <= (p.as_str(), *l))
-                })
+                .take(self.limit)
                 .collect();
-            hits.sort_by(|a, b| {
-                b.score
-                    .cmp(&a.score)
-                    .then_with(|| (&a.path, a.line).cmp(&(&b.path, b.line)))
-            });
-            let start = match bound {
-                Some((p, l)) => (Key::exact(&p), l),
-                None => (
-                    Key::exact(self.last_note.as_deref().unwrap_or_default()),
-                    u32::MAX,
-                ),
-            };
-            let next = SearchPos {
-                start: Some(start),
-                after: self.after,
-            };
-            return (hits, true, Some(next));
+            return (hits, true, None);
         }
         let truncated = self.total > self.limit;
         let hits: Vec<Ranked<T>> = self
@@ -422,7 +396,10 @@ mod tests {
                 }
             }
             let (hits, truncated, next) = r.finish();
-            assert_eq!(truncated, next.is_some());
+            // Without a budget, truncated says a next page exists; a page cut by its budget is
+            // truncated and ends the walk.
+            assert!(truncated || next.is_none());
+            assert!(budget || truncated == next.is_some());
             pages.push(hits.into_iter().map(|h| (h.score, h.path, h.line)).collect());
             match next {
                 Some(n) => from = n,
@@ -461,7 +438,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn pages_answer_every_hit_once_with_and_without_a_budget(
+        fn pages_answer_every_hit_once_and_a_spent_budget_answers_one_page(
             raw in proptest::collection::vec(proptest::collection::vec((1u32..=3, 1u32..30), 0..6), 0..25),
             limit in 1usize..7,
         ) {
@@ -484,17 +461,22 @@ mod tests {
             let flat: Vec<_> = pages.iter().flatten().cloned().collect();
             proptest::prop_assert_eq!(&flat, &all);
             proptest::prop_assert!(pages.iter().all(|p| p.len() <= limit));
-            // With the budget always spent, every hit still comes exactly once, each page ranked.
+            // With the budget always spent, the walk goes as without one until a page is cut:
+            // that page answers hits found so far, ranked, and ends the walk.
+            let unbudgeted = pages;
             let pages = walk_pages(&notes, limit, true);
-            for p in &pages {
-                let mut ranked = p.clone();
-                rank(&mut ranked);
-                proptest::prop_assert_eq!(&ranked, p);
-                proptest::prop_assert!(p.len() <= limit);
-            }
-            let mut flat: Vec<_> = pages.into_iter().flatten().collect();
-            rank(&mut flat);
-            proptest::prop_assert_eq!(flat, all);
+            let (last, before) = pages.split_last().unwrap();
+            proptest::prop_assert_eq!(before, &unbudgeted[..before.len()]);
+            let mut ranked = last.clone();
+            rank(&mut ranked);
+            proptest::prop_assert_eq!(&ranked, last);
+            proptest::prop_assert!(last.len() <= limit);
+            let mut seen: Vec<_> = pages.iter().flatten().cloned().collect();
+            proptest::prop_assert!(seen.iter().all(|h| all.contains(h)));
+            let n = seen.len();
+            seen.sort();
+            seen.dedup();
+            proptest::prop_assert_eq!(seen.len(), n, "a hit came twice");
         }
     }
 
