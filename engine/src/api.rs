@@ -325,6 +325,31 @@ pub struct ApplyArgs {
     pub idempotency_key: String,
 }
 
+/// `approve_proposal_in_app` (app-only: the approval card calls it, never the model).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApproveInAppArgs {
+    pub vault: Option<String>,
+    /// The proposal id.
+    pub id: String,
+    /// The sealed approval the card received in a result's `_meta["vaultgate/approval"]`.
+    pub approval: String,
+    /// One key per click; repeat a lost answer only with the same key.
+    pub idempotency_key: String,
+}
+
+/// `reject_proposal_in_app` (app-only).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RejectInAppArgs {
+    pub vault: Option<String>,
+    pub id: String,
+    pub approval: String,
+    /// Why the person rejected it.
+    pub reason: String,
+    pub idempotency_key: String,
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProposedOut {
@@ -402,7 +427,7 @@ pub struct GetProposalOut {
     pub reject_reason: Option<String>,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RejectOut {
     pub rejected: bool,

@@ -93,6 +93,34 @@ impl Writes<'_> {
         )
     }
 
+    /// `approve_proposal_in_app`: the card's Approve (docs/contract.md#the-review-page-and-in-client-approval),
+    /// `apply_proposal` for the hash the sealed approval was minted for, the approval standing
+    /// in for the person's yes (used once; every check of the apply again under the lock).
+    pub fn approve_in_app(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        id: &ProposalId,
+        approval: &str,
+        idempotency_key: &str,
+    ) -> Result<ApplyOut, GatewayError> {
+        let crate::core::Actor::Caller(c) = call.actor() else {
+            return Err(GatewayError::CapabilityDenied("the card is a client's".into()));
+        };
+        let hash = self
+            .core
+            .approvals()
+            .app_approved_hash(&c.credential, v, id, approval)?;
+        self.apply_proposal(
+            call,
+            v,
+            id,
+            &hash,
+            idempotency_key,
+            &ClientApproval::App(approval),
+        )
+    }
+
     /// `apply_proposal` under the vault's write lock, its key unused and interrupted writes
     /// settled: the checks of docs/contract.md#applying-a-proposal, then the transaction.
     fn apply_locked(
@@ -242,11 +270,11 @@ impl Writes<'_> {
                 actor: call.actor().audit_actor(),
                 actor_label: call.actor().label(),
                 event: call.event().to_owned(),
-                tool: "apply_proposal".into(),
+                tool: call.tool().into(),
                 args_hash,
                 idempotency: Some((principal, idempotency_key.to_owned())),
                 log_offset: self.core.audit.end_offset()?,
-                approval: approved.map(|_| "client".to_owned()),
+                approval: approved.map(|a| a.via.as_str().to_owned()),
             },
             started_at: rfc3339(now),
             rolling_back: false,

@@ -50,6 +50,35 @@ pub enum ClientApproval<'a> {
     Defer,
     /// 2026-07-28, the retry: the sealed state the question went out with, and the answer.
     Answered { state: &'a str, answer: ApprovalAnswer },
+    /// The approval card (MCP Apps): the person clicked Approve on the card, which carries the
+    /// sealed approval this server put in a result's `_meta` ([`Approvals::app_approval`]).
+    App(&'a str),
+}
+
+/// Where a person's yes came from, as the audit record names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Elicitation, or the 2026-07-28 input-required round.
+    Client,
+    /// The approval card's Approve or Reject.
+    App,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Client => "client",
+            Via::App => "app",
+        }
+    }
+}
+
+/// A sealed approval for the card: the value goes only into result `_meta`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppApproval {
+    pub value: String,
+    /// Unix seconds; the card asks `get_proposal` for a fresh one after it.
+    pub expires_at: i64,
 }
 
 /// A question to return in an input-required result, with the state that binds its answer.
@@ -65,6 +94,7 @@ pub struct ApprovalRequest {
 pub(crate) struct Approved {
     proposal_id: String,
     proposal_hash: String,
+    pub(crate) via: Via,
 }
 
 impl Approved {
@@ -189,6 +219,9 @@ impl Approvals<'_> {
             return Ok(None);
         };
         let cred = &caller.credential;
+        if let ClientApproval::App(sealed) = approval {
+            return self.use_app_approval(cred, v, id, sealed).map(Some);
+        }
         if !cred.approve_in_client {
             return Ok(None);
         }
@@ -208,8 +241,13 @@ impl Approvals<'_> {
         let approved = || Approved {
             proposal_id: row.id.clone(),
             proposal_hash: recorded_hash.to_owned(),
+            via: Via::Client,
         };
         match approval {
+            // Answered above.
+            ClientApproval::App(_) => Err(GatewayError::Internal(
+                "an app approval reached the question".into(),
+            )),
             ClientApproval::Unavailable => Err(GatewayError::CapabilityDenied(format!(
                 "the '{}' tier may apply this proposal only with a person's approval, and this client \
                  cannot ask one (it declared no form elicitation); approve it on the review page \
@@ -259,16 +297,155 @@ impl Approvals<'_> {
         }
     }
 
+    /// The sealed approval the card may carry for proposal `id`, or `None` when this credential
+    /// may not decide it with a person's click (docs/contract.md#the-review-page-and-in-client-approval):
+    /// it opted in, the proposal is pending, and its tier one step up may apply it. The edge asks
+    /// only for sessions that declared the UI extension, and puts the value only in `_meta`.
+    pub fn app_approval(
+        &self,
+        cred: &inbox::Credential,
+        v: &VaultHandle,
+        id: &ProposalId,
+    ) -> Result<Option<AppApproval>, GatewayError> {
+        if !cred.approve_in_client {
+            return Ok(None);
+        }
+        let row = match self.core.proposals().pending(v, id.as_str()) {
+            Ok(row) => row,
+            Err(_) => return Ok(None),
+        };
+        if may_apply(cred, &row.created_by) == policy::MayApply::Deny {
+            return Ok(None);
+        }
+        let hash = row
+            .meta
+            .get("proposalHash")
+            .and_then(|h| h.as_str())
+            .unwrap_or_default();
+        let ttl = i64::try_from(self.approval_timeout().as_secs()).unwrap_or(i64::MAX);
+        let sealed = AppSealed {
+            c: cred.id.as_str().to_owned(),
+            v: v.id.clone(),
+            p: row.id.clone(),
+            h: hash.to_owned(),
+            n: uuid::Uuid::new_v4().simple().to_string(),
+            e: now_unix().saturating_add(ttl),
+        };
+        let body =
+            hex::encode(serde_json::to_vec(&sealed).map_err(|e| GatewayError::Internal(e.to_string()))?);
+        let tag = ring::hmac::sign(&self.approval_key(), &app_message(&body));
+        Ok(Some(AppApproval {
+            value: format!("{body}.{}", hex::encode(tag.as_ref())),
+            expires_at: sealed.e,
+        }))
+    }
+
+    /// The proposal hash a sealed card approval was minted for, if it is one of ours for this
+    /// credential, vault and proposal (not yet checked for expiry or use): the hash the apply
+    /// then names, so check 3 holds the person to what the card showed.
+    pub fn app_approved_hash(
+        &self,
+        cred: &inbox::Credential,
+        v: &VaultHandle,
+        id: &ProposalId,
+        sealed: &str,
+    ) -> Result<ProposalHash, GatewayError> {
+        let s = self.open_app(cred, v, id, sealed)?;
+        Ok(ProposalHash::from_wire(s.h))
+    }
+
+    fn open_app(
+        &self,
+        cred: &inbox::Credential,
+        v: &VaultHandle,
+        id: &ProposalId,
+        sealed: &str,
+    ) -> Result<AppSealed, GatewayError> {
+        // SECURITY(T-APPROVE3): missing, forged, another credential's or another proposal's
+        // approval: refused alike, before anything in it is believed.
+        let denied = || {
+            GatewayError::CapabilityDenied(
+                "this approval is not one this server gave this credential for this proposal; \
+                 the card asks get_proposal for a fresh one (or decide on the review page)"
+                    .into(),
+            )
+        };
+        if sealed.len() > MAX_STATE_BYTES {
+            return Err(denied());
+        }
+        let (body, tag) = sealed.split_once('.').ok_or_else(denied)?;
+        let tag = hex::decode(tag).map_err(|_| denied())?;
+        ring::hmac::verify(&self.approval_key(), &app_message(body), &tag).map_err(|_| denied())?;
+        let bytes = hex::decode(body).map_err(|_| denied())?;
+        let s: AppSealed = serde_json::from_slice(&bytes).map_err(|_| denied())?;
+        if s.c != cred.id.as_str() || s.v != v.id || s.p != id.as_str() {
+            return Err(denied());
+        }
+        Ok(s)
+    }
+
+    /// An Approve or Reject click on the card: the sealed approval opened, in time, for a
+    /// credential that (still) opted in and may decide this proposal one step up, used once.
+    fn use_app_approval(
+        &self,
+        cred: &inbox::Credential,
+        v: &VaultHandle,
+        id: &ProposalId,
+        sealed: &str,
+    ) -> Result<Approved, GatewayError> {
+        let s = self.open_app(cred, v, id, sealed)?;
+        if now_unix() >= s.e {
+            return Err(GatewayError::CapabilityDenied(
+                "this approval expired; the card asks get_proposal for a fresh one".into(),
+            ));
+        }
+        if !cred.approve_in_client {
+            return Err(GatewayError::CapabilityDenied(
+                "this credential no longer approves in the client; decide on the review page or with the CLI"
+                    .into(),
+            ));
+        }
+        // SECURITY(T-APPROVE2): one click, one decision, in any process; used before the
+        // proposal is looked at, so a replayed approval is refused as one whatever became of it.
+        if !self.core.state.use_approval(&s.n, s.e)? {
+            return Err(GatewayError::CapabilityDenied(
+                "this approval was already used; the card asks get_proposal for a fresh one".into(),
+            ));
+        }
+        let row = self.core.proposals().pending(v, id.as_str())?;
+        if may_apply(cred, &row.created_by) == policy::MayApply::Deny {
+            return Err(GatewayError::CapabilityDenied(format!(
+                "the '{}' tier may not decide this proposal, even with a person's approval",
+                cred.tier
+            )));
+        }
+        Ok(Approved {
+            proposal_id: s.p,
+            proposal_hash: s.h,
+            via: Via::App,
+        })
+    }
+
+    /// A Reject click on the card: the approval used once, then the credential's tier one step
+    /// up must allow deciding this proposal. Returns what the record names.
+    pub(crate) fn app_reject(
+        &self,
+        call: &Call<'_>,
+        v: &VaultHandle,
+        id: &ProposalId,
+        sealed: &str,
+    ) -> Result<Approved, GatewayError> {
+        let Actor::Caller(caller) = call.actor() else {
+            return Err(GatewayError::CapabilityDenied("the card is a client's".into()));
+        };
+        self.use_app_approval(&caller.credential, v, id, sealed)
+    }
+
     /// The question for proposal `id`, built from what the CLI and the review page show.
     fn approval_question(&self, v: &VaultHandle, id: &ProposalId) -> Result<ApprovalQuestion, GatewayError> {
         let p = self.core.proposals().get_proposal(v, id)?;
         let it = &p.item;
-        let (added, removed) = if it.kind == "move" {
-            // A move changes what its link rewrites change: the person sees their size.
-            self.move_rewrite_counts(v, it.from.as_deref().unwrap_or_default(), &it.target)?
-        } else {
-            proposals::diff::counts(&proposals::diff::hunks(&p.diff))
-        };
+        let (added, removed) = self.change_size(v, &p)?;
         Ok(ApprovalQuestion {
             message: approval_message(
                 &v.id,
@@ -281,6 +458,22 @@ impl Approvals<'_> {
             ),
             timeout: self.approval_timeout(),
         })
+    }
+
+    /// The `+N −M` a person is shown for a proposal: its diff's lines, or for a move the lines
+    /// its link rewrites change (the question, the card).
+    pub fn change_size(
+        &self,
+        v: &VaultHandle,
+        p: &crate::api::GetProposalOut,
+    ) -> Result<(u64, u64), GatewayError> {
+        let it = &p.item;
+        if it.kind == "move" && it.status == "pending" {
+            // A move changes what its link rewrites change: the person sees their size.
+            self.move_rewrite_counts(v, it.from.as_deref().unwrap_or_default(), &it.target)
+        } else {
+            Ok(proposals::diff::counts(&proposals::diff::hunks(&p.diff)))
+        }
     }
 
     /// The `+N −M` of a move: the lines its link rewrites change, over every note they touch.
@@ -356,6 +549,24 @@ impl Approvals<'_> {
         }
         Ok((sealed.e, sealed.n))
     }
+}
+
+/// What a card's approval binds (docs/contract.md#the-review-page-and-in-client-approval): the
+/// credential, the vault, the proposal and its hash, a single-use nonce and an expiry.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppSealed {
+    c: String,
+    v: String,
+    p: String,
+    h: String,
+    n: String,
+    e: i64,
+}
+
+/// A card's approval and a 2026 request state share the key, never the message.
+fn app_message(body: &str) -> Vec<u8> {
+    format!("vaultgate app approval\0{body}").into_bytes()
 }
 
 fn state_message(body: &str) -> Vec<u8> {

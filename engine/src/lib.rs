@@ -43,7 +43,7 @@ mod txn;
 pub mod vaults;
 pub mod versions;
 
-pub use crate::approval::{ApprovalAnswer, ApprovalQuestion, ApprovalRequest, ClientApproval};
+pub use crate::approval::{AppApproval, ApprovalAnswer, ApprovalQuestion, ApprovalRequest, ClientApproval};
 pub use crate::call::{Audited, Call, ResultIds};
 pub use crate::core::{Actor, Caller, Core, Operator, Surface, Transport, VaultHandle};
 pub use crate::error::GatewayError;

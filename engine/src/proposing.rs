@@ -18,7 +18,7 @@ use crate::core::{PageCall, not_this_cursor};
 use crate::cursor::Position;
 use crate::error::{GatewayError, Refused, Stale};
 use crate::ids::{NoteHash, ProposalId};
-use crate::txn::Keyed;
+use crate::txn::{Keyed, internal};
 
 /// The inbox files of one proposal, relative to the inbox folder (docs/contract.md#proposals).
 pub struct InboxFiles {
@@ -549,6 +549,24 @@ impl Proposals<'_> {
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
+    /// The state a person sees on the card (docs/contract.md#the-review-page-and-in-client-approval):
+    /// `pending`, or `stale` when a pending patch's or delete's note no longer has its base
+    /// (check 5 would refuse it), or the decided status.
+    pub fn card_state(&self, v: &VaultHandle, p: &GetProposalOut) -> Result<String, GatewayError> {
+        if p.item.status != "pending" {
+            return Ok(p.item.status.clone());
+        }
+        let Some(base) = p.base_hash.as_deref() else {
+            return Ok(p.item.status.clone());
+        };
+        let target = VaultPath::parse(&p.item.target)?;
+        let now = current(v, &target)?.map(|(_, hash)| hash);
+        Ok(match proposals::plan::check_base(base, now.as_deref()) {
+            Ok(()) => "pending".into(),
+            Err(_) => "stale".into(),
+        })
+    }
+
     /// What a person reads of a proposal beyond its diff (docs/contract.md#the-review-page-and-in-client-approval), for the review
     /// page and the terminal alike: a pending patch's frontmatter changes key by key against the
     /// note as it is now, and a pending move's rewrites, each note with each link it rewrites.
@@ -683,48 +701,108 @@ impl Proposals<'_> {
             v,
             Keyed::Row,
             |_| Ok(()),
-            |call, ()| self.reject_locked(call, v, id.as_str(), reason),
+            |call, ()| self.reject_locked(call, v, id.as_str(), reason, None),
+        )
+    }
+
+    /// `reject_proposal_in_app`: the card's Reject (docs/contract.md#the-review-page-and-in-client-approval).
+    /// The sealed approval is used once before the lock, and stands in for the tier one step up;
+    /// the answer is kept under the caller's idempotency key in the rejection's own commit.
+    pub fn reject_in_app(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        id: &ProposalId,
+        approval: &str,
+        reason: &str,
+        idempotency_key: &str,
+    ) -> Result<RejectOut, GatewayError> {
+        require_reason(reason)?;
+        self.core.writes().write(
+            call,
+            v,
+            Keyed::Key {
+                key: idempotency_key,
+                what: "reject",
+                first: |v| serde_json::from_value(v).map_err(internal),
+            },
+            |call| self.core.approvals().app_reject(call, v, id, approval),
+            |call, approved| {
+                self.reject_locked(call, v, id.as_str(), reason, Some((approved, idempotency_key)))
+            },
         )
     }
 
     /// `reject_proposal` under the vault's write lock, interrupted writes settled (an apply a
-    /// crash interrupted may be this very proposal's).
+    /// crash interrupted may be this very proposal's). `app`: the card's approval and the key.
     fn reject_locked(
         &self,
         call: &mut Call<'_>,
         v: &Arc<VaultHandle>,
         id: &str,
         reason: &str,
+        app: Option<(crate::approval::Approved, &str)>,
     ) -> Result<RejectOut, GatewayError> {
         let row = self.pending(v, id)?;
-        self.core
-            .approvals()
-            .authorize_decision(call.actor(), &row.created_by)?;
+        let via = match &app {
+            Some((a, _)) if a.covers(&row.id, row_hash(&row)) => {
+                self.core
+                    .approvals()
+                    .authorize_approved(call.actor(), &row.created_by)?;
+                Some(a.via.as_str().to_owned())
+            }
+            _ => {
+                self.core
+                    .approvals()
+                    .authorize_decision(call.actor(), &row.created_by)?;
+                None
+            }
+        };
         let kind: Kind = row
             .kind
             .parse()
             .map_err(|_| GatewayError::Internal("stored kind".into()))?;
         let decided_at = rfc3339(time::OffsetDateTime::now_utc());
         let label = call.actor().label();
+        let answer = RejectOut {
+            rejected: true,
+            archived_to: rejected_archive_path(v, kind, &row.slug, &decided_at)?,
+        };
+        let answer_json = serde_json::to_value(&answer).map_err(internal)?;
+        let (principal, args_hash) = (call.actor().principal_id(), call.args_hash());
+        let key = app.as_ref().map(|(_, key)| inbox::IdemKey {
+            credential_id: &principal,
+            key,
+            tool: call.tool(),
+            args_hash: &args_hash,
+        });
         let moved = self
             .core
             .state
-            .mark_rejected_recorded(&row.id, &label, &decided_at, reason, || {
-                call.record_head(TxnRecord {
-                    event: None,
-                    outcome: audit::Outcome::Ok,
-                    code: None,
-                    target: Some(row.target.clone()),
-                    proposal_id: Some(row.id.clone()),
-                    challenge_id: None,
-                    approval: None,
-                })
-            })
+            .mark_rejected_recorded(
+                &row.id,
+                &label,
+                &decided_at,
+                reason,
+                key.as_ref().map(|k| (k, &answer_json)),
+                || {
+                    call.record_head(TxnRecord {
+                        event: None,
+                        outcome: audit::Outcome::Ok,
+                        code: None,
+                        target: Some(row.target.clone()),
+                        proposal_id: Some(row.id.clone()),
+                        challenge_id: None,
+                        approval: via.clone(),
+                    })
+                },
+            )
             .map_err(recorded)?;
         if !moved {
             return Err(Refused::DecidedMeanwhile.into());
         }
         let archived_to = self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
+        debug_assert_eq!(archived_to, answer.archived_to);
         Ok(RejectOut {
             rejected: true,
             archived_to,
@@ -782,6 +860,29 @@ impl Proposals<'_> {
         }
         Ok(())
     }
+}
+
+/// Where a rejected proposal's metadata file goes (the last of its files), known before the move.
+fn rejected_archive_path(
+    v: &VaultHandle,
+    kind: Kind,
+    slug: &str,
+    decided_at: &str,
+) -> Result<String, GatewayError> {
+    let date = decided_at.get(..10).unwrap_or(decided_at);
+    let mut to = String::new();
+    for (_, rel) in &InboxFiles::of(kind, slug).files {
+        to = inbox_path(v, &InboxFiles::archived(rel, "rejected", date))?.to_string();
+    }
+    Ok(to)
+}
+
+/// A stored proposal's recorded hash.
+fn row_hash(row: &inbox::StoredProposal) -> &str {
+    row.meta
+        .get("proposalHash")
+        .and_then(|h| h.as_str())
+        .unwrap_or_default()
 }
 
 /// What a person reads of a proposal beyond its diff ([`Proposals::shown`]).

@@ -636,7 +636,7 @@ impl Writes<'_> {
                 let idem = a.idempotency.as_ref().map(|(principal, key)| inbox::IdemKey {
                     credential_id: principal,
                     key,
-                    tool: "apply_proposal",
+                    tool: &a.tool,
                     args_hash: &a.args_hash,
                 });
                 let c = self

@@ -3,10 +3,10 @@
 //! resolves the vault through the call, and hands typed values to the engine.
 
 use engine::api::{
-    ApplyArgs, ListNotesArgs, ListProposalsArgs, ListTagsArgs, NoArgs, NoteHistoryArgs, PathArgs,
-    ProposalIdArgs, ProposeDeleteArgs, ProposeFrontmatterArgs, ProposeMoveArgs, ProposeNewArgs,
-    ProposePatchArgs, QueryNotesArgs, ReadNoteArgs, RecentArgs, RejectArgs, SearchKnowledgeArgs,
-    SearchNoteContentArgs, VaultArg,
+    ApplyArgs, ApproveInAppArgs, ListNotesArgs, ListProposalsArgs, ListTagsArgs, NoArgs, NoteHistoryArgs,
+    PathArgs, ProposalIdArgs, ProposeDeleteArgs, ProposeFrontmatterArgs, ProposeMoveArgs, ProposeNewArgs,
+    ProposePatchArgs, QueryNotesArgs, ReadNoteArgs, RecentArgs, RejectArgs, RejectInAppArgs,
+    SearchKnowledgeArgs, SearchNoteContentArgs, VaultArg,
 };
 use engine::core::PageCall;
 use engine::history::HistoryMoveArgs;
@@ -327,6 +327,29 @@ fn run(
                 &ProposalHash::from_wire(a.proposal_hash),
                 &a.idempotency_key,
                 approval,
+            )?)
+        }
+        "approve_proposal_in_app" => {
+            let a: ApproveInAppArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.writes().approve_in_app(
+                call,
+                &v,
+                &ProposalId::from_wire(a.id),
+                &a.approval,
+                &a.idempotency_key,
+            )?)
+        }
+        "reject_proposal_in_app" => {
+            let a: RejectInAppArgs = parse(args)?;
+            let v = call.vault(a.vault.as_deref())?;
+            to_value(core.proposals().reject_in_app(
+                call,
+                &v,
+                &ProposalId::from_wire(a.id),
+                &a.approval,
+                &a.reason,
+                &a.idempotency_key,
             )?)
         }
         "history_status" => {

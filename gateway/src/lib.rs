@@ -18,6 +18,7 @@ mod malloc;
 pub mod mcp;
 mod pdf;
 // The generated pages of docs/reference/, held equal to the code by its test.
+mod card;
 #[cfg(test)]
 mod reference;
 mod resources;

@@ -375,12 +375,21 @@ impl ServerHandler for McpServer {
     }
 
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
+        let mut capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
             .enable_resources_subscribe()
             .enable_logging()
             .build();
+        // The approval card (docs/contract.md#the-review-page-and-in-client-approval).
+        capabilities.extensions = Some(
+            [(
+                crate::card::EXTENSION.to_owned(),
+                crate::card::extension_settings(),
+            )]
+            .into_iter()
+            .collect(),
+        );
         let mut info = Implementation::new("vaultgate", env!("CARGO_PKG_VERSION"));
         info.title = Some("vaultgate — safe MCP access to Markdown vaults".into());
         ServerConfig::new(capabilities)
@@ -416,9 +425,12 @@ impl ServerHandler for McpServer {
         } else {
             crate::approval::Mode::Unavailable
         };
+        let card = crate::card::renders(&request.name)
+            && crate::card::declared(context.client_capabilities().as_ref());
         let core = self.core.clone();
         let name = request.name.to_string();
         let args = request.arguments.clone().unwrap_or_default();
+        let card_caller = card.then(|| caller.clone());
         let outcome = match mode {
             crate::approval::Mode::Ask => ask_while_calling(core, caller, name, args, &context).await?,
             // A call whose work is small and bounded runs here, not on a blocking thread: the
@@ -446,7 +458,14 @@ impl ServerHandler for McpServer {
                 format!("unknown tool '{}'", request.name),
                 None,
             )),
-            Some(Ok(value)) => Ok(structured(value).into()),
+            Some(Ok(value)) => {
+                let mut result = structured(value);
+                if let Some(caller) = card_caller {
+                    result.meta =
+                        card_meta(&self.core, caller, &request, result.structured_content.as_ref()).await;
+                }
+                Ok(result.into())
+            }
             Some(Err(GatewayError::ApprovalAsked(req))) => Ok(CallToolResponse::InputRequired(
                 crate::approval::input_required(&req),
             )),
@@ -463,7 +482,10 @@ impl ServerHandler for McpServer {
         let core = self.core.clone();
         blocking(move || resources::list(&core, &caller))
             .await?
-            .map(ListResourcesResult::with_all_items)
+            .map(|mut all| {
+                all.push(crate::card::resource());
+                ListResourcesResult::with_all_items(all)
+            })
             .map_err(|e| rpc_error(&e))
     }
 
@@ -481,6 +503,13 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let caller = self.caller(&context).await.map_err(|e| rpc_error(&e))?;
+        if request.uri == crate::card::URI {
+            let core = self.core.clone();
+            blocking(move || core.record_read(&caller, "resource_read", crate::card::URI, Ok(())))
+                .await?
+                .map_err(|e| rpc_error(&e))?;
+            return Ok(ReadResourceResult::new(vec![crate::card::contents()]).into());
+        }
         let core = self.core.clone();
         let uri = request.uri.clone();
         let text = blocking(move || resources::read(&core, &caller, &uri))
@@ -505,6 +534,25 @@ impl ServerHandler for McpServer {
         self.start_forwarding(context.peer.clone(), caller.credential.id.as_str().to_owned());
         Ok(())
     }
+}
+
+/// The approval card's `_meta` for a result it renders: the proposal named by the call's `id`
+/// argument, or by the new proposal's `id` (propose_*), in the call's vault.
+async fn card_meta(
+    core: &Arc<Core>,
+    caller: Caller,
+    request: &CallToolRequestParams,
+    structured: Option<&serde_json::Value>,
+) -> Option<rmcp::model::MetaObject> {
+    let args = request.arguments.as_ref();
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+    let id = text(args.and_then(|a| a.get("id"))).or_else(|| text(structured.and_then(|s| s.get("id"))))?;
+    let vault = text(args.and_then(|a| a.get("vault")));
+    let core = core.clone();
+    blocking(move || crate::card::result_meta(&core, &caller, vault.as_deref(), &id))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// A success: `structuredContent` and the text block that repeats it. The text is written by

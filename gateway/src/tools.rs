@@ -46,8 +46,19 @@ fn tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
     tool
 }
 
-/// The tools this build serves, in catalog order.
+/// The tools this build serves, in catalog order; those whose results the approval card
+/// renders name it in `_meta.ui` (docs/contract.md#the-review-page-and-in-client-approval).
 pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
+    let mut tools = entries();
+    for t in &mut tools {
+        if crate::card::renders(&t.name) {
+            t.meta = Some(crate::card::tool_meta(&t.name));
+        }
+    }
+    tools
+});
+
+fn entries() -> Vec<Tool> {
     use engine::reads as r;
     vec![
         read_tool::<NoArgs, VaultListOut>(
@@ -177,6 +188,18 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "Rejects a pending proposal and archives it; nothing in the notes changes.",
             policy::ToolKind::Decide,
         ),
+        tool::<ApproveInAppArgs, ApplyOut>(
+            "approve_proposal_in_app",
+            "Approve in the card",
+            "App-only: the approval card calls this when the person clicks Approve; it carries the sealed approval the card received. Not for agents: use apply_proposal.",
+            policy::ToolKind::Decide,
+        ),
+        tool::<RejectInAppArgs, RejectOut>(
+            "reject_proposal_in_app",
+            "Reject in the card",
+            "App-only: the approval card calls this when the person clicks Reject. Not for agents: use reject_proposal.",
+            policy::ToolKind::Decide,
+        ),
         tool::<engine::history::HistoryMoveArgs, engine::history::HistoryStatusOut>(
             "history_undo",
             "Undo the last applied change",
@@ -192,7 +215,7 @@ pub static CATALOG: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         delete_permanent_tool(),
         empty_trash_tool(),
     ]
-});
+}
 
 // ---- the catalog entries ------------------------------------------------------------------------
 

@@ -57,6 +57,29 @@ pub struct IdemKey<'a> {
     pub args_hash: &'a str,
 }
 
+/// Records a key's first answer inside the caller's transaction (the one that made its effect).
+pub(crate) fn put_key_on(
+    c: &rusqlite::Connection,
+    k: &IdemKey<'_>,
+    result: &Value,
+    at: &str,
+) -> Result<(), StateError> {
+    c.execute(
+        "INSERT OR IGNORE INTO idempotency_keys
+            (credential_id, key, tool, args_hash, result_json, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        rusqlite::params![
+            k.credential_id,
+            k.key,
+            k.tool,
+            k.args_hash,
+            result.to_string(),
+            at
+        ],
+    )?;
+    Ok(())
+}
+
 /// The current ends of a vault's history.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -250,19 +273,7 @@ impl State {
         // The key's first result is recorded in the same commit, so a retry after a crash can
         // never see "applied" without also finding its answer.
         if let Some(k) = idempotency {
-            tx.execute(
-                "INSERT OR IGNORE INTO idempotency_keys
-                    (credential_id, key, tool, args_hash, result_json, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                rusqlite::params![
-                    k.credential_id,
-                    k.key,
-                    k.tool,
-                    k.args_hash,
-                    result.to_string(),
-                    at
-                ],
-            )?;
+            put_key_on(&tx, k, result, at)?;
         }
         // The notes as this apply left them: a watcher or the next start that sees exactly this
         // does not count the apply's change a second time, even after a crash right after commit.

@@ -168,16 +168,24 @@ impl State {
 
     /// [`State::mark_rejected`], committed only with its record; nothing is recorded when the
     /// proposal was no longer pending (`Ok(false)`).
+    /// `key`: the caller's idempotency key and its answer, recorded in the same commit.
     pub fn mark_rejected_recorded<E>(
         &self,
         id: &str,
         by: &str,
         at: &str,
         reason: &str,
+        key: Option<(&crate::IdemKey<'_>, &serde_json::Value)>,
         record: impl FnOnce() -> Result<AuditHead, E>,
     ) -> Result<bool, Recorded<E>> {
         self.with_record(
-            |c| crate::proposals::mark_rejected_on(c, id, by, at, reason),
+            |c| {
+                let moved = crate::proposals::mark_rejected_on(c, id, by, at, reason)?;
+                if let (true, Some((k, answer))) = (moved, key) {
+                    crate::intents::put_key_on(c, k, answer, at)?;
+                }
+                Ok(moved)
+            },
             |moved| if *moved { record().map(Some) } else { Ok(None) },
         )
     }

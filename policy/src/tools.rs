@@ -22,7 +22,8 @@ pub struct ToolSpec {
     pub name: &'static str,
     pub kind: ToolKind,
     /// A person's yes in the client may stand in for the tier ([`crate::tier::may_apply`]):
-    /// `apply_proposal` only — never reject, undo, redo or critical tools.
+    /// `apply_proposal`, and the approval card's two app-only tools (whose sealed approval is
+    /// that yes) — never `reject_proposal`, undo, redo or critical tools.
     pub person_may_approve: bool,
 }
 
@@ -95,6 +96,8 @@ pub const TOOLS: &[ToolSpec] = &[
     t("propose_delete", ToolKind::Propose),
     approvable("apply_proposal"),
     t("reject_proposal", ToolKind::Decide),
+    approvable("approve_proposal_in_app"),
+    approvable("reject_proposal_in_app"),
     t("history_undo", ToolKind::History),
     t("history_redo", ToolKind::History),
     t("delete_permanent", ToolKind::Critical),

@@ -31,7 +31,7 @@ const STEP_SPLIT: &str = "2. Scramble them soft.\n   Then set them aside.";
 // ---- credentials and configuration ----------------------------------------------------------------
 
 /// Issues a credential with the in-client approval flag and returns (id, token).
-fn flagged(env: &Env, name: &str, tier: &str) -> (String, String) {
+pub(crate) fn flagged(env: &Env, name: &str, tier: &str) -> (String, String) {
     let mut args = vec![
         "token",
         "issue",
@@ -54,7 +54,7 @@ fn flagged(env: &Env, name: &str, tier: &str) -> (String, String) {
 }
 
 /// Sets `[limits] approval_timeout_seconds` in `gateway.toml` (read by every server at start).
-fn set_approval_timeout(env: &Env, seconds: i64) {
+pub(crate) fn set_approval_timeout(env: &Env, seconds: i64) {
     let path = env.home.join("gateway.toml");
     let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     doc.entry("limits")
@@ -69,7 +69,7 @@ fn set_approval_timeout(env: &Env, seconds: i64) {
 
 /// The interpreter, once it has been seen to import the SDK. A machine without it fails every
 /// test here with the command that fixes it: these tests never skip.
-fn python() -> &'static str {
+pub(crate) fn python() -> &'static str {
     static PYTHON: OnceLock<String> = OnceLock::new();
     PYTHON.get_or_init(|| {
         let py = std::env::var("VAULTGATE_PYTHON").unwrap_or_else(|_| "python3".to_owned());

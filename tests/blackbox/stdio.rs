@@ -1875,6 +1875,7 @@ async fn resources_list_has_the_invariants_each_vault_overview_and_each_standard
     assert_eq!(
         uris,
         BTreeSet::from([
+            "ui://vaultgate/proposal",
             "vaultgate://invariants",
             "vaultgate://vault/basic",
             "vaultgate://standards/basic/docs/style.md",

@@ -2,7 +2,7 @@
 
 mod args;
 mod decide;
-mod review;
+pub(crate) mod review;
 mod tokens;
 mod tunnel;
 mod vaults;

@@ -6,7 +6,7 @@
 //! It must never accept an agent's bearer token, never let its cookie reach another path, and
 //! never show untrusted text unescaped.
 
-mod pages;
+pub(crate) mod pages;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -495,22 +495,8 @@ impl Ctx<'_> {
             .core
             .proposals()
             .get_proposal(&v, &engine::ids::ProposalId::from_wire(id.to_owned()))?;
-        let hunks = engine::diff::hunks(&p.diff);
-        let shown = self.core.proposals().shown(&v, &p)?;
-        let deleted_text = (p.item.kind == "delete").then(|| {
-            hunks
-                .iter()
-                .flat_map(|h| &h.lines)
-                .map(|l| format!("{}\n", l.text))
-                .collect::<String>()
-        });
-        let view = pages::ProposalView {
-            p: &p,
-            hunks: &hunks,
-            shown: &shown,
-            deleted_text,
-        };
-        Ok(html(StatusCode::OK, pages::proposal(self.f, &view)))
+        let parts = pages::Parts::of(self.core, &v, &p)?;
+        Ok(html(StatusCode::OK, pages::proposal(self.f, &parts.view(&p))))
     }
 
     fn apply(&self, v: &str, id: &str) -> Response {

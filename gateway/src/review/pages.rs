@@ -301,6 +301,45 @@ pub struct ProposalView<'a> {
     pub deleted_text: Option<String>,
 }
 
+/// What a proposal's view is made of, gathered once for the review page and the card alike.
+pub struct Parts {
+    hunks: Vec<Hunk>,
+    shown: engine::proposing::Shown,
+    deleted_text: Option<String>,
+}
+
+impl Parts {
+    pub fn of(
+        core: &engine::Core,
+        v: &engine::VaultHandle,
+        p: &GetProposalOut,
+    ) -> Result<Parts, engine::GatewayError> {
+        let hunks = engine::diff::hunks(&p.diff);
+        let shown = core.proposals().shown(v, p)?;
+        let deleted_text = (p.item.kind == "delete").then(|| {
+            hunks
+                .iter()
+                .flat_map(|h| &h.lines)
+                .map(|l| format!("{}\n", l.text))
+                .collect::<String>()
+        });
+        Ok(Parts {
+            hunks,
+            shown,
+            deleted_text,
+        })
+    }
+
+    pub fn view<'a>(&'a self, p: &'a GetProposalOut) -> ProposalView<'a> {
+        ProposalView {
+            p,
+            hunks: &self.hunks,
+            shown: &self.shown,
+            deleted_text: self.deleted_text.clone(),
+        }
+    }
+}
+
 pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
     let p = view.p;
     let it = &p.item;
@@ -320,35 +359,7 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
         }
         h2 { "Reason" }
         pre #reason .prose { (t(&it.reason)) }
-        @if it.kind == "move" {
-            h2 { "Move" }
-            p { "From " code #move-from { (t(it.from.as_deref().unwrap_or(""))) } " to " code #move-to { (t(&it.target)) } }
-            h2 { "Links rewritten" }
-            ul #link-rewrites {
-                @for r in &view.shown.rewrites {
-                    li {
-                        code { (t(&r.path)) } " — " (r.count) " link(s)"
-                        @if !r.links.is_empty() {
-                            ul.rewritten { @for l in &r.links { li { code { (t(&l.to_string())) } } } }
-                        }
-                    }
-                }
-            }
-            @if view.shown.rewrites.is_empty() { p.muted { "No note links to it." } }
-        }
-        @if !view.shown.fields.is_empty() {
-            h2 { "Frontmatter changed" }
-            ul #field-changes {
-                @for fc in &view.shown.fields { li { code { (t(&fc.to_string())) } } }
-            }
-        }
-        @let links = engine::diff::link_changes(view.hunks);
-        @if !links.is_empty() {
-            h2 { "Links changed" }
-            ul #link-changes {
-                @for l in &links { li { code { (t(&l.to_string())) } } }
-            }
-        }
+        (extras(view))
         @if !view.hunks.is_empty() {
             h2 { "Side by side" }
             @let marks = hunk_marks(view.hunks);
@@ -381,6 +392,86 @@ pub fn proposal(f: &Frame<'_>, view: &ProposalView<'_>) -> Markup {
         }
     };
     page(f, &format!("{} {}", kind_label(&it.kind), t(&it.target)), body)
+}
+
+/// What a person reads beyond the diff, one account for the review page and the card: a
+/// move's source, target and rewritten links, frontmatter keys, links changed.
+fn extras(view: &ProposalView<'_>) -> Markup {
+    let it = &view.p.item;
+    html! {
+        @if it.kind == "move" {
+            h2 { "Move" }
+            p { "From " code #move-from { (t(it.from.as_deref().unwrap_or(""))) } " to " code #move-to { (t(&it.target)) } }
+            h2 { "Links rewritten" }
+            ul #link-rewrites {
+                @for r in &view.shown.rewrites {
+                    li {
+                        code { (t(&r.path)) } " — " (r.count) " link(s)"
+                        @if !r.links.is_empty() {
+                            ul.rewritten { @for l in &r.links { li { code { (t(&l.to_string())) } } } }
+                        }
+                    }
+                }
+            }
+            @if view.shown.rewrites.is_empty() { p.muted { "No note links to it." } }
+        }
+        @if !view.shown.fields.is_empty() {
+            h2 { "Frontmatter changed" }
+            ul #field-changes {
+                @for fc in &view.shown.fields { li { code { (t(&fc.to_string())) } } }
+            }
+        }
+        @let links = engine::diff::link_changes(view.hunks);
+        @if !links.is_empty() {
+            h2 { "Links changed" }
+            ul #link-changes {
+                @for l in &links { li { code { (t(&l.to_string())) } } }
+            }
+        }
+    }
+}
+
+/// The approval card's proposal (docs/contract.md#the-review-page-and-in-client-approval): the
+/// fixed fields first (vault, kind, targets, `+N −M`, the hash's first 12 hex digits, state),
+/// then what the review page shows beyond the diff, the unified diff with its word marks, and
+/// the agent's reason last. Rendered here, escaped as the page is; the card only places it.
+/// `full: false` (a diff too large for a card) leaves the diff and texts to the review page.
+pub fn card(view: &ProposalView<'_>, (added, removed): (u64, u64), state: &str, full: bool) -> Markup {
+    let p = view.p;
+    let it = &p.item;
+    let hash12: String = it.proposal_hash.chars().take(12).collect();
+    html! {
+        dl #card-fields .meta {
+            dt { "Vault" } dd #card-vault { (t(&p.vault)) }
+            dt { "Kind" } dd #card-kind { (kind_label(&it.kind)) }
+            @if let (true, Some(from)) = (it.kind == "move", &it.from) {
+                dt { "From" } dd { code #card-from { (t(from)) } }
+                dt { "To" } dd { code #card-target { (t(&it.target)) } }
+            } @else {
+                dt { "Target" } dd { code #card-target { (t(&it.target)) } }
+            }
+            dt { "Changes" } dd #card-size { "+" (added) " \u{2212}" (removed) " lines" }
+            dt { "Proposal" } dd { code #card-hash title=(it.proposal_hash) { (hash12) } }
+            dt { "State" } dd { span #card-state .state data-state=(state) { (state) } }
+        }
+        @if full {
+            (extras(view))
+            @if !view.hunks.is_empty() {
+                @let marks = hunk_marks(view.hunks);
+                (unified(view.hunks, &marks))
+            }
+            @if it.kind == "new" {
+                @if let Some(c) = &p.content { h2 { "The new note" } pre #content { (t(c)) } }
+            }
+            @if it.kind == "delete" {
+                @if let Some(c) = &view.deleted_text { h2 { "The note that goes" } pre #content { (t(c)) } }
+            }
+        } @else {
+            p #card-too-large .muted { "This change is too large to show here: open it in the review page." }
+        }
+        h2 { "Reason given by " (t(&it.created_by.name)) }
+        pre #reason .prose { (t(&it.reason)) }
+    }
 }
 
 fn entry(id: &str, e: Option<&HistoryEntryView>) -> Markup {
