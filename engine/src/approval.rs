@@ -331,11 +331,8 @@ impl Approvals<'_> {
             n: uuid::Uuid::new_v4().simple().to_string(),
             e: now_unix().saturating_add(ttl),
         };
-        let body =
-            hex::encode(serde_json::to_vec(&sealed).map_err(|e| GatewayError::Internal(e.to_string()))?);
-        let tag = ring::hmac::sign(&self.approval_key(), &app_message(&body));
         Ok(Some(AppApproval {
-            value: format!("{body}.{}", hex::encode(tag.as_ref())),
+            value: self.seal(&sealed, app_message)?,
             expires_at: sealed.e,
         }))
     }
@@ -361,7 +358,7 @@ impl Approvals<'_> {
         id: &ProposalId,
         sealed: &str,
     ) -> Result<AppSealed, GatewayError> {
-        // SECURITY(T-APPROVE3): missing, forged, another credential's or another proposal's
+        // SECURITY(T-APPROVE4): missing, forged, another credential's or another proposal's
         // approval: refused alike, before anything in it is believed.
         let denied = || {
             GatewayError::CapabilityDenied(
@@ -370,14 +367,7 @@ impl Approvals<'_> {
                     .into(),
             )
         };
-        if sealed.len() > MAX_STATE_BYTES {
-            return Err(denied());
-        }
-        let (body, tag) = sealed.split_once('.').ok_or_else(denied)?;
-        let tag = hex::decode(tag).map_err(|_| denied())?;
-        ring::hmac::verify(&self.approval_key(), &app_message(body), &tag).map_err(|_| denied())?;
-        let bytes = hex::decode(body).map_err(|_| denied())?;
-        let s: AppSealed = serde_json::from_slice(&bytes).map_err(|_| denied())?;
+        let s: AppSealed = self.unseal(sealed, app_message).ok_or_else(denied)?;
         if s.c != cred.id.as_str() || s.v != v.id || s.p != id.as_str() {
             return Err(denied());
         }
@@ -511,10 +501,31 @@ impl Approvals<'_> {
             n: nonce,
             e: now_unix().saturating_add(ttl),
         };
-        let body =
-            hex::encode(serde_json::to_vec(&sealed).map_err(|e| GatewayError::Internal(e.to_string()))?);
-        let tag = ring::hmac::sign(&self.approval_key(), &state_message(&body));
+        self.seal(&sealed, state_message)
+    }
+
+    /// `value` as `<hex JSON>.<hex HMAC>` under the approval key, over `message(body)`: each kind
+    /// of sealed value has its own message, so one never opens as another.
+    fn seal<T: Serialize>(&self, value: &T, message: fn(&str) -> Vec<u8>) -> Result<String, GatewayError> {
+        let body = hex::encode(serde_json::to_vec(value).map_err(|e| GatewayError::Internal(e.to_string()))?);
+        let tag = ring::hmac::sign(&self.approval_key(), &message(&body));
         Ok(format!("{body}.{}", hex::encode(tag.as_ref())))
+    }
+
+    /// The value [`Approvals::seal`] sealed, once its HMAC verified (in constant time, before
+    /// anything in it is believed); `None` for anything else.
+    fn unseal<T: serde::de::DeserializeOwned>(
+        &self,
+        sealed: &str,
+        message: fn(&str) -> Vec<u8>,
+    ) -> Option<T> {
+        if sealed.len() > MAX_STATE_BYTES {
+            return None;
+        }
+        let (body, tag) = sealed.split_once('.')?;
+        let tag = hex::decode(tag).ok()?;
+        ring::hmac::verify(&self.approval_key(), &message(body), &tag).ok()?;
+        serde_json::from_slice(&hex::decode(body).ok()?).ok()
     }
 
     /// Opens a sealed state for this credential and these arguments: `(expires_at, nonce)`.
@@ -530,15 +541,7 @@ impl Approvals<'_> {
                     .into(),
             )
         };
-        if state.len() > MAX_STATE_BYTES {
-            return Err(invalid());
-        }
-        let (body, tag) = state.split_once('.').ok_or_else(invalid)?;
-        let tag = hex::decode(tag).map_err(|_| invalid())?;
-        // Verified as an HMAC (constant time) before anything in it is believed.
-        ring::hmac::verify(&self.approval_key(), &state_message(body), &tag).map_err(|_| invalid())?;
-        let bytes = hex::decode(body).map_err(|_| invalid())?;
-        let sealed: Sealed = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+        let sealed: Sealed = self.unseal(state, state_message).ok_or_else(invalid)?;
         if sealed.c != credential || sealed.a != args_hash {
             return Err(invalid());
         }

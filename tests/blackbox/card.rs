@@ -87,7 +87,7 @@ fn approval_of(run: &Value, i: usize) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// SECURITY(T-APPROVE3): the approval never reaches what a model reads.
+/// SECURITY(T-APPROVE4): the approval never reaches what a model reads.
 fn assert_approval_only_in_meta(run: &Value, i: usize) {
     let a = approval_of(run, i).expect("an approval in _meta");
     let c = call(run, i);

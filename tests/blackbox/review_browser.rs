@@ -447,3 +447,50 @@ async fn review_browser_renders_hostile_proposal_text_as_text() {
     assert_eq!(b.text("pre#reason").await, img, "the reason is shown verbatim");
     b.close().await;
 }
+
+/// docs/contract.md#the-review-page-and-in-client-approval: a changed word, a retargeted link and a
+/// frontmatter key read as such in the browser and in `inbox show`, from one proposal.
+#[tokio::test]
+async fn review_browser_marks_a_changed_word_a_link_change_and_frontmatter_keys() {
+    let env = Env::new();
+    let old = note(&env);
+    let new = old
+        .replace("tags: [ml, math]", "tags: [ml, math, stats]")
+        .replace(OLD_LINE, "Used to normalise the scores in [[transformer]].");
+    assert_ne!(old, new);
+    let id = propose_patch(&env, NOTE, &new, "spelling, a better link, a tag").await;
+    let srv = Serve::start(&env);
+    let b = Browser::new().await;
+    let base = login(&b, &env, &srv).await;
+    open_from_inbox(&b, &base, &id).await;
+
+    let inserted = texts(&b, "div#diff-unified ins.w").await;
+    let deleted = texts(&b, "div#diff-unified del.w").await;
+    assert!(inserted.iter().any(|w| w.contains("normalise")), "{inserted:?}");
+    assert!(deleted.iter().any(|w| w.contains("normalize")), "{deleted:?}");
+    assert!(
+        !inserted.iter().any(|w| w.contains("scores")),
+        "words both lines share are not marked: {inserted:?}"
+    );
+    let links = texts(&b, "ul#link-changes li").await;
+    assert!(
+        links
+            .iter()
+            .any(|l| l.contains("[[attention]] \u{2192} [[transformer]]")),
+        "{links:?}"
+    );
+    let fields = texts(&b, "ul#field-changes li").await;
+    assert_eq!(fields, ["tags: +stats"], "frontmatter key by key");
+    b.close().await;
+
+    let out = env.ok(&["inbox", "show", &id]);
+    assert!(
+        out.contains("[-normalize-]") && out.contains("{+normalise+}"),
+        "{out}"
+    );
+    assert!(
+        out.contains("link: [[attention]] \u{2192} [[transformer]]"),
+        "{out}"
+    );
+    assert!(out.contains("tags: +stats"), "{out}");
+}
