@@ -550,7 +550,7 @@ impl Proposals<'_> {
     }
 
     /// The state a person sees on the card (docs/contract.md#the-review-page-and-in-client-approval):
-    /// `pending`, or `stale` when a pending patch's or delete's note no longer has its base
+    /// `pending`, or `stale` when a pending patch's, delete's or move's note no longer has its base
     /// (check 5 would refuse it), or the decided status.
     pub fn card_state(&self, v: &VaultHandle, p: &GetProposalOut) -> Result<String, GatewayError> {
         if p.item.status != "pending" {
@@ -559,8 +559,12 @@ impl Proposals<'_> {
         let Some(base) = p.base_hash.as_deref() else {
             return Ok(p.item.status.clone());
         };
-        let target = VaultPath::parse(&p.item.target)?;
-        let now = current(v, &target)?.map(|(_, hash)| hash);
+        // A move's base is its source's.
+        let based_on = match (p.item.kind.as_str(), &p.item.from) {
+            ("move", Some(from)) => from,
+            _ => &p.item.target,
+        };
+        let now = current(v, &VaultPath::parse(based_on)?)?.map(|(_, hash)| hash);
         Ok(match proposals::plan::check_base(base, now.as_deref()) {
             Ok(()) => "pending".into(),
             Err(_) => "stale".into(),

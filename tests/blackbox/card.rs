@@ -525,3 +525,58 @@ async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_th
         client.cancel().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn the_cards_state_is_pending_until_the_note_moves_on_then_stale() {
+    let env = Env::new();
+    let (_, token) = flagged(&env, "card", "propose");
+    let c = env.stdio(&token).await;
+    let hash = |r: crate::util::Reply| r.ok()["hash"].as_str().unwrap().to_owned();
+    let untitled = hash(c.call("read_note", json!({"path": "notes/untitled.md"})).await);
+    c.close().await;
+    let run = session(
+        Via::Stdio(&env),
+        &token,
+        true,
+        &[
+            (
+                "propose_move",
+                json!({"from": "notes/cooking.md", "to": "notes/recipes.md", "reason": "rename"}),
+            ),
+            (
+                "propose_delete",
+                json!({"path": "notes/untitled.md", "baseHash": untitled, "reason": "empty"}),
+            ),
+        ],
+    )
+    .await;
+    let state = |i: usize| call(&run, i)["meta"]["vaultgate/card"]["state"].clone();
+    assert_eq!(
+        state(0),
+        "pending",
+        "a move is judged by its source: {:#}",
+        call(&run, 0)
+    );
+    assert_eq!(state(1), "pending");
+    // A person edits both notes: the card says the proposals are stale, before any apply.
+    for note in ["notes/cooking.md", "notes/untitled.md"] {
+        let path = env.vault.join(note);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}\nedited by a person\n")).unwrap();
+    }
+    let run = session(
+        Via::Stdio(&env),
+        &token,
+        true,
+        &[
+            ("get_proposal", json!({"id": ok(&run, 0)["id"]})),
+            ("get_proposal", json!({"id": ok(&run, 1)["id"]})),
+        ],
+    )
+    .await;
+    for i in 0..2 {
+        let view = &call(&run, i)["meta"]["vaultgate/card"];
+        assert_eq!(view["state"], "stale", "{view:#}");
+        assert!(view["html"].as_str().unwrap().contains("data-state=\"stale\""));
+    }
+}

@@ -10,6 +10,7 @@ mod attachments; // list_attachments, read_attachment_text and the sandboxed PDF
 mod audit_closed; // a full disk or a broken log refuses every call before anything changes
 mod browser; // the headless-Chromium harness of the review page tests
 mod card; // the approval card over the protocol: the resource, _meta, sealed approvals
+mod card_browser; // the approval card in a real MCP Apps host (ext-apps AppBridge) in headless Chromium
 mod crash; // kill -9 at every step of every write, then recovery
 mod critical; // delete_permanent and empty_trash through their two-phase challenge
 mod frontmatter; // propose_frontmatter_update changes only the named keys
