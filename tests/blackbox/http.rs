@@ -21,7 +21,7 @@ use crate::util::{Client, Env, audit_lines, bin};
 const WAIT: Duration = Duration::from_secs(10);
 
 /// The whole catalog this build serves (the same over both transports).
-const TOOLS: [&str; 28] = [
+const TOOLS: [&str; 30] = [
     "vault_list",
     "get_vault_overview",
     "search_knowledge",
@@ -46,6 +46,8 @@ const TOOLS: [&str; 28] = [
     "propose_delete",
     "apply_proposal",
     "reject_proposal",
+    "approve_proposal_in_app",
+    "reject_proposal_in_app",
     "history_undo",
     "history_redo",
     "delete_permanent",

@@ -1884,7 +1884,13 @@ async fn resources_list_has_the_invariants_each_vault_overview_and_each_standard
         "{resources:?}"
     );
     for r in &resources {
-        assert_eq!(r["mimeType"], "text/markdown", "{r}");
+        // The approval card is HTML for hosts that render MCP Apps; everything else is Markdown.
+        let mime = if r["uri"] == "ui://vaultgate/proposal" {
+            "text/html;profile=mcp-app"
+        } else {
+            "text/markdown"
+        };
+        assert_eq!(r["mimeType"], mime, "{r}");
         assert!(r["name"].as_str().is_some_and(|n| !n.is_empty()), "{r}");
     }
     s.close().await;
