@@ -64,6 +64,10 @@ pub enum GatewayError {
     /// In-client approval (docs/contract.md#the-review-page-and-in-client-approval) was not given: declined, cancelled, `false`, missing or late.
     #[error("{0}")]
     ApprovalDeclined(String),
+    /// The vault's writer did not finish the call within `apply_wait_seconds`
+    /// (docs/contract.md#applying-a-proposal); the write goes on, and the same key answers it.
+    #[error("{0}")]
+    VaultBusy(String),
     /// Not a refusal: on 2026-07-28 the apply waits for a person's answer, which the client
     /// collects from an input-required result. The edge turns it into that result; it is
     /// audited as `approval.asked`.
@@ -149,6 +153,7 @@ impl GatewayError {
             GatewayError::OutputLimitExceeded(_) => ErrorCode::OUTPUT_LIMIT_EXCEEDED,
             GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::ApprovalDeclined(_) => ErrorCode::APPROVAL_DECLINED,
+            GatewayError::VaultBusy(_) => ErrorCode::VAULT_BUSY,
             // Never answered as an error; were it ever, it must not look like success.
             GatewayError::ApprovalAsked(_) => ErrorCode::INTERNAL,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,

@@ -1,6 +1,7 @@
 //! Test-only crash and pause injection. The edge reads its settings from the environment and
 //! passes them in; the engine reads no environment itself. Off (`Failpoints::default()`) in
-//! every real run.
+//! every real run, and compiled out of release builds: only a build with debug assertions (the
+//! tests') or the `failpoints` cargo feature can abort or pause on a setting.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,7 +21,13 @@ pub struct Failpoints {
 const PAUSE_LIMIT: Duration = Duration::from_secs(60);
 
 impl Failpoints {
+    /// Whether this build injects anything at all.
+    pub const COMPILED_IN: bool = cfg!(any(debug_assertions, feature = "failpoints"));
+
     pub(crate) fn hit(&self, step: &str) {
+        if !Self::COMPILED_IN {
+            return;
+        }
         if self.pause_at.as_deref() == Some(step)
             && let Some(release) = &self.pause_file
         {
@@ -42,6 +49,26 @@ impl Failpoints {
 
     /// Whether a named operation is to fail (not abort).
     pub(crate) fn fails(&self, name: &str) -> bool {
-        self.abort_at.as_deref() == Some(name)
+        Self::COMPILED_IN && self.abort_at.as_deref() == Some(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test` (debug) injects; `cargo test --release` without the feature injects nothing.
+    #[test]
+    fn only_a_build_that_compiles_them_in_injects() {
+        let f = Failpoints {
+            abort_at: Some("index_update".into()),
+            ..Failpoints::default()
+        };
+        assert_eq!(f.fails("index_update"), Failpoints::COMPILED_IN);
+        assert!(!f.fails("another"));
+        assert_eq!(
+            Failpoints::COMPILED_IN,
+            cfg!(debug_assertions) || cfg!(feature = "failpoints")
+        );
     }
 }

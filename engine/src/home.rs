@@ -181,6 +181,9 @@ pub struct LimitsConfig {
     pub refusal_window_seconds: u64,
     /// How long an in-client approval waits for the person's answer.
     pub approval_timeout_seconds: u64,
+    /// How long an apply, reject, undo/redo or executed challenge waits for the vault's writer
+    /// before it answers `VAULT_BUSY` (under the ChatGPT tunnel's 30 s deadline).
+    pub apply_wait_seconds: u64,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -214,6 +217,7 @@ impl Default for LimitsConfig {
             session_idle_seconds: 3_600,
             refusal_window_seconds: 60,
             approval_timeout_seconds: 120,
+            apply_wait_seconds: 25,
         }
     }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -439,7 +440,11 @@ impl ServerHandler for McpServer {
                 crate::dispatch::call_tool(&core, &caller, &name, args, &ClientApproval::Unavailable)
             }
             mode => {
-                blocking(move || {
+                let wait = policy::tools::find(&name)
+                    .filter(|s| s.waits_for_writer())
+                    .map(|_| Duration::from_secs(core.config().limits.apply_wait_seconds));
+                let tool = name.clone();
+                let work = blocking(move || {
                     let approval = match &mode {
                         crate::approval::Mode::Defer => ClientApproval::Defer,
                         crate::approval::Mode::Answered(state, answer) => ClientApproval::Answered {
@@ -449,8 +454,17 @@ impl ServerHandler for McpServer {
                         _ => ClientApproval::Unavailable,
                     };
                     crate::dispatch::call_tool(&core, &caller, &name, args, &approval)
-                })
-                .await?
+                });
+                match wait {
+                    None => work.await?,
+                    // docs/contract.md#applying-a-proposal: past the wait the call answers
+                    // VAULT_BUSY and the write goes on (its blocking task is not cancelled), so
+                    // it happens once and its key answers the retry.
+                    Some(wait) => match tokio::time::timeout(wait, work).await {
+                        Ok(outcome) => outcome?,
+                        Err(_) => return Ok(error_result(&vault_busy(&tool, wait)).into()),
+                    },
+                }
             }
         };
         match outcome.map(engine::Audited::into_inner) {
@@ -534,6 +548,14 @@ impl ServerHandler for McpServer {
         self.start_forwarding(context.peer.clone(), caller.credential.id.as_str().to_owned());
         Ok(())
     }
+}
+
+fn vault_busy(tool: &str, waited: Duration) -> GatewayError {
+    GatewayError::VaultBusy(format!(
+        "the vault's writer did not finish this {tool} within {} s (another write holds it); it goes on \
+         and happens once: send the same call again, with the same idempotencyKey, for its result",
+        waited.as_secs()
+    ))
 }
 
 /// The approval card's `_meta` for a result it renders: the proposal named by the call's `id`

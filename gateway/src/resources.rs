@@ -15,7 +15,8 @@ pub const INVARIANTS: &str = "# vaultgate — rules for agents
    a reviewer (or, if your tier allows, `apply_proposal`) applies it after checking its hashes.
 4. When you propose a change to an existing note, pass the `hash` you got from `read_note` as `baseHash`;
    if the note changed since, apply refuses with `PROPOSAL_STALE_BASE`: read it again and re-propose.
-5. If the answer to a mutating call is lost, retry **only with the same `idempotencyKey`**, never a new one.
+5. If the answer to a mutating call is lost, or it is `VAULT_BUSY` (the vault's writer is busy; your write
+   goes on), retry **only with the same `idempotencyKey`**, never a new one.
 6. Critical tools (permanent deletion, emptying the trash) take two calls: the first returns a challenge;
    the second repeats the same call with `challengeId`, `planHash` and `acknowledged: true`.
 7. Errors are JSON `{ok: false, code, message, retryable}`; the message says what to do next.

@@ -55,13 +55,17 @@ codes!(
     QUOTA_EXCEEDED,
     AUDIT_UNAVAILABLE,
     APPROVAL_DECLINED,
+    VAULT_BUSY,
     INTERNAL,
 );
 
 impl ErrorCode {
     /// Whether the same call may succeed if simply sent again later.
     pub fn retryable(self) -> bool {
-        matches!(self, ErrorCode::INTERNAL | ErrorCode::AUDIT_UNAVAILABLE)
+        matches!(
+            self,
+            ErrorCode::INTERNAL | ErrorCode::AUDIT_UNAVAILABLE | ErrorCode::VAULT_BUSY
+        )
     }
 }
 
@@ -142,6 +146,9 @@ impl ErrorCode {
             APPROVAL_DECLINED => {
                 "The person declined the in-client approval, cancelled it, or did not answer in time."
             }
+            VAULT_BUSY => {
+                "The vault's writer did not finish this apply, reject, undo/redo or challenge within `apply_wait_seconds`; it goes on, and happens once."
+            }
             INTERNAL => "Something failed inside the gateway; the operator's log (stderr) says what.",
         }
     }
@@ -217,6 +224,9 @@ impl ErrorCode {
                 "The owner frees disk space or repairs the log (`vaultgate doctor`); then retry with the same `idempotencyKey`."
             }
             APPROVAL_DECLINED => "Nothing was changed; ask the person, or leave the proposal for review.",
+            VAULT_BUSY => {
+                "Send the same call again with the same idempotencyKey: it answers the result once the write is done."
+            }
             INTERNAL => "Retry later; the owner reads the server's log and runs `vaultgate doctor`.",
         }
     }
@@ -244,7 +254,7 @@ INVALID_ARGUMENT,EDIT_NOT_UNIQUE,PROPOSAL_NOT_FOUND,PROPOSAL_ALREADY_APPLIED,PRO
 PROPOSAL_HASH_MISMATCH,PROPOSAL_TAMPERED,PROPOSAL_STALE_BASE,PROPOSAL_TARGET_EXISTS,\
 IDEMPOTENCY_CONFLICT,CHALLENGE_REQUIRED,CHALLENGE_MISMATCH,CHALLENGE_EXPIRED,CHALLENGE_CONSUMED,\
 CHALLENGE_STALE,HISTORY_NOT_TOP,HISTORY_STALE,OUTPUT_LIMIT_EXCEEDED,QUOTA_EXCEEDED,\
-AUDIT_UNAVAILABLE,APPROVAL_DECLINED,INTERNAL"
+AUDIT_UNAVAILABLE,APPROVAL_DECLINED,VAULT_BUSY,INTERNAL"
         );
     }
 

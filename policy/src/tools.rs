@@ -51,6 +51,15 @@ impl ToolSpec {
     pub fn is_mutating(&self) -> bool {
         !matches!(self.kind, ToolKind::Read)
     }
+
+    /// A call the vault's one writer runs (an apply, reject, undo/redo, challenge): it waits for
+    /// the writer at most `apply_wait_seconds` (docs/contract.md#applying-a-proposal).
+    pub fn waits_for_writer(&self) -> bool {
+        matches!(
+            self.kind,
+            ToolKind::Decide | ToolKind::History | ToolKind::Critical
+        )
+    }
 }
 
 const fn t(name: &'static str, kind: ToolKind) -> ToolSpec {

@@ -1474,3 +1474,96 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
     );
     audit_verifies(&env, "after the mixed applies").await;
 }
+
+// ---- the writer's wait -------------------------------------------------------------------------------
+
+/// docs/contract.md#applying-a-proposal: a call that waits for the vault's writer longer than
+/// `[limits] apply_wait_seconds` answers `VAULT_BUSY` (retryable); its write goes on and happens
+/// once, and the same call with the same key answers its result.
+#[tokio::test]
+async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key_answers() {
+    let env = Env::new();
+    let config = env.home.join("gateway.toml");
+    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    doc.entry("limits")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap()
+        .insert("apply_wait_seconds".into(), toml::Value::Integer(1));
+    std::fs::write(&config, toml::to_string(&doc).unwrap()).unwrap();
+    let (_, token) = env.token("agent", "auto");
+    let c = env.stdio(&token).await;
+    let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
+    let waits = crate::util::propose_new(&c, "notes/waits.md", "# Waits\n", "waits for the writer").await;
+    c.close().await;
+    let srv = crate::http::Server::start(&env);
+
+    // The operator's apply pauses holding the vault's writer.
+    let release = env.tmp.path().join("release");
+    let marker = env.tmp.path().join("release.paused");
+    let release_s = release.to_str().unwrap().to_owned();
+    let child = cli_cmd(
+        &env,
+        &["apply", "--only", held["id"].as_str().unwrap(), "--yes"],
+        &[
+            ("VAULTGATE_TEST_PAUSE", "after_first_op"),
+            ("VAULTGATE_TEST_PAUSE_FILE", &release_s),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let child = wait_for_marker(child, &marker, "the paused apply").await;
+
+    let h = srv.client(&token).await;
+    let args = json!({"id": waits["id"], "proposalHash": waits["proposalHash"], "idempotencyKey": "busy-1"});
+    let refused = match call(&h, "apply_proposal", args.clone()).await {
+        Reply::Err(e) => e,
+        Reply::Ok(v) => panic!("the writer is held, yet the apply answered {v}"),
+    };
+    assert_eq!(refused["code"], "VAULT_BUSY", "{refused}");
+    assert_eq!(refused["retryable"], true, "{refused}");
+    assert!(
+        !env.vault.join("notes/waits.md").exists(),
+        "nothing written while the writer is held"
+    );
+
+    // The writer is free again: the operator's apply ends, and the waiting one runs on its own.
+    std::fs::write(&release, "").unwrap();
+    let out = bounded("the paused apply", child.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let start = Instant::now();
+    while !env.vault.join("notes/waits.md").exists() {
+        assert!(
+            start.elapsed() < WAIT,
+            "the apply answered VAULT_BUSY never happened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The same call, the same key: the result of the write that went on, not a second write.
+    let answer = loop {
+        match call(&h, "apply_proposal", args.clone()).await {
+            Reply::Ok(v) => break v,
+            Reply::Err(e) if e["code"] == "VAULT_BUSY" && start.elapsed() < WAIT => continue,
+            Reply::Err(e) => panic!("the retry with the same key: {e}"),
+        }
+    };
+    assert_eq!(answer["applied"], true, "{answer}");
+    assert_eq!(
+        answer["replayed"], true,
+        "the retry answers the write that went on: {answer}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.vault.join("notes/waits.md")).unwrap(),
+        "# Waits\n"
+    );
+    let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
+    let id = waits["id"].as_str().unwrap();
+    assert_eq!(
+        applied.lines().filter(|l| l.contains(id)).count(),
+        1,
+        "applied once:\n{applied}"
+    );
+    h.close().await;
+}
