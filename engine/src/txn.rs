@@ -20,6 +20,7 @@ use inbox::Transition;
 use policy::{ErrorCode, VaultPath};
 use proposals::Kind;
 use proposals::ops::{FileOp, OpState, Zone, inverse_all};
+use proposals::recovery::{Observed, Recovery};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -304,21 +305,28 @@ impl Writes<'_> {
     ) -> Result<Committed, GatewayError> {
         let files = Files::of(v);
         let kind = &intent.txn;
-        if step == ROLLING_BACK || intent.rolling_back {
-            return Err(self.roll_back(v, at, intent, call, Cause::Resumed));
-        }
-        if call.is_none() {
-            // docs/contract.md#proposals: finish only when every file is at one of its two known states.
-            for op in &intent.ops {
-                if self.op_state_of(&files, op)? == OpState::Other {
-                    let path = op
-                        .paths()
-                        .first()
-                        .map(|(_, p)| (*p).to_owned())
-                        .unwrap_or_default();
-                    return Err(self.roll_back(v, at, intent, call, Cause::Edited(path)));
-                }
+        let rolling_back = step == ROLLING_BACK || intent.rolling_back;
+        // docs/contract.md#rules-of-the-write-path: recovery finishes a write only when every file
+        // is at one of its two known states; a live call has just checked them under the lock.
+        let states = match (rolling_back, &call) {
+            (false, None) => intent
+                .ops
+                .iter()
+                .map(|op| self.op_state_of(&files, op))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => Vec::new(),
+        };
+        match proposals::recovery::decide(rolling_back, Observed::Files(&states)) {
+            Recovery::ResumeRollBack => return Err(self.roll_back(v, at, intent, call, Cause::Resumed)),
+            Recovery::RollBack { op } => {
+                let path = intent.ops[op]
+                    .paths()
+                    .first()
+                    .map(|(_, p)| (*p).to_owned())
+                    .unwrap_or_default();
+                return Err(self.roll_back(v, at, intent, call, Cause::Edited(path)));
             }
+            Recovery::Finish { .. } => {}
         }
         // A live call knows the touched notes' entries before it writes; recovery does not (some
         // ops may have run before the crash) and walks once instead: a rare path.

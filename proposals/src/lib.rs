@@ -5,7 +5,8 @@
 //! altered one. This crate holds that model and its canonical JSON and hashes, patch edits
 //! ([`apply_edits`]), review diffs ([`unified_diff`]), the hash chain of `_applied.jsonl`
 //! ([`AppliedLine`]), and the apply decision ([`plan::check`], [`plan::decide`]) that the engine's
-//! write transaction runs for the MCP tools, the CLI and the review page alike (docs/contract.md#proposals).
+//! write transaction runs for the MCP tools, the CLI and the review page alike (docs/contract.md#proposals),
+//! and what recovery does with an interrupted write ([`recovery::decide`]).
 //!
 //! It must never do I/O, read a clock or draw randomness: ids, times and file states are parameters.
 #![forbid(unsafe_code)]
@@ -19,6 +20,7 @@ pub mod keys;
 mod model;
 pub mod ops;
 pub mod plan;
+pub mod recovery;
 mod seal;
 mod slug;
 
