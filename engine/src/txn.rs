@@ -369,7 +369,8 @@ impl Writes<'_> {
         // The audit line belongs to the transaction: written before the commit, or rolled back.
         let (target, proposal_id, challenge_id) = kind.record_ids();
         let head = match call.as_deref_mut() {
-            Some(c) => c.record_txn_head(TxnRecord {
+            // The head is raised by the commit itself (`DiskAfter::head`): one sync fewer.
+            Some(c) => c.record_head(TxnRecord {
                 event: None,
                 outcome: Outcome::Ok,
                 code: None,
@@ -613,6 +614,7 @@ impl Writes<'_> {
             fingerprint,
             writes: &writes,
             change: Some(&change),
+            head: Some(head),
         };
         let disk = Some(&disk_after);
         let note_ops = &intent.ops[..intent.note_ops.min(intent.ops.len())];

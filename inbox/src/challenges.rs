@@ -308,7 +308,8 @@ mod tests {
                 Some(&crate::DiskAfter {
                     fingerprint: Some("after"),
                     writes: &[],
-                    change: None
+                    change: None,
+                    head: None,
                 })
             )
             .unwrap(),
@@ -339,7 +340,8 @@ mod tests {
                 Some(&crate::DiskAfter {
                     fingerprint: Some("fp"),
                     writes: &[],
-                    change: None
+                    change: None,
+                    head: None,
                 })
             )
             .unwrap(),

@@ -248,6 +248,9 @@ pub struct DiskAfter<'a> {
     pub writes: &'a [(String, Option<String>)],
     /// The change's row for `get_note_history` and the git queue (docs/contract.md#git-history).
     pub change: Option<&'a crate::changes::NewChange<'a>>,
+    /// The audit head after the change's own record: raised in the same commit, so the record
+    /// and the state that knows of it need no second sync.
+    pub head: Option<&'a crate::AuditHead>,
 }
 
 /// Records `d` inside the caller's transaction.
@@ -268,6 +271,9 @@ pub(crate) fn record_disk(tx: &Connection, vault: &str, d: &DiskAfter<'_>) -> ru
     }
     if let Some(c) = d.change {
         crate::changes::insert_change(tx, vault, c)?;
+    }
+    if let Some(head) = d.head {
+        crate::recorded::raise_head(tx, head)?;
     }
     Ok(())
 }

@@ -338,6 +338,7 @@ mod tests {
                     fingerprint: Some("fp"),
                     writes: &[],
                     change: None,
+                    head: None,
                 }),
             })
             .unwrap();

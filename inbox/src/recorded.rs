@@ -40,7 +40,7 @@ impl<E> From<rusqlite::Error> for Recorded<E> {
 }
 
 /// Raises the stored head to `head` (never lowers it: processes append concurrently).
-fn raise_head(conn: &Connection, head: &AuditHead) -> rusqlite::Result<()> {
+pub(crate) fn raise_head(conn: &Connection, head: &AuditHead) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2)
          ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash

@@ -514,3 +514,33 @@ fn an_unauthenticated_flood_becomes_a_few_aggregated_records() {
     );
     verifies(&env);
 }
+
+// ---- the head the state keeps ---------------------------------------------------------------------
+
+/// docs/contract.md#the-audit-log: an apply's record and the head the state database keeps of it
+/// are committed together, so cutting that record off the log is found.
+#[tokio::test]
+async fn cutting_an_applys_record_off_the_log_is_found_by_verify() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let c = env.stdio(&token).await;
+    let p = crate::util::propose_new(&c, "notes/cut.md", "# Cut\n", "an apply whose record is cut").await;
+    let out = c
+        .call(
+            "apply_proposal",
+            json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": "cut-1"}),
+        )
+        .await
+        .ok();
+    c.close().await;
+    env.ok(&["audit", "verify"]);
+    let log = env.home.join("audit.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["seq"], out["auditSeq"], "the apply's record is the log's last");
+    // Cut it: the log still verifies as a chain, one record shorter.
+    let kept: String = text.lines().take(text.lines().count() - 1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&log, kept).unwrap();
+    let verify = env.run(&["audit", "verify"]);
+    assert_eq!(verify.status.code(), Some(1), "the cut is found: {}", String::from_utf8_lossy(&verify.stdout));
+}
