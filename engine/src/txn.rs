@@ -606,7 +606,8 @@ impl Writes<'_> {
         let a = &intent.audit;
         let seq = head.seq;
         let writes = note_writes(intent);
-        let at_time = rfc3339(time::OffsetDateTime::now_utc());
+        // Nothing after the intent reads the clock: the commit is a function of its intent.
+        let at_time = intent.started_at.clone();
         // docs/contract.md#git-history: the change's row (and its git commit, queued) is part of this commit.
         let row = self.core.history().change_row(v, intent, head, &at_time)?;
         let change = row.as_new();
@@ -808,7 +809,9 @@ impl Writes<'_> {
     fn after_commit(&self, v: &VaultHandle, intent: &Intent, revision: u64, audit_seq: u64) -> &'static str {
         match &intent.txn {
             TxnKind::Apply { .. } => {
-                if let Err(e) = self.append_applied_line(v, &intent.txn, &intent.audit.actor_label) {
+                if let Err(e) =
+                    self.append_applied_line(v, &intent.txn, &intent.audit.actor_label, &intent.started_at)
+                {
                     // Repaired by the next recovery (the state knows what was applied).
                     tracing::error!(vault = %v.id, error = %e, "appending to _applied.jsonl failed");
                 }
@@ -890,11 +893,13 @@ impl Writes<'_> {
     }
 
     /// Appends the apply's line to `<inbox>/_applied.jsonl` unless it is already the last one.
+    /// `ts`: when the apply was decided (its intent's instant, the proposal's `decided_at`).
     pub(crate) fn append_applied_line(
         &self,
         v: &VaultHandle,
         txn: &TxnKind,
         actor: &str,
+        ts: &str,
     ) -> Result<(), GatewayError> {
         let TxnKind::Apply {
             proposal_id,
@@ -926,7 +931,7 @@ impl Writes<'_> {
             target.clone(),
             proposal_hash.clone(),
             actor.to_owned(),
-            rfc3339(time::OffsetDateTime::now_utc()),
+            ts.to_owned(),
         );
         let text = serde_json::to_string(&line).map_err(internal)?;
         fs.append_line(vault::write::Area::Inbox, &path, text.as_bytes())?;
@@ -992,7 +997,12 @@ impl Writes<'_> {
             reason: String::new(),
             created_by: None,
         };
-        self.append_applied_line(v, &txn, row.decided_by.as_deref().unwrap_or(""))
+        self.append_applied_line(
+            v,
+            &txn,
+            row.decided_by.as_deref().unwrap_or(""),
+            row.decided_at.as_deref().unwrap_or_default(),
+        )
     }
 
     /// At start: settles interrupted transactions in every vault, each under its lock.

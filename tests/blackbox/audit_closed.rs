@@ -537,10 +537,22 @@ async fn cutting_an_applys_record_off_the_log_is_found_by_verify() {
     let log = env.home.join("audit.jsonl");
     let text = std::fs::read_to_string(&log).unwrap();
     let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-    assert_eq!(last["seq"], out["auditSeq"], "the apply's record is the log's last");
+    assert_eq!(
+        last["seq"], out["auditSeq"],
+        "the apply's record is the log's last"
+    );
     // Cut it: the log still verifies as a chain, one record shorter.
-    let kept: String = text.lines().take(text.lines().count() - 1).map(|l| format!("{l}\n")).collect();
+    let kept: String = text
+        .lines()
+        .take(text.lines().count() - 1)
+        .map(|l| format!("{l}\n"))
+        .collect();
     std::fs::write(&log, kept).unwrap();
     let verify = env.run(&["audit", "verify"]);
-    assert_eq!(verify.status.code(), Some(1), "the cut is found: {}", String::from_utf8_lossy(&verify.stdout));
+    assert_eq!(
+        verify.status.code(),
+        Some(1),
+        "the cut is found: {}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 }

@@ -614,3 +614,40 @@ async fn an_interrupted_undo_meeting_an_outside_edit_rolls_back_and_keeps_the_ed
     );
     env.ok(&["audit", "verify"]);
 }
+
+/// Issue 34's deterministic intent: an apply reads the clock once, when its intent is written;
+/// the proposal's `decidedAt`, the note history's `ts` and the `_applied.jsonl` line are that one
+/// instant.
+#[tokio::test]
+async fn an_apply_has_one_instant_in_its_proposal_its_history_and_its_applied_line() {
+    let env = crate::util::Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let c = env.stdio(&token).await;
+    let p = crate::util::propose_new(&c, "notes/instant.md", "# Instant\n", "one instant").await;
+    let out = c
+        .call(
+            "apply_proposal",
+            serde_json::json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": "instant-1"}),
+        )
+        .await
+        .ok();
+    assert_eq!(out["applied"], true);
+    let shown = c
+        .call("get_proposal", serde_json::json!({"id": p["id"]}))
+        .await
+        .ok();
+    let history = c
+        .call(
+            "get_note_history",
+            serde_json::json!({"path": "notes/instant.md"}),
+        )
+        .await
+        .ok();
+    c.close().await;
+    let decided = shown["decidedAt"].as_str().expect("decidedAt");
+    assert_eq!(history["entries"][0]["ts"], decided, "{history}");
+    let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(applied.lines().last().unwrap()).unwrap();
+    assert_eq!(line["id"], p["id"]);
+    assert_eq!(line["ts"], decided, "{line}");
+}
