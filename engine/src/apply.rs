@@ -74,13 +74,13 @@ impl Writes<'_> {
         idempotency_key: &str,
         approval: &ClientApproval<'_>,
     ) -> Result<ApplyOut, GatewayError> {
-        self.write(
+        let (mut out, settle) = self.write(
             call,
             v,
             Keyed::Key {
                 key: idempotency_key,
                 what: "apply",
-                first: first_apply,
+                first: |first| first_apply(first).map(|out| (out, None)),
             },
             // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the
             // answer counts only for this proposal and hash, and every check below runs again.
@@ -90,7 +90,13 @@ impl Writes<'_> {
                     .client_approval(call, v, id, given_hash, approval)
             },
             |call, approved| self.apply_locked(call, v, id, given_hash, idempotency_key, approved),
-        )
+        )?;
+        // The vault's writer is free again: the next write runs while this one's notes are
+        // indexed, and the answer says whether they are.
+        if let Some(settle) = settle {
+            out.index = settle.finish(self.core, v).into();
+        }
+        Ok(out)
     }
 
     /// `approve_proposal_in_app`: the card's Approve (docs/contract.md#the-review-page-and-in-client-approval),
@@ -131,7 +137,7 @@ impl Writes<'_> {
         given_hash: &ProposalHash,
         idempotency_key: &str,
         approved: Option<crate::approval::Approved>,
-    ) -> Result<ApplyOut, GatewayError> {
+    ) -> Result<(ApplyOut, Option<crate::txn::Settle>), GatewayError> {
         let principal = call.actor().principal_id();
         let args_hash = call.args_hash();
         let fs = v.reader.fs();
@@ -284,7 +290,7 @@ impl Writes<'_> {
         let committed = self.run_txn(v, &at, &intent, inbox::INTENT_STARTED, Some(call))?;
         let mut out: ApplyOut = serde_json::from_value(committed.result).map_err(internal)?;
         out.index = committed.index.into();
-        Ok(out)
+        Ok((out, committed.settle))
     }
 
     /// SECURITY(T-PROP1): the proposal's inbox files as they are: the metadata file must equal

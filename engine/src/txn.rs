@@ -182,7 +182,7 @@ pub(crate) enum IntentAt {
 }
 
 /// What a committed transaction reports to its caller.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Committed {
     /// The vault's revision after the commit (announced).
     pub revision: u64,
@@ -190,6 +190,33 @@ pub(crate) struct Committed {
     pub index: &'static str,
     /// The answer stored with the commit (apply, undo/redo, critical).
     pub result: Value,
+    /// A live apply's index update, asked for under the vault's writer and waited for (then
+    /// announced) once the writer is free: [`Settle::finish`].
+    pub settle: Option<Settle>,
+}
+
+/// An apply's index update and announcement, left for after the vault's writer is released, so
+/// the next write does not wait for the index (docs/contract.md#proposals "Cost follows the change").
+#[derive(Debug)]
+pub(crate) struct Settle {
+    ticket: vault::IndexTicket,
+    revision: u64,
+}
+
+impl Settle {
+    /// Waits for the index (the answer's `index`), then announces the change.
+    pub(crate) fn finish(self, core: &crate::core::Core, v: &VaultHandle) -> &'static str {
+        let index = if v.reader.index_settled(self.ticket) {
+            "updated"
+        } else {
+            "failed"
+        };
+        core.announce(crate::changes::VaultChanged {
+            vault: v.id.clone(),
+            revision: self.revision,
+        });
+        index
+    }
 }
 
 /// Why a transaction is being rolled back.
@@ -401,7 +428,26 @@ impl Writes<'_> {
             Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         };
         self.failpoint(kind, "after_commit");
-        let index = self.after_commit(v, intent, committed.revision, head.seq);
+        let ticket = self.after_commit(v, intent, head.seq);
+        // A live apply waits for the index once the writer is free; recovery and the other
+        // writes settle here.
+        let (index, settle) = match (&intent.txn, call.is_some()) {
+            (TxnKind::Apply { .. }, true) => (
+                "updated",
+                Some(Settle {
+                    ticket,
+                    revision: committed.revision,
+                }),
+            ),
+            _ => (
+                Settle {
+                    ticket,
+                    revision: committed.revision,
+                }
+                .finish(self.core, v),
+                None,
+            ),
+        };
         // docs/contract.md#git-history: the commit is made after the engine's commit point; it never undoes it.
         let git = self.core.history().drain_git(v);
         let mut result = committed.result.clone();
@@ -427,6 +473,7 @@ impl Writes<'_> {
         Ok(Committed {
             index,
             result,
+            settle,
             ..committed
         })
     }
@@ -681,6 +728,7 @@ impl Writes<'_> {
                     revision: c.revision,
                     index: "updated",
                     result,
+                    settle: None,
                 })
             }
             (
@@ -732,6 +780,7 @@ impl Writes<'_> {
                     revision: c.revision,
                     index: "updated",
                     result,
+                    settle: None,
                 })
             }
             (
@@ -799,14 +848,16 @@ impl Writes<'_> {
                     revision,
                     index: "updated",
                     result,
+                    settle: None,
                 })
             }
             _ => Err(internal("an intent kept in the wrong place")),
         }
     }
 
-    /// After the commit: what does not protect the notes. Answers the index status.
-    fn after_commit(&self, v: &VaultHandle, intent: &Intent, revision: u64, audit_seq: u64) -> &'static str {
+    /// After the commit: what does not protect the notes. Asks for the index update of the
+    /// touched notes (waited for by [`Settle::finish`]).
+    fn after_commit(&self, v: &VaultHandle, intent: &Intent, audit_seq: u64) -> vault::IndexTicket {
         match &intent.txn {
             TxnKind::Apply { .. } => {
                 if let Err(e) =
@@ -832,18 +883,10 @@ impl Writes<'_> {
             TxnKind::History { .. } => {}
         }
         let touched = self.touched_notes(intent);
-        let index = if self.core.failpoints.fails("index_update") {
-            "failed"
-        } else if v.reader.update_paths_checked(&touched) {
-            "updated"
-        } else {
-            "failed"
-        };
-        self.core.announce(crate::changes::VaultChanged {
-            vault: v.id.clone(),
-            revision,
-        });
-        index
+        if self.core.failpoints.fails("index_update") {
+            return vault::IndexTicket::Done(false);
+        }
+        v.reader.submit_paths(&touched)
     }
 
     /// The note paths the transaction touches (for the index).

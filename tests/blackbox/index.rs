@@ -305,3 +305,88 @@ async fn a_corrupted_index_file_does_not_break_the_server() {
     assert!(file.is_file());
     c.close().await;
 }
+
+/// Two processes (a server and a stdio process, each with its own index worker on the one index)
+/// apply edits to the same note in turn, as fast as they can: every apply answers once its notes
+/// are indexed, and when both are done the index holds the note as it is on disk — its last token
+/// found, no earlier one — although each apply's index update now runs after the vault's writer
+/// is free.
+#[tokio::test]
+async fn two_processes_editing_one_note_leave_the_index_as_the_disk_is() {
+    let env = Env::new();
+    let (_, token) = env.token("writer", "auto");
+    let srv = crate::http::Server::start(&env);
+    let http = srv.client(&token).await;
+    let stdio = env.stdio(&token).await;
+    wait_fresh(&http).await;
+    wait_fresh(&stdio).await;
+    const NOTE: &str = "notes/contended.md";
+    let first = "# Contended\n\nmarker zqtokstart\n";
+    let p = crate::util::propose_new(&http, NOTE, first, "the contended note").await;
+    http.call(
+        "apply_proposal",
+        json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": "c-0"}),
+    )
+    .await
+    .ok();
+
+    async fn edit_rounds(c: &Client, who: &str, rounds: usize) -> Vec<String> {
+        let mut mine = Vec::new();
+        let mut done = 0;
+        let mut attempt = 0;
+        while done < rounds {
+            attempt += 1;
+            assert!(attempt < rounds * 20, "{who}: too many stale bases");
+            let note = c.call("read_note", json!({"path": NOTE})).await.ok();
+            let text = note["content"].as_str().unwrap();
+            let token = format!("zqtok{who}{done}");
+            let line = text.lines().last().unwrap().to_owned();
+            let next = text.replacen(&line, &format!("marker {token}"), 1);
+            let proposed = c
+                .call(
+                    "propose_note_patch",
+                    json!({"path": NOTE, "baseHash": note["hash"], "content": next, "reason": "race"}),
+                )
+                .await;
+            let crate::util::Reply::Ok(p) = proposed else {
+                continue;
+            };
+            let applied = c
+                .call(
+                    "apply_proposal",
+                    json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": format!("{who}-{attempt}")}),
+                )
+                .await;
+            if let crate::util::Reply::Ok(out) = applied {
+                assert_eq!(out["index"], "updated", "{out}");
+                mine.push(token);
+                done += 1;
+            }
+        }
+        mine
+    }
+    let (a, b) = tokio::join!(edit_rounds(&http, "h", 8), edit_rounds(&stdio, "s", 8));
+    let text = std::fs::read_to_string(env.vault.join(NOTE)).unwrap();
+    let last = text
+        .lines()
+        .last()
+        .unwrap()
+        .trim_start_matches("marker ")
+        .to_owned();
+    assert!(a.contains(&last) || b.contains(&last), "{text}");
+    for c in [&http, &stdio] {
+        assert_eq!(
+            hit_lines(&search(c, &last).await),
+            [(NOTE.to_owned(), 3)],
+            "the last edit is indexed"
+        );
+        for old in a.iter().chain(&b).filter(|t| **t != last) {
+            assert!(
+                hit_lines(&search(c, old).await).is_empty(),
+                "{old} was replaced, yet the index still finds it"
+            );
+        }
+    }
+    stdio.close().await;
+    http.close().await;
+}

@@ -197,6 +197,15 @@ impl Queue {
     }
 }
 
+/// Paths asked to be indexed ([`Index::submit_paths`]), to wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexTicket {
+    /// Already handled (or nothing to wait for): whether the index holds them.
+    Done(bool),
+    /// The background thread's ticket.
+    Queued(u64),
+}
+
 /// The index of one vault, kept by a background thread (`start`) or by its caller (`manual`).
 pub struct Index {
     fs: Arc<VaultFs>,
@@ -542,7 +551,7 @@ impl Index {
             db.bulk(true)?;
         }
         let done = self
-            .index_jobs(&db, jobs, progress)
+            .index_jobs(&db, jobs, false, progress)
             .and_then(|()| db.finish_pass(walked_at, epoch))
             .and_then(|()| if big { db.optimize() } else { Ok(()) });
         if big && let Err(e) = db.bulk(false) {
@@ -555,10 +564,14 @@ impl Index {
     }
 
     /// Reads and parses on one thread while this one writes, in batches.
+    /// `recheck`: each note is written only if its file still has the size and time it was read
+    /// with ([`Db::write_current`]); for updates of named paths, which run while other writers
+    /// (this process's next apply, other processes) may change the same files.
     fn index_jobs(
         &self,
         db: &Db,
         jobs: Vec<Job>,
+        recheck: bool,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(), IndexError> {
         let total = jobs.len();
@@ -567,6 +580,12 @@ impl Index {
             return Ok(());
         }
         let fs = &*self.fs;
+        let current = |rec: &NoteRecord| {
+            !recheck
+                || fs
+                    .metadata(&rec.path)
+                    .is_ok_and(|m| m.size == rec.size && record::nanos(m.modified) == rec.mtime)
+        };
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Op>(BATCH);
             s.spawn(move || {
@@ -584,7 +603,7 @@ impl Index {
             for op in rx {
                 batch.push(op);
                 if batch.len() >= BATCH || started.elapsed() >= BATCH_TIME {
-                    db.write(&batch)?;
+                    db.write_current(&batch, &current)?;
                     done += batch.len();
                     batch.clear();
                     progress(done, total);
@@ -592,7 +611,7 @@ impl Index {
                 }
             }
             if !batch.is_empty() {
-                db.write(&batch)?;
+                db.write_current(&batch, &current)?;
                 done += batch.len();
                 progress(done, total);
             }
@@ -637,7 +656,7 @@ impl Index {
         if !ops.is_empty() {
             db.write(&ops)?;
         }
-        self.index_jobs(&db, jobs, &mut |_, _| {})
+        self.index_jobs(&db, jobs, true, &mut |_, _| {})
     }
 
     // ---- the API `Vault` uses ---------------------------------------------------------------
@@ -738,6 +757,33 @@ impl Index {
             return true;
         }
         self.queue.wait(ticket, wait) && lock(&self.queue.state).failed < ticket
+    }
+
+    /// As `update_paths_checked` in two halves: asks for the paths now (the caller may still
+    /// hold the vault's writer), and [`Index::settled`] waits for them later (without it).
+    pub(crate) fn submit_paths(&self, paths: &[VaultPath]) -> IndexTicket {
+        if paths.is_empty() {
+            return IndexTicket::Done(true);
+        }
+        if !self.background {
+            let result = self.update(paths);
+            let ticket = lock(&self.queue.state).requested;
+            self.finish(ticket, &result);
+            return IndexTicket::Done(result.is_ok());
+        }
+        let ticket = self.queue.submit(|p| p.paths.extend(paths.iter().cloned()));
+        if !self.answering() {
+            return IndexTicket::Done(true);
+        }
+        IndexTicket::Queued(ticket)
+    }
+
+    /// Whether the paths of `ticket` are indexed (false: failed, or not within `wait`).
+    pub(crate) fn settled(&self, ticket: IndexTicket, wait: Duration) -> bool {
+        match ticket {
+            IndexTicket::Done(ok) => ok,
+            IndexTicket::Queued(t) => self.queue.wait(t, wait) && lock(&self.queue.state).failed < t,
+        }
     }
 
     /// Asks, without waiting, for paths a read found changed to be indexed again.

@@ -24,7 +24,7 @@ pub mod types;
 pub mod watch;
 pub mod write;
 
-pub use index::{IndexError, IndexHealth, SyncReport};
+pub use index::{IndexError, IndexHealth, IndexTicket, SyncReport};
 pub use rank::Match;
 pub use reader::{Vault, rfc3339};
 pub use types::{

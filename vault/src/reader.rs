@@ -123,6 +123,24 @@ impl Vault {
         }
     }
 
+    /// Asks for these paths to be indexed without waiting (the caller may hold the vault's
+    /// writer); [`Vault::index_settled`] waits for them.
+    pub fn submit_paths(&self, paths: &[VaultPath]) -> crate::index::IndexTicket {
+        match self.index.get() {
+            Some(ix) => ix.submit_paths(paths),
+            None => crate::index::IndexTicket::Done(true),
+        }
+    }
+
+    /// Whether the paths of `ticket` are indexed now (docs/contract.md#proposals: an apply
+    /// answers `index: "failed"` otherwise), waiting as `update_paths_checked` does.
+    pub fn index_settled(&self, ticket: crate::index::IndexTicket) -> bool {
+        match self.index.get() {
+            Some(ix) => ix.settled(ticket, SETTLE_WAIT),
+            None => true,
+        }
+    }
+
     /// Waits until reads are answered from the index; false after `timeout` or without an index.
     pub fn wait_index_ready(&self, timeout: Duration) -> bool {
         self.index.get().is_some_and(|ix| ix.wait_ready(timeout))

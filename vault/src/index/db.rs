@@ -699,11 +699,23 @@ impl Db {
     /// Applies `ops` in one transaction. A `Put` whose size, time and class are already those
     /// recorded is skipped (another process got there first). Returns how many notes changed.
     pub fn write(&self, ops: &[Op]) -> Result<usize, IndexError> {
+        self.write_current(ops, &|_| true)
+    }
+
+    /// As [`Db::write`]; a `Put` whose file `current` says moved on since it was read is left
+    /// out, inside the transaction: whoever changed the file indexes it, so an update that read
+    /// the file before another process's write cannot land after that process indexed it.
+    pub fn write_current(
+        &self,
+        ops: &[Op],
+        current: &dyn Fn(&NoteRecord) -> bool,
+    ) -> Result<usize, IndexError> {
         let (before, changes) = self.write_tx(|tx| {
             let before = generation(tx)?;
             let mut changes = Vec::new();
             for op in ops {
                 match op {
+                    Op::Put(rec) if !current(rec) => {}
                     Op::Put(rec) => {
                         if let Some(id) = put(tx, rec)? {
                             changes.push(Change::Put(Entry {
@@ -1561,6 +1573,27 @@ mod tests {
         // Without the log rows the gap is not covered: a full read is needed.
         conn.execute("DELETE FROM catalog_log", []).unwrap();
         assert!(catch_up(&conn, &before, to).unwrap().is_none());
+    }
+
+    /// An update that read a note before another writer changed it, and reaches the index after
+    /// that writer indexed its version, leaves the newer version in place.
+    #[test]
+    fn a_put_whose_file_moved_on_is_left_out_in_the_transaction() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = cap_std::fs::Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let db = Db::open(tmp.path(), &root).unwrap();
+        let put = |size: u64, mtime: i64| Op::Put(Box::new(record("n/a.md", size, mtime, true)));
+        // The other writer's version (size 2, time 20) is what the file holds now.
+        db.write(&[put(2, 20)]).unwrap();
+        let on_disk = |r: &NoteRecord| r.size == 2 && r.mtime == 20;
+        // The late update read the older version (size 1, time 10): left out.
+        assert_eq!(db.write_current(&[put(1, 10)], &on_disk).unwrap(), 0);
+        let kept = summary(&db.snapshot().unwrap().catalog);
+        assert_eq!((kept[0].2, kept[0].3), (2, 20), "{kept:?}");
+        // An update that read what the file holds is written.
+        db.write_current(&[Op::Remove(VaultPath::parse("n/a.md").unwrap())], &on_disk)
+            .unwrap();
+        assert_eq!(db.write_current(&[put(2, 20)], &on_disk).unwrap(), 1);
     }
 
     proptest! {
