@@ -444,7 +444,18 @@ impl ServerHandler for McpServer {
                     .filter(|s| s.waits_for_writer())
                     .map(|_| Duration::from_secs(core.config().limits.apply_wait_seconds));
                 let tool = name.clone();
+                // SECURITY(T-LIMIT4): a write that outlives its wait keeps a blocking thread until
+                // the writer is free; at most MAX_WAITING_WRITES such calls wait at once, so
+                // retries with new keys cannot take every thread the reads need.
+                let waiting = match wait {
+                    Some(wait) => match Waiting::claim(&WAITING_WRITES, MAX_WAITING_WRITES) {
+                        Some(w) => Some(w),
+                        None => return Ok(error_result(&vault_busy(&tool, wait)).into()),
+                    },
+                    None => None,
+                };
                 let work = blocking(move || {
+                    let _waiting = waiting;
                     let approval = match &mode {
                         crate::approval::Mode::Defer => ClientApproval::Defer,
                         crate::approval::Mode::Answered(state, answer) => ClientApproval::Answered {
@@ -550,6 +561,32 @@ impl ServerHandler for McpServer {
     }
 }
 
+/// Calls waiting for a vault's writer in this process, and how many may.
+static WAITING_WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+const MAX_WAITING_WRITES: usize = 64;
+
+/// One call's place among those waiting for a writer, given back when its write ends (not when
+/// its caller stops waiting).
+struct Waiting(&'static std::sync::atomic::AtomicUsize);
+
+impl Waiting {
+    fn claim(count: &'static std::sync::atomic::AtomicUsize, max: usize) -> Option<Waiting> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Waiting(count))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 fn vault_busy(tool: &str, waited: Duration) -> GatewayError {
     GatewayError::VaultBusy(format!(
         "the vault's writer did not finish this {tool} within {} s (another write holds it); it goes on \
@@ -585,4 +622,23 @@ fn structured(value: serde_json::Value) -> CallToolResult {
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
     result
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+
+    #[test]
+    fn at_most_max_writes_wait_and_each_place_is_given_back() {
+        static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let a = Waiting::claim(&COUNT, 2);
+        let b = Waiting::claim(&COUNT, 2);
+        assert!(a.is_some() && b.is_some());
+        assert!(Waiting::claim(&COUNT, 2).is_none(), "a third waits nowhere");
+        drop(a);
+        let c = Waiting::claim(&COUNT, 2);
+        assert!(c.is_some(), "a place given back is taken again");
+        drop((b, c));
+        assert_eq!(COUNT.load(std::sync::atomic::Ordering::Acquire), 0);
+    }
 }
