@@ -145,14 +145,17 @@ pub fn words(old: &str, new: &str) -> (Vec<Piece>, Vec<Piece>) {
             changed: false,
         }]
     };
-    let diff = TextDiff::from_words(old, new);
+    // Unicode word boundaries (UAX #29): punctuation is not part of a word, and CJK text, which has
+    // no spaces, is marked by the word rather than as one long "word".
+    let diff = TextDiff::from_unicode_words(old, new);
     let (mut o, mut n) = (Vec::new(), Vec::new());
     let mut shared = false;
     for change in diff.iter_all_changes() {
         let text = change.value();
         match change.tag() {
             ChangeTag::Equal => {
-                shared |= !text.trim().is_empty();
+                // Spaces and punctuation in common are no word in common.
+                shared |= text.chars().any(char::is_alphanumeric);
                 push(&mut o, text, false);
                 push(&mut n, text, false);
             }
@@ -533,19 +536,26 @@ mod tests {
                 .map(|p| p.text.clone())
                 .collect()
         };
-        assert_eq!(marked(&o), ["stability."]);
-        assert_eq!(marked(&n), ["overflow."]);
+        // The full stop is no part of the word (Unicode word boundaries).
+        assert_eq!(marked(&o), ["stability"]);
+        assert_eq!(marked(&n), ["overflow"]);
         let joined = |side: &[Piece]| side.iter().map(|p| p.text.as_str()).collect::<String>();
         assert_eq!(joined(&o), "Subtract max(x) before exponentiating for stability.");
         assert_eq!(joined(&n), "Subtract max(x) before exponentiating for overflow.");
-        // A link whose target changed is a changed word.
+        // A link whose target changed: its target is the changed word (the link itself is listed
+        // as a link change).
         let (o, n) = words("see [[Alpha]] here", "see [[Beta]] here");
         assert_eq!(
             (marked(&o), marked(&n)),
-            (vec!["[[Alpha]]".to_owned()], vec!["[[Beta]]".to_owned()])
+            (vec!["Alpha".to_owned()], vec!["Beta".to_owned()])
         );
-        // Nothing in common: no marks.
+        // CJK has no spaces: the changed characters are marked, not the whole line.
+        let (o, n) = words("注意力是稀缺资源，学习时要减少切换。", "注意力是宝贵资源，学习时要减少切换。");
+        assert_eq!((marked(&o), marked(&n)), (vec!["稀缺".to_owned()], vec!["宝贵".to_owned()]));
+        // Nothing in common: no marks (a shared full stop is no word).
         let (o, n) = words("one two", "three four");
+        assert!(o.iter().chain(&n).all(|p| !p.changed));
+        let (o, n) = words("One two.", "Three four.");
         assert!(o.iter().chain(&n).all(|p| !p.changed));
     }
 
