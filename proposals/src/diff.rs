@@ -550,8 +550,14 @@ mod tests {
             (vec!["Alpha".to_owned()], vec!["Beta".to_owned()])
         );
         // CJK has no spaces: the changed characters are marked, not the whole line.
-        let (o, n) = words("注意力是稀缺资源，学习时要减少切换。", "注意力是宝贵资源，学习时要减少切换。");
-        assert_eq!((marked(&o), marked(&n)), (vec!["稀缺".to_owned()], vec!["宝贵".to_owned()]));
+        let (o, n) = words(
+            "注意力是稀缺资源，学习时要减少切换。",
+            "注意力是宝贵资源，学习时要减少切换。",
+        );
+        assert_eq!(
+            (marked(&o), marked(&n)),
+            (vec!["稀缺".to_owned()], vec!["宝贵".to_owned()])
+        );
         // Nothing in common: no marks (a shared full stop is no word).
         let (o, n) = words("one two", "three four");
         assert!(o.iter().chain(&n).all(|p| !p.changed));

@@ -1652,13 +1652,14 @@ async fn inbox_show_by_slug_prints_the_diff() {
     let slug = p["slug"].as_str().unwrap();
     let out = env.ok(&["inbox", "show", slug]);
     let diff = p["diff"].as_str().unwrap();
-    // Every line of the diff is printed; in the changed line the words that changed are marked.
+    // Every line of the diff is printed; in the changed line the words that changed are marked
+    // (the full stop is no part of a word).
     assert!(
-        out.contains("-Subtract max(x) before exponentiating for [-numerical stability.-]"),
+        out.contains("-Subtract max(x) before exponentiating for [-numerical stability-]."),
         "the changed words are marked:\n{out}"
     );
     assert!(
-        out.contains("+Subtract max(x) before exponentiating for {+overflow.+}"),
+        out.contains("+Subtract max(x) before exponentiating for {+overflow+}."),
         "{out}"
     );
     for line in diff.lines() {
