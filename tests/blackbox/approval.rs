@@ -90,7 +90,7 @@ pub(crate) fn python() -> &'static str {
 
 /// Where the Python client connects.
 #[derive(Clone, Copy)]
-enum Via<'a> {
+pub(crate) enum Via<'a> {
     /// The SDK launches `vaultgate stdio --home H` with `VAULTGATE_TOKEN`.
     Stdio(&'a Env),
     /// Streamable HTTP with `Authorization: Bearer`.
@@ -118,12 +118,42 @@ async fn session_env(
     calls: &[(&str, Value)],
     extra_env: &[(&str, &Path)],
 ) -> Run {
+    let (parsed, stderr) = python_session(
+        HARNESS,
+        via,
+        &["--token", token, "--mode", mode, "--answer", answer],
+        calls,
+        extra_env,
+    )
+    .await;
+    let run = Run { out: parsed, stderr };
+    // `_rounds` records each round it drives; every other call is one record.
+    if calls.iter().any(|(tool, _)| *tool == "_rounds") {
+        return run;
+    }
+    assert_eq!(
+        run.out["calls"].as_array().map(Vec::len),
+        Some(calls.len()),
+        "one record per call: {run}"
+    );
+    run
+}
+
+/// Runs one Python SDK harness (`harness`, its leading `args`, then `--call TOOL JSON` per call)
+/// against `via`, and returns the one JSON object it printed and its stderr. Shared by the
+/// in-client approval and approval card tests.
+pub(crate) async fn python_session(
+    harness: &str,
+    via: Via<'_>,
+    args: &[&str],
+    calls: &[(&str, Value)],
+    extra_env: &[(&str, &Path)],
+) -> (Value, String) {
     let mut cmd = tokio::process::Command::new(python());
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    cmd.arg(HARNESS)
-        .args(["--token", token, "--mode", mode, "--answer", answer]);
+    cmd.arg(harness).args(args);
     match via {
         Via::Stdio(env) => cmd.arg("--exe").arg(bin()).arg("--home").arg(&env.home),
         Via::Http(srv) => cmd.arg("--url").arg(srv.url()),
@@ -159,17 +189,7 @@ async fn session_env(
             String::from_utf8_lossy(&out.stdout)
         )
     });
-    let run = Run { out: parsed, stderr };
-    // `_rounds` records each round it drives; every other call is one record.
-    if calls.iter().any(|(tool, _)| *tool == "_rounds") {
-        return run;
-    }
-    assert_eq!(
-        run.out["calls"].as_array().map(Vec::len),
-        Some(calls.len()),
-        "one record per call: {run}"
-    );
-    run
+    (parsed, stderr)
 }
 
 impl fmt::Display for Run {

@@ -7,56 +7,26 @@
 //! `card_browser.rs`.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig};
 use serde_json::{Value, json};
 
-use crate::approval::{flagged, python, set_approval_timeout};
+use crate::approval::{Via, flagged, python_session, set_approval_timeout};
 use crate::http::Server;
 use crate::util::{Env, audit_lines, bin, propose_new};
 
 const HARNESS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/card_client.py");
-const SESSION_TIMEOUT: Duration = Duration::from_secs(90);
 const URI: &str = "ui://vaultgate/proposal";
 const MIME: &str = "text/html;profile=mcp-app";
 
-#[derive(Clone, Copy)]
-enum Via<'a> {
-    Stdio(&'a Env),
-    Http(&'a Server),
-}
-
 /// One Python SDK session (see the script's header); `ui`: declare the MCP Apps extension.
 async fn session(via: Via<'_>, token: &str, ui: bool, calls: &[(&str, Value)]) -> Value {
-    let mut cmd = tokio::process::Command::new(python());
-    cmd.arg(HARNESS).args(["--token", token]);
+    let mut args = vec!["--token", token];
     if ui {
-        cmd.arg("--ui");
+        args.push("--ui");
     }
-    match via {
-        Via::Stdio(env) => cmd.arg("--exe").arg(bin()).arg("--home").arg(&env.home),
-        Via::Http(srv) => cmd.arg("--url").arg(srv.url()),
-    };
-    for (tool, args) in calls {
-        cmd.arg("--call").arg(tool).arg(args.to_string());
-    }
-    cmd.env_remove("VAULTGATE_HOME")
-        .env_remove("VAULTGATE_TOKEN")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(SESSION_TIMEOUT, cmd.output())
-        .await
-        .expect("the Python session hung")
-        .expect("running the Python harness");
-    assert!(
-        out.status.success(),
-        "the Python harness failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the harness printed JSON");
+    let (v, _) = python_session(HARNESS, via, &args, calls, &[]).await;
     assert_eq!(v["calls"].as_array().map(Vec::len), Some(calls.len()), "{v:#}");
     v
 }
