@@ -450,7 +450,25 @@ impl ServerHandler for McpServer {
                 let waiting = match wait {
                     Some(wait) => match Waiting::claim(&WAITING_WRITES, MAX_WAITING_WRITES) {
                         Some(w) => Some(w),
-                        None => return Ok(error_result(&vault_busy(&tool, wait)).into()),
+                        None => {
+                            // Refused before anything started, and recorded like any refusal.
+                            let refused = blocking(move || {
+                                let spec = policy::tools::find(&tool);
+                                let args = serde_json::Value::Object(args);
+                                let busy = vault_busy(&tool, wait);
+                                match spec {
+                                    Some(spec) => core
+                                        .call(&caller, spec, &args, |_| Err::<serde_json::Value, _>(busy))
+                                        .into_inner(),
+                                    None => Err(busy),
+                                }
+                            })
+                            .await?;
+                            return Ok(match refused {
+                                Ok(v) => structured(v).into(),
+                                Err(e) => error_result(&e).into(),
+                            });
+                        }
                     },
                     None => None,
                 };

@@ -1567,3 +1567,90 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
     );
     h.close().await;
 }
+
+/// SECURITY(T-LIMIT4): while the writer is held, at most 64 calls of one server wait for it; the
+/// next is refused at once with `VAULT_BUSY` — recorded, nothing started — and the 64 apply once
+/// the writer is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sixty_fifth_write_waiting_for_a_held_writer_is_refused_at_once_and_recorded() {
+    const WAITING: usize = 64;
+    let env = Env::new();
+    let (_, token) = env.token("agent", "auto");
+    let c = env.stdio(&token).await;
+    let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
+    let mut proposals = Vec::new();
+    for i in 0..=WAITING {
+        let path = format!("many/n{i:02}.md");
+        proposals.push(crate::util::propose_new(&c, &path, &format!("# n{i}\n"), "one of many").await);
+    }
+    c.close().await;
+    let srv = crate::http::Server::start(&env);
+    let release = env.tmp.path().join("release");
+    let marker = env.tmp.path().join("release.paused");
+    let release_s = release.to_str().unwrap().to_owned();
+    let child = cli_cmd(
+        &env,
+        &["apply", "--only", held["id"].as_str().unwrap(), "--yes"],
+        &[
+            ("VAULTGATE_TEST_PAUSE", "after_first_op"),
+            ("VAULTGATE_TEST_PAUSE_FILE", &release_s),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let child = wait_for_marker(child, &marker, "the paused apply").await;
+
+    let h = Arc::new(srv.client(&token).await);
+    let mut waiting = tokio::task::JoinSet::new();
+    for (i, p) in proposals.iter().take(WAITING).enumerate() {
+        let h = h.clone();
+        let args =
+            json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": format!("w{i}")});
+        waiting.spawn(async move { call(&h, "apply_proposal", args).await });
+    }
+    // Once all 64 wait (their requests reach the server within milliseconds), the 65th is
+    // refused at once, not after the 25 s wait.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let last = &proposals[WAITING];
+    let args = json!({"id": last["id"], "proposalHash": last["proposalHash"], "idempotencyKey": "w-last"});
+    let start = Instant::now();
+    let refused = match call(&h, "apply_proposal", args.clone()).await {
+        Reply::Err(e) => e,
+        Reply::Ok(v) => panic!("the 65th write applied while the writer is held: {v}"),
+    };
+    assert_eq!(refused["code"], "VAULT_BUSY", "{refused}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "refused at once, not after waiting: {:?}",
+        start.elapsed()
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("same idempotencyKey"),
+        "{refused}"
+    );
+    let recorded = crate::util::audit_lines(&env)
+        .into_iter()
+        .any(|r| r["tool"] == "apply_proposal" && r["code"] == "VAULT_BUSY");
+    assert!(recorded, "the refusal is audited");
+
+    std::fs::write(&release, "").unwrap();
+    let out = bounded("the paused apply", child.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    for r in bounded("the waiting writes", waiting.join_all()).await {
+        match r {
+            Reply::Ok(v) => assert_eq!(v["applied"], true, "{v}"),
+            Reply::Err(e) => panic!("a waiting write: {e}"),
+        }
+    }
+    assert!(
+        !env.vault.join(format!("many/n{WAITING:02}.md")).exists(),
+        "the refused one started nothing"
+    );
+    // Its retry with the same key now applies it.
+    assert_eq!(call(&h, "apply_proposal", args).await.ok()["applied"], true);
+}
