@@ -14,14 +14,23 @@ use policy::Tier;
 /// The name of the tunnel's credential; `token list` shows it like any other.
 pub const TUNNEL_CREDENTIAL: &str = "chatgpt-tunnel";
 
+/// What ChatGPT's credential may do (docs/contract.md#the-chatgpt-tunnel).
+#[derive(Debug, Clone)]
+pub struct TunnelGrant {
+    pub tier: Tier,
+    /// Empty: every vault.
+    pub vaults: Vec<String>,
+    /// The person may approve on ChatGPT's approval card (docs/contract.md#the-review-page-and-in-client-approval).
+    pub approve_in_client: bool,
+}
+
 impl Settings<'_> {
     /// Issues the tunnel's credential. An earlier one is revoked and renamed
     /// (`chatgpt-tunnel-<id>`), so its token stops working at once and the name moves on.
     pub fn rotate_tunnel_credential(
         &self,
         operator: &Operator,
-        tier: Tier,
-        vaults: Vec<String>,
+        grant: TunnelGrant,
     ) -> Result<Credential, GatewayError> {
         if let Ok(old) = self.core.state.find_credential(TUNNEL_CREDENTIAL)
             && old.name == TUNNEL_CREDENTIAL
@@ -50,10 +59,10 @@ impl Settings<'_> {
         let (cred, _) = self.core.credentials().issue_credential(
             operator,
             TUNNEL_CREDENTIAL,
-            tier,
-            vaults,
+            grant.tier,
+            grant.vaults,
             None,
-            false,
+            grant.approve_in_client,
         )?;
         Ok(cred)
     }

@@ -248,18 +248,18 @@ impl Settings<'_> {
         operator: &Operator,
         tunnel_id: &str,
         command: Option<std::path::PathBuf>,
-        tier: policy::Tier,
-        vaults: Vec<String>,
+        grant: crate::tunnel::TunnelGrant,
     ) -> Result<inbox::Credential, GatewayError> {
         let args = serde_json::json!({
             "tunnelId": tunnel_id,
             "command": command.as_ref().map(|c| c.display().to_string()),
-            "tier": tier.as_str(),
-            "vaults": vaults,
+            "tier": grant.tier.as_str(),
+            "vaults": grant.vaults,
+            "approveInClient": grant.approve_in_client,
         });
         self.core
             .operator_call(operator, "tunnel_setup", &args, |_call| {
-                let credential = self.rotate_tunnel_credential(operator, tier, vaults)?;
+                let credential = self.rotate_tunnel_credential(operator, grant)?;
                 // Held to the save: a change made meanwhile by another process is not lost.
                 let _edit = self.core.home.lock_config()?;
                 let mut config = self.core.home.load_config()?;

@@ -462,8 +462,8 @@ impl Tunnel {
     fn live_credential(&self) -> Value {
         let (live, all) = self.tunnel_credentials();
         assert_eq!(live.len(), 1, "one live tunnel credential: {all:?}");
-        // SECURITY(T-TUNNEL3): never in-client approval, the one call that may wait past the
-        // tunnel's 30 s deadline.
+        // SECURITY(T-TUNNEL3): no in-client approval unless setup asks for it (the card's click;
+        // ChatGPT declares no elicitation, whose wait would outlast the tunnel's 30 s).
         assert_eq!(live[0]["approveInClient"], false, "{all:?}");
         assert_eq!(live[0]["name"], CREDENTIAL, "{all:?}");
         live[0].clone()
@@ -1691,4 +1691,25 @@ fn vaultgate_never_signals_a_process_it_did_not_start() {
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// docs/contract.md#the-chatgpt-tunnel: `setup --approve-in-client` issues ChatGPT's credential so
+/// the person may approve on its card; a setup without it rotates back to a credential that may not.
+#[test]
+fn setup_with_approve_in_client_lets_chatgpts_card_approve_and_a_rerun_without_it_does_not() {
+    let t = Tunnel::new(true);
+    t.setup_ok(&["--approve-in-client"]);
+    let (live, all) = t.tunnel_credentials();
+    assert_eq!(live.len(), 1, "{all:?}");
+    assert_eq!(live[0]["approveInClient"], true, "{all:?}");
+    assert_eq!(live[0]["tier"], "auto");
+    let issued = crate::util::audit_lines(&t.env)
+        .into_iter()
+        .rev()
+        .find(|r| r["tool"] == "tunnel_setup")
+        .expect("the setup is audited");
+    assert_eq!(issued["outcome"], "ok", "{issued}");
+    t.setup_ok(&[]);
+    let rotated = t.live_credential();
+    assert_ne!(rotated["id"], live[0]["id"]);
 }

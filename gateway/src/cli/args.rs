@@ -330,6 +330,11 @@ pub(crate) enum TunnelCmd {
         /// Limit ChatGPT to these vault ids (repeatable; default: every vault).
         #[arg(long = "vault", value_name = "ID")]
         vaults: Vec<String>,
+        /// Let the person approve on ChatGPT's approval card what the tier alone may not apply, one
+        /// tier step up (`auto`: anyone's proposals). ChatGPT is then trusted to show the card to
+        /// its user honestly: a tier raise for whoever holds the tunnel.
+        #[arg(long)]
+        approve_in_client: bool,
         /// Confirm a `full` tier without asking.
         #[arg(long)]
         yes: bool,

@@ -23,6 +23,7 @@ pub(crate) fn tunnel_cmd(
             api_key_file,
             tier,
             vaults,
+            approve_in_client,
             yes,
         } => {
             if tier == Tier::Full {
@@ -33,8 +34,11 @@ pub(crate) fn tunnel_cmd(
                 &Operator::cli(user),
                 &tunnel_id,
                 &api_key_file,
-                tier,
-                vaults,
+                engine::tunnel::TunnelGrant {
+                    tier,
+                    vaults,
+                    approve_in_client,
+                },
                 env,
             )?;
             out(&format!(
@@ -43,10 +47,15 @@ pub(crate) fn tunnel_cmd(
                 api_key_file.display()
             ));
             out(&format!(
-                "ChatGPT connects as credential {} ({}, tier {})",
+                "ChatGPT connects as credential {} ({}, tier {}{})",
                 done.credential.id.as_str(),
                 done.credential.name,
-                done.credential.tier
+                done.credential.tier,
+                if done.credential.approve_in_client {
+                    ", approves on ChatGPT's card one tier up"
+                } else {
+                    ""
+                }
             ));
             match &done.command {
                 Some(c) => out(&format!("tunnel-client: {}", c.display())),

@@ -287,8 +287,7 @@ pub fn setup(
     operator: &Operator,
     tunnel_id: &str,
     key_file: &Path,
-    tier: engine::Tier,
-    vaults: Vec<String>,
+    grant: engine::tunnel::TunnelGrant,
     env: &BTreeMap<String, String>,
 ) -> Result<SetupOut, GatewayError> {
     let key = read_api_key(key_file)?;
@@ -298,7 +297,7 @@ pub fn setup(
     let core = crate::cli::open_core(home)?;
     let credential = core
         .settings()
-        .tunnel_setup(operator, tunnel_id, command.clone(), tier, vaults)?;
+        .tunnel_setup(operator, tunnel_id, command.clone(), grant)?;
     // Only after the change is on record: a refused setup leaves no new key behind.
     write_private(&home.tunnel_key_path(), &format!("{key}\n"))?;
     Ok(SetupOut { credential, command })
