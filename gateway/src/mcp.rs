@@ -426,12 +426,13 @@ impl ServerHandler for McpServer {
         } else {
             crate::approval::Mode::Unavailable
         };
-        let card = crate::card::renders(&request.name)
-            && crate::card::declared(context.client_capabilities().as_ref());
+        // Every session gets the card's view (hosts render the card without declaring the
+        // extension); only one that declared it gets a sealed approval.
+        let card_approval = crate::card::declared(context.client_capabilities().as_ref());
         let core = self.core.clone();
         let name = request.name.to_string();
         let args = request.arguments.clone().unwrap_or_default();
-        let card_caller = card.then(|| caller.clone());
+        let card_caller = crate::card::renders(&request.name).then(|| caller.clone());
         let outcome = match mode {
             crate::approval::Mode::Ask => ask_while_calling(core, caller, name, args, &context).await?,
             // A call whose work is small and bounded runs here, not on a blocking thread: the
@@ -504,8 +505,14 @@ impl ServerHandler for McpServer {
             Some(Ok(value)) => {
                 let mut result = structured(value);
                 if let Some(caller) = card_caller {
-                    result.meta =
-                        card_meta(&self.core, caller, &request, result.structured_content.as_ref()).await;
+                    result.meta = card_meta(
+                        &self.core,
+                        caller,
+                        &request,
+                        result.structured_content.as_ref(),
+                        card_approval,
+                    )
+                    .await;
                 }
                 Ok(result.into())
             }
@@ -620,13 +627,14 @@ async fn card_meta(
     caller: Caller,
     request: &CallToolRequestParams,
     structured: Option<&serde_json::Value>,
+    with_approval: bool,
 ) -> Option<rmcp::model::MetaObject> {
     let args = request.arguments.as_ref();
     let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
     let id = text(args.and_then(|a| a.get("id"))).or_else(|| text(structured.and_then(|s| s.get("id"))))?;
     let vault = text(args.and_then(|a| a.get("vault")));
     let core = core.clone();
-    blocking(move || crate::card::result_meta(&core, &caller, vault.as_deref(), &id))
+    blocking(move || crate::card::result_meta(&core, &caller, vault.as_deref(), &id, with_approval))
         .await
         .ok()
         .flatten()

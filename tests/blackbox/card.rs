@@ -224,7 +224,7 @@ async fn without_the_extension_or_the_opt_in_no_approval_is_given_and_none_is_ac
     let env = Env::new();
     let (_, flagged_token) = flagged(&env, "card", "propose");
     let (_, plain_token) = env.token("plain", "propose");
-    // A client that declared no UI extension gets no _meta at all.
+    // A client that declared no UI extension gets no approval.
     let run = session(
         Via::Stdio(&env),
         &flagged_token,
@@ -237,8 +237,16 @@ async fn without_the_extension_or_the_opt_in_no_approval_is_given_and_none_is_ac
     )
     .await;
     ok(&run, 0);
-    assert!(call(&run, 0)["meta"].is_null(), "{:#}", call(&run, 0));
-    assert!(call(&run, 1)["meta"].is_null());
+    // The view (hosts render the card without declaring the extension), never an approval.
+    for i in 0..2 {
+        assert_eq!(
+            call(&run, i)["meta"]["vaultgate/card"]["state"],
+            "pending",
+            "{:#}",
+            call(&run, i)
+        );
+        assert!(approval_of(&run, i).is_none(), "{:#}", call(&run, i));
+    }
     assert_eq!(code(&run, 2), "CAPABILITY_DENIED", "no approval, no apply");
 
     // A credential that did not opt in sees the card, without Approve.
@@ -449,7 +457,7 @@ async fn over_streamable_http_the_card_approves_as_over_stdio() {
 }
 
 #[tokio::test]
-async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_that_does_not_gets_none() {
+async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_that_does_not_only_the_view() {
     let env = Env::new();
     let (_, token) = flagged(&env, "card", "propose");
     let connect = |ui: bool| {
@@ -484,13 +492,15 @@ async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_th
             .await
             .unwrap();
         assert_eq!(r.is_error, Some(false));
-        let meta = r.meta.map(|m| serde_json::to_value(m).unwrap());
+        let meta = serde_json::to_value(r.meta.expect("the card's view")).unwrap();
+        assert_eq!(meta["vaultgate/card"]["state"], "pending");
         if ui {
-            let meta = meta.expect("a declared client gets the card's _meta");
             assert!(meta["vaultgate/approval"].as_str().is_some_and(|a| a.len() > 64));
-            assert_eq!(meta["vaultgate/card"]["state"], "pending");
         } else {
-            assert!(meta.is_none(), "no extension, no _meta: {meta:?}");
+            assert!(
+                meta.get("vaultgate/approval").is_none(),
+                "no extension, no approval: {meta}"
+            );
         }
         client.cancel().await.unwrap();
     }
@@ -549,4 +559,35 @@ async fn the_cards_state_is_pending_until_the_note_moves_on_then_stale() {
         assert_eq!(view["state"], "stale", "{view:#}");
         assert!(view["html"].as_str().unwrap().contains("data-state=\"stale\""));
     }
+}
+
+/// docs/contract.md#the-mcp-surface: an agent's text in the card's view is escaped by the server's
+/// one renderer — markup inert, bidirectional and invisible characters shown as `\u{XXXX}` — after
+/// the fixed fields.
+#[tokio::test]
+async fn a_hostile_reason_reaches_the_cards_view_escaped_and_last() {
+    let env = Env::new();
+    let (_, token) = flagged(&env, "card", "propose");
+    let reason = "fine\u{202E}txt.exe <script>alert(1)</script>\u{200B}";
+    let run = session(
+        Via::Stdio(&env),
+        &token,
+        false,
+        &[(
+            "propose_new_note",
+            json!({"path": "notes/hostile.md", "content": "# H\n", "reason": reason}),
+        )],
+    )
+    .await;
+    let html = call(&run, 0)["meta"]["vaultgate/card"]["html"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!html.contains('\u{202E}') && !html.contains('\u{200B}'), "{html}");
+    assert!(html.contains("\\u{202E}") && html.contains("\\u{200B}"), "{html}");
+    assert!(
+        !html.contains("<script>") && html.contains("&lt;script&gt;"),
+        "{html}"
+    );
+    assert!(html.find("card-fields").unwrap() < html.find("id=\"reason\"").unwrap());
 }

@@ -5,7 +5,9 @@
 //!
 //! The engine decides who may approve and seals the approval; this module only places it, and
 //! only for sessions that declared the UI extension (a client that cannot render the card never
-//! receives an approval, so no model sees one).
+//! receives an approval, so no model sees one). The view goes to every session: Claude and VS
+//! Code render the card without declaring the extension, and the card shows no text of an agent's
+//! that this renderer did not escape.
 
 use rmcp::model::{ClientCapabilities, JsonObject, MetaObject, Resource, ResourceContents};
 use serde_json::{Value, json};
@@ -113,7 +115,15 @@ pub fn contents() -> ResourceContents {
 /// The `_meta` of a result the card renders, for proposal `id`: the rendered proposal and its
 /// state, where the review page is, and — when the engine gives this credential one — the sealed
 /// approval. `None` when the proposal cannot be read (the result itself says why).
-pub fn result_meta(core: &Core, caller: &Caller, vault: Option<&str>, id: &str) -> Option<MetaObject> {
+/// `with_approval`: the session declared the UI extension (a client that cannot render the card
+/// never receives an approval, so no model sees one).
+pub fn result_meta(
+    core: &Core,
+    caller: &Caller,
+    vault: Option<&str>,
+    id: &str,
+    with_approval: bool,
+) -> Option<MetaObject> {
     let v = core.resolve_vault(&caller.credential, vault).ok()?;
     let id = ProposalId::from_wire(id.to_owned());
     let p = core.proposals().get_proposal(&v, &id).ok()?;
@@ -125,9 +135,10 @@ pub fn result_meta(core: &Core, caller: &Caller, vault: Option<&str>, id: &str) 
     if html.len() > MAX_CARD_HTML {
         html = pages::card(&view, size, &state, false).into_string();
     }
-    let approval = match core.approvals().app_approval(&caller.credential, &v, &id) {
-        Ok(a) => a,
-        Err(e) => {
+    let approval = match with_approval.then(|| core.approvals().app_approval(&caller.credential, &v, &id)) {
+        None => None,
+        Some(Ok(a)) => a,
+        Some(Err(e)) => {
             tracing::warn!(error = %e, "sealing a card approval failed");
             None
         }
