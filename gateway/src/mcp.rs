@@ -426,13 +426,18 @@ impl ServerHandler for McpServer {
         } else {
             crate::approval::Mode::Unavailable
         };
-        // Every session gets the card's view (hosts render the card without declaring the
-        // extension); only one that declared it gets a sealed approval.
+        // The card's view goes to a session that declared the extension, and to a request the
+        // card itself makes (`_meta["vaultgate/card"]`: hosts render the card without declaring
+        // the extension); a sealed approval only to the former. Other clients pay nothing.
         let card_approval = crate::card::declared(context.client_capabilities().as_ref());
+        // rmcp moves a request's `_meta` into the context.
+        let wants_view = card_approval
+            || crate::card::asks_view(Some(&context.meta))
+            || crate::card::asks_view(request.meta.as_deref());
         let core = self.core.clone();
         let name = request.name.to_string();
         let args = request.arguments.clone().unwrap_or_default();
-        let card_caller = crate::card::renders(&request.name).then(|| caller.clone());
+        let card_caller = (wants_view && crate::card::renders(&request.name)).then(|| caller.clone());
         let outcome = match mode {
             crate::approval::Mode::Ask => ask_while_calling(core, caller, name, args, &context).await?,
             // A call whose work is small and bounded runs here, not on a blocking thread: the

@@ -224,7 +224,8 @@ async fn without_the_extension_or_the_opt_in_no_approval_is_given_and_none_is_ac
     let env = Env::new();
     let (_, flagged_token) = flagged(&env, "card", "propose");
     let (_, plain_token) = env.token("plain", "propose");
-    // A client that declared no UI extension gets no approval.
+    // A client that declared no UI extension gets no _meta, and costs nothing for it; the card
+    // (rendered by a host that declared nothing) asks for its view, and gets no approval.
     let run = session(
         Via::Stdio(&env),
         &flagged_token,
@@ -232,22 +233,28 @@ async fn without_the_extension_or_the_opt_in_no_approval_is_given_and_none_is_ac
         &[
             ("propose_new_note", new_note("notes/a.md")),
             ("get_proposal", json!({"id": "{{id:0}}"})),
+            (
+                "get_proposal",
+                json!({"id": "{{id:0}}", "_meta": {"vaultgate/card": true}}),
+            ),
             ("approve_proposal_in_app", approve(&json!("{{id:0}}"), "", "k")),
         ],
     )
     .await;
     ok(&run, 0);
-    // The view (hosts render the card without declaring the extension), never an approval.
-    for i in 0..2 {
-        assert_eq!(
-            call(&run, i)["meta"]["vaultgate/card"]["state"],
-            "pending",
-            "{:#}",
-            call(&run, i)
-        );
-        assert!(approval_of(&run, i).is_none(), "{:#}", call(&run, i));
-    }
-    assert_eq!(code(&run, 2), "CAPABILITY_DENIED", "no approval, no apply");
+    assert!(call(&run, 0)["meta"].is_null(), "{:#}", call(&run, 0));
+    assert!(call(&run, 1)["meta"].is_null(), "{:#}", call(&run, 1));
+    assert_eq!(
+        call(&run, 2)["meta"]["vaultgate/card"]["state"],
+        "pending",
+        "{:#}",
+        call(&run, 2)
+    );
+    assert!(
+        approval_of(&run, 2).is_none(),
+        "the card's own request gets no approval"
+    );
+    assert_eq!(code(&run, 3), "CAPABILITY_DENIED", "no approval, no apply");
 
     // A credential that did not opt in sees the card, without Approve.
     let run = session(
@@ -457,7 +464,7 @@ async fn over_streamable_http_the_card_approves_as_over_stdio() {
 }
 
 #[tokio::test]
-async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_that_does_not_only_the_view() {
+async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_that_does_not_gets_none() {
     let env = Env::new();
     let (_, token) = flagged(&env, "card", "propose");
     let connect = |ui: bool| {
@@ -492,15 +499,13 @@ async fn an_rmcp_client_that_declares_the_extension_gets_the_approval_and_one_th
             .await
             .unwrap();
         assert_eq!(r.is_error, Some(false));
-        let meta = serde_json::to_value(r.meta.expect("the card's view")).unwrap();
-        assert_eq!(meta["vaultgate/card"]["state"], "pending");
+        let meta = r.meta.map(|m| serde_json::to_value(m).unwrap());
         if ui {
+            let meta = meta.expect("a declared client gets the card's _meta");
             assert!(meta["vaultgate/approval"].as_str().is_some_and(|a| a.len() > 64));
+            assert_eq!(meta["vaultgate/card"]["state"], "pending");
         } else {
-            assert!(
-                meta.get("vaultgate/approval").is_none(),
-                "no extension, no approval: {meta}"
-            );
+            assert!(meta.is_none(), "no extension, no _meta: {meta:?}");
         }
         client.cancel().await.unwrap();
     }
@@ -572,7 +577,7 @@ async fn a_hostile_reason_reaches_the_cards_view_escaped_and_last() {
     let run = session(
         Via::Stdio(&env),
         &token,
-        false,
+        true,
         &[(
             "propose_new_note",
             json!({"path": "notes/hostile.md", "content": "# H\n", "reason": reason}),

@@ -264,8 +264,11 @@ async fn wait_rendered(b: &Browser, host: &AppHost, n: usize) -> Value {
 /// Opens the host page for `get_proposal(id)`, waits for the card's first render, and switches
 /// into its iframe. Returns the milliseconds from the tool result to the rendered card.
 async fn open_card(b: &Browser, host: &AppHost, id: &str, theme: &str) -> f64 {
-    b.goto(&host.page("get_proposal", &json!({ "id": id }), theme))
-        .await;
+    open_card_at(b, &host.page("get_proposal", &json!({ "id": id }), theme), host).await
+}
+
+async fn open_card_at(b: &Browser, url: &str, host: &AppHost) -> f64 {
+    b.goto(url).await;
     let s = wait_rendered(b, host, 1).await;
     let ms = s["rendered"][0]["ms"]
         .as_f64()
@@ -552,6 +555,22 @@ async fn card_browser_follows_the_hosts_dark_theme_and_opens_the_review_page_thr
     assert!(
         !opened.contains("code") && !opened.contains("login"),
         "no login code in the link the card opens: {opened}"
+    );
+
+    // A host that renders the card without declaring the extension: the model's call brings no
+    // view, so the card asks for it; it shows the proposal, escaped by the server, and no Approve
+    // (no approval goes to a client that did not declare the extension).
+    let undeclared = format!(
+        "{}&declare=0",
+        host.page("get_proposal", &json!({ "id": patch }), "light")
+    );
+    open_card_at(&b, &undeclared, &host).await;
+    assert!(b.wait_for("#diff-unified").await.is_displayed().await.unwrap());
+    assert!(precedes(&b, "#card-fields", "#reason").await);
+    assert_eq!(
+        b.execute("return document.getElementById('decide').hidden").await,
+        json!(true),
+        "no Approve without a declared extension"
     );
     b.close().await;
 

@@ -16,7 +16,8 @@ not write sees it. Prints ONE JSON object on stdout:
 `--ui` declares the `io.modelcontextprotocol/ui` extension (mimeTypes text/html;profile=mcp-app)
 in `initialize`. In a call's arguments, `{{approval:N}}` is the `_meta["vaultgate/approval"]` of
 call N's result (empty when it had none), `{{id:N}}` the id of call N's answer (its
-structuredContent `id`), `{{hash:N}}` its `proposalHash`. `--sleep S` before a call: `--call
+structuredContent `id`), `{{hash:N}}` its `proposalHash`. A `"_meta"` member of a call's JSON is
+sent as the request's `_meta` (the card asks for its view with `{"vaultgate/card": true}`). `--sleep S` before a call: `--call
 _sleep '{"seconds": S}'`. Exit 0 whenever the session ran; 2 on a harness failure. Needs
 `mcp==2.3.0`.
 """
@@ -94,8 +95,10 @@ async def run(ns: argparse.Namespace) -> dict[str, Any]:
                 calls.append({"tool": tool})
                 continue
             args = fill(raw, calls)
+            # `"_meta"` in a call's JSON is the request's `_meta`, not an argument.
+            meta = args.pop("_meta", None) if isinstance(args, dict) else None
             try:
-                r: types.CallToolResult = await client.call_tool(tool, args)
+                r: types.CallToolResult = await client.call_tool(tool, args, meta=meta)
                 calls.append({
                     "tool": tool,
                     "isError": bool(r.is_error),

@@ -5,9 +5,10 @@
 //!
 //! The engine decides who may approve and seals the approval; this module only places it, and
 //! only for sessions that declared the UI extension (a client that cannot render the card never
-//! receives an approval, so no model sees one). The view goes to every session: Claude and VS
-//! Code render the card without declaring the extension, and the card shows no text of an agent's
-//! that this renderer did not escape.
+//! receives an approval, so no model sees one). The view goes to those sessions and to the card's
+//! own requests (`_meta["vaultgate/card"]: true`), since Claude and VS Code render the card
+//! without declaring the extension; the card shows no text of an agent's that this renderer did
+//! not escape.
 
 use rmcp::model::{ClientCapabilities, JsonObject, MetaObject, Resource, ResourceContents};
 use serde_json::{Value, json};
@@ -26,7 +27,8 @@ pub const HTML: &str = include_str!("card.html");
 
 /// Where the sealed approval travels: result `_meta` only, never `content` or `structuredContent`.
 pub const APPROVAL_KEY: &str = "vaultgate/approval";
-/// The rendered proposal and its state.
+/// The rendered proposal and its state in a result's `_meta`; in a request's `_meta` (`true`), the
+/// card asking for it.
 pub const CARD_KEY: &str = "vaultgate/card";
 
 /// Past this the card shows the fixed fields and the reason, and sends the diff to the review page.
@@ -87,6 +89,11 @@ pub fn declared(caps: Option<&ClientCapabilities>) -> bool {
         Some(Value::Array(types)) => types.iter().any(|t| t.as_str() == Some(MIME)),
         Some(_) => false,
     }
+}
+
+/// Whether a request is the card's own, asking for its view (request `_meta["vaultgate/card"]`).
+pub fn asks_view(meta: Option<&rmcp::model::MetaObject>) -> bool {
+    meta.and_then(|m| m.get(CARD_KEY)).and_then(Value::as_bool) == Some(true)
 }
 
 pub fn resource() -> Resource {
@@ -200,6 +207,15 @@ mod tests {
         assert!(!declared(Some(&caps(
             json!({"extensions": {"io.example/other": {"mimeTypes": [MIME]}}})
         ))));
+    }
+
+    #[test]
+    fn only_a_request_that_asks_for_the_view_gets_it() {
+        let meta = |v: Value| MetaObject(v.as_object().unwrap().clone());
+        assert!(!asks_view(None));
+        assert!(!asks_view(Some(&meta(json!({})))));
+        assert!(!asks_view(Some(&meta(json!({CARD_KEY: "yes"})))));
+        assert!(asks_view(Some(&meta(json!({CARD_KEY: true})))));
     }
 
     #[test]

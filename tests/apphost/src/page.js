@@ -63,9 +63,12 @@ async function main() {
   if (theme === "dark") document.body.classList.add("dark");
 
   status(`connecting to ${location.origin}/mcp`);
+  // `?declare=0`: a host that renders MCP Apps without declaring the extension (as Claude and
+  // VS Code do).
+  const declare = q.get("declare") !== "0";
   const client = new Client(
     { name: "vaultgate-test-host", version: "1" },
-    { capabilities: { extensions: { [UI]: { mimeTypes: [MIME] } } } },
+    { capabilities: declare ? { extensions: { [UI]: { mimeTypes: [MIME] } } } : {} },
   );
   await client.connect(new StreamableHTTPClientTransport(new URL("/mcp", location.origin)));
 
