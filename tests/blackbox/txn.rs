@@ -1477,6 +1477,25 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
 
 // ---- the writer's wait -------------------------------------------------------------------------------
 
+/// The operator applies `held` and pauses after its first file step, holding the vault's writer
+/// until the returned file is written.
+async fn hold_the_writer(env: &Env, held: &Value) -> (tokio::process::Child, std::path::PathBuf) {
+    let release = env.tmp.path().join("release");
+    let marker = env.tmp.path().join("release.paused");
+    let release_s = release.to_str().unwrap().to_owned();
+    let child = cli_cmd(
+        env,
+        &["apply", "--only", held["id"].as_str().unwrap(), "--yes"],
+        &[
+            ("VAULTGATE_TEST_PAUSE", "after_first_op"),
+            ("VAULTGATE_TEST_PAUSE_FILE", &release_s),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    (wait_for_marker(child, &marker, "the paused apply").await, release)
+}
+
 /// docs/contract.md#applying-a-proposal: a call that waits for the vault's writer longer than
 /// `[limits] apply_wait_seconds` answers `VAULT_BUSY` (retryable); its write goes on and happens
 /// once, and the same call with the same key answers its result.
@@ -1498,21 +1517,7 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
     c.close().await;
     let srv = crate::http::Server::start(&env);
 
-    // The operator's apply pauses holding the vault's writer.
-    let release = env.tmp.path().join("release");
-    let marker = env.tmp.path().join("release.paused");
-    let release_s = release.to_str().unwrap().to_owned();
-    let child = cli_cmd(
-        &env,
-        &["apply", "--only", held["id"].as_str().unwrap(), "--yes"],
-        &[
-            ("VAULTGATE_TEST_PAUSE", "after_first_op"),
-            ("VAULTGATE_TEST_PAUSE_FILE", &release_s),
-        ],
-    )
-    .spawn()
-    .unwrap();
-    let child = wait_for_marker(child, &marker, "the paused apply").await;
+    let (child, release) = hold_the_writer(&env, &held).await;
 
     let h = srv.client(&token).await;
     let args = json!({"id": waits["id"], "proposalHash": waits["proposalHash"], "idempotencyKey": "busy-1"});
@@ -1585,20 +1590,7 @@ async fn the_sixty_fifth_write_waiting_for_a_held_writer_is_refused_at_once_and_
     }
     c.close().await;
     let srv = crate::http::Server::start(&env);
-    let release = env.tmp.path().join("release");
-    let marker = env.tmp.path().join("release.paused");
-    let release_s = release.to_str().unwrap().to_owned();
-    let child = cli_cmd(
-        &env,
-        &["apply", "--only", held["id"].as_str().unwrap(), "--yes"],
-        &[
-            ("VAULTGATE_TEST_PAUSE", "after_first_op"),
-            ("VAULTGATE_TEST_PAUSE_FILE", &release_s),
-        ],
-    )
-    .spawn()
-    .unwrap();
-    let child = wait_for_marker(child, &marker, "the paused apply").await;
+    let (child, release) = hold_the_writer(&env, &held).await;
 
     let h = Arc::new(srv.client(&token).await);
     let mut waiting = tokio::task::JoinSet::new();
