@@ -230,11 +230,7 @@ impl Approvals<'_> {
         if may_apply(cred, &row.created_by) != policy::MayApply::NeedsPersonYes {
             return Ok(None);
         }
-        let recorded_hash = row
-            .meta
-            .get("proposalHash")
-            .and_then(|h| h.as_str())
-            .unwrap_or_default();
+        let recorded_hash = crate::proposing::row_hash(&row);
         // Check 3, early: a person is asked only about the proposal the call names exactly.
         proposals::plan::check_given_hash(recorded_hash, given_hash.as_str())
             .map_err(|_| GatewayError::from(crate::error::Refused::HashMismatch))?;
@@ -317,11 +313,7 @@ impl Approvals<'_> {
         if may_apply(cred, &row.created_by) == policy::MayApply::Deny {
             return Ok(None);
         }
-        let hash = row
-            .meta
-            .get("proposalHash")
-            .and_then(|h| h.as_str())
-            .unwrap_or_default();
+        let hash = crate::proposing::row_hash(&row);
         let ttl = i64::try_from(self.approval_timeout().as_secs()).unwrap_or(i64::MAX);
         let sealed = AppSealed {
             c: cred.id.as_str().to_owned(),

@@ -805,12 +805,8 @@ impl Proposals<'_> {
         if !moved {
             return Err(Refused::DecidedMeanwhile.into());
         }
-        let archived_to = self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
-        debug_assert_eq!(archived_to, answer.archived_to);
-        Ok(RejectOut {
-            rejected: true,
-            archived_to,
-        })
+        self.archive_rejected(v, &row.id, kind, &row.slug, &decided_at)?;
+        Ok(answer)
     }
 
     /// Moves a rejected proposal's files to `rejected/<date of decided_at>/` and clears its
@@ -825,12 +821,10 @@ impl Proposals<'_> {
     ) -> Result<String, GatewayError> {
         let date = decided_at.get(..10).unwrap_or(decided_at);
         let files = InboxFiles::of(kind, slug);
-        let mut archived_to = String::new();
         let mut complete = true;
         for (_, rel) in &files.files {
             let from = inbox_path(v, rel)?;
             let to = inbox_path(v, &InboxFiles::archived(rel, "rejected", date))?;
-            archived_to = to.to_string();
             let fs = v.reader.fs();
             match fs.rename(Area::Inbox, &from, Area::Inbox, &to) {
                 Ok(()) => {}
@@ -849,7 +843,7 @@ impl Proposals<'_> {
         if complete && let Err(e) = self.core.state.mark_archived(id) {
             tracing::warn!(proposal = %id, error = %e, "marking a rejected proposal archived failed");
         }
-        Ok(archived_to)
+        rejected_archive_path(v, kind, slug, decided_at)
     }
 
     /// Finishes rejections a crash interrupted between the commit and the archiving of the
@@ -882,7 +876,7 @@ fn rejected_archive_path(
 }
 
 /// A stored proposal's recorded hash.
-fn row_hash(row: &inbox::StoredProposal) -> &str {
+pub(crate) fn row_hash(row: &inbox::StoredProposal) -> &str {
     row.meta
         .get("proposalHash")
         .and_then(|h| h.as_str())
