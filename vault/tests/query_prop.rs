@@ -361,7 +361,11 @@ fn holds(n: &N, c: &Condition) -> bool {
         Some(t) => M::Date(t, n.title.clone()),
         None => M::Str(n.title.clone()),
     };
-    let mt = M::Date(n.mtime, String::new());
+    // `modified` is a date whose text is its RFC 3339 form (what `contains` looks into).
+    let mt = M::Date(
+        n.mtime,
+        vault::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(n.mtime as u64)),
+    );
     let by = M::Num(n.bytes as f64, String::new());
     let g = get(n, &c.field, &path_m, &title_m, &mt, &by);
     let present = !matches!(&g, G::Missing | G::M(M::Null));
