@@ -212,6 +212,15 @@ impl AuditLog {
         Ok(record)
     }
 
+    /// Makes every record appended so far durable: the sync a group commit shares after its
+    /// members appended with [`Durability::Flush`] (one `fdatasync` for all of them, or none
+    /// when a concurrent sync already covered them).
+    pub fn sync(&self) -> Result<(), AuditError> {
+        let file = File::open(&self.path)?;
+        let meta = file.metadata()?;
+        self.sync_through(&file, file_key(&meta), meta.len())
+    }
+
     /// Returns once the first `end` bytes of the file `key` are durable: at once when a sync that
     /// began after they were written has finished, else after a sync of its own (or of another
     /// caller's that began after them).

@@ -82,6 +82,7 @@ impl Writes<'_> {
                 what: "apply",
                 first: |first| first_apply(first).map(|out| (out, None)),
             },
+            self.claims(call, v, id, idempotency_key),
             // SECURITY(T-APPROVE1): asked before the lock, so nothing waits on a person; the
             // answer counts only for this proposal and hash, and every check below runs again.
             |call| {
@@ -97,6 +98,29 @@ impl Writes<'_> {
             out.index = settle.finish(self.core, v).into();
         }
         Ok(out)
+    }
+
+    /// What an apply will touch, read before the lock, so it can share a group commit with
+    /// applies that touch nothing of it (crate::group). A new note or a whole-text patch writes
+    /// its target alone; a move (links rewritten anywhere) and a delete (the trash) run alone, as
+    /// does anything not readable here (the checks under the lock answer it).
+    fn claims(
+        &self,
+        call: &Call<'_>,
+        v: &VaultHandle,
+        id: &ProposalId,
+        idempotency_key: &str,
+    ) -> crate::group::Claims {
+        let Ok(row) = self.core.proposals().pending(v, id.as_str()) else {
+            return crate::group::Claims::exclusive();
+        };
+        match serde_json::from_value::<Proposal>(row.meta) {
+            Ok(p) if matches!(p.kind, Kind::New | Kind::Patch) => crate::group::Claims::shared()
+                .key(format!("proposal {}", p.id))
+                .key(format!("key {}\n{idempotency_key}", call.actor().principal_id()))
+                .note(&p.target),
+            _ => crate::group::Claims::exclusive(),
+        }
     }
 
     /// `approve_proposal_in_app`: the card's Approve (docs/contract.md#the-review-page-and-in-client-approval),
@@ -285,7 +309,7 @@ impl Writes<'_> {
             started_at: rfc3339(now),
             rolling_back: false,
         };
-        let at = self.begin_txn(v, &p.id, &intent)?;
+        let at = self.begin_txn(call, v, &p.id, &intent)?;
         self.failpoint(&intent.txn, "after_intent");
         let committed = self.run_txn(v, &at, &intent, inbox::INTENT_STARTED, Some(call))?;
         let mut out: ApplyOut = serde_json::from_value(committed.result).map_err(internal)?;

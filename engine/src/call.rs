@@ -64,6 +64,8 @@ pub struct Call<'a> {
     /// The call ran without [`Core::audit_preflight`] (a read): its record checks the free space
     /// itself, and without room the answer is refused.
     reserve: bool,
+    /// A write sharing a group commit with others (crate::group): its transaction syncs with them.
+    member: Option<std::sync::Arc<crate::group::Member>>,
 }
 
 impl<'a> Call<'a> {
@@ -83,7 +85,17 @@ impl<'a> Call<'a> {
             vault: None,
             recorded: None,
             reserve: false,
+            member: None,
         }
+    }
+
+    /// The group commit this write shares, if any.
+    pub(crate) fn member(&self) -> Option<std::sync::Arc<crate::group::Member>> {
+        self.member.clone()
+    }
+
+    pub(crate) fn set_member(&mut self, member: Option<std::sync::Arc<crate::group::Member>>) {
+        self.member = member;
     }
 
     /// Marks a call that skipped [`Core::audit_preflight`]: its record makes the check instead.
@@ -180,6 +192,15 @@ impl<'a> Call<'a> {
     /// As [`Call::record_txn`], for a change committed in one state transaction with its record
     /// (which stores the returned head itself).
     pub(crate) fn record_head(&mut self, r: TxnRecord) -> Result<inbox::AuditHead, GatewayError> {
+        self.record_head_as(r, Durability::Sync)
+    }
+
+    /// [`Call::record_head`]; with [`Durability::Flush`] the caller syncs the log (a group commit).
+    pub(crate) fn record_head_as(
+        &mut self,
+        r: TxnRecord,
+        durability: Durability,
+    ) -> Result<inbox::AuditHead, GatewayError> {
         if self.recorded.is_some() {
             return Err(GatewayError::Internal(format!(
                 "{} tried to write a second audit record",
@@ -201,7 +222,7 @@ impl<'a> Call<'a> {
             entry.challenge_id = r.challenge_id;
         }
         entry.approval = r.approval;
-        let head = self.core.append_audit_record(entry, Durability::Sync)?;
+        let head = self.core.append_audit_record(entry, durability)?;
         self.recorded = Some(head.seq);
         Ok(head)
     }

@@ -25,6 +25,8 @@ pub struct VaultHandle {
     pub id: String,
     pub name: String,
     pub(crate) reader: Vault,
+    /// This process's queue of writes to the vault (group commit).
+    pub(crate) group: Arc<crate::group::Group>,
 }
 
 impl VaultHandle {
@@ -119,6 +121,7 @@ fn open_vaults(
                     id: v.id.clone(),
                     name: v.name.clone(),
                     reader,
+                    group: Arc::default(),
                 })
             }
         };

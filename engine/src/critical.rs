@@ -255,6 +255,7 @@ impl Challenges<'_> {
             call,
             v,
             Keyed::Row,
+            crate::group::Claims::exclusive(),
             |_| Ok(()),
             |call, ()| self.critical_locked(call, caller, v, which, args),
         )

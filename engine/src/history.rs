@@ -353,6 +353,7 @@ impl History<'_> {
                 what: "undo/redo",
                 first,
             },
+            crate::group::Claims::exclusive(),
             |_| Ok(()),
             |call, ()| self.transition_locked(call, v, t, expected.as_str(), idempotency_key),
         )
@@ -413,7 +414,7 @@ impl History<'_> {
         let at = self
             .core
             .writes()
-            .begin_txn(v, &format!("{INTENT_PREFIX}{}", entry.id), &intent)?;
+            .begin_txn(call, v, &format!("{INTENT_PREFIX}{}", entry.id), &intent)?;
         self.core.writes().failpoint(&intent.txn, "after_intent");
         let committed = self
             .core

@@ -28,6 +28,7 @@ pub mod error;
 mod failpoints;
 mod files;
 pub mod git;
+mod group;
 pub mod history;
 pub mod home;
 pub mod ids;

@@ -704,6 +704,7 @@ impl Proposals<'_> {
             call,
             v,
             Keyed::Row,
+            crate::group::Claims::exclusive(),
             |_| Ok(()),
             |call, ()| self.reject_locked(call, v, id.as_str(), reason, None),
         )
@@ -730,6 +731,7 @@ impl Proposals<'_> {
                 what: "reject",
                 first: |v| serde_json::from_value(v).map_err(internal),
             },
+            crate::group::Claims::exclusive(),
             |call| self.core.approvals().app_reject(call, v, id, approval),
             |call, approved| {
                 self.reject_locked(call, v, id.as_str(), reason, Some((approved, idempotency_key)))

@@ -29,6 +29,8 @@ use crate::call::{Call, TxnRecord};
 use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused, Stale};
 use crate::files::{Cas, Files};
+use crate::group::{Claims, Phase};
+use vault::write::Syncs;
 
 /// The intents-table step of a transaction that is being rolled back.
 pub(crate) const ROLLING_BACK: &str = "rolling_back";
@@ -240,6 +242,7 @@ impl Writes<'_> {
         call: &mut Call<'_>,
         v: &Arc<VaultHandle>,
         keyed: Keyed<'_, T>,
+        claims: Claims,
         before_lock: impl FnOnce(&Call<'_>) -> Result<P, GatewayError>,
         op: impl FnOnce(&mut Call<'_>, P) -> Result<T, GatewayError>,
     ) -> Result<T, GatewayError> {
@@ -254,15 +257,27 @@ impl Writes<'_> {
             return Ok(first);
         }
         let prepared = before_lock(call)?;
-        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
-        let _lock = v.reader.fs().write_lock()?;
+        let shared = !claims.is_exclusive();
+        // The group's first write takes the lock for all of them; leaving the group (dropping
+        // the membership) releases it after the last.
+        let member = Arc::new(v.group.join(claims, || {
+            // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
+            let lock = v.reader.fs().write_lock()?;
+            // Interrupted applies, undo/redo and critical calls are finished before anything is
+            // decided: one may be this very call's.
+            self.recover(v)?;
+            Ok::<crate::group::Held, GatewayError>(Box::new(lock))
+        })?);
         if let Some(first) = self.first_answer(call, &keyed)? {
             return Ok(first);
         }
-        // Interrupted applies, undo/redo and critical calls are finished before anything is
-        // decided: one may be this very call's.
-        self.recover(v)?;
-        op(call, prepared)
+        if shared {
+            call.set_member(Some(Arc::clone(&member)));
+        }
+        let out = op(call, prepared);
+        call.set_member(None);
+        drop(member);
+        out
     }
 
     /// SECURITY(T-PROP3): the same key with the same arguments answers with the first result
@@ -306,17 +321,22 @@ impl Writes<'_> {
     }
 
     /// Records a new intent; the transaction starts with [`Writes::run_txn`].
+    /// In a group commit the intent's commit is left unsynced: [`Writes::run_txn`] syncs the
+    /// group's intents once before any of them touches a file.
     pub(crate) fn begin_txn(
         &self,
+        call: &Call<'_>,
         v: &VaultHandle,
         key: &str,
         intent: &Intent,
     ) -> Result<IntentAt, GatewayError> {
         let json = serde_json::to_value(intent).map_err(internal)?;
-        let id = self
-            .core
-            .state
-            .begin_intent(&v.id, key, &json, &intent.started_at)?;
+        let state = &self.core.state;
+        let begin = || state.begin_intent(&v.id, key, &json, &intent.started_at);
+        let id = match call.member() {
+            Some(_) => state.deferring_sync(begin)?,
+            None => begin()?,
+        };
         Ok(IntentAt::Row(id))
     }
 
@@ -333,6 +353,18 @@ impl Writes<'_> {
         let files = Files::of(v);
         let kind = &intent.txn;
         let rolling_back = step == ROLLING_BACK || intent.rolling_back;
+        // A group commit's members share each durability step (crate::group); recovery and
+        // writes that run alone sync as they go.
+        let member = call.as_deref().and_then(Call::member);
+        if let Some(m) = &member {
+            // The intents of the whole group are durable before any of them touches a file.
+            let state = &self.core.state;
+            if let Err(e) = m.sync(Phase::Intent, Syncs::default(), |_| {
+                state.sync_log().map_err(|e| e.to_string())
+            }) {
+                return Err(self.roll_back(v, at, intent, call, Cause::Failed(internal(e))));
+            }
+        }
         // docs/contract.md#rules-of-the-write-path: recovery finishes a write only when every file
         // is at one of its two known states; a live call has just checked them under the lock.
         let states = match (rolling_back, &call) {
@@ -359,8 +391,9 @@ impl Writes<'_> {
         // ops may have run before the crash) and walks once instead: a rare path.
         let fp_before = call.is_some().then(|| self.fingerprint_entries(v, intent));
         // Each folder the operations touch is fsynced once, after the last of them and before
-        // the audit line (ARCHITECTURE.md "Which fsync protects what").
-        let ran = v.reader.fs().deferring_dir_syncs(|| {
+        // the audit line (ARCHITECTURE.md "Which fsync protects what"); in a group, once for
+        // every member.
+        let (ran, dirs) = v.reader.fs().collecting_dir_syncs(|| {
             for (i, op) in intent.ops.iter().enumerate() {
                 match self.op_state_of(&files, op)? {
                     OpState::After => {}
@@ -386,27 +419,47 @@ impl Writes<'_> {
             }
             Ok::<_, GatewayError>(None)
         });
-        match ran {
-            Ok(None) => {}
-            Ok(Some(path)) => return Err(self.roll_back(v, at, intent, call, Cause::Edited(path))),
-            Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
+        let synced = match (&ran, &member) {
+            (Ok(None), Some(m)) => m
+                .sync(Phase::Files, dirs, |d| d.sync().map_err(|e| e.to_string()))
+                .map_err(internal),
+            _ => dirs.sync().map_err(GatewayError::from),
+        };
+        match (ran, synced) {
+            (Ok(None), Ok(())) => {}
+            (Ok(Some(path)), _) => return Err(self.roll_back(v, at, intent, call, Cause::Edited(path))),
+            (Err(e), _) | (Ok(None), Err(e)) => {
+                return Err(self.roll_back(v, at, intent, call, Cause::Failed(e)));
+            }
         }
         self.failpoint(kind, "after_write");
 
         // The audit line belongs to the transaction: written before the commit, or rolled back.
         let (target, proposal_id, challenge_id) = kind.record_ids();
-        let head = match call.as_deref_mut() {
+        let record = TxnRecord {
+            event: None,
+            outcome: Outcome::Ok,
+            code: None,
+            target,
+            proposal_id,
+            challenge_id,
+            approval: intent.audit.approval.clone(),
+        };
+        let head = match (call.as_deref_mut(), &member) {
+            // Records in submission order, then one sync of the log for the group.
+            (Some(c), Some(m)) => m
+                .turn(Phase::Audit, || c.record_head_as(record, Durability::Flush))
+                .and_then(|head| {
+                    let audit = &self.core.audit;
+                    m.sync(Phase::Audit, Syncs::default(), |_| {
+                        audit.sync().map_err(|e| e.to_string())
+                    })
+                    .map_err(|_| GatewayError::AuditUnavailable)?;
+                    Ok(head)
+                }),
             // The head is raised by the commit itself (`DiskAfter::head`): one sync fewer.
-            Some(c) => c.record_head(TxnRecord {
-                event: None,
-                outcome: Outcome::Ok,
-                code: None,
-                target,
-                proposal_id,
-                challenge_id,
-                approval: intent.audit.approval.clone(),
-            }),
-            None => self.recovered_record(v, intent),
+            (Some(c), None) => c.record_head(record),
+            (None, _) => self.recovered_record(v, intent),
         };
         let head = match head {
             Ok(h) => h,
@@ -422,16 +475,71 @@ impl Writes<'_> {
         };
         self.failpoint(kind, "after_audit");
 
-        let fingerprint = self.fingerprint_after(v, intent, fp_before);
-        let committed = match self.commit_txn(v, at, intent, &head, fingerprint.as_deref()) {
+        // The commit, in submission order (history, revisions and the recorded fingerprint
+        // follow each other); in a group, one sync of the state's log for every member.
+        let commit = || {
+            let fingerprint = self.fingerprint_after(v, intent, fp_before);
+            self.commit_txn(v, at, intent, &head, fingerprint.as_deref())
+        };
+        let committed = match &member {
+            Some(m) => m.turn(Phase::Commit, || self.core.state.deferring_sync(commit)),
+            None => commit(),
+        };
+        let committed = match committed {
             Ok(c) => c,
             Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         };
+        if let Some(m) = &member {
+            let state = &self.core.state;
+            if let Err(e) = m.sync(Phase::Commit, Syncs::default(), |_| {
+                state.sync_log().map_err(|e| e.to_string())
+            }) {
+                // The files and the state agree (applied), but the commit may not survive a power
+                // loss: the caller retries with the same key, which answers the stored result.
+                return Err(internal(format!(
+                    "the commit could not be made durable ({e}); retry with the same idempotency key"
+                )));
+            }
+        }
         self.failpoint(kind, "after_commit");
-        let ticket = self.after_commit(v, intent, head.seq);
+        let post = || self.after_commit_steps(v, intent, &committed, head.seq, call.is_some());
+        let (index, settle, result, applied) = match &member {
+            Some(m) => {
+                let (index, settle, result, applied) = m.turn(Phase::Post, post);
+                // `_applied.jsonl` is repaired from the state if this sync is lost.
+                if let Err(e) = m.sync(Phase::Post, applied, |s| s.sync().map_err(|e| e.to_string())) {
+                    tracing::error!(vault = %v.id, error = %e, "syncing _applied.jsonl failed");
+                }
+                (index, settle, result, Syncs::default())
+            }
+            None => post(),
+        };
+        if let Err(e) = applied.sync() {
+            tracing::error!(vault = %v.id, error = %e, "syncing _applied.jsonl failed");
+        }
+        Ok(Committed {
+            index,
+            result,
+            settle,
+            ..committed
+        })
+    }
+
+    /// What follows a commit, for one transaction: its `_applied.jsonl` line (returned unsynced),
+    /// the index update asked for, its git commit, the stored answer amended and housekeeping.
+    fn after_commit_steps(
+        &self,
+        v: &Arc<VaultHandle>,
+        intent: &Intent,
+        committed: &Committed,
+        audit_seq: u64,
+        live: bool,
+    ) -> (&'static str, Option<Settle>, Value, Syncs) {
+        let kind = &intent.txn;
+        let (ticket, applied) = self.after_commit(v, intent, audit_seq);
         // A live apply waits for the index once the writer is free; recovery and the other
         // writes settle here.
-        let (index, settle) = match (&intent.txn, call.is_some()) {
+        let (index, settle) = match (&intent.txn, live) {
             (TxnKind::Apply { .. }, true) => (
                 "updated",
                 Some(Settle {
@@ -470,12 +578,7 @@ impl Writes<'_> {
             tracing::warn!(vault = %v.id, error = %e, "a replay of this call will say git: queued");
         }
         self.maintain_if_due();
-        Ok(Committed {
-            index,
-            result,
-            settle,
-            ..committed
-        })
+        (index, settle, result, applied)
     }
 
     /// The audit record of a transaction recovery finishes: the one the interrupted call already
@@ -857,14 +960,17 @@ impl Writes<'_> {
 
     /// After the commit: what does not protect the notes. Asks for the index update of the
     /// touched notes (waited for by [`Settle::finish`]).
-    fn after_commit(&self, v: &VaultHandle, intent: &Intent, audit_seq: u64) -> vault::IndexTicket {
+    fn after_commit(&self, v: &VaultHandle, intent: &Intent, audit_seq: u64) -> (vault::IndexTicket, Syncs) {
+        let mut applied = Syncs::default();
         match &intent.txn {
             TxnKind::Apply { .. } => {
-                if let Err(e) =
-                    self.append_applied_line(v, &intent.txn, &intent.audit.actor_label, &intent.started_at)
+                match self.append_applied_line(v, &intent.txn, &intent.audit.actor_label, &intent.started_at)
                 {
+                    Ok(pending) => applied = pending,
                     // Repaired by the next recovery (the state knows what was applied).
-                    tracing::error!(vault = %v.id, error = %e, "appending to _applied.jsonl failed");
+                    Err(e) => {
+                        tracing::error!(vault = %v.id, error = %e, "appending to _applied.jsonl failed")
+                    }
                 }
             }
             TxnKind::Critical { .. } => {
@@ -884,9 +990,9 @@ impl Writes<'_> {
         }
         let touched = self.touched_notes(intent);
         if self.core.failpoints.fails("index_update") {
-            return vault::IndexTicket::Done(false);
+            return (vault::IndexTicket::Done(false), applied);
         }
-        v.reader.submit_paths(&touched)
+        (v.reader.submit_paths(&touched), applied)
     }
 
     /// The note paths the transaction touches (for the index).
@@ -937,13 +1043,14 @@ impl Writes<'_> {
 
     /// Appends the apply's line to `<inbox>/_applied.jsonl` unless it is already the last one.
     /// `ts`: when the apply was decided (its intent's instant, the proposal's `decided_at`).
+    /// The file is returned unsynced, for the caller (or its group) to sync.
     pub(crate) fn append_applied_line(
         &self,
         v: &VaultHandle,
         txn: &TxnKind,
         actor: &str,
         ts: &str,
-    ) -> Result<(), GatewayError> {
+    ) -> Result<Syncs, GatewayError> {
         let TxnKind::Apply {
             proposal_id,
             slug,
@@ -953,7 +1060,7 @@ impl Writes<'_> {
             ..
         } = txn
         else {
-            return Ok(());
+            return Ok(Syncs::default());
         };
         let path = crate::proposing::inbox_path(v, "_applied.jsonl")?;
         let fs = v.reader.fs();
@@ -964,7 +1071,7 @@ impl Writes<'_> {
             None => None,
         };
         if last.as_ref().is_some_and(|l| l.id == *proposal_id) {
-            return Ok(());
+            return Ok(Syncs::default());
         }
         let line = proposals::chain_applied(
             last.as_ref(),
@@ -977,8 +1084,7 @@ impl Writes<'_> {
             ts.to_owned(),
         );
         let text = serde_json::to_string(&line).map_err(internal)?;
-        fs.append_line(vault::write::Area::Inbox, &path, text.as_bytes())?;
-        Ok(())
+        Ok(fs.append_line_unsynced(vault::write::Area::Inbox, &path, text.as_bytes())?)
     }
 
     /// SECURITY(T-PROP5): settles every open transaction of this vault (called under its write
@@ -1020,32 +1126,59 @@ impl Writes<'_> {
         Ok(())
     }
 
-    /// A crash between an apply's commit and its `_applied.jsonl` line leaves the line missing:
-    /// the state knows the last applied proposal, and the chain gets its line.
+    /// A crash between applies' commits and their `_applied.jsonl` lines leaves lines missing
+    /// (one apply's, or a whole group's): the state knows what was applied, in order, and the
+    /// chain gets the missing lines after its last one.
     fn repair_applied_chain(&self, v: &VaultHandle) -> Result<(), GatewayError> {
-        let Some(row) = self.core.state.last_applied(&v.id)? else {
+        /// How far back a repair looks: a crash leaves at most one group's lines missing.
+        const WINDOW: u32 = 1000;
+        let Some(last) = self.core.state.last_applied(&v.id)? else {
             return Ok(());
         };
-        let Ok(p) = serde_json::from_value::<proposals::Proposal>(row.meta.clone()) else {
+        let path = crate::proposing::inbox_path(v, "_applied.jsonl")?;
+        let logged = match v.reader.fs().read_last_line(vault::write::Area::Inbox, &path)? {
+            Some(line) => Some(
+                serde_json::from_str::<proposals::AppliedLine>(&line)
+                    .map_err(|e| internal(format!("{path}: {e}")))?
+                    .id,
+            ),
+            None => None,
+        };
+        if logged.as_deref() == Some(last.id.as_str()) {
             return Ok(());
-        };
-        let txn = TxnKind::Apply {
-            proposal_id: p.id.clone(),
-            slug: p.slug.clone(),
-            proposal_kind: p.kind,
-            target: p.target.clone(),
-            proposal_hash: p.proposal_hash.clone(),
-            history_id: String::new(),
-            archived_to: String::new(),
-            reason: String::new(),
-            created_by: None,
-        };
-        self.append_applied_line(
-            v,
-            &txn,
-            row.decided_by.as_deref().unwrap_or(""),
-            row.decided_at.as_deref().unwrap_or_default(),
-        )
+        }
+        let mut missing = Vec::new();
+        for row in self.core.state.last_applied_n(&v.id, WINDOW)? {
+            if logged.as_deref() == Some(row.id.as_str()) {
+                break;
+            }
+            missing.push(row);
+        }
+        let mut pending = Syncs::default();
+        for row in missing.into_iter().rev() {
+            let Ok(p) = serde_json::from_value::<proposals::Proposal>(row.meta.clone()) else {
+                continue;
+            };
+            let txn = TxnKind::Apply {
+                proposal_id: p.id.clone(),
+                slug: p.slug.clone(),
+                proposal_kind: p.kind,
+                target: p.target.clone(),
+                proposal_hash: p.proposal_hash.clone(),
+                history_id: String::new(),
+                archived_to: String::new(),
+                reason: String::new(),
+                created_by: None,
+            };
+            pending.merge(self.append_applied_line(
+                v,
+                &txn,
+                row.decided_by.as_deref().unwrap_or(""),
+                row.decided_at.as_deref().unwrap_or_default(),
+            )?);
+        }
+        pending.sync()?;
+        Ok(())
     }
 
     /// At start: settles interrupted transactions in every vault, each under its lock.

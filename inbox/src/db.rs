@@ -37,6 +37,9 @@ pub enum StateError {
     IntentMismatch { intent_id: i64, proposal_id: String },
     #[error("a history entry with id '{0}' already exists")]
     DuplicateHistoryEntry(String),
+    /// fsyncing the write-ahead log failed: commits since the last sync may not be durable.
+    #[error("syncing the state database's log: {0}")]
+    Log(#[from] std::io::Error),
 }
 
 /// Ordered migrations; `user_version` records how many have run. Append only.
@@ -311,6 +314,15 @@ pub(crate) fn non_negative(v: i64) -> u64 {
 /// The gateway's state database, shared by every request of one process.
 pub struct State {
     conn: Mutex<Connection>,
+    /// `state.sqlite-wal`: what [`State::sync_log`] fsyncs.
+    wal: std::path::PathBuf,
+    /// The connection's `synchronous` level now (1 NORMAL, 2 FULL); changed only under `conn`.
+    level: std::sync::atomic::AtomicU8,
+}
+
+thread_local! {
+    /// Set by [`State::deferring_sync`]: this thread's commits leave the log's fsync to the caller.
+    static DEFER_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl State {
@@ -322,8 +334,12 @@ impl State {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
         let state = State {
             conn: Mutex::new(conn),
+            wal: wal.into(),
+            level: std::sync::atomic::AtomicU8::new(2),
         };
         state.migrate()?;
         Ok(state)
@@ -349,7 +365,41 @@ impl State {
     }
 
     pub(crate) fn conn(&self) -> Result<MutexGuard<'_, Connection>, StateError> {
-        self.conn.lock().map_err(|_| StateError::Poisoned)
+        use std::sync::atomic::Ordering;
+        let conn = self.conn.lock().map_err(|_| StateError::Poisoned)?;
+        let want = if DEFER_SYNC.with(std::cell::Cell::get) {
+            1
+        } else {
+            2
+        };
+        if self.level.load(Ordering::Relaxed) != want {
+            conn.pragma_update(None, "synchronous", want)?;
+            self.level.store(want, Ordering::Relaxed);
+        }
+        Ok(conn)
+    }
+
+    /// Runs `f` with this thread's commits written to the log but not fsynced (`synchronous =
+    /// NORMAL`): a group commit makes many writers' commits durable with one [`State::sync_log`].
+    /// A commit made here is not durable until that sync returns; nothing may depend on it
+    /// before.
+    pub fn deferring_sync<T>(&self, f: impl FnOnce() -> T) -> T {
+        let outer = DEFER_SYNC.with(|d| d.replace(true));
+        let out = f();
+        DEFER_SYNC.with(|d| d.set(outer));
+        out
+    }
+
+    /// fsyncs the write-ahead log: every commit written before this call is durable after it
+    /// (SQLite appends commits to the log in order, and syncs it before any checkpoint copies it
+    /// back).
+    pub fn sync_log(&self) -> Result<(), StateError> {
+        match std::fs::File::open(&self.wal) {
+            Ok(f) => Ok(f.sync_all()?),
+            // No log: every commit was checkpointed into the database file, which SQLite synced.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The schema version in force.

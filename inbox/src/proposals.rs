@@ -191,6 +191,21 @@ impl State {
         Ok(stmt.query_row([vault], from_row).optional()?)
     }
 
+    /// The vault's last `limit` applied proposals in the order of their history, newest first:
+    /// what a crash after a group's commits can leave without their `_applied.jsonl` lines.
+    pub fn last_applied_n(&self, vault: &str, limit: u32) -> Result<Vec<StoredProposal>, StateError> {
+        let conn = self.conn()?;
+        let cols: Vec<String> = COLUMNS.split(',').map(|c| format!("p.{}", c.trim())).collect();
+        let sql = format!(
+            "SELECT {} {}",
+            cols.join(", "),
+            LAST_APPLIED.replace("LIMIT 1", "LIMIT ?2")
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![vault, limit], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The vault's proposals, newest first (ties in insertion order, newest first), at most `limit`.
     pub fn list_proposals(
         &self,

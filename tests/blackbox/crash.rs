@@ -1254,6 +1254,133 @@ async fn a_crash_between_audit_and_commit_leaves_one_success_record() {
     );
 }
 
+// ---- 2a. a group of applies killed at once ---------------------------------------------------------
+
+/// Issue 34: applies that wait for the vault's writer commit as one group, sharing their syncs.
+/// The server is killed (abort, as `kill -9`) in the middle of such a group, at a step every member
+/// passes; after the restart each member is applied once or not at all, none is lost, and the same
+/// call with the same key then applies it exactly once (or answers the recovered apply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_applies_killed_mid_commit_applies_each_once_or_not_at_all() {
+    const MEMBERS: usize = 6;
+    for step in ["after_intent", "after_write", "after_audit", "after_commit"] {
+        let when = format!("server killed {step} in a group of {MEMBERS}");
+        let env = Env::new();
+        let (_, token) = env.token("writer", "auto");
+        let c = stdio(&env, &token, None).await;
+        let held = propose_new(&c, &env, "held.md", "# Held\n").await;
+        let mut members = Vec::new();
+        for i in 0..MEMBERS {
+            let content = format!("# Member {i}\n\nin a group\n");
+            members.push(propose_new(&c, &env, &format!("group/m{i}.md"), &content).await);
+        }
+        c.close().await;
+
+        // The CLI holds the vault's writer, paused in its own apply, while the server's applies
+        // queue behind it; released, they are one group. (The server settles interrupted writes
+        // as it starts, under the writer: it starts first.)
+        let mut srv = crate::http::Server::start_with_vars(&env, &[("VAULTGATE_TEST_FAILPOINT", step)]);
+        let release = env.tmp.path().join("release");
+        let marker = env.tmp.path().join("release.paused");
+        let mut holder = cli_cmd(&env, &["apply", "--only", &held.id, "--yes"], None);
+        holder
+            .env("VAULTGATE_TEST_PAUSE", "after_first_op")
+            .env("VAULTGATE_TEST_PAUSE_FILE", &release);
+        let holder = holder.spawn().unwrap();
+        let start = Instant::now();
+        while !marker.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{when}: the CLI never paused"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut set = JoinSet::new();
+        for (i, p) in members.iter().enumerate() {
+            let client = srv.client(&token).await;
+            let args = p.apply_args(&format!("m{i}"));
+            set.spawn(async move { client.try_call("apply_proposal", args).await.is_ok() });
+        }
+        // Every apply reaches the writer's queue before the writer is free.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        std::fs::write(&release, b"").unwrap();
+        let out = bounded("the holding CLI apply", holder.wait_with_output())
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{when}: the CLI apply: {}", stderr(&out));
+        let status = srv.exited(Duration::from_secs(60));
+        assert!(
+            status.is_some_and(|s| s.signal() == Some(6)),
+            "{when}: the server did not abort: {status:?} {}",
+            srv.stderr()
+        );
+        // An HTTP client may keep waiting on a dead server: what finished must not be an answer.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        set.abort_all();
+        let mut answered = 0;
+        while let Some(done) = set.join_next().await {
+            if done.is_ok_and(|ok| ok) {
+                answered += 1;
+            }
+        }
+        assert_eq!(answered, 0, "{when}: an apply answered before the kill");
+        drop(srv);
+        if step == "after_audit" {
+            // Killed at the first member past the group's audit sync: every member had written
+            // its record (in submission order) before any of them committed.
+            let records = audit_records(&env);
+            let written = members
+                .iter()
+                .filter(|p| apply_records(&records, &p.id).0 == 1)
+                .count();
+            assert_eq!(
+                written, MEMBERS,
+                "{when}: one group wrote every record before the kill"
+            );
+        }
+
+        // The restart settles the group: each member finished, or left pending.
+        let c = stdio(&env, &token, None).await;
+        let settled = statuses(&env).await;
+        for (i, p) in members.iter().enumerate() {
+            let status = settled.get(&p.id).map(String::as_str);
+            let note = std::fs::read_to_string(env.vault.join(&p.target)).ok();
+            match status {
+                Some("applied") => assert_eq!(note, p.content, "{when}: {} applied", p.target),
+                Some("pending") => assert_eq!(note, None, "{when}: {} not applied", p.target),
+                other => panic!("{when}: {} is {other:?}", p.id),
+            }
+            let a = match call(&c, "apply_proposal", p.apply_args(&format!("m{i}"))).await {
+                Reply::Ok(v) => v,
+                Reply::Err(e) => panic!("{when}: the retry of {} was refused: {e}", p.target),
+            };
+            assert_eq!(a["applied"], true, "{when}: {a}");
+            assert_eq!(a["replayed"], status == Some("applied"), "{when}: {a}");
+            assert_eq!(
+                std::fs::read_to_string(env.vault.join(&p.target)).ok(),
+                p.content,
+                "{when}: {}",
+                p.target
+            );
+            let (calls, recovered) = apply_records(&audit_records(&env), &p.id);
+            assert_eq!(
+                calls + recovered,
+                1,
+                "{when}: one success record for {}",
+                p.target
+            );
+        }
+        c.close().await;
+        let lines = applied_lines(&env);
+        assert_applied_chain(&lines);
+        let logged: BTreeSet<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+        let mut want: BTreeSet<&str> = members.iter().map(|p| p.id.as_str()).collect();
+        want.insert(held.id.as_str());
+        assert_eq!(logged, want, "{when}: _applied.jsonl names each apply once");
+        audit_verifies(&env, &when).await;
+    }
+}
+
 // ---- 2b. eight HTTP sessions proposing and applying at once ----------------------------------------
 
 /// Issue 34: eight clients of one server propose and apply at once. Every proposal is applied once,
@@ -1326,5 +1453,18 @@ async fn eight_http_sessions_proposing_and_applying_at_once_each_apply_once_in_o
     let ids: BTreeSet<String> = done.iter().map(|(id, _)| id.clone()).collect();
     assert_eq!(logged, ids, "_applied.jsonl names every proposal once");
     assert_eq!(lines.len(), CLIENTS * EACH);
+    // Applies committed in groups read as if sequential: `_applied.jsonl` lists them in the order
+    // of their audit records.
+    let mut by_seq: Vec<(u64, &str)> = done
+        .iter()
+        .map(|(id, a)| (a["auditSeq"].as_u64().unwrap(), id.as_str()))
+        .collect();
+    by_seq.sort();
+    let in_chain: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let in_audit: Vec<&str> = by_seq.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(
+        in_chain, in_audit,
+        "_applied.jsonl in the order of the audit records"
+    );
     audit_verifies(&env, "after eight clients").await;
 }

@@ -195,6 +195,20 @@ impl Server {
         format!("{}/mcp", self.base())
     }
 
+    /// Waits up to `within` for the server to exit on its own; its exit status, if it did.
+    pub(crate) fn exited(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }

@@ -748,7 +748,6 @@ fn link_no_clobber(
 /// [`VaultFs::deferring_dir_syncs`] the folder is only noted, and fsynced once at its end.
 #[cfg(unix)]
 fn sync_dir(dir: &Dir) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
     // cap-std holds folders as `O_PATH` descriptors on Linux, which `fsync` refuses (`EBADF`):
     // open the folder itself for reading, relative to its handle, and fsync that.
     let mut options = OpenOptions::new();
@@ -759,11 +758,7 @@ fn sync_dir(dir: &Dir) -> std::io::Result<()> {
         let Some(list) = d.as_mut() else {
             return Ok(None);
         };
-        let meta = folder.metadata()?;
-        let key = (meta.dev(), meta.ino());
-        if !list.iter().any(|(k, _)| *k == key) {
-            list.push((key, folder.try_clone()?));
-        }
+        list.add(folder.try_clone()?)?;
         Ok::<_, std::io::Error>(Some(()))
     })?;
     match deferred {
@@ -772,14 +767,76 @@ fn sync_dir(dir: &Dir) -> std::io::Result<()> {
     }
 }
 
-#[cfg(unix)]
-type DeferredDirs = Vec<((u64, u64), std::fs::File)>;
+/// Files and folders written but not yet fsynced, one handle per file: what a group commit
+/// syncs once for many writers ([`VaultFs::collecting_dir_syncs`], [`VaultFs::append_line_unsynced`]).
+/// `fsync` is per file, not per handle, so one handle covers every writer's bytes.
+#[derive(Debug, Default)]
+pub struct Syncs {
+    #[cfg(unix)]
+    files: Vec<((u64, u64), std::fs::File)>,
+}
+
+impl Syncs {
+    #[cfg(unix)]
+    fn add(&mut self, file: std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata()?;
+        let key = (meta.dev(), meta.ino());
+        if !self.files.iter().any(|(k, _)| *k == key) {
+            self.files.push((key, file));
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    fn add(&mut self, _file: std::fs::File) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Adds `other`'s files (a file both hold is synced once).
+    pub fn merge(&mut self, other: Syncs) {
+        #[cfg(unix)]
+        for (key, file) in other.files {
+            if !self.files.iter().any(|(k, _)| *k == key) {
+                self.files.push((key, file));
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = other;
+    }
+
+    /// How many files an fsync waits for.
+    pub fn len(&self) -> usize {
+        #[cfg(unix)]
+        return self.files.len();
+        #[cfg(not(unix))]
+        0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// fsyncs every file, all of them even when one fails; the first error is returned.
+    pub fn sync(self) -> Result<(), WriteError> {
+        let mut synced: Result<(), WriteError> = Ok(());
+        #[cfg(unix)]
+        for (_, file) in self.files {
+            if let Err(e) = file.sync_all()
+                && synced.is_ok()
+            {
+                synced = Err(e.into());
+            }
+        }
+        synced
+    }
+}
 
 #[cfg(unix)]
 thread_local! {
-    /// The folders whose fsync waits for the end of the innermost `deferring_dir_syncs` on this
+    /// The folders whose fsync waits for the end of the innermost `collecting_dir_syncs` on this
     /// thread (`None`: none is running).
-    static DEFERRED: std::cell::RefCell<Option<DeferredDirs>> = const { std::cell::RefCell::new(None) };
+    static DEFERRED: std::cell::RefCell<Option<Syncs>> = const { std::cell::RefCell::new(None) };
 }
 
 impl VaultFs {
@@ -792,6 +849,19 @@ impl VaultFs {
         &self,
         f: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
+        let (out, dirs) = self.collecting_dir_syncs(f);
+        match (out, dirs.sync()) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Ok(_), Err(e)) => Err(e.into()),
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    /// Runs `f` and returns, unsynced, the folders its writes touched: the caller fsyncs them
+    /// ([`Syncs::sync`]) before it records anything durable that depends on them. A group commit
+    /// merges many writers' folders and syncs each once. Nested inside another collection, the
+    /// folders go to the outer one.
+    pub fn collecting_dir_syncs<T>(&self, f: impl FnOnce() -> T) -> (T, Syncs) {
         #[cfg(unix)]
         {
             let outer = DEFERRED.with(|d| {
@@ -799,31 +869,19 @@ impl VaultFs {
                 if d.is_some() {
                     return false;
                 }
-                *d = Some(Vec::new());
+                *d = Some(Syncs::default());
                 true
             });
             if !outer {
-                return f();
+                return (f(), Syncs::default());
             }
             let out = f();
             let dirs = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
-            let mut synced: Result<(), WriteError> = Ok(());
-            for (_, folder) in dirs {
-                if let Err(e) = folder.sync_all()
-                    && synced.is_ok()
-                {
-                    synced = Err(e.into());
-                }
-            }
-            match (out, synced) {
-                (Ok(v), Ok(())) => Ok(v),
-                (Ok(_), Err(e)) => Err(e.into()),
-                (Err(e), _) => Err(e),
-            }
+            (out, dirs)
         }
         #[cfg(not(unix))]
         {
-            f()
+            (f(), Syncs::default())
         }
     }
 }
@@ -839,7 +897,11 @@ fn is_missing(e: &std::io::Error) -> bool {
 }
 
 /// NFC, then lowercase: names equal under this collide on macOS and Windows (docs/contract.md#paths).
-fn fold_name(s: &str) -> String {
+pub fn fold_name(s: &str) -> String {
+    // ASCII is its own NFC: a listing of a large folder folds every name.
+    if s.is_ascii() {
+        return s.to_ascii_lowercase();
+    }
     s.nfc().collect::<String>().to_lowercase()
 }
 

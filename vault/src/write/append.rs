@@ -9,7 +9,7 @@ use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::fs::OpenOptions;
 use policy::{PathError, VaultPath};
 
-use super::{Area, VaultFs, WriteError, sync_dir};
+use super::{Area, Syncs, VaultFs, WriteError, sync_dir};
 
 /// `read_last_line` looks back at most this far for the last line; a longer one is `TooLarge`.
 pub const MAX_LAST_LINE_BYTES: u64 = 1 << 20;
@@ -22,6 +22,17 @@ impl VaultFs {
     /// when created). If the file ends in a torn line (no final `\n`, a crash mid-append), a `\n`
     /// goes first, so the new line starts on its own line. `NotALine` if `line` holds a `\n`.
     pub fn append_line(&self, area: Area, path: &VaultPath, line: &[u8]) -> Result<(), WriteError> {
+        self.append_line_unsynced(area, path, line)?.sync()
+    }
+
+    /// [`VaultFs::append_line`] without the fsyncs: the file (and its folder, when created) are
+    /// returned for the caller to sync, so a group of appends shares one.
+    pub fn append_line_unsynced(
+        &self,
+        area: Area,
+        path: &VaultPath,
+        line: &[u8],
+    ) -> Result<Syncs, WriteError> {
         area.check(self.layout(), path)?;
         if line.contains(&b'\n') {
             return Err(WriteError::NotALine);
@@ -55,11 +66,14 @@ impl VaultFs {
         out.push(b'\n');
         // One write on an O_APPEND handle: the bytes land at the end whatever the read position.
         file.write_all(&out)?;
-        file.sync_data()?;
+        let mut pending = Syncs::default();
+        pending.add(file)?;
         if !existed {
-            sync_dir(dir)?;
+            let (synced, dirs) = self.collecting_dir_syncs(|| sync_dir(dir));
+            synced?;
+            pending.merge(dirs);
         }
-        Ok(())
+        Ok(pending)
     }
 
     /// The last line of the file at `path` with trailing whitespace (a final `\n`, or a torn
