@@ -15,7 +15,6 @@ use crate::approval::ClientApproval;
 use crate::call::Call;
 use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused, Stale};
-use crate::files::Files;
 use crate::ids::{ProposalHash, ProposalId};
 use crate::proposing::{InboxFiles, inbox_path, today};
 use crate::txn::{AuditPlan, Intent, Keyed, TxnKind, internal};
@@ -181,7 +180,7 @@ impl Writes<'_> {
                 .authorize_decision(call.actor(), &row.created_by)?,
         }
         let p: Proposal = serde_json::from_value(row.meta.clone()).map_err(internal)?;
-        let files = Files::of(v);
+        let files = v.files();
         let inbox_files = InboxFiles::of(p.kind, &p.slug);
 
         // One instant decides the archive folder's date and the stored `decided_at` (the intent's
@@ -308,6 +307,7 @@ impl Writes<'_> {
             },
             started_at: rfc3339(now),
             rolling_back: false,
+            epoch: call.lease_epoch(),
         };
         let at = self.begin_txn(call, v, &p.id, &intent)?;
         self.failpoint(&intent.txn, "after_intent");
@@ -328,7 +328,7 @@ impl Writes<'_> {
         inbox_files: &InboxFiles,
         now: time::OffsetDateTime,
     ) -> Result<(Option<Vec<u8>>, Vec<(String, String, String)>), GatewayError> {
-        let files = Files::of(v);
+        let files = v.files();
         let tampered = |what: &str| {
             GatewayError::from(Refused::Tampered {
                 what: what.to_string(),

@@ -64,8 +64,10 @@ pub struct Call<'a> {
     /// The call ran without [`Core::audit_preflight`] (a read): its record checks the free space
     /// itself, and without room the answer is refused.
     reserve: bool,
-    /// A write sharing a group commit with others (crate::group): its transaction syncs with them.
+    /// A write's place in its vault's group (crate::group), which holds the vault's lease.
     member: Option<std::sync::Arc<crate::group::Member>>,
+    /// The group commits its members together (else the write runs alone and syncs as it goes).
+    shared: bool,
 }
 
 impl<'a> Call<'a> {
@@ -86,16 +88,23 @@ impl<'a> Call<'a> {
             recorded: None,
             reserve: false,
             member: None,
+            shared: false,
         }
     }
 
     /// The group commit this write shares, if any.
     pub(crate) fn member(&self) -> Option<std::sync::Arc<crate::group::Member>> {
-        self.member.clone()
+        self.member.clone().filter(|_| self.shared)
     }
 
-    pub(crate) fn set_member(&mut self, member: Option<std::sync::Arc<crate::group::Member>>) {
+    /// The epoch of the lease this write holds (0 outside a write).
+    pub(crate) fn lease_epoch(&self) -> u64 {
+        self.member.as_ref().map_or(0, |m| m.epoch())
+    }
+
+    pub(crate) fn set_member(&mut self, member: Option<std::sync::Arc<crate::group::Member>>, shared: bool) {
         self.member = member;
+        self.shared = shared;
     }
 
     /// Marks a call that skipped [`Core::audit_preflight`]: its record makes the check instead.

@@ -15,7 +15,6 @@ use serde_json::Value;
 
 use crate::core::{VaultHandle, rfc3339};
 use crate::error::GatewayError;
-use crate::files::Files;
 use crate::git::{FILE_MODE, GitError, Identity, Repo, TreeEntry};
 use crate::history::History;
 use crate::txn::{Intent, TxnKind};
@@ -471,12 +470,12 @@ impl History<'_> {
                 return Ok(Made::Dropped);
             }
         };
-        let files = Files::of(v);
+        let files = v.files();
         let mut changes: BTreeMap<String, TreeEntry> = BTreeMap::new();
         for (path, hash) in &pending.files {
             let entry = match hash {
                 None => None,
-                Some(h) => match content_of(&files, path, h) {
+                Some(h) => match content_of(&*files, path, h) {
                     Some(bytes) => Some((FILE_MODE.to_owned(), repo.write_blob(&bytes)?)),
                     None => {
                         tracing::error!(vault = %v.id, change = c.seq, "the content of a queued commit is gone; it is dropped");

@@ -27,12 +27,28 @@ pub struct VaultHandle {
     pub(crate) reader: Vault,
     /// This process's queue of writes to the vault (group commit).
     pub(crate) group: Arc<crate::group::Group>,
+    /// The right to write the vault's files (crate::storage::Lease).
+    pub(crate) lease: crate::storage::FolderLease,
 }
 
 impl VaultHandle {
     /// The vault's layout (notes, standards and inbox folders).
     pub fn layout(&self) -> &policy::Layout {
         self.reader.layout()
+    }
+
+    /// The vault's files as the write transaction reaches them (crate::storage::VaultBackend):
+    /// the local folder.
+    pub(crate) fn files(&self) -> Box<dyn crate::storage::VaultBackend + '_> {
+        Box::new(crate::files::Files::of(self))
+    }
+
+    /// The right to write the vault's files (crate::storage::Lease): its write lock.
+    pub(crate) fn lease(&self) -> crate::storage::FolderLeaseOn<'_> {
+        crate::storage::FolderLeaseOn {
+            lease: &self.lease,
+            fs: self.reader.fs(),
+        }
     }
 
     /// Where the vault's search index lives.
@@ -122,6 +138,7 @@ fn open_vaults(
                     name: v.name.clone(),
                     reader,
                     group: Arc::default(),
+                    lease: crate::storage::FolderLease::default(),
                 })
             }
         };

@@ -30,7 +30,6 @@ use crate::call::Call;
 use crate::changes::VaultChanged;
 use crate::core::{Actor, Caller, Core, VaultHandle, now_unix, rfc3339};
 use crate::error::GatewayError;
-use crate::files::Files;
 use crate::txn::{AuditPlan, Intent, IntentAt, Keyed, TxnKind};
 
 pub const DELETE_PERMANENT: &str = "delete_permanent";
@@ -352,6 +351,7 @@ impl Challenges<'_> {
             },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
             rolling_back: false,
+            epoch: call.lease_epoch(),
         };
         // SECURITY(T-CRIT3): exactly once, even against another process that read the same row;
         // the same statement records the intent, so no used challenge is left unfinishable.
@@ -516,7 +516,7 @@ impl Challenges<'_> {
         if which == Which::EmptyTrash && trash_files(v)? != affected {
             return Ok(None);
         }
-        let files = Files::of(v);
+        let files = v.files();
         let mut out = Vec::with_capacity(affected.len());
         for path in affected {
             match files.hash(which.zone(), path)? {
@@ -557,7 +557,7 @@ pub(crate) fn sweep_holds(core: &Core, v: &VaultHandle) -> Result<(), GatewayErr
         .into_iter()
         .map(|c| hold_dir(&c.id))
         .collect();
-    let files = Files::of(v);
+    let files = v.files();
     for path in held {
         let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
         if !open.contains(dir) {

@@ -1,8 +1,7 @@
-//! The engine's seam to a vault's files: the few operations the transaction needs, each
+//! The local folder as a [`VaultBackend`]: the few operations the transaction needs, each
 //! compare-and-swap on the exact bytes it expects (docs/contract.md#proposals "Never overwrite an edit"), plus the
-//! object store of blobs that rollback and undo restore from. Everything goes through
-//! `vault::write` and its `Area` checks; a later backend (a remote, a shared volume) replaces this
-//! module, not the transaction.
+//! object store of blobs (`.vaultgate/objects/`) that rollback and undo restore from. Everything
+//! goes through `vault::write` and its `Area` checks.
 
 use policy::VaultPath;
 use proposals::ops::{FileOp, Zone};
@@ -10,14 +9,7 @@ use vault::write::{Area, WriteError, WriteMode};
 
 use crate::core::VaultHandle;
 use crate::error::GatewayError;
-
-/// The result of one compare-and-swap step.
-#[derive(Debug)]
-pub(crate) enum Cas {
-    Done,
-    /// The file did not hold what the step expected (changed outside vaultgate).
-    Conflict(String),
-}
+use crate::storage::{Cas, VaultBackend};
 
 pub(crate) fn area(z: Zone) -> Area {
     match z {
@@ -34,7 +26,7 @@ fn object_path(hash: &str) -> Result<VaultPath, GatewayError> {
     ))?)
 }
 
-/// A vault's files as the transaction sees them.
+/// A vault's folder as the transaction sees it.
 pub(crate) struct Files<'a> {
     v: &'a VaultHandle,
 }
@@ -43,19 +35,16 @@ impl<'a> Files<'a> {
     pub(crate) fn of(v: &'a VaultHandle) -> Files<'a> {
         Files { v }
     }
+}
 
-    /// The file's bytes and hash, read without following any link; `None` when absent.
-    pub(crate) fn read(&self, zone: Zone, path: &str) -> Result<Option<(Vec<u8>, String)>, GatewayError> {
+impl VaultBackend for Files<'_> {
+    fn read(&self, zone: Zone, path: &str) -> Result<Option<(Vec<u8>, String)>, GatewayError> {
         let p = VaultPath::parse(path)?;
         Ok(self.v.reader.fs().read_for_write(area(zone), &p)?)
     }
 
-    pub(crate) fn hash(&self, zone: Zone, path: &str) -> Result<Option<String>, GatewayError> {
-        Ok(self.read(zone, path)?.map(|(_, h)| h))
-    }
-
     /// Keeps `bytes` (which hash to `hash`) in the object store; already there is fine.
-    pub(crate) fn store_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), GatewayError> {
+    fn store_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), GatewayError> {
         match self
             .v
             .reader
@@ -68,7 +57,7 @@ impl<'a> Files<'a> {
     }
 
     /// A blob from the object store, checked against its name.
-    pub(crate) fn blob(&self, hash: &str) -> Result<Vec<u8>, GatewayError> {
+    fn blob(&self, hash: &str) -> Result<Vec<u8>, GatewayError> {
         let (bytes, got) = self
             .v
             .reader
@@ -84,7 +73,7 @@ impl<'a> Files<'a> {
     }
 
     /// Removes a history object; false when there was none.
-    pub(crate) fn remove_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+    fn remove_blob(&self, hash: &str) -> Result<bool, GatewayError> {
         if !self.has_blob(hash)? {
             return Ok(false);
         }
@@ -92,7 +81,7 @@ impl<'a> Files<'a> {
         Ok(true)
     }
 
-    pub(crate) fn has_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+    fn has_blob(&self, hash: &str) -> Result<bool, GatewayError> {
         Ok(self
             .v
             .reader
@@ -102,7 +91,7 @@ impl<'a> Files<'a> {
     }
 
     /// Removes a blob (the held copies of a permanent deletion); absent is fine.
-    pub(crate) fn remove(&self, zone: Zone, path: &str) -> Result<(), GatewayError> {
+    fn remove(&self, zone: Zone, path: &str) -> Result<(), GatewayError> {
         match self
             .v
             .reader
@@ -117,7 +106,7 @@ impl<'a> Files<'a> {
     /// Runs one operation that is in its `Before` state, comparing the bytes right before the
     /// file is replaced. SECURITY(T-PROP7): a file changed since it was checked is never
     /// overwritten; the step answers `Conflict` and the caller rolls the transaction back.
-    pub(crate) fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError> {
+    fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError> {
         let fs = self.v.reader.fs();
         let r = match op {
             FileOp::Put {

@@ -132,14 +132,16 @@ struct Queue {
     run: Option<Run>,
 }
 
-/// The vault's write lock (or, in tests, anything): held until dropped.
-pub(crate) type Held = Box<dyn std::any::Any + Send>;
+/// The vault's lease (or, in tests, anything): held until dropped.
+pub(crate) type Held = crate::storage::LeaseHold;
 
 #[derive(Debug)]
 struct Run {
     id: u64,
     /// Released (the lock file closed) when the last member leaves.
     lock: Option<Held>,
+    /// The epoch of that hold.
+    epoch: u64,
     left: Vec<bool>,
     phases: [PhaseState; PHASES],
 }
@@ -164,6 +166,7 @@ impl Run {
         };
         Run {
             id,
+            epoch: lock.epoch,
             lock: Some(lock),
             left: vec![false; members],
             phases: [phase(), phase(), phase(), phase(), phase()],
@@ -287,6 +290,15 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    /// The epoch of the lease the group holds.
+    pub(crate) fn epoch(&self) -> u64 {
+        lock(&self.group.state)
+            .run
+            .as_ref()
+            .filter(|r| r.id == self.run)
+            .map_or(0, |r| r.epoch)
+    }
+
     /// Waits until every earlier member finished (or left) its turn in `phase`, then runs `f`:
     /// what the members do in a phase of ordered steps happens in submission order.
     pub(crate) fn turn<T>(&self, phase: Phase, f: impl FnOnce() -> T) -> T {
@@ -475,7 +487,7 @@ mod tests {
                     .join(c, || {
                         // The lock is taken once every job is queued.
                         wait_for(|| q2.load(Ordering::SeqCst));
-                        Ok::<Held, ()>(Box::new(Lock(rel)))
+                        Ok::<Held, ()>(crate::storage::LeaseHold::new(1, Box::new(Lock(rel))))
                     })
                     .unwrap();
                 body(i, m);

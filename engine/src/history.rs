@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use crate::call::Call;
 use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused};
-use crate::files::Files;
 use crate::ids::HistoryEntryId;
 use crate::txn::{AuditPlan, Intent, Keyed, TxnKind, internal};
 
@@ -304,11 +303,11 @@ impl History<'_> {
         let Some(entry) = self.core.state.history_entry(&v.id, id)? else {
             return Ok(None);
         };
-        let files = Files::of(v);
+        let files = v.files();
         for op in entry_ops(&entry)? {
             // A file that cannot be read as a note any more (a symlink swapped in, the layout
             // changed) cannot be undone either.
-            match self.core.writes().op_state_of(&files, &op) {
+            match files.op_state(&op) {
                 Ok(OpState::After) => {}
                 _ => return Ok(Some(entry.id)),
             }
@@ -381,7 +380,7 @@ impl History<'_> {
             .ok_or_else(|| internal(format!("history top {expected} vanished")))?;
         let ops = transition_ops(&entry_ops(&entry)?, t);
         self.check_sides(v, &entry.id, &ops, t)?;
-        let files = Files::of(v);
+        let files = v.files();
         // Every blob the operations (or their rollback) write must be there before anything is.
         for op in &ops {
             for b in op.blobs() {
@@ -410,6 +409,7 @@ impl History<'_> {
             },
             started_at: rfc3339(time::OffsetDateTime::now_utc()),
             rolling_back: false,
+            epoch: call.lease_epoch(),
         };
         let at = self
             .core
@@ -434,7 +434,7 @@ impl History<'_> {
         t: Transition,
     ) -> Result<(), GatewayError> {
         let fs = v.reader.fs();
-        let files = Files::of(v);
+        let files = v.files();
         let own: BTreeSet<&str> = ops.iter().flat_map(|op| op.paths()).map(|(_, p)| p).collect();
         for op in ops {
             let path = op
@@ -442,7 +442,7 @@ impl History<'_> {
                 .first()
                 .map(|(_, p)| (*p).to_owned())
                 .unwrap_or_default();
-            match self.core.writes().op_state_of(&files, op)? {
+            match files.op_state(op)? {
                 OpState::Before => {}
                 OpState::After | OpState::Other => {
                     return Err(stale(t, entry, &path, "changed since"));

@@ -39,6 +39,7 @@ pub mod proposing;
 pub mod reading;
 mod refusals;
 pub mod review;
+pub mod storage;
 pub mod tunnel;
 mod txn;
 pub mod vaults;

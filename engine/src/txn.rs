@@ -28,8 +28,8 @@ use crate::apply::Writes;
 use crate::call::{Call, TxnRecord};
 use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused, Stale};
-use crate::files::{Cas, Files};
 use crate::group::{Claims, Phase};
+use crate::storage::{Cas, Lease};
 use vault::write::Syncs;
 
 /// The intents-table step of a transaction that is being rolled back.
@@ -51,6 +51,10 @@ pub(crate) struct Intent {
     /// Set (for intents kept in a challenge row) once a rollback began.
     #[serde(default)]
     pub rolling_back: bool,
+    /// The epoch of the lease the write was planned under (crate::storage::Lease), checked at
+    /// its commit point.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// What the transaction's audit line says, and where to look for it after a crash.
@@ -262,20 +266,18 @@ impl Writes<'_> {
         // the membership) releases it after the last.
         let member = Arc::new(v.group.join(claims, || {
             // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
-            let lock = v.reader.fs().write_lock()?;
+            let hold = v.lease().acquire()?;
             // Interrupted applies, undo/redo and critical calls are finished before anything is
             // decided: one may be this very call's.
             self.recover(v)?;
-            Ok::<crate::group::Held, GatewayError>(Box::new(lock))
+            Ok::<_, GatewayError>(hold)
         })?);
         if let Some(first) = self.first_answer(call, &keyed)? {
             return Ok(first);
         }
-        if shared {
-            call.set_member(Some(Arc::clone(&member)));
-        }
+        call.set_member(Some(Arc::clone(&member)), shared);
         let out = op(call, prepared);
-        call.set_member(None);
+        call.set_member(None, false);
         drop(member);
         out
     }
@@ -310,16 +312,6 @@ impl Writes<'_> {
         }
     }
 
-    /// The current hash of every file `op` touches.
-    pub(crate) fn op_state_of(&self, files: &Files<'_>, op: &FileOp) -> Result<OpState, GatewayError> {
-        let mut hashes = Vec::new();
-        for (zone, path) in op.paths() {
-            hashes.push(files.hash(zone, path)?);
-        }
-        let mut it = hashes.into_iter();
-        Ok(op.state(|_, _| it.next().flatten()))
-    }
-
     /// Records a new intent; the transaction starts with [`Writes::run_txn`].
     /// In a group commit the intent's commit is left unsynced: [`Writes::run_txn`] syncs the
     /// group's intents once before any of them touches a file.
@@ -350,7 +342,7 @@ impl Writes<'_> {
         step: &str,
         mut call: Option<&mut Call<'_>>,
     ) -> Result<Committed, GatewayError> {
-        let files = Files::of(v);
+        let files = v.files();
         let kind = &intent.txn;
         let rolling_back = step == ROLLING_BACK || intent.rolling_back;
         // A group commit's members share each durability step (crate::group); recovery and
@@ -371,7 +363,7 @@ impl Writes<'_> {
             (false, None) => intent
                 .ops
                 .iter()
-                .map(|op| self.op_state_of(&files, op))
+                .map(|op| files.op_state(op))
                 .collect::<Result<Vec<_>, _>>()?,
             _ => Vec::new(),
         };
@@ -395,7 +387,7 @@ impl Writes<'_> {
         // every member.
         let (ran, dirs) = v.reader.fs().collecting_dir_syncs(|| {
             for (i, op) in intent.ops.iter().enumerate() {
-                match self.op_state_of(&files, op)? {
+                match files.op_state(op)? {
                     OpState::After => {}
                     OpState::Before => {
                         // Remembered first: the watcher may see the write before `exec` returns.
@@ -477,7 +469,13 @@ impl Writes<'_> {
 
         // The commit, in submission order (history, revisions and the recorded fingerprint
         // follow each other); in a group, one sync of the state's log for every member.
+        let live = call.is_some();
         let commit = || {
+            // A live write commits only under the hold it was planned under; recovery runs under
+            // the hold of whoever settles it.
+            if live {
+                v.lease().check(intent.epoch)?;
+            }
             let fingerprint = self.fingerprint_after(v, intent, fp_before);
             self.commit_txn(v, at, intent, &head, fingerprint.as_deref())
         };
@@ -705,9 +703,9 @@ impl Writes<'_> {
                     .set_challenge_intent(id, &serde_json::to_value(&marked).map_err(internal)?)?;
             }
         }
-        let files = Files::of(v);
+        let files = v.files();
         for inv in inverse_all(&intent.ops) {
-            match self.op_state_of(&files, &inv)? {
+            match files.op_state(&inv)? {
                 OpState::Before => {
                     self.remember(v, &inv);
                     if let Cas::Conflict(p) = files.exec(&inv)? {
@@ -974,7 +972,7 @@ impl Writes<'_> {
                 }
             }
             TxnKind::Critical { .. } => {
-                let files = Files::of(v);
+                let files = v.files();
                 for op in &intent.ops {
                     if let FileOp::Rename { to_zone, to, .. } = op
                         && let Err(e) = files.remove(*to_zone, to)

@@ -11,8 +11,8 @@ use crate::changelog::{HISTORY_DEFAULT, HISTORY_MAX, NoteChange, git_error};
 use crate::core::{PageCall, VaultHandle};
 use crate::cursor::Position;
 use crate::error::GatewayError;
-use crate::files::Files;
 use crate::history::History;
+use crate::storage::VaultBackend;
 
 impl History<'_> {
     /// `get_note_history`: the changes vaultgate made to the note at `path`, newest first,
@@ -183,7 +183,7 @@ impl History<'_> {
         let Some((seq, item)) = found else {
             return Err(not_found());
         };
-        let bytes = match Files::of(v).blob(hash) {
+        let bytes = match v.files().blob(hash) {
             Ok(b) => Some(b),
             Err(_) => self.version_from_git(v, seq, hash)?,
         };
@@ -314,7 +314,7 @@ impl History<'_> {
                 hashes_in(&paths, &mut kept);
             }
         }
-        let files = Files::of(v);
+        let files = v.files();
         let mut removed = 0;
         for h in mine.difference(&kept) {
             if files.remove_blob(h)? {
@@ -327,7 +327,7 @@ impl History<'_> {
 
 /// Where the content of a commit's file comes from: the history objects, else the note itself
 /// while it still holds exactly those bytes (a moved note's bytes travel with the file).
-pub(crate) fn content_of(files: &Files<'_>, path: &str, hash: &str) -> Option<Vec<u8>> {
+pub(crate) fn content_of(files: &dyn VaultBackend, path: &str, hash: &str) -> Option<Vec<u8>> {
     if let Ok(b) = files.blob(hash) {
         return Some(b);
     }

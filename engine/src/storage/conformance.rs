@@ -1,0 +1,249 @@
+//! What every [`VaultBackend`] guarantees, written once: each check takes a [`World`] (a backend
+//! plus a way for a person to change a file behind vaultgate's back) and panics, naming the
+//! guarantee, when the backend breaks it. The folder backend runs it in this crate's tests; a
+//! backend elsewhere (a git remote) runs the same suite with the `conformance` feature.
+//!
+//! The transaction-level guarantees built on these (exactly once through crashes, one audit
+//! record, rollback keeping an outside edit, honest partial success) are checked end to end by the
+//! black-box suites, which run the real binary against the backend in use.
+
+use proposals::ops::{FileOp, OpState, Zone, inverse_all};
+use proposals::recovery::{Observed, Recovery, decide};
+use proposals::sha256_hex;
+
+use super::{Cas, VaultBackend};
+
+/// A vault as a backend reaches it, and a person outside vaultgate.
+pub trait World {
+    fn backend(&self) -> Box<dyn VaultBackend + '_>;
+    /// A person writes (`Some`) or removes (`None`) a note, as an editor or a `git push` would.
+    fn edit(&self, path: &str, bytes: Option<&[u8]>);
+}
+
+/// Every check, in order.
+pub fn run_all(world: &dyn World) {
+    a_step_lands_only_on_the_bytes_it_expects(world);
+    an_outside_edit_is_never_overwritten(world);
+    a_landed_step_does_not_land_twice(world);
+    observe_tells_recovery_what_to_do(world);
+    the_inverse_puts_every_file_back_and_keeps_an_outside_edit(world);
+    blobs_are_kept_by_their_hash(world);
+}
+
+fn put(path: &str, before: Option<&[u8]>, after: &[u8]) -> FileOp {
+    FileOp::Put {
+        zone: Zone::Note,
+        path: path.into(),
+        before: before.map(sha256_hex),
+        after: sha256_hex(after),
+    }
+}
+
+fn stored(world: &dyn World, bytes: &[&[u8]]) {
+    let b = world.backend();
+    for bytes in bytes {
+        b.store_blob(&sha256_hex(bytes), bytes).expect("storing a blob");
+    }
+}
+
+fn note(world: &dyn World, path: &str) -> Option<Vec<u8>> {
+    world
+        .backend()
+        .read(Zone::Note, path)
+        .expect("reading a note")
+        .map(|(b, h)| {
+            assert_eq!(h, sha256_hex(&b), "read returns the hash of the bytes it returns");
+            b
+        })
+}
+
+/// Create, replace, delete and rename each land when the files hold what they expect.
+pub fn a_step_lands_only_on_the_bytes_it_expects(world: &dyn World) {
+    let b = world.backend();
+    stored(world, &[b"one\n", b"two\n"]);
+    let create = put("conf/land.md", None, b"one\n");
+    assert_eq!(b.exec(&create).expect("create"), Cas::Done, "a create lands");
+    assert_eq!(note(world, "conf/land.md").as_deref(), Some(&b"one\n"[..]));
+    let replace = put("conf/land.md", Some(b"one\n"), b"two\n");
+    assert_eq!(b.exec(&replace).expect("replace"), Cas::Done, "a replace lands");
+    assert_eq!(note(world, "conf/land.md").as_deref(), Some(&b"two\n"[..]));
+    let rename = FileOp::Rename {
+        from_zone: Zone::Note,
+        from: "conf/land.md".into(),
+        to_zone: Zone::Note,
+        to: "conf/landed.md".into(),
+        hash: sha256_hex(b"two\n"),
+    };
+    assert_eq!(b.exec(&rename).expect("rename"), Cas::Done, "a rename lands");
+    assert_eq!(
+        note(world, "conf/land.md"),
+        None,
+        "a rename leaves nothing behind"
+    );
+    assert_eq!(note(world, "conf/landed.md").as_deref(), Some(&b"two\n"[..]));
+    let delete = FileOp::Delete {
+        zone: Zone::Note,
+        path: "conf/landed.md".into(),
+        before: sha256_hex(b"two\n"),
+    };
+    assert_eq!(b.exec(&delete).expect("delete"), Cas::Done, "a delete lands");
+    assert_eq!(note(world, "conf/landed.md"), None);
+}
+
+/// SECURITY(T-PROP7): every kind of step finds the person's bytes and writes nothing.
+pub fn an_outside_edit_is_never_overwritten(world: &dyn World) {
+    let b = world.backend();
+    stored(world, &[b"base\n", b"ours\n"]);
+    world.edit("conf/edited.md", Some(b"base\n"));
+    let ours = put("conf/edited.md", Some(b"base\n"), b"ours\n");
+    world.edit("conf/edited.md", Some(b"the person's\n"));
+    let steps = [
+        ours,
+        put("conf/edited.md", None, b"ours\n"),
+        FileOp::Delete {
+            zone: Zone::Note,
+            path: "conf/edited.md".into(),
+            before: sha256_hex(b"base\n"),
+        },
+        FileOp::Rename {
+            from_zone: Zone::Note,
+            from: "conf/edited.md".into(),
+            to_zone: Zone::Note,
+            to: "conf/elsewhere.md".into(),
+            hash: sha256_hex(b"base\n"),
+        },
+    ];
+    for step in &steps {
+        assert!(
+            matches!(b.exec(step).expect("a step"), Cas::Conflict(_)),
+            "a step on changed bytes answers Conflict: {step:?}"
+        );
+        assert_eq!(
+            note(world, "conf/edited.md").as_deref(),
+            Some(&b"the person's\n"[..]),
+            "the person's bytes are kept: {step:?}"
+        );
+    }
+    assert_eq!(
+        note(world, "conf/elsewhere.md"),
+        None,
+        "nothing appeared elsewhere"
+    );
+    // A rename never replaces what is at its destination.
+    world.edit("conf/src.md", Some(b"base\n"));
+    world.edit("conf/dst.md", Some(b"taken\n"));
+    let onto = FileOp::Rename {
+        from_zone: Zone::Note,
+        from: "conf/src.md".into(),
+        to_zone: Zone::Note,
+        to: "conf/dst.md".into(),
+        hash: sha256_hex(b"base\n"),
+    };
+    assert!(matches!(b.exec(&onto).expect("rename"), Cas::Conflict(_)));
+    assert_eq!(note(world, "conf/dst.md").as_deref(), Some(&b"taken\n"[..]));
+    assert_eq!(note(world, "conf/src.md").as_deref(), Some(&b"base\n"[..]));
+}
+
+/// A step run again after it landed (a retry, a recovery that runs twice) changes nothing.
+pub fn a_landed_step_does_not_land_twice(world: &dyn World) {
+    let b = world.backend();
+    stored(world, &[b"once\n"]);
+    let create = put("conf/once.md", None, b"once\n");
+    assert_eq!(b.exec(&create).expect("create"), Cas::Done);
+    assert_eq!(b.op_state(&create).expect("state"), OpState::After);
+    assert!(
+        matches!(b.exec(&create).expect("again"), Cas::Conflict(_)),
+        "a landed create does not land again"
+    );
+    assert_eq!(note(world, "conf/once.md").as_deref(), Some(&b"once\n"[..]));
+}
+
+/// `observe` reports each step's state, and the recovery decision made from it is the right one:
+/// finish a write cut between its steps, roll back one that meets an outside edit.
+pub fn observe_tells_recovery_what_to_do(world: &dyn World) {
+    let b = world.backend();
+    stored(world, &[b"a1\n", b"a2\n", b"b1\n", b"b2\n"]);
+    world.edit("conf/obs-a.md", Some(b"a1\n"));
+    world.edit("conf/obs-b.md", Some(b"b1\n"));
+    let ops = vec![
+        put("conf/obs-a.md", Some(b"a1\n"), b"a2\n"),
+        put("conf/obs-b.md", Some(b"b1\n"), b"b2\n"),
+    ];
+    let states = b.observe(&ops).expect("observe");
+    assert_eq!(states, vec![OpState::Before, OpState::Before], "nothing ran yet");
+    assert_eq!(
+        decide(false, Observed::Files(&states)),
+        Recovery::Finish { remaining: 2 }
+    );
+    // Cut after the first step.
+    assert_eq!(b.exec(&ops[0]).expect("first step"), Cas::Done);
+    let states = b.observe(&ops).expect("observe");
+    assert_eq!(
+        states,
+        vec![OpState::After, OpState::Before],
+        "cut between the steps"
+    );
+    assert_eq!(
+        decide(false, Observed::Files(&states)),
+        Recovery::Finish { remaining: 1 }
+    );
+    // A person edits the second note before recovery.
+    world.edit("conf/obs-b.md", Some(b"the person's\n"));
+    let states = b.observe(&ops).expect("observe");
+    assert_eq!(states, vec![OpState::After, OpState::Other]);
+    assert_eq!(
+        decide(false, Observed::Files(&states)),
+        Recovery::RollBack { op: 1 }
+    );
+}
+
+/// A write's inverse, run newest first, puts each file it wrote back, and leaves a file a person
+/// changed meanwhile as the person left it.
+pub fn the_inverse_puts_every_file_back_and_keeps_an_outside_edit(world: &dyn World) {
+    let b = world.backend();
+    stored(world, &[b"x1\n", b"x2\n", b"y1\n", b"y2\n"]);
+    world.edit("conf/inv-x.md", Some(b"x1\n"));
+    world.edit("conf/inv-y.md", Some(b"y1\n"));
+    let ops = vec![
+        put("conf/inv-x.md", Some(b"x1\n"), b"x2\n"),
+        put("conf/inv-y.md", Some(b"y1\n"), b"y2\n"),
+        put("conf/inv-new.md", None, b"x2\n"),
+    ];
+    for op in &ops {
+        assert_eq!(b.exec(op).expect("a step"), Cas::Done);
+    }
+    world.edit("conf/inv-y.md", Some(b"the person's\n"));
+    for inv in inverse_all(&ops) {
+        if b.op_state(&inv).expect("state") == OpState::Before {
+            assert_eq!(b.exec(&inv).expect("an inverse step"), Cas::Done);
+        }
+    }
+    assert_eq!(note(world, "conf/inv-x.md").as_deref(), Some(&b"x1\n"[..]));
+    assert_eq!(
+        note(world, "conf/inv-y.md").as_deref(),
+        Some(&b"the person's\n"[..]),
+        "the outside edit is kept"
+    );
+    assert_eq!(note(world, "conf/inv-new.md"), None, "a created file goes");
+}
+
+/// Blobs are stored once per hash, read back checked, and removed.
+pub fn blobs_are_kept_by_their_hash(world: &dyn World) {
+    let b = world.backend();
+    let bytes = b"a blob\n";
+    let hash = sha256_hex(bytes);
+    b.store_blob(&hash, bytes).expect("store");
+    b.store_blob(&hash, bytes).expect("storing again is fine");
+    assert!(b.has_blob(&hash).expect("has"));
+    assert_eq!(b.blob(&hash).expect("blob"), bytes);
+    assert!(b.remove_blob(&hash).expect("remove"));
+    assert!(!b.has_blob(&hash).expect("has"));
+    assert!(
+        !b.remove_blob(&hash).expect("remove again"),
+        "nothing left to remove"
+    );
+    assert!(
+        b.blob(&hash).is_err(),
+        "a missing blob is an error, never empty bytes"
+    );
+}

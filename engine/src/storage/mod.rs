@@ -1,0 +1,272 @@
+//! The seams between the write transaction and where things are kept (docs/contract.md#rules-of-the-write-path):
+//! a vault's files ([`VaultBackend`]) and the right to write them ([`Lease`]). The transaction of
+//! `txn` speaks only to these traits; today's implementations are the local folder
+//! (`files::Files`) and the vault's write lock ([`FolderLease`]). A backend that keeps notes
+//! elsewhere (a git remote) implements the same traits and passes the same
+//! [`conformance`] suite, and the transaction does not change.
+//!
+//! It must never let a backend decide recovery (that is `proposals::recovery`, from what
+//! [`VaultBackend::observe`] reports) or write a file that is not at the state the step expects.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proposals::ops::{FileOp, OpState, Zone};
+
+use crate::error::GatewayError;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+/// The result of one compare-and-swap step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cas {
+    Done,
+    /// The file did not hold what the step expected (changed outside vaultgate): nothing written.
+    Conflict(String),
+}
+
+/// A vault's files as the write transaction sees them: reads without following links, a store of
+/// content-addressed blobs (what rollback, undo and redo restore from), and steps that each write
+/// only if every file they touch still holds the exact bytes the step expects.
+pub trait VaultBackend {
+    /// The file's bytes and SHA-256, read without following any link; `None` when absent.
+    fn read(&self, zone: Zone, path: &str) -> Result<Option<(Vec<u8>, String)>, GatewayError>;
+
+    /// The file's SHA-256; `None` when absent.
+    fn hash(&self, zone: Zone, path: &str) -> Result<Option<String>, GatewayError> {
+        Ok(self.read(zone, path)?.map(|(_, h)| h))
+    }
+
+    /// Keeps `bytes` (which hash to `hash`) in the blob store; already there is fine.
+    fn store_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), GatewayError>;
+
+    /// A blob, checked against its name (`INTERNAL` when missing or corrupt).
+    fn blob(&self, hash: &str) -> Result<Vec<u8>, GatewayError>;
+
+    fn has_blob(&self, hash: &str) -> Result<bool, GatewayError>;
+
+    /// Removes a blob; false when there was none.
+    fn remove_blob(&self, hash: &str) -> Result<bool, GatewayError>;
+
+    /// Removes a file of the vault's own areas (held copies of a permanent deletion); absent is fine.
+    fn remove(&self, zone: Zone, path: &str) -> Result<(), GatewayError>;
+
+    /// Runs one step that is in its `Before` state. SECURITY(T-PROP7): a file changed since it
+    /// was checked is never overwritten; the step answers [`Cas::Conflict`] and writes nothing.
+    fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError>;
+
+    /// Where each step of a write stands now, in order: what recovery decides from.
+    fn observe(&self, ops: &[FileOp]) -> Result<Vec<OpState>, GatewayError> {
+        ops.iter().map(|op| self.op_state(op)).collect()
+    }
+
+    /// Where one step stands now.
+    fn op_state(&self, op: &FileOp) -> Result<OpState, GatewayError> {
+        let mut hashes = Vec::new();
+        for (zone, path) in op.paths() {
+            hashes.push(self.hash(zone, path)?);
+        }
+        let mut it = hashes.into_iter();
+        Ok(op.state(|_, _| it.next().flatten()))
+    }
+}
+
+/// The right to write a vault, held by one writer at a time. Each hold has an epoch, greater
+/// than every earlier hold's of the same lease, recorded in the write's intent and checked at its
+/// commit point: a writer whose hold was lost (a lease that expired) cannot commit.
+pub trait Lease {
+    /// Waits for the hold.
+    fn acquire(&self) -> Result<LeaseHold, GatewayError>;
+
+    /// Whether the hold of `epoch` still holds: [`GatewayError`] when it does not (the write is
+    /// not committed).
+    fn check(&self, epoch: u64) -> Result<(), GatewayError>;
+}
+
+/// A hold of a [`Lease`]: released when dropped.
+#[derive(Debug)]
+pub struct LeaseHold {
+    pub epoch: u64,
+    _held: Box<dyn std::any::Any + Send>,
+}
+
+impl LeaseHold {
+    pub fn new(epoch: u64, held: Box<dyn std::any::Any + Send>) -> LeaseHold {
+        LeaseHold { epoch, _held: held }
+    }
+}
+
+/// The local lease: the vault's write lock (an exclusive `flock` every process of the machine
+/// respects, released by the kernel when its holder dies, so no hold outlives its writer) and
+/// this process's counter of holds. The `flock` is what fences writers of different processes;
+/// epochs order one process's holds.
+#[derive(Debug, Default)]
+pub struct FolderLease {
+    epochs: AtomicU64,
+}
+
+impl FolderLease {
+    pub(crate) fn acquire_on(&self, fs: &vault::fs::VaultFs) -> Result<LeaseHold, GatewayError> {
+        // SECURITY(T-PROP4): one writer per vault across every process (server, CLI).
+        let lock = fs.write_lock()?;
+        let epoch = self.epochs.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok(LeaseHold::new(epoch, Box::new(lock)))
+    }
+
+    /// The epoch of the newest hold.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epochs.load(Ordering::Relaxed)
+    }
+}
+
+/// A [`FolderLease`] on one vault's files.
+pub(crate) struct FolderLeaseOn<'a> {
+    pub lease: &'a FolderLease,
+    pub fs: &'a vault::fs::VaultFs,
+}
+
+impl Lease for FolderLeaseOn<'_> {
+    fn acquire(&self) -> Result<LeaseHold, GatewayError> {
+        self.lease.acquire_on(self.fs)
+    }
+
+    /// A held `flock` cannot be lost while its file is open; only a newer hold of this process
+    /// (which cannot exist while this one is held) would fail the check.
+    fn check(&self, epoch: u64) -> Result<(), GatewayError> {
+        let current = self.lease.epoch();
+        if epoch == current {
+            Ok(())
+        } else {
+            Err(GatewayError::Internal(format!(
+                "the vault's write lease moved on (epoch {epoch} held, {current} current)"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use policy::{FolderPath, Layout, VaultPath};
+
+    use super::*;
+    use crate::core::VaultHandle;
+
+    struct Folder {
+        tmp: tempfile::TempDir,
+        v: VaultHandle,
+    }
+
+    fn folder() -> Folder {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("conf")).unwrap();
+        let layout = Layout::new(
+            vec![FolderPath::parse("conf").unwrap()],
+            vec![],
+            VaultPath::parse("inbox").unwrap(),
+            None,
+        );
+        let reader = vault::reader::Vault::open(tmp.path(), layout).unwrap();
+        let v = VaultHandle {
+            id: "conformance".into(),
+            name: "conformance".into(),
+            reader,
+            group: Arc::default(),
+            lease: FolderLease::default(),
+        };
+        Folder { tmp, v }
+    }
+
+    impl conformance::World for Folder {
+        fn backend(&self) -> Box<dyn VaultBackend + '_> {
+            self.v.files()
+        }
+
+        fn edit(&self, path: &str, bytes: Option<&[u8]>) {
+            let p = self.tmp.path().join(path);
+            match bytes {
+                Some(b) => {
+                    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                    std::fs::write(&p, b).unwrap();
+                }
+                None => std::fs::remove_file(&p).unwrap(),
+            }
+        }
+    }
+
+    #[test]
+    fn the_folder_backend_passes_the_conformance_suite() {
+        conformance::run_all(&folder());
+    }
+
+    /// A backend that writes a new note's bytes whatever the file holds.
+    struct Careless(Folder);
+
+    struct CarelessBackend<'a>(&'a Careless);
+
+    impl VaultBackend for CarelessBackend<'_> {
+        fn read(&self, zone: Zone, path: &str) -> Result<Option<(Vec<u8>, String)>, GatewayError> {
+            self.0.0.v.files().read(zone, path)
+        }
+        fn store_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), GatewayError> {
+            self.0.0.v.files().store_blob(hash, bytes)
+        }
+        fn blob(&self, hash: &str) -> Result<Vec<u8>, GatewayError> {
+            self.0.0.v.files().blob(hash)
+        }
+        fn has_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+            self.0.0.v.files().has_blob(hash)
+        }
+        fn remove_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+            self.0.0.v.files().remove_blob(hash)
+        }
+        fn remove(&self, zone: Zone, path: &str) -> Result<(), GatewayError> {
+            self.0.0.v.files().remove(zone, path)
+        }
+        fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError> {
+            if let FileOp::Put { path, after, .. } = op {
+                let bytes = self.blob(after)?;
+                conformance::World::edit(&self.0.0, path, Some(&bytes));
+                return Ok(Cas::Done);
+            }
+            self.0.0.v.files().exec(op)
+        }
+    }
+
+    impl conformance::World for Careless {
+        fn backend(&self) -> Box<dyn VaultBackend + '_> {
+            Box::new(CarelessBackend(self))
+        }
+        fn edit(&self, path: &str, bytes: Option<&[u8]>) {
+            self.0.edit(path, bytes)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a step on changed bytes answers Conflict")]
+    fn a_backend_that_overwrites_an_edit_fails_the_suite() {
+        conformance::an_outside_edit_is_never_overwritten(&Careless(folder()));
+    }
+
+    #[test]
+    fn each_hold_of_the_folder_lease_has_a_newer_epoch_and_an_older_one_cannot_commit() {
+        let f = folder();
+        let first = f.v.lease().acquire().unwrap();
+        f.v.lease().check(first.epoch).unwrap();
+        let old = first.epoch;
+        drop(first);
+        let second = f.v.lease().acquire().unwrap();
+        assert!(second.epoch > old);
+        f.v.lease().check(second.epoch).unwrap();
+        assert!(
+            f.v.lease().check(old).is_err(),
+            "a write planned under an older hold"
+        );
+        // The hold is the vault's write lock: no other writer gets it meanwhile.
+        assert!(f.v.reader.fs().try_write_lock().unwrap().is_none());
+        drop(second);
+        assert!(f.v.reader.fs().try_write_lock().unwrap().is_some());
+    }
+}
