@@ -796,7 +796,7 @@ impl Index {
     /// Whether reads are answered from the index right now.
     fn answering(&self) -> bool {
         self.live()
-            .and_then(|db| db.snapshot().ok().map(|s| !s.building))
+            .and_then(|db| db.building().ok().map(|building| !building))
             .unwrap_or(false)
     }
 

@@ -681,6 +681,17 @@ impl Db {
         Ok(snap)
     }
 
+    /// Whether a build is under way, without reading the catalog (a snapshot may load it whole:
+    /// seconds at 100,000 notes, which a writer asking whether to wait must not pay).
+    pub fn building(&self) -> Result<bool, IndexError> {
+        let conn = self.take_reader()?;
+        let building: Result<Option<i64>, rusqlite::Error> = conn
+            .prepare_cached("SELECT value FROM meta WHERE key = 'building'")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional());
+        self.give_reader(conn);
+        Ok(building? != Some(0))
+    }
+
     /// Runs `f` in one immediate write transaction of the writer connection.
     fn write_tx<T>(&self, f: impl FnOnce(&Connection) -> Result<T, IndexError>) -> Result<T, IndexError> {
         let mut guard = lock(&self.writer);
@@ -1573,6 +1584,26 @@ mod tests {
         // Without the log rows the gap is not covered: a full read is needed.
         conn.execute("DELETE FROM catalog_log", []).unwrap();
         assert!(catch_up(&conn, &before, to).unwrap().is_none());
+    }
+
+    /// Whether a build is under way is read without the catalog: a writer asking it right after
+    /// another process wrote (or in a fresh process) does not read 100,000 catalog rows.
+    #[test]
+    fn asking_whether_a_build_is_under_way_reads_no_catalog() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = cap_std::fs::Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let db = Db::open(tmp.path(), &root).unwrap();
+        db.start_building().unwrap();
+        assert!(db.building().unwrap());
+        let epoch = epoch(&open_connection(&db.path).unwrap()).unwrap();
+        db.finish_pass(SystemTime::now(), epoch).unwrap();
+        db.write(&[Op::Put(Box::new(record("n/a.md", 1, 1, true)))])
+            .unwrap();
+        *lock(&db.catalog) = None;
+        assert!(!db.building().unwrap());
+        assert!(lock(&db.catalog).is_none(), "no catalog was read");
+        assert!(!db.snapshot().unwrap().building);
+        assert!(lock(&db.catalog).is_some(), "a snapshot reads it");
     }
 
     /// An update that read a note before another writer changed it, and reaches the index after
