@@ -384,10 +384,15 @@ impl State {
     /// A commit made here is not durable until that sync returns; nothing may depend on it
     /// before.
     pub fn deferring_sync<T>(&self, f: impl FnOnce() -> T) -> T {
-        let outer = DEFER_SYNC.with(|d| d.replace(true));
-        let out = f();
-        DEFER_SYNC.with(|d| d.set(outer));
-        out
+        /// Puts the thread's setting back even if `f` panics (the thread is pooled).
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                DEFER_SYNC.with(|d| d.set(self.0));
+            }
+        }
+        let _restore = Restore(DEFER_SYNC.with(|d| d.replace(true)));
+        f()
     }
 
     /// fsyncs the write-ahead log: every commit written before this call is durable after it

@@ -875,8 +875,18 @@ impl VaultFs {
             if !outer {
                 return (f(), Syncs::default());
             }
+            /// Ends the collection even if `f` panics (the thread is pooled): folders noted
+            /// after it are synced at once again.
+            struct End;
+            impl Drop for End {
+                fn drop(&mut self) {
+                    DEFERRED.with(|d| d.borrow_mut().take());
+                }
+            }
+            let end = End;
             let out = f();
             let dirs = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+            drop(end);
             (out, dirs)
         }
         #[cfg(not(unix))]
