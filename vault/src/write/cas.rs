@@ -148,7 +148,13 @@ impl VaultFs {
             path: to,
         };
         let same = src.segments == dst.segments;
-        let (src_before, dst_before) = (self.listings().before(src_dir), self.listings().before(dst_dir));
+        // One folder is one write of it: counted once among its own writes under way.
+        let src_before = self.listings().before(src_dir);
+        let dst_before = if same {
+            src_before
+        } else {
+            self.listings().before(dst_dir)
+        };
         if let Err(e) = rename_checked(&src_at, &dst_at, expected) {
             self.listings().forget(src_dir);
             self.listings().forget(dst_dir);
