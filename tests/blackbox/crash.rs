@@ -793,6 +793,17 @@ async fn fifty_concurrent_applies_from_five_servers_all_commit_once_in_one_chain
         .map(|r| r["proposalId"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(audited, ids, "one apply record per proposal");
+    // Groups of five processes, one after another, read as if sequential: `_applied.jsonl` in the
+    // order of the apply records.
+    let in_audit: Vec<&str> = applies
+        .iter()
+        .map(|r| r["proposalId"].as_str().unwrap())
+        .collect();
+    let in_chain: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        in_chain, in_audit,
+        "_applied.jsonl in the order of the audit records"
+    );
     for seq in &audit_seqs {
         let r = records.iter().find(|r| r["seq"].as_u64() == Some(*seq)).unwrap();
         assert_eq!(r["tool"], "apply_proposal", "auditSeq {seq} is an apply record");
