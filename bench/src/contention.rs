@@ -40,6 +40,29 @@ fn parse_stat(stat: &str) -> Option<(u32, u64)> {
     Some((ppid, utime + stime))
 }
 
+/// Waits until `pids` together use less than a tenth of a core over a second (their start-up
+/// work done), at most `limit`; how long it waited.
+pub fn settle(pids: &[u32], limit: Duration) -> Duration {
+    let start = Instant::now();
+    let ticks = || -> u64 {
+        pids.iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+            .filter_map(|s| parse_stat(&s))
+            .map(|(_, t)| t)
+            .sum()
+    };
+    let mut last = ticks();
+    while start.elapsed() < limit {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = ticks();
+        if now.saturating_sub(last) < (TICKS_PER_SEC / 10.0) as u64 {
+            break;
+        }
+        last = now;
+    }
+    start.elapsed()
+}
+
 /// This process and its descendants.
 fn mine(snap: &HashMap<u32, (u32, u64)>, me: u32) -> HashSet<u32> {
     let mut set = HashSet::from([me]);
