@@ -1280,7 +1280,7 @@ pub fn render(run: &RunResult) -> String {
          - **propose+apply**: `propose_new_note` then `apply_proposal` of a new ~2 KB note, the pair timed; \
          one client in sequence (over stdio in a fresh process, whose peak RSS is the writing server's, and \
          over HTTP), then 8 clients in closed loops for the throughput time after 2 warm-up pairs each (8 \
-         sessions to one `vaultgate serve`; 8 `vaultgate stdio` processes on the same home and vault), each \
+         sessions to one `vaultgate serve`; 8 `vaultgate stdio` processes on the same home and vault, measured once the eight are quiet after their start-up scans), each \
          client writing its own new paths with unique idempotency keys; a pair counts when the apply answered \
          `applied: true`. The floor writes the same bytes to a temp file, fsyncs it, renames it and fsyncs the \
          folder, in-process on the same file system. Sync calls (fsync, fdatasync, sync_file_range, syncfs, \
