@@ -1126,36 +1126,49 @@ impl Writes<'_> {
 
     /// A crash between applies' commits and their `_applied.jsonl` lines leaves lines missing
     /// (one apply's, or a whole group's): the state knows what was applied, in order, and the
-    /// chain gets the missing lines after its last one.
+    /// chain gets the lines after its last one. Never fails a write: a last line it cannot read
+    /// or a proposal it does not know is left for a person (`doctor`, the chain's own check).
     fn repair_applied_chain(&self, v: &VaultHandle) -> Result<(), GatewayError> {
-        /// How far back a repair looks: a crash leaves at most one group's lines missing.
+        /// At most this many lines per repair: a crash leaves at most one group's lines missing.
         const WINDOW: u32 = 1000;
         let Some(last) = self.core.state.last_applied(&v.id)? else {
             return Ok(());
         };
         let path = crate::proposing::inbox_path(v, "_applied.jsonl")?;
-        let logged = match v.reader.fs().read_last_line(vault::write::Area::Inbox, &path)? {
-            Some(line) => Some(
-                serde_json::from_str::<proposals::AppliedLine>(&line)
-                    .map_err(|e| internal(format!("{path}: {e}")))?
-                    .id,
-            ),
-            None => None,
+        let logged = match v.reader.fs().read_last_line(vault::write::Area::Inbox, &path) {
+            Ok(None) => None,
+            Ok(Some(line)) => match serde_json::from_str::<proposals::AppliedLine>(&line) {
+                Ok(l) => Some(l.id),
+                Err(e) => {
+                    tracing::warn!(vault = %v.id, error = %e, "the last line of _applied.jsonl is not readable; not repaired");
+                    return Ok(());
+                }
+            },
+            Err(e) => {
+                tracing::warn!(vault = %v.id, error = %e, "_applied.jsonl is not readable; not repaired");
+                return Ok(());
+            }
         };
         if logged.as_deref() == Some(last.id.as_str()) {
             return Ok(());
         }
-        let mut missing = Vec::new();
-        for row in self.core.state.last_applied_n(&v.id, WINDOW)? {
-            if logged.as_deref() == Some(row.id.as_str()) {
-                break;
-            }
-            missing.push(row);
+        // Lines after the logged one; none when it was undone since (nothing is missing then).
+        let Some(mut missing) = self.core.state.applied_after(&v.id, logged.as_deref(), WINDOW)? else {
+            return Ok(());
+        };
+        if logged.is_none() && missing.len() == WINDOW as usize {
+            // No chain at all and a long history: only the newest gets its line, as before.
+            tracing::warn!(vault = %v.id, "_applied.jsonl is missing; only the newest apply gets its line");
+            missing = vec![last];
         }
         let mut pending = Syncs::default();
-        for row in missing.into_iter().rev() {
-            let Ok(p) = serde_json::from_value::<proposals::Proposal>(row.meta.clone()) else {
-                continue;
+        for row in missing {
+            let p = match serde_json::from_value::<proposals::Proposal>(row.meta.clone()) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(vault = %v.id, proposal = %row.id, error = %e, "an applied proposal this version cannot read; its line is left out");
+                    continue;
+                }
             };
             let txn = TxnKind::Apply {
                 proposal_id: p.id.clone(),
@@ -1168,14 +1181,24 @@ impl Writes<'_> {
                 reason: String::new(),
                 created_by: None,
             };
-            pending.merge(self.append_applied_line(
+            match self.append_applied_line(
                 v,
                 &txn,
                 row.decided_by.as_deref().unwrap_or(""),
                 row.decided_at.as_deref().unwrap_or_default(),
-            )?);
+            ) {
+                Ok(s) => pending.merge(s),
+                Err(e) => {
+                    // Tried again by the next recovery.
+                    tracing::error!(vault = %v.id, error = %e, "repairing _applied.jsonl failed");
+                    break;
+                }
+            }
         }
-        pending.sync()?;
+        // What was appended is synced even when a later line failed.
+        if let Err(e) = pending.sync() {
+            tracing::error!(vault = %v.id, error = %e, "syncing _applied.jsonl failed");
+        }
         Ok(())
     }
 

@@ -191,19 +191,43 @@ impl State {
         Ok(stmt.query_row([vault], from_row).optional()?)
     }
 
-    /// The vault's last `limit` applied proposals in the order of their history, newest first:
-    /// what a crash after a group's commits can leave without their `_applied.jsonl` lines.
-    pub fn last_applied_n(&self, vault: &str, limit: u32) -> Result<Vec<StoredProposal>, StateError> {
+    /// The vault's applied proposals after the applied proposal `after` in the order of their
+    /// history (all of them when `after` is `None`), oldest first, at most `limit`: what a crash
+    /// after a group's commits can leave without their `_applied.jsonl` lines. `None` when
+    /// `after` is not an applied proposal of the vault (undone since, or unknown).
+    pub fn applied_after(
+        &self,
+        vault: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<StoredProposal>>, StateError> {
         let conn = self.conn()?;
+        let from: i64 = match after {
+            None => -1,
+            Some(id) => {
+                let seq: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT h.seq FROM history h CROSS JOIN proposals p ON p.history_entry_id = h.id
+                         WHERE h.vault = ?1 AND h.barrier = 0 AND p.vault = ?1 AND p.status = 'applied'
+                           AND p.id = ?2",
+                    )?
+                    .query_row(params![vault, id], |r| r.get(0))
+                    .optional()?;
+                match seq {
+                    Some(seq) => seq,
+                    None => return Ok(None),
+                }
+            }
+        };
         let cols: Vec<String> = COLUMNS.split(',').map(|c| format!("p.{}", c.trim())).collect();
-        let sql = format!(
-            "SELECT {} {}",
-            cols.join(", "),
-            LAST_APPLIED.replace("LIMIT 1", "LIMIT ?2")
-        );
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![vault, limit], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {} FROM history h CROSS JOIN proposals p ON p.history_entry_id = h.id
+             WHERE h.vault = ?1 AND h.barrier = 0 AND p.vault = ?1 AND p.status = 'applied' AND h.seq > ?2
+             ORDER BY h.seq ASC LIMIT ?3",
+            cols.join(", ")
+        ))?;
+        let rows = stmt.query_map(params![vault, from, limit], from_row)?;
+        Ok(Some(rows.collect::<Result<_, _>>()?))
     }
 
     /// The vault's proposals, newest first (ties in insertion order, newest first), at most `limit`.

@@ -741,3 +741,54 @@ async fn an_execution_cut_short_by_a_crash_is_finished_once_at_the_next_start() 
         s.close().await;
     }
 }
+
+/// The repair of `_applied.jsonl` after a crash (which appends the lines a group's commits left
+/// missing) never appends a line twice: an apply undone and then cut from the history by a
+/// permanent deletion's barrier stays the chain's last line, and the next apply's recovery finds
+/// nothing missing.
+#[tokio::test]
+async fn an_undone_apply_behind_a_barrier_leaves_applied_jsonl_without_duplicates() {
+    let env = Env::new();
+    let (_, token) = env.token("agent", "auto");
+    let s = Session::open(&env, &token).await;
+    let mut ids = Vec::new();
+    let mut apply = async |path: &str| {
+        let p = s
+            .ok(
+                "propose_new_note",
+                json!({"path": path, "content": "# Note\n", "reason": "test"}),
+            )
+            .await;
+        let a = s
+            .ok(
+                "apply_proposal",
+                json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": format!("apply-{}", path.replace('/', "-"))}),
+            )
+            .await;
+        ids.push(p["id"].as_str().unwrap().to_owned());
+        a["historyEntryId"].clone()
+    };
+    apply("z/one.md").await;
+    let two = apply("z/two.md").await;
+    s.ok(
+        "history_undo",
+        json!({"expectedHistoryEntryId": two, "idempotencyKey": "undo-two"}),
+    )
+    .await;
+    let first = json!({"paths": [A], "idempotencyKey": "del-1"});
+    let c = s.challenge("delete_permanent", first.clone()).await;
+    s.ok("delete_permanent", second(&first, &c)).await;
+    apply("z/three.md").await;
+    s.close().await;
+    let text = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
+    let logged: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(logged, ids, "each apply once, in order");
+}
