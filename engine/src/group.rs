@@ -207,9 +207,17 @@ impl Group {
                 };
                 q.leading = true;
                 drop(q);
+                // A panic while taking the lock (it settles interrupted writes) must not leave the
+                // queue led by nobody: the guard steps down and takes the ticket out.
+                let leader = Leading {
+                    group: self,
+                    ticket,
+                    done: false,
+                };
                 let taken = take();
                 q = lock(&self.state);
                 q.leading = false;
+                leader.defuse();
                 let held = match taken {
                     Ok(held) => held,
                     Err(e) => {
@@ -252,6 +260,59 @@ impl Group {
     }
 }
 
+/// Steps a leader down if taking the lock panicked.
+struct Leading<'a> {
+    group: &'a Group,
+    ticket: u64,
+    done: bool,
+}
+
+impl Leading<'_> {
+    fn defuse(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut q = lock(&self.group.state);
+        q.leading = false;
+        q.waiting.retain(|(t, _)| *t != self.ticket);
+        self.group.changed.notify_all();
+    }
+}
+
+/// Gives a phase a failed result if its sync panicked.
+struct Syncing<'a> {
+    member: &'a Member,
+    phase: usize,
+    done: bool,
+}
+
+impl Syncing<'_> {
+    fn defuse(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Syncing<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let g = &self.member.group;
+        let mut q = lock(&g.state);
+        if let Some(run) = q.run.as_mut().filter(|r| r.id == self.member.run) {
+            run.phases[self.phase].syncing = false;
+            run.phases[self.phase].result = Some(Err("the sync failed".into()));
+        }
+        g.changed.notify_all();
+    }
+}
+
 /// Takes the group out of the front of the queue: the first waiter, then each later one that
 /// meets neither a member nor a waiter it would overtake, up to [`MAX_GROUP`].
 fn admit(waiting: &mut VecDeque<(u64, Claims)>) -> Vec<u64> {
@@ -260,7 +321,10 @@ fn admit(waiting: &mut VecDeque<(u64, Claims)>) -> Vec<u64> {
     if let Some(first) = waiting.pop_front() {
         let alone = first.1.exclusive;
         members.push(first);
-        while !alone && members.len() < MAX_GROUP {
+        // Looks at most this far down the queue (bounded work under the queue's mutex).
+        let mut looked = 0;
+        while !alone && members.len() < MAX_GROUP && looked < 2 * MAX_GROUP {
+            looked += 1;
             let Some(next) = waiting.pop_front() else { break };
             if next.1.exclusive {
                 waiting.push_front(next);
@@ -363,7 +427,14 @@ impl Member {
                 st.syncing = true;
                 let files = std::mem::take(&mut st.syncs);
                 drop(q);
+                // A panic in the sync must not leave the others waiting for its result.
+                let syncing = Syncing {
+                    member: self,
+                    phase: p,
+                    done: false,
+                };
                 let r = sync(files);
+                syncing.defuse();
                 q = lock(&g.state);
                 if let Some(run) = q.run.as_mut().filter(|r| r.id == self.run) {
                     run.phases[p].syncing = false;
@@ -568,6 +639,40 @@ mod tests {
             }
         });
         assert_eq!(failed.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_panic_taking_the_lock_or_in_a_sync_leaves_nobody_waiting_for_good() {
+        let g = Arc::new(Group::default());
+        let g2 = Arc::clone(&g);
+        let panicked = std::thread::spawn(move || {
+            let _ = g2.join(Claims::exclusive(), || -> Result<Held, ()> {
+                panic!("recovery panicked")
+            });
+        })
+        .join();
+        assert!(panicked.is_err());
+        // The next write leads.
+        let released = Arc::new(AtomicUsize::new(0));
+        let rel = Arc::clone(&released);
+        let m = g
+            .join(Claims::shared(), || {
+                Ok::<Held, ()>(crate::storage::LeaseHold::new(1, Box::new(Lock(rel))))
+            })
+            .unwrap();
+        // A sync that panics answers its phase with an error instead of hanging it.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            m.sync(Phase::Intent, vault::write::Syncs::default(), |_| {
+                panic!("fsync panicked")
+            })
+        }));
+        assert!(caught.is_err());
+        assert_eq!(
+            m.sync(Phase::Intent, vault::write::Syncs::default(), |_| Ok(())),
+            Err("the sync failed".to_string())
+        );
+        drop(m);
+        assert_eq!(released.load(Ordering::SeqCst), 1);
     }
 
     #[test]
