@@ -314,8 +314,9 @@ pub(crate) fn non_negative(v: i64) -> u64 {
 /// The gateway's state database, shared by every request of one process.
 pub struct State {
     conn: Mutex<Connection>,
-    /// `state.sqlite-wal`: what [`State::sync_log`] fsyncs.
-    wal: std::path::PathBuf,
+    /// `state.sqlite-wal`: what [`State::sync_log`] fsyncs (`None`: not in WAL mode, commits
+    /// are never deferred).
+    wal: Option<std::path::PathBuf>,
     /// The connection's `synchronous` level now (1 NORMAL, 2 FULL); changed only under `conn`.
     level: std::sync::atomic::AtomicU8,
 }
@@ -330,15 +331,19 @@ impl State {
     pub fn open(path: &Path) -> Result<State, StateError> {
         let conn = Connection::open(path)?;
         // WAL lets the server read while a CLI process writes; busy_timeout waits for its lock.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
+        // The log is where SQLite keeps it: beside the database file it resolved (links
+        // followed). Without a log (a file system that refuses WAL) nothing is deferred.
+        let wal = match (mode.eq_ignore_ascii_case("wal"), conn.path()) {
+            (true, Some(db)) if !db.is_empty() => Some(std::path::PathBuf::from(format!("{db}-wal"))),
+            _ => None,
+        };
         let state = State {
             conn: Mutex::new(conn),
-            wal: wal.into(),
+            wal,
             level: std::sync::atomic::AtomicU8::new(2),
         };
         state.migrate()?;
@@ -367,7 +372,7 @@ impl State {
     pub(crate) fn conn(&self) -> Result<MutexGuard<'_, Connection>, StateError> {
         use std::sync::atomic::Ordering;
         let conn = self.conn.lock().map_err(|_| StateError::Poisoned)?;
-        let want = if DEFER_SYNC.with(std::cell::Cell::get) {
+        let want = if self.wal.is_some() && DEFER_SYNC.with(std::cell::Cell::get) {
             1
         } else {
             2
@@ -399,11 +404,11 @@ impl State {
     /// (SQLite appends commits to the log in order, and syncs it before any checkpoint copies it
     /// back).
     pub fn sync_log(&self) -> Result<(), StateError> {
-        match std::fs::File::open(&self.wal) {
-            Ok(f) => Ok(f.sync_all()?),
-            // No log: every commit was checkpointed into the database file, which SQLite synced.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e.into()),
+        match &self.wal {
+            // While this connection is open SQLite keeps the log file: a missing one is an error.
+            Some(wal) => Ok(std::fs::File::open(wal)?.sync_all()?),
+            // Not in WAL mode: every commit was made with `synchronous = FULL`.
+            None => Ok(()),
         }
     }
 
@@ -515,6 +520,37 @@ impl State {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The log a group commit syncs is the one SQLite writes, wherever the database file's
+    /// name leads: a home reached through a link syncs the real log, not a missing one.
+    #[cfg(unix)]
+    #[test]
+    fn the_log_synced_is_the_one_sqlite_writes_even_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("real/actual.sqlite"),
+            dir.path().join("state.sqlite"),
+        )
+        .unwrap();
+        let s = State::open(&dir.path().join("state.sqlite")).unwrap();
+        s.deferring_sync(|| s.bump_revision("demo")).unwrap();
+        let wal = s.wal.clone().unwrap();
+        assert!(wal.exists(), "{}", wal.display());
+        assert!(
+            !dir.path().join("state.sqlite-wal").exists(),
+            "SQLite keeps its log by the real file"
+        );
+        assert!(
+            std::fs::canonicalize(&wal)
+                .unwrap()
+                .starts_with(std::fs::canonicalize(dir.path().join("real")).unwrap())
+        );
+        s.sync_log().unwrap();
+        // Deferred commits switch back: the next commit on this thread is FULL again.
+        s.bump_revision("demo").unwrap();
+        assert_eq!(s.level.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
 
     #[test]
     fn migrations_run_once_and_revisions_count() {
