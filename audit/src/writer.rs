@@ -215,9 +215,14 @@ impl AuditLog {
     /// Makes every record appended so far durable: the sync a group commit shares after its
     /// members appended with [`Durability::Flush`] (one `fdatasync` for all of them, or none
     /// when a concurrent sync already covered them).
+    /// It syncs the handle every append of this log went through (never a file reopened by its
+    /// name), and refuses, as appends do, when the log at its path is another file.
     pub fn sync(&self) -> Result<(), AuditError> {
-        let file = File::open(&self.path)?;
-        let meta = file.metadata()?;
+        let (file, meta) = {
+            let mut state = self.lock_state();
+            let meta = follow_path(&self.path, &mut state.log)?;
+            (state.log.try_clone()?, meta)
+        };
         self.sync_through(&file, file_key(&meta), meta.len())
     }
 
@@ -532,6 +537,31 @@ mod tests {
         assert_eq!((r1.seq, r2.seq, r3.seq), (1, 2, 3));
         assert_eq!(r2.prev, r1.hash);
         assert_eq!(r3.prev, r2.hash);
+    }
+
+    /// A group's shared sync covers the appends it follows, and refuses when the log at its
+    /// path was replaced after them (it never syncs another file and calls the records durable).
+    #[cfg(unix)]
+    #[test]
+    fn the_shared_sync_covers_flushed_appends_and_refuses_a_replaced_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        let now = OffsetDateTime::UNIX_EPOCH;
+        log.append(entry(1), now, Durability::Flush).unwrap();
+        log.append(entry(2), now, Durability::Flush).unwrap();
+        log.sync().unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            lock_syncs(&log.syncs)
+                .durable
+                .is_some_and(|(_, upto)| upto == len),
+            "both lines durable"
+        );
+        log.append(entry(3), now, Durability::Flush).unwrap();
+        std::fs::rename(&path, dir.path().join("moved.jsonl")).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        assert!(matches!(log.sync(), Err(AuditError::Replaced(_))));
     }
 
     #[cfg(unix)]
