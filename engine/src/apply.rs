@@ -180,6 +180,14 @@ impl Writes<'_> {
                 .authorize_decision(call.actor(), &row.created_by)?,
         }
         let p: Proposal = serde_json::from_value(row.meta.clone()).map_err(internal)?;
+        // SECURITY(T-PROP4): only a new note or a whole-text patch was claimed shareable (`claims`).
+        if call.member().is_some() && !matches!(p.kind, Kind::New | Kind::Patch) {
+            return Err(internal(format!(
+                "{} joined a shared group as a {}",
+                p.id,
+                p.kind.as_str()
+            )));
+        }
         let files = v.files();
         let inbox_files = InboxFiles::of(p.kind, &p.slug);
 

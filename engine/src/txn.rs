@@ -236,11 +236,12 @@ enum Cause {
 }
 
 impl Writes<'_> {
-    /// Test-only crash and pause injection (`Failpoints`, given by the edge).
     /// The one opening of every write — apply, reject, undo/redo and an executed challenge:
     /// the idempotency key (a retry answers the first result), `before_lock` (what may wait, such
-    /// as a person's yes), the vault's write lock, the key again (another process may have
-    /// finished it meanwhile), interrupted writes settled, then `op` under the lock.
+    /// as a person's yes), a place in the vault's group (crate::group), whose first write takes
+    /// the vault's lease and settles interrupted writes, the key again (another process may have
+    /// finished it meanwhile), then `op` under the lease. `claims` say what the write touches;
+    /// only writes whose claims meet nothing share a group.
     pub(crate) fn write<P, T>(
         &self,
         call: &mut Call<'_>,
@@ -501,20 +502,23 @@ impl Writes<'_> {
         }
         self.failpoint(kind, "after_commit");
         let post = || self.after_commit_steps(v, intent, &committed, head.seq, call.is_some());
-        let (index, settle, result, applied) = match &member {
+        let (index, settle, result) = match &member {
             Some(m) => {
                 let (index, settle, result, applied) = m.turn(Phase::Post, post);
                 // `_applied.jsonl` is repaired from the state if this sync is lost.
                 if let Err(e) = m.sync(Phase::Post, applied, |s| s.sync().map_err(|e| e.to_string())) {
                     tracing::error!(vault = %v.id, error = %e, "syncing _applied.jsonl failed");
                 }
-                (index, settle, result, Syncs::default())
+                (index, settle, result)
             }
-            None => post(),
+            None => {
+                let (index, settle, result, applied) = post();
+                if let Err(e) = applied.sync() {
+                    tracing::error!(vault = %v.id, error = %e, "syncing _applied.jsonl failed");
+                }
+                (index, settle, result)
+            }
         };
-        if let Err(e) = applied.sync() {
-            tracing::error!(vault = %v.id, error = %e, "syncing _applied.jsonl failed");
-        }
         Ok(Committed {
             index,
             result,
@@ -563,15 +567,20 @@ impl Writes<'_> {
         {
             m.insert("git".into(), Value::String(git.into()));
         }
+        // Only the stored answer's `git` changes: left to the next sync of the state's log (one
+        // lost to a power cut makes a replay say `queued`), so a group's members do not each
+        // fsync it in turn.
         if result != committed.result
             && let Some((principal, key)) = &intent.audit.idempotency
-            && let Err(e) = self.core.state.idempotency_amend(
-                principal,
-                key,
-                &intent.audit.tool,
-                &intent.audit.args_hash,
-                &result,
-            )
+            && let Err(e) = self.core.state.deferring_sync(|| {
+                self.core.state.idempotency_amend(
+                    principal,
+                    key,
+                    &intent.audit.tool,
+                    &intent.audit.args_hash,
+                    &result,
+                )
+            })
         {
             tracing::warn!(vault = %v.id, error = %e, "a replay of this call will say git: queued");
         }

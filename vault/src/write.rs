@@ -788,9 +788,10 @@ impl Syncs {
         Ok(())
     }
 
+    /// No file identity to share a sync by: the file is synced at once.
     #[cfg(not(unix))]
-    fn add(&mut self, _file: std::fs::File) -> std::io::Result<()> {
-        Ok(())
+    fn add(&mut self, file: std::fs::File) -> std::io::Result<()> {
+        file.sync_all()
     }
 
     /// Adds `other`'s files (a file both hold is synced once).
