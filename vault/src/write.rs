@@ -511,11 +511,20 @@ impl VaultFs {
                     if !(create && area.may_create(self.layout(), &folder)) {
                         return Err(WriteError::NotFound);
                     }
+                    // The folder's listing learns the new name like any of our own writes in it
+                    // (or is dropped), so a later name folding alike is still a collision.
+                    let before = self.listings().before(here);
                     match here.create_dir(seg) {
-                        Ok(()) => sync_dir(here)?,
+                        Ok(()) => {
+                            self.listings().wrote(here, before, &[(seg, true)]);
+                            sync_dir(here)?
+                        }
                         // Created meanwhile by someone else: examine what is there now.
-                        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(e.into()),
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => self.listings().forget(here),
+                        Err(e) => {
+                            self.listings().forget(here);
+                            return Err(e.into());
+                        }
                     }
                     here.symlink_metadata(seg)?
                 }

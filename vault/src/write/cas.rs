@@ -686,6 +686,37 @@ mod tests {
         assert!(!litter.exists(), "the litter stays after the stager left");
     }
 
+    /// A folder vaultgate creates is a name in its parent's listing like any it writes: while
+    /// another of its writes in that parent is under way (a group commit's member), the new
+    /// folder still makes a second spelling of it a collision.
+    #[test]
+    fn a_folder_created_beside_a_write_under_way_is_a_collision_for_its_other_spellings() {
+        let (tmp, fs) = vault();
+        fs.create_if_absent(Area::Note, &p("notes/x/a.md"), b"a").unwrap();
+        assert_eq!(fs.find_collision(&p("notes/x/Q.md")).unwrap(), None);
+        let x = cap_std::fs::Dir::open_ambient_dir(tmp.path().join("notes/x"), cap_std::ambient_authority())
+            .unwrap();
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+        // Another write in notes/x begins ...
+        let under_way = fs.listings().before(&x);
+        pause();
+        // ... a second one creates notes/x/New ...
+        fs.create_if_absent(Area::Note, &p("notes/x/New/b.md"), b"b")
+            .unwrap();
+        pause();
+        // ... and the first lands and reports.
+        std::fs::write(tmp.path().join("notes/x/a2.md"), b"a2").unwrap();
+        fs.listings().wrote(&x, under_way, &[("a2.md", true)]);
+        assert_eq!(
+            fs.find_collision(&p("notes/x/NEW/c.md")).unwrap(),
+            Some(p("notes/x/New"))
+        );
+        assert_eq!(
+            fs.find_collision(&p("notes/x/A2.md")).unwrap(),
+            Some(p("notes/x/a2.md"))
+        );
+    }
+
     /// Collision checks answer from a kept listing, yet see every change: vaultgate's own
     /// writes (which update the listing) and changes made outside it (which move the folder's
     /// time, so the folder is listed again).

@@ -4,18 +4,15 @@
 //!
 //! A listing is used only while its folder has the modification time it had when it was read;
 //! vaultgate's own writes in a folder update the listing and its time in place (when the listing
-//! was current just before the write). Several own writes may overlap (a group commit's members
-//! write side by side): while any is under way the listing is trusted and each adds its names,
-//! and the last to finish takes the folder's time. Any other change of the folder moves its time,
-//! so the next check lists it again. What is left: on a file system whose clock tick is coarse, an
-//! outside change landing in the same tick as the listing (or as one of our writes right after it,
-//! or while our writes overlap) keeps the time, and is seen at the folder's next change instead.
-//! The check guards portability (a name that would collide on macOS or Windows), never an
-//! overwrite: every create is exclusive.
+//! was current just before the write). Any other change of the folder moves its time, so the next
+//! check lists it again. What is left: on a file system whose clock tick is coarse, an outside
+//! change landing in the same tick as the listing (or as one of our writes right after it) keeps
+//! the time, and is seen at the folder's next change instead. The check guards portability (a
+//! name that would collide on macOS or Windows), never an overwrite: every create is exclusive.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use cap_fs_ext::MetadataExt;
 use cap_std::fs::Dir;
@@ -24,9 +21,6 @@ use super::fold_name;
 
 /// Beyond this many names in all listings together, the cache starts afresh (bounded memory).
 const MAX_NAMES: usize = 500_000;
-/// Own writes under way longer than this no longer vouch for a listing (a write that never
-/// reported back).
-const IN_FLIGHT_TRUST: Duration = Duration::from_secs(5);
 
 /// A folder's identity: device and inode.
 type FolderId = (u64, u64);
@@ -34,9 +28,6 @@ type FolderId = (u64, u64);
 #[derive(Debug, Default)]
 pub(crate) struct Listings {
     inner: Mutex<Cache>,
-    /// How many times a folder was listed (tests).
-    #[cfg(test)]
-    listed: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -50,32 +41,11 @@ struct Listing {
     modified: SystemTime,
     /// Folded name → the real names that fold to it.
     names: HashMap<String, BTreeSet<String>>,
-    /// Own writes under way in the folder, and since when.
-    in_flight: u32,
-    since: Option<Instant>,
 }
 
-impl Listing {
-    fn new(modified: SystemTime, names: HashMap<String, BTreeSet<String>>) -> Listing {
-        Listing {
-            modified,
-            names,
-            in_flight: 0,
-            since: None,
-        }
-    }
-
-    /// Current at `modified`, or vouched for by own writes under way.
-    fn current(&self, modified: SystemTime) -> bool {
-        self.modified == modified
-            || (self.in_flight > 0 && self.since.is_some_and(|s| s.elapsed() < IN_FLIGHT_TRUST))
-    }
-}
-
-/// What a folder was just before a write: its identity and time, and whether the write counts
-/// among the folder's own writes under way.
+/// What a folder was just before a write: its identity and time.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Before(Option<(FolderId, SystemTime)>, bool);
+pub(crate) struct Before(Option<(FolderId, SystemTime)>);
 
 fn stamp(dir: &Dir) -> Option<(FolderId, SystemTime)> {
     let meta = dir.dir_metadata().ok()?;
@@ -101,7 +71,7 @@ impl Listings {
         let stamped = stamp(dir);
         if let Some((id, modified)) = stamped {
             let cache = self.lock();
-            if let Some(l) = cache.folders.get(&id).filter(|l| l.current(modified)) {
+            if let Some(l) = cache.folders.get(&id).filter(|l| l.modified == modified) {
                 return Ok(l
                     .names
                     .get(folded)
@@ -109,8 +79,6 @@ impl Listings {
                     .unwrap_or_default());
             }
         }
-        #[cfg(test)]
-        self.listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut names: HashMap<String, BTreeSet<String>> = HashMap::new();
         for item in dir.entries()? {
             let Ok(name) = item?.file_name().into_string() else {
@@ -133,7 +101,7 @@ impl Listings {
                 *cache = Cache::default();
             }
             let keys = names.len();
-            if let Some(old) = cache.folders.insert(id, Listing::new(modified, names)) {
+            if let Some(old) = cache.folders.insert(id, Listing { modified, names }) {
                 cache.names = cache.names.saturating_sub(old.names.len());
             }
             cache.names += keys;
@@ -143,19 +111,7 @@ impl Listings {
 
     /// Called before vaultgate writes in `dir`.
     pub(crate) fn before(&self, dir: &Dir) -> Before {
-        let stamped = stamp(dir);
-        let mut tracked = false;
-        if let Some((id, modified)) = stamped {
-            let mut cache = self.lock();
-            if let Some(l) = cache.folders.get_mut(&id).filter(|l| l.current(modified)) {
-                if l.in_flight == 0 {
-                    l.since = Some(Instant::now());
-                }
-                l.in_flight += 1;
-                tracked = true;
-            }
-        }
-        Before(stamped, tracked)
+        Before(stamp(dir))
     }
 
     /// Called after vaultgate's write in `dir`: `changes` are the names it added (`true`) or
@@ -164,10 +120,7 @@ impl Listings {
         let after = stamp(dir);
         let mut cache = self.lock();
         let Some((id, was)) = before.0 else { return };
-        let current = cache
-            .folders
-            .get(&id)
-            .is_some_and(|l| before.1 || l.modified == was);
+        let current = cache.folders.get(&id).is_some_and(|l| l.modified == was);
         match (current, after) {
             (true, Some((after_id, modified))) if after_id == id => {
                 let mut grown = 0usize;
@@ -183,9 +136,6 @@ impl Listings {
                     }
                     grown = l.names.len().saturating_sub(keys);
                     l.modified = modified;
-                    if before.1 {
-                        l.in_flight = l.in_flight.saturating_sub(1);
-                    }
                 }
                 cache.names += grown;
             }
@@ -206,44 +156,5 @@ impl Cache {
         if let Some(old) = self.folders.remove(&id) {
             self.names = self.names.saturating_sub(old.names.len());
         }
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use std::sync::atomic::Ordering;
-
-    use super::*;
-
-    fn listed(l: &Listings) -> usize {
-        l.listed.load(Ordering::Relaxed)
-    }
-
-    /// Two own writes that overlap (a group's members) keep the listing: both names are found
-    /// without listing the folder again; a change from outside afterwards is still seen.
-    #[test]
-    fn overlapping_own_writes_keep_the_listing_and_an_outside_change_is_seen_after() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
-        let l = Listings::default();
-        assert!(l.names_folding_to(&dir, "a.md").unwrap().is_empty());
-        assert_eq!(listed(&l), 1);
-        let a = l.before(&dir);
-        let b = l.before(&dir);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        dir.write("A.md", b"a").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        dir.write("B.md", b"b").unwrap();
-        l.wrote(&dir, a, &[("A.md", true)]);
-        // While B's write is under way, a check trusts the listing.
-        assert_eq!(l.names_folding_to(&dir, "a.md").unwrap(), vec!["A.md".to_owned()]);
-        l.wrote(&dir, b, &[("B.md", true)]);
-        assert_eq!(l.names_folding_to(&dir, "b.md").unwrap(), vec!["B.md".to_owned()]);
-        assert_eq!(listed(&l), 1, "no second listing");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        dir.write("c.md", b"c").unwrap();
-        assert_eq!(l.names_folding_to(&dir, "c.md").unwrap(), vec!["c.md".to_owned()]);
-        assert_eq!(listed(&l), 2, "an outside change lists the folder again");
     }
 }
