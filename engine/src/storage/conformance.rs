@@ -13,11 +13,17 @@ use proposals::sha256_hex;
 
 use super::{Cas, VaultBackend};
 
+/// A file outside the vault a link leads to: its bytes, and how to read them again.
+pub type Outside<'a> = (Vec<u8>, Box<dyn Fn() -> Vec<u8> + 'a>);
+
 /// A vault as a backend reaches it, and a person outside vaultgate.
 pub trait World {
     fn backend(&self) -> Box<dyn VaultBackend + '_>;
     /// A person writes (`Some`) or removes (`None`) a note, as an editor or a `git push` would.
     fn edit(&self, path: &str, bytes: Option<&[u8]>);
+    /// A person makes the note at `path` a link to a file outside the vault and returns that
+    /// file's bytes and a way to read them again; `None` for a backend whose notes cannot be links.
+    fn link_outside(&self, path: &str) -> Option<Outside<'_>>;
 }
 
 /// Every check, in order.
@@ -28,6 +34,7 @@ pub fn run_all(world: &dyn World) {
     observe_tells_recovery_what_to_do(world);
     the_inverse_puts_every_file_back_and_keeps_an_outside_edit(world);
     blobs_are_kept_by_their_hash(world);
+    a_link_is_never_followed(world);
 }
 
 fn put(path: &str, before: Option<&[u8]>, after: &[u8]) -> FileOp {
@@ -213,9 +220,17 @@ pub fn the_inverse_puts_every_file_back_and_keeps_an_outside_edit(world: &dyn Wo
         assert_eq!(b.exec(op).expect("a step"), Cas::Done);
     }
     world.edit("conf/inv-y.md", Some(b"the person's\n"));
+    // Every inverse step is run; the one on the person's file must find their bytes.
     for inv in inverse_all(&ops) {
-        if b.op_state(&inv).expect("state") == OpState::Before {
-            assert_eq!(b.exec(&inv).expect("an inverse step"), Cas::Done);
+        let edited = inv.paths().iter().any(|(_, p)| *p == "conf/inv-y.md");
+        let ran = b.exec(&inv).expect("an inverse step");
+        if edited {
+            assert!(
+                matches!(ran, Cas::Conflict(_)),
+                "the step back over the person's edit: {ran:?}"
+            );
+        } else {
+            assert_eq!(ran, Cas::Done, "{inv:?}");
         }
     }
     assert_eq!(note(world, "conf/inv-x.md").as_deref(), Some(&b"x1\n"[..]));
@@ -246,4 +261,41 @@ pub fn blobs_are_kept_by_their_hash(world: &dyn World) {
         b.blob(&hash).is_err(),
         "a missing blob is an error, never empty bytes"
     );
+}
+
+/// SECURITY(T-PATH): a note that is a link to a file outside the vault is neither read nor
+/// written through: no step reaches the file it points to.
+pub fn a_link_is_never_followed(world: &dyn World) {
+    let Some((outside, read_outside)) = world.link_outside("conf/link.md") else {
+        return;
+    };
+    let b = world.backend();
+    stored(world, &[b"through the link\n"]);
+    if let Ok(Some((bytes, _))) = b.read(Zone::Note, "conf/link.md") {
+        assert_ne!(bytes, outside, "a read follows no link");
+    }
+    let steps = [
+        FileOp::Put {
+            zone: Zone::Note,
+            path: "conf/link.md".into(),
+            before: Some(sha256_hex(&outside)),
+            after: sha256_hex(b"through the link\n"),
+        },
+        put("conf/link.md", None, b"through the link\n"),
+        FileOp::Delete {
+            zone: Zone::Note,
+            path: "conf/link.md".into(),
+            before: sha256_hex(&outside),
+        },
+    ];
+    for step in &steps {
+        if let Ok(ran) = b.exec(step) {
+            assert!(matches!(ran, Cas::Conflict(_)), "a step through a link: {step:?}");
+        }
+        assert_eq!(
+            read_outside(),
+            outside,
+            "the file the link points to is untouched: {step:?}"
+        );
+    }
 }

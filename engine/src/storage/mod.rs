@@ -73,7 +73,9 @@ pub trait VaultBackend {
 
 /// The right to write a vault, held by one writer at a time. Each hold has an epoch, greater
 /// than every earlier hold's of the same lease, recorded in the write's intent and checked at its
-/// commit point: a writer whose hold was lost (a lease that expired) cannot commit.
+/// commit point: a writer whose hold was lost (a lease that expired) cannot commit. The check is
+/// at the commit only: a lease that can expire must also fence the file steps themselves (a
+/// remote's compare-and-swap on its ref does), since they run before it.
 pub trait Lease {
     /// Waits for the hold.
     fn acquire(&self) -> Result<LeaseHold, GatewayError>;
@@ -98,8 +100,9 @@ impl LeaseHold {
 
 /// The local lease: the vault's write lock (an exclusive `flock` every process of the machine
 /// respects, released by the kernel when its holder dies, so no hold outlives its writer) and
-/// this process's counter of holds. The `flock` is what fences writers of different processes;
-/// epochs order one process's holds.
+/// this vault handle's counter of holds. The `flock` is what fences writers; it cannot be lost
+/// while held, so the check never fails here. Epochs count one handle's holds only: they restart
+/// in every process and when the configuration reopens the vault, and recovery does not read them.
 #[derive(Debug, Default)]
 pub struct FolderLease {
     epochs: AtomicU64,
@@ -144,7 +147,7 @@ impl Lease for FolderLeaseOn<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::sync::Arc;
@@ -156,6 +159,8 @@ mod tests {
 
     struct Folder {
         tmp: tempfile::TempDir,
+        /// Where links lead: outside the vault.
+        elsewhere: tempfile::TempDir,
         v: VaultHandle,
     }
 
@@ -176,12 +181,28 @@ mod tests {
             group: Arc::default(),
             lease: FolderLease::default(),
         };
-        Folder { tmp, v }
+        Folder {
+            tmp,
+            elsewhere: tempfile::tempdir().unwrap(),
+            v,
+        }
     }
 
     impl conformance::World for Folder {
         fn backend(&self) -> Box<dyn VaultBackend + '_> {
             self.v.files()
+        }
+
+        fn link_outside(&self, path: &str) -> Option<conformance::Outside<'_>> {
+            let outside = self.elsewhere.path().join("target.md");
+            std::fs::write(&outside, b"outside the vault\n").unwrap();
+            let p = self.tmp.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(&outside, &p).unwrap();
+            Some((
+                b"outside the vault\n".to_vec(),
+                Box::new(move || std::fs::read(&outside).unwrap()),
+            ))
         }
 
         fn edit(&self, path: &str, bytes: Option<&[u8]>) {
@@ -242,12 +263,21 @@ mod tests {
         fn edit(&self, path: &str, bytes: Option<&[u8]>) {
             self.0.edit(path, bytes)
         }
+        fn link_outside(&self, path: &str) -> Option<conformance::Outside<'_>> {
+            self.0.link_outside(path)
+        }
     }
 
     #[test]
     #[should_panic(expected = "a step on changed bytes answers Conflict")]
     fn a_backend_that_overwrites_an_edit_fails_the_suite() {
         conformance::an_outside_edit_is_never_overwritten(&Careless(folder()));
+    }
+
+    #[test]
+    #[should_panic(expected = "a step through a link")]
+    fn a_backend_that_writes_through_a_link_fails_the_suite() {
+        conformance::a_link_is_never_followed(&Careless(folder()));
     }
 
     #[test]
