@@ -41,8 +41,8 @@ fn parse_stat(stat: &str) -> Option<(u32, u64)> {
 }
 
 /// Waits until `pids` together use less than a tenth of a core over a second (their start-up
-/// work done), at most `limit`; how long it waited.
-pub fn settle(pids: &[u32], limit: Duration) -> Duration {
+/// work done), at most `limit`; how long it waited, and whether they were quiet by then.
+pub fn settle(pids: &[u32], limit: Duration) -> (Duration, bool) {
     let start = Instant::now();
     let ticks = || -> u64 {
         pids.iter()
@@ -55,12 +55,13 @@ pub fn settle(pids: &[u32], limit: Duration) -> Duration {
     while start.elapsed() < limit {
         std::thread::sleep(Duration::from_secs(1));
         let now = ticks();
-        if now.saturating_sub(last) < (TICKS_PER_SEC / 10.0) as u64 {
-            break;
+        // Without /proc every count is 0: never called quiet.
+        if now > 0 && now.saturating_sub(last) < (TICKS_PER_SEC / 10.0) as u64 {
+            return (start.elapsed(), true);
         }
         last = now;
     }
-    start.elapsed()
+    (start.elapsed(), false)
 }
 
 /// This process and its descendants.

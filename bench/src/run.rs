@@ -1585,10 +1585,16 @@ async fn concurrent_writes(cfg: &Config, gate: &Gate, server: &Server, g: &Gener
             detail,
             WRITERS,
             s,
-            &format!(
-                "durable; one process per client, same home and vault, measured once their start-up scans were done ({:.0} s after start)",
-                settled.as_secs_f64()
-            ),
+            &match settled {
+                (waited, true) => format!(
+                    "durable; one process per client, same home and vault, measured once their start-up scans were done ({:.0} s after start)",
+                    waited.as_secs_f64()
+                ),
+                (waited, false) => format!(
+                    "durable; one process per client, same home and vault, measured {:.0} s after start, before they were quiet",
+                    waited.as_secs_f64()
+                ),
+            },
         );
     }
     for p in procs {

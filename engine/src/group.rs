@@ -193,6 +193,7 @@ impl Group {
         let ticket = q.next_ticket;
         q.next_ticket += 1;
         q.waiting.push_back((ticket, claims));
+        tracing::debug!(waiting = q.waiting.len(), "a write waits for the vault's writer");
         let mut take = Some(take);
         loop {
             if let Some((run, index)) = q.admitted.remove(&ticket) {

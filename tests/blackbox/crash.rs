@@ -1290,7 +1290,14 @@ async fn a_group_of_applies_killed_mid_commit_applies_each_once_or_not_at_all() 
         // The CLI holds the vault's writer, paused in its own apply, while the server's applies
         // queue behind it; released, they are one group. (The server settles interrupted writes
         // as it starts, under the writer: it starts first.)
-        let mut srv = crate::http::Server::start_with_vars(&env, &[("VAULTGATE_TEST_FAILPOINT", step)]);
+        // The group's debug lines say when the applies wait and how large their group is.
+        let mut srv = crate::http::Server::start_with_vars(
+            &env,
+            &[
+                ("VAULTGATE_TEST_FAILPOINT", step),
+                ("VAULTGATE_LOG", "engine=debug"),
+            ],
+        );
         let release = env.tmp.path().join("release");
         let marker = env.tmp.path().join("release.paused");
         let mut holder = cli_cmd(&env, &["apply", "--only", &held.id, "--yes"], None);
@@ -1313,7 +1320,20 @@ async fn a_group_of_applies_killed_mid_commit_applies_each_once_or_not_at_all() 
             set.spawn(async move { client.try_call("apply_proposal", args).await.is_ok() });
         }
         // Every apply reaches the writer's queue before the writer is free.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let start = Instant::now();
+        while srv
+            .stderr()
+            .matches("a write waits for the vault's writer")
+            .count()
+            < MEMBERS
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{when}: the applies never queued: {}",
+                srv.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         std::fs::write(&release, b"").unwrap();
         let out = bounded("the holding CLI apply", holder.wait_with_output())
             .await
@@ -1335,6 +1355,11 @@ async fn a_group_of_applies_killed_mid_commit_applies_each_once_or_not_at_all() 
             }
         }
         assert_eq!(answered, 0, "{when}: an apply answered before the kill");
+        assert!(
+            srv.stderr().contains(&format!("members={MEMBERS}")),
+            "{when}: the {MEMBERS} applies were one group: {}",
+            srv.stderr()
+        );
         drop(srv);
         if step == "after_audit" {
             // Killed at the first member past the group's audit sync: every member had written
