@@ -739,28 +739,9 @@ impl Index {
         }
     }
 
-    /// As `update_paths`, answering whether the index holds the paths' current state when it
-    /// returns (false: the update failed or is still running; the next sync repairs it).
-    pub(crate) fn update_paths_checked(&self, paths: &[VaultPath], wait: Duration) -> bool {
-        if paths.is_empty() {
-            return true;
-        }
-        if !self.background {
-            let result = self.update(paths);
-            let ticket = lock(&self.queue.state).requested;
-            self.finish(ticket, &result);
-            return result.is_ok();
-        }
-        let ticket = self.queue.submit(|p| p.paths.extend(paths.iter().cloned()));
-        if !self.answering() {
-            // Reads scan the files until the index is built: the change is visible already.
-            return true;
-        }
-        self.queue.wait(ticket, wait) && lock(&self.queue.state).failed < ticket
-    }
-
-    /// As `update_paths_checked` in two halves: asks for the paths now (the caller may still
-    /// hold the vault's writer), and [`Index::settled`] waits for them later (without it).
+    /// Asks for the paths now (the caller may still hold the vault's writer); [`Index::settled`]
+    /// waits for them later (without it) and says whether the index holds their current state
+    /// (false: the update failed or is still running; the next sync repairs it).
     pub(crate) fn submit_paths(&self, paths: &[VaultPath]) -> IndexTicket {
         if paths.is_empty() {
             return IndexTicket::Done(true);

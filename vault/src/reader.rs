@@ -114,15 +114,6 @@ impl Vault {
         }
     }
 
-    /// Re-indexes these paths and says whether the index is up to date with them (docs/contract.md#proposals: an
-    /// apply answers `index: "failed"` otherwise). Without an index reads scan: true.
-    pub fn update_paths_checked(&self, paths: &[VaultPath]) -> bool {
-        match self.index.get() {
-            Some(ix) => ix.update_paths_checked(paths, SETTLE_WAIT),
-            None => true,
-        }
-    }
-
     /// Asks for these paths to be indexed without waiting (the caller may hold the vault's
     /// writer); [`Vault::index_settled`] waits for them.
     pub fn submit_paths(&self, paths: &[VaultPath]) -> crate::index::IndexTicket {
@@ -133,7 +124,7 @@ impl Vault {
     }
 
     /// Whether the paths of `ticket` are indexed now (docs/contract.md#proposals: an apply
-    /// answers `index: "failed"` otherwise), waiting as `update_paths_checked` does.
+    /// answers `index: "failed"` otherwise), waiting at most as long as `update_paths` does.
     pub fn index_settled(&self, ticket: crate::index::IndexTicket) -> bool {
         match self.index.get() {
             Some(ix) => ix.settled(ticket, SETTLE_WAIT),
