@@ -5,7 +5,6 @@
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use policy::VaultPath;
 
@@ -195,7 +194,7 @@ pub fn start(core: &Arc<Core>) -> WatchGuard {
 pub(crate) struct Watching {
     /// Set when this process serves: vaults a reload adds are then watched too.
     core: std::sync::OnceLock<std::sync::Weak<Core>>,
-    watches: std::sync::Mutex<std::collections::BTreeMap<String, vault::watch::Watch>>,
+    watches: std::sync::Mutex<std::collections::BTreeMap<String, crate::storage::FeedGuard>>,
 }
 
 /// Stops every watch of the process when dropped (the server's shutdown).
@@ -237,11 +236,12 @@ impl Changes<'_> {
         v.reader.start_index();
         let weak = Arc::downgrade(core);
         let handle = v.clone();
-        match vault::watch::watch(v.reader.fs().root(), Duration::from_millis(150), move |batch| {
+        // Every feed of outside changes ends in the one index updater, `rescan`.
+        match v.feed().follow(Box::new(move |batch| {
             if let Some(core) = weak.upgrade() {
                 rescan(&core, &handle, &batch);
             }
-        }) {
+        })) {
             Ok(w) => {
                 self.watches().insert(v.id.clone(), w);
             }
@@ -269,7 +269,9 @@ impl Changes<'_> {
         self.watches().clear();
     }
 
-    fn watches(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, vault::watch::Watch>> {
+    fn watches(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, crate::storage::FeedGuard>> {
         self.watching.watches.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -43,6 +43,14 @@ impl VaultHandle {
         Box::new(crate::files::Files::of(self))
     }
 
+    /// Where the vault's outside changes come from (crate::storage::ChangeFeed): its watcher.
+    pub(crate) fn feed(&self) -> Box<dyn crate::storage::ChangeFeed + '_> {
+        Box::new(crate::storage::FolderFeed {
+            root: self.reader.fs().root(),
+            quiet: std::time::Duration::from_millis(150),
+        })
+    }
+
     /// The right to write the vault's files (crate::storage::Lease): its write lock.
     pub(crate) fn lease(&self) -> crate::storage::FolderLeaseOn<'_> {
         crate::storage::FolderLeaseOn {
@@ -85,6 +93,8 @@ pub struct Core {
     pdf_slots: crate::attachments::Slots,
     own_writes: std::sync::Mutex<crate::changes::OwnWrites>,
     watching: crate::changes::Watching,
+    /// This process as the owner of the jobs it records (crate::jobs), made on first use.
+    pub(crate) jobs_owner: std::sync::OnceLock<crate::jobs::Owner>,
 }
 
 /// `gateway.toml` as it was read, and the vaults it names, opened.
@@ -209,6 +219,7 @@ impl Core {
             pdf_slots: crate::attachments::Slots::default(),
             own_writes: Default::default(),
             watching: Default::default(),
+            jobs_owner: Default::default(),
             asking: Default::default(),
             git: Default::default(),
             auth_cache: Default::default(),
@@ -323,6 +334,10 @@ impl Core {
     }
 
     /// The write path: apply, the one journaled transaction, recovery and housekeeping.
+    pub fn jobs(&self) -> crate::jobs::Jobs<'_> {
+        crate::jobs::Jobs { core: self }
+    }
+
     pub fn writes(&self) -> crate::apply::Writes<'_> {
         crate::apply::Writes { core: self }
     }

@@ -112,7 +112,12 @@ pub fn doctor(home: &Home, now: time::OffsetDateTime) -> Report {
         None
     };
     match home.load_config() {
-        Ok(config) => check_vaults(&config, state.as_ref(), &mut checks),
+        Ok(config) => {
+            check_vaults(&config, state.as_ref(), &mut checks);
+            if let Some(state) = &state {
+                check_jobs(home, &config, state, &mut checks);
+            }
+        }
         Err(e) => checks.push(Check::fail(
             format!("gateway.toml: {e}"),
             format!("fix {}", home.config_path().display()),
@@ -120,6 +125,34 @@ pub fn doctor(home: &Home, now: time::OffsetDateTime) -> Report {
     }
     check_audit(home, state.as_ref(), now, &mut checks);
     Report::new(checks)
+}
+
+/// docs/contract.md#applying-a-proposal: jobs a stopped process left queued wait for the next
+/// `serve` or stdio server (the tunnel's and the clients' calls start one).
+fn check_jobs(home: &Home, config: &Config, state: &inbox::State, checks: &mut Vec<Check>) {
+    let queued = match state.jobs_queued() {
+        Ok(q) => q,
+        Err(e) => {
+            checks.push(Check::fail(
+                format!("jobs cannot be read: {e}"),
+                "restore state.sqlite from a backup",
+            ));
+            return;
+        }
+    };
+    let left = queued
+        .iter()
+        .filter(|j| crate::jobs::owner_gone(home, &j.owner))
+        .count();
+    if left > 0 {
+        checks.push(Check::warn(
+            format!(
+                "{left} job(s) left queued by a stopped process: they run when a vaultgate server starts, within job_ttl_seconds ({} s)",
+                config.limits.job_ttl_seconds
+            ),
+            "vaultgate serve",
+        ));
+    }
 }
 
 /// The user this process runs as, on Linux from `/proc/self`; elsewhere the home's owner stands
@@ -501,6 +534,48 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["ok"], true);
         assert_eq!(json["checks"][0]["status"], "ok");
+    }
+
+    #[test]
+    fn a_job_left_by_a_stopped_process_is_a_warning_and_a_live_ones_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            dir: dir.path().join("home"),
+        };
+        home.init().unwrap();
+        let state = inbox::State::open(&home.state_path()).unwrap();
+        let job = |key: &str, owner: &str| inbox::NewJob {
+            vault: "main",
+            principal: "cred",
+            key: key.to_owned().leak(),
+            tool: "apply_proposal",
+            args: "{}",
+            transport: "stdio",
+            owner: owner.to_owned().leak(),
+            submitted_ms: 0,
+        };
+        // A live owner: its lock file is held.
+        std::fs::create_dir_all(home.dir.join("jobs")).unwrap();
+        let live = "a".repeat(32);
+        let mut lock =
+            fd_lock::RwLock::new(std::fs::File::create(home.dir.join(format!("jobs/{live}.lock"))).unwrap());
+        let _held = lock.try_write().unwrap();
+        state.job_submit(&job("k1", &live)).unwrap();
+        let warned = |r: &Report| {
+            r.checks
+                .iter()
+                .any(|c| c.status == Status::Warn && c.what.contains("left queued"))
+        };
+        assert!(!warned(&doctor(&home, time::OffsetDateTime::now_utc())));
+        // A stopped one: no lock file at all.
+        state.job_submit(&job("k2", &"b".repeat(32))).unwrap();
+        let r = doctor(&home, time::OffsetDateTime::now_utc());
+        assert!(warned(&r), "{:?}", statuses(&r));
+        assert!(
+            r.checks.iter().any(|c| c.what.starts_with("1 job(s)")),
+            "{:?}",
+            statuses(&r)
+        );
     }
 
     #[cfg(unix)]

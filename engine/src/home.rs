@@ -184,6 +184,9 @@ pub struct LimitsConfig {
     /// How long an apply, reject, undo/redo or executed challenge waits for the vault's writer
     /// before it answers `VAULT_BUSY` (under the ChatGPT tunnel's 30 s deadline).
     pub apply_wait_seconds: u64,
+    /// A job left queued by a process that stopped runs again in the next one only within this
+    /// many seconds of its call; an older one fails and its proposal stays pending.
+    pub job_ttl_seconds: u64,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -218,6 +221,7 @@ impl Default for LimitsConfig {
             refusal_window_seconds: 60,
             approval_timeout_seconds: 120,
             apply_wait_seconds: 25,
+            job_ttl_seconds: 600,
         }
     }
 }

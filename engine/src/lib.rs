@@ -32,6 +32,7 @@ mod group;
 pub mod history;
 pub mod home;
 pub mod ids;
+pub mod jobs;
 pub mod limits;
 mod maintain;
 mod operator;

@@ -262,6 +262,29 @@ impl Writes<'_> {
             return Ok(first);
         }
         let prepared = before_lock(call)?;
+        // docs/contract.md#applying-a-proposal: from here the write is a job, which a crash of this
+        // process does not lose.
+        let job = match &keyed {
+            Keyed::Key { key, .. } => self.core.jobs().submit(call, v, key)?,
+            Keyed::Row => None,
+        };
+        let out = self.write_job(call, v, &keyed, claims, prepared, op);
+        if let Some(id) = job {
+            self.core.jobs().finish(id, &out);
+        }
+        out
+    }
+
+    /// [`Writes::write`] from the vault's group on.
+    fn write_job<P, T>(
+        &self,
+        call: &mut Call<'_>,
+        v: &Arc<VaultHandle>,
+        keyed: &Keyed<'_, T>,
+        claims: Claims,
+        prepared: P,
+        op: impl FnOnce(&mut Call<'_>, P) -> Result<T, GatewayError>,
+    ) -> Result<T, GatewayError> {
         let shared = !claims.is_exclusive();
         // The group's first write takes the lock for all of them; leaving the group (dropping
         // the membership) releases it after the last.
@@ -273,7 +296,7 @@ impl Writes<'_> {
             self.recover(v)?;
             Ok::<_, GatewayError>(hold)
         })?);
-        if let Some(first) = self.first_answer(call, &keyed)? {
+        if let Some(first) = self.first_answer(call, keyed)? {
             return Ok(first);
         }
         call.set_member(Some(Arc::clone(&member)), shared);

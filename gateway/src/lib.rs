@@ -13,6 +13,7 @@ mod demo;
 mod describe;
 mod dispatch;
 pub mod http;
+mod jobs;
 mod logging;
 mod malloc;
 pub mod mcp;

@@ -20,6 +20,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
 pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
     runtime()?.block_on(async move {
         let _watches = engine::changes::start(&core);
+        resume_jobs(&core);
         // SECURITY(T-HTTP3): a stdio message is bounded like an HTTP body; a longer line is
         // dropped as it streams in (memory stays bounded), and the connection goes on.
         let max_line = core.config().server.max_body_bytes;
@@ -37,6 +38,12 @@ pub fn stdio(core: Arc<Core>, token: Token) -> Result<(), GatewayError> {
             .map_err(|e| GatewayError::Internal(format!("MCP server task failed: {e}")))?;
         Ok(())
     })
+}
+
+/// Runs the jobs a stopped process left queued (crate::jobs), beside the transport.
+pub(crate) fn resume_jobs(core: &Arc<Core>) {
+    let core = core.clone();
+    tokio::task::spawn_blocking(move || crate::jobs::resume(&core));
 }
 
 /// A line for the person at the terminal (stderr; stdout may belong to JSON-RPC).

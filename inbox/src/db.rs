@@ -240,6 +240,23 @@ const MIGRATIONS: &[&str] = &[
     BEGIN UPDATE credential_generation SET n = n + 1 WHERE id = 1; END;
     CREATE TRIGGER credentials_deleted AFTER DELETE ON credentials
     BEGIN UPDATE credential_generation SET n = n + 1 WHERE id = 1; END;",
+    // 13: jobs (docs/contract.md#applying-a-proposal): a keyed write from the moment it waits for
+    // the vault's writer until its key answers or it fails; at most one queued job per key.
+    "CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        vault TEXT NOT NULL,
+        principal TEXT NOT NULL,
+        idem_key TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,            -- the call's arguments (JSON)
+        transport TEXT NOT NULL,
+        owner TEXT NOT NULL,           -- the waiting process (its lock file under jobs/)
+        submitted_ms INTEGER NOT NULL,
+        state TEXT NOT NULL,           -- queued | done | failed
+        code TEXT,
+        finished_ms INTEGER
+    );
+    CREATE UNIQUE INDEX jobs_queued_key ON jobs (principal, idem_key) WHERE state = 'queued';",
 ];
 
 /// The notes as a committed write left them: the vault's fingerprint, and each note it wrote with

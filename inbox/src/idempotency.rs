@@ -75,6 +75,7 @@ impl State {
             params![credential_id, key, tool, args_hash, result.to_string(), at],
         )?;
         let out = if inserted == 1 {
+            crate::jobs::done_on(&tx, credential_id, key, crate::jobs::now_ms())?;
             IdemPut::Stored
         } else {
             let existing = tx.query_row(SELECT, [credential_id, key], from_row)?;

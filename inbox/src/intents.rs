@@ -77,6 +77,7 @@ pub(crate) fn put_key_on(
             at
         ],
     )?;
+    crate::jobs::done_on(c, k.credential_id, k.key, crate::jobs::now_ms())?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod db;
 mod history;
 mod idempotency;
 mod intents;
+mod jobs;
 // `crate::` below: this module shares its name with the `proposals` crate.
 mod proposals;
 mod recorded;
@@ -26,6 +27,7 @@ pub use crate::history::{
 };
 pub use crate::idempotency::{IdemPut, IdemRecord};
 pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
+pub use crate::jobs::{Job, NewJob};
 pub use crate::proposals::{NewProposal, PendingRef, ProposalStatus, StoredProposal, UnknownStatus};
 pub use crate::recorded::{AuditHead, Recorded};
 pub use crate::review::{NewReviewSession, ReviewSession};

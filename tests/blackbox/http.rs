@@ -131,6 +131,12 @@ impl Server {
         )
     }
 
+    /// Serves this Env on a free 127.0.0.1 port, logging at `log` (`info`, `debug`).
+    pub(crate) fn start_logged(env: &Env, log: &str) -> Server {
+        let port = free_port("127.0.0.1");
+        Server::spawn_logging(env, &["--port", &port.to_string()], "127.0.0.1", port, log)
+    }
+
     /// Runs `vaultgate --home H serve ARGS` and waits until `GET /healthz` answers on `host:port`.
     fn spawn(env: &Env, args: &[&str], host: &str, port: u16) -> Server {
         Server::spawn_logging(env, args, host, port, "warn")

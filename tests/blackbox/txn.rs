@@ -1477,6 +1477,43 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
 
 // ---- the writer's wait -------------------------------------------------------------------------------
 
+/// Sets `[limits]` values in the home's `gateway.toml`.
+fn set_limits(env: &Env, limits: &[(&str, i64)]) {
+    let config = env.home.join("gateway.toml");
+    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let table = doc
+        .entry("limits")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    for (k, v) in limits {
+        table.insert((*k).into(), toml::Value::Integer(*v));
+    }
+    std::fs::write(&config, toml::to_string(&doc).unwrap()).unwrap();
+}
+
+/// Waits until `srv`'s log holds `line`.
+async fn log_shows(srv: &crate::http::Server, line: &str) {
+    let start = Instant::now();
+    while !srv.stderr().contains(line) {
+        assert!(
+            start.elapsed() < WAIT,
+            "the log never said {line:?}: {}",
+            srv.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The apply of `p` with `key` must answer `VAULT_BUSY` (the writer is held).
+async fn busy_apply(h: &Client, p: &Value, key: &str) {
+    let args = json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key});
+    match call(h, "apply_proposal", args).await {
+        Reply::Err(e) => assert_eq!(e["code"], "VAULT_BUSY", "{e}"),
+        Reply::Ok(v) => panic!("the writer is held, yet the apply answered {v}"),
+    }
+}
+
 /// The operator applies `held` and pauses after its first file step, holding the vault's writer
 /// until the returned file is written.
 async fn hold_the_writer(env: &Env, held: &Value) -> (tokio::process::Child, std::path::PathBuf) {
@@ -1502,14 +1539,7 @@ async fn hold_the_writer(env: &Env, held: &Value) -> (tokio::process::Child, std
 #[tokio::test]
 async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key_answers() {
     let env = Env::new();
-    let config = env.home.join("gateway.toml");
-    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    doc.entry("limits")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-        .as_table_mut()
-        .unwrap()
-        .insert("apply_wait_seconds".into(), toml::Value::Integer(1));
-    std::fs::write(&config, toml::to_string(&doc).unwrap()).unwrap();
+    set_limits(&env, &[("apply_wait_seconds", 1)]);
     let (_, token) = env.token("agent", "auto");
     let c = env.stdio(&token).await;
     let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
@@ -1569,6 +1599,131 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
         applied.lines().filter(|l| l.contains(id)).count(),
         1,
         "applied once:\n{applied}"
+    );
+    h.close().await;
+}
+
+/// docs/contract.md#applying-a-proposal: jobs are durable. The server that waited for two applies
+/// is killed; the next server runs them as their callers — one applies once, and its key answers the retry; the other's
+/// credential was revoked in between, so it runs nothing.
+#[tokio::test]
+async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_checked_again() {
+    let env = Env::new();
+    set_limits(&env, &[("apply_wait_seconds", 1)]);
+    let (_, token) = env.token("agent", "auto");
+    let (_, other) = env.token("other", "auto");
+    let c = env.stdio(&token).await;
+    let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
+    let waits = crate::util::propose_new(&c, "notes/waits.md", "# Waits\n", "a job").await;
+    c.close().await;
+    let c = env.stdio(&other).await;
+    let revoked = crate::util::propose_new(&c, "notes/revoked.md", "# Revoked\n", "a job").await;
+    c.close().await;
+    let srv = crate::http::Server::start(&env);
+    let (child, release) = hold_the_writer(&env, &held).await;
+
+    // The revoked credential's job is older: when the other note lands, it was decided.
+    let ho = srv.client(&other).await;
+    busy_apply(&ho, &revoked, "job-other").await;
+    let h = srv.client(&token).await;
+    busy_apply(&h, &waits, "job-1").await;
+    // kill -9 with both jobs waiting for the writer.
+    drop(h);
+    drop(ho);
+    drop(srv);
+
+    std::fs::write(&release, "").unwrap();
+    let out = bounded("the paused apply", child.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !env.vault.join("notes/waits.md").exists(),
+        "the killed server's job did not run"
+    );
+    let out = cli(&env, &["token", "revoke", "other"], &[]).await;
+    assert!(out.status.success(), "{}", text(&out));
+
+    let srv = crate::http::Server::start_logged(&env, "info");
+    let start = Instant::now();
+    while !env.vault.join("notes/waits.md").exists() {
+        assert!(start.elapsed() < WAIT, "the job never ran: {}", srv.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    log_shows(&srv, "a job left by a stopped process ends without running").await;
+    assert!(
+        !env.vault.join("notes/revoked.md").exists(),
+        "a revoked credential's job ran"
+    );
+    let h = srv.client(&token).await;
+    let args = json!({"id": waits["id"], "proposalHash": waits["proposalHash"], "idempotencyKey": "job-1"});
+    let answer = call(&h, "apply_proposal", args).await.ok();
+    assert_eq!(answer["applied"], true, "{answer}");
+    assert_eq!(answer["replayed"], true, "the retry answers the job: {answer}");
+    let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
+    for (p, n) in [(&waits, 1), (&revoked, 0)] {
+        let id = p["id"].as_str().unwrap();
+        assert_eq!(
+            applied.lines().filter(|l| l.contains(id)).count(),
+            n,
+            "{id}:\n{applied}"
+        );
+    }
+    // The job ran as its caller: its record names the agent's credential.
+    let ran = crate::util::audit_lines(&env)
+        .into_iter()
+        .filter(|r| r["proposalId"] == waits["id"] && r["tool"] == "apply_proposal" && r["outcome"] == "ok")
+        .collect::<Vec<_>>();
+    assert!(!ran.is_empty(), "the job's apply is audited");
+    assert_eq!(ran[0]["actor"]["name"], "agent", "{}", ran[0]);
+    h.close().await;
+    let out = cli(&env, &["audit", "verify"], &[]).await;
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// docs/contract.md#applying-a-proposal: nothing lands after `job_ttl_seconds`. A job left by a
+/// killed server past it fails without running; the retry with its key is a new job.
+#[tokio::test]
+async fn a_job_older_than_its_ttl_fails_without_running_and_its_retry_applies() {
+    let env = Env::new();
+    set_limits(&env, &[("apply_wait_seconds", 1), ("job_ttl_seconds", 2)]);
+    let (_, token) = env.token("agent", "auto");
+    let c = env.stdio(&token).await;
+    let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
+    let late = crate::util::propose_new(&c, "notes/late.md", "# Late\n", "a job").await;
+    c.close().await;
+    let srv = crate::http::Server::start(&env);
+    let (child, release) = hold_the_writer(&env, &held).await;
+    let h = srv.client(&token).await;
+    busy_apply(&h, &late, "late-1").await;
+    drop(h);
+    drop(srv);
+    std::fs::write(&release, "").unwrap();
+    let out = bounded("the paused apply", child.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+
+    let srv = crate::http::Server::start_logged(&env, "info");
+    log_shows(&srv, "a job left by a stopped process ends without running").await;
+    assert!(
+        srv.stderr().contains("code=\"VAULT_BUSY\"") || srv.stderr().contains("code=VAULT_BUSY"),
+        "{}",
+        srv.stderr()
+    );
+    assert!(
+        !env.vault.join("notes/late.md").exists(),
+        "a job past its ttl ran"
+    );
+    let h = srv.client(&token).await;
+    let args = json!({"id": late["id"], "proposalHash": late["proposalHash"], "idempotencyKey": "late-1"});
+    let answer = call(&h, "apply_proposal", args).await.ok();
+    assert_eq!(answer["applied"], true, "{answer}");
+    assert_ne!(answer["replayed"], true, "the retry is the first run: {answer}");
+    assert_eq!(
+        std::fs::read_to_string(env.vault.join("notes/late.md")).unwrap(),
+        "# Late\n"
     );
     h.close().await;
 }

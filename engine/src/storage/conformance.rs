@@ -11,7 +11,7 @@ use proposals::ops::{FileOp, OpState, Zone, inverse_all};
 use proposals::recovery::{Observed, Recovery, decide};
 use proposals::sha256_hex;
 
-use super::{Cas, VaultBackend};
+use super::{Cas, ChangeFeed, VaultBackend};
 
 /// A file outside the vault a link leads to: its bytes, and how to read them again.
 pub type Outside<'a> = (Vec<u8>, Box<dyn Fn() -> Vec<u8> + 'a>);
@@ -24,6 +24,8 @@ pub trait World {
     /// A person makes the note at `path` a link to a file outside the vault and returns that
     /// file's bytes and a way to read them again; `None` for a backend whose notes cannot be links.
     fn link_outside(&self, path: &str) -> Option<Outside<'_>>;
+    /// The vault's feed of outside changes.
+    fn feed(&self) -> Box<dyn ChangeFeed + '_>;
 }
 
 /// Every check, in order.
@@ -35,6 +37,7 @@ pub fn run_all(world: &dyn World) {
     the_inverse_puts_every_file_back_and_keeps_an_outside_edit(world);
     blobs_are_kept_by_their_hash(world);
     a_link_is_never_followed(world);
+    an_outside_edit_reaches_the_feed(world);
 }
 
 fn put(path: &str, before: Option<&[u8]>, after: &[u8]) -> FileOp {
@@ -298,4 +301,40 @@ pub fn a_link_is_never_followed(world: &dyn World) {
             "the file the link points to is untouched: {step:?}"
         );
     }
+}
+
+/// A person's edit reaches the feed: a batch names the note (or says it lost track, so the updater
+/// walks), within a bound; once the feed's guard is dropped, nothing more is delivered.
+pub fn an_outside_edit_reaches_the_feed(world: &dyn World) {
+    use std::time::{Duration, Instant};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let guard = world
+        .feed()
+        .follow(Box::new(move |batch| {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(batch);
+            }
+        }))
+        .expect("following the feed");
+    world.edit("conf/fed.md", Some(b"a person's note\n"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(batch) if batch.lost || batch.paths.iter().any(|p| p.ends_with("conf/fed.md")) => break true,
+            Ok(_) => continue,
+            Err(_) => break false,
+        }
+    };
+    assert!(seen, "an outside edit reaches the feed");
+    drop(guard);
+    // Whatever was under way when the guard went is drained; then the feed is silent.
+    std::thread::sleep(Duration::from_millis(1_500));
+    while rx.try_recv().is_ok() {}
+    world.edit("conf/fed.md", Some(b"edited after the feed stopped\n"));
+    assert!(
+        rx.recv_timeout(Duration::from_millis(1_500)).is_err(),
+        "a stopped feed delivers nothing"
+    );
 }

@@ -1,5 +1,6 @@
 //! The seams between the write transaction and where things are kept (docs/contract.md#rules-of-the-write-path):
-//! a vault's files ([`VaultBackend`]) and the right to write them ([`Lease`]). The transaction of
+//! a vault's files ([`VaultBackend`]), the right to write them ([`Lease`]) and the news of what
+//! changed outside vaultgate ([`ChangeFeed`], which feeds the one index updater). The transaction of
 //! `txn` speaks only to these traits; today's implementations are the local folder
 //! (`files::Files`) and the vault's write lock ([`FolderLease`]). A backend that keeps notes
 //! elsewhere (a git remote) implements the same traits and passes the same
@@ -83,6 +84,37 @@ pub trait Lease {
     /// Whether the hold of `epoch` still holds: [`GatewayError`] when it does not (the write is
     /// not committed).
     fn check(&self, epoch: u64) -> Result<(), GatewayError>;
+}
+
+/// Where a vault's outside changes come from: a file watcher here, a fetch of the remote for a
+/// vault whose notes live in git. Every feed delivers its batches to the same index updater
+/// (`changes::rescan`), which decides from the files what moved; a feed only says where to look,
+/// and says `lost` when it cannot tell (then the updater walks).
+pub trait ChangeFeed {
+    /// Delivers batches to `sink` (on the feed's own thread) until the returned guard is dropped.
+    fn follow(&self, sink: Box<dyn Fn(vault::watch::Changes) + Send>) -> Result<FeedGuard, GatewayError>;
+}
+
+/// A running [`ChangeFeed`]: dropping it stops the feed.
+pub struct FeedGuard(#[allow(dead_code)] Box<dyn Send>);
+
+impl FeedGuard {
+    pub fn new(running: Box<dyn Send>) -> FeedGuard {
+        FeedGuard(running)
+    }
+}
+
+/// The local feed: the folder's watcher, its events gathered into bursts once quiet for `quiet`.
+pub struct FolderFeed<'a> {
+    pub(crate) root: &'a std::path::Path,
+    pub(crate) quiet: std::time::Duration,
+}
+
+impl ChangeFeed for FolderFeed<'_> {
+    fn follow(&self, sink: Box<dyn Fn(vault::watch::Changes) + Send>) -> Result<FeedGuard, GatewayError> {
+        let watch = vault::watch::watch(self.root, self.quiet, sink)?;
+        Ok(FeedGuard::new(Box::new(watch)))
+    }
 }
 
 /// A hold of a [`Lease`]: released when dropped.
@@ -193,6 +225,10 @@ mod tests {
             self.v.files()
         }
 
+        fn feed(&self) -> Box<dyn ChangeFeed + '_> {
+            self.v.feed()
+        }
+
         fn link_outside(&self, path: &str) -> Option<conformance::Outside<'_>> {
             let outside = self.elsewhere.path().join("target.md");
             std::fs::write(&outside, b"outside the vault\n").unwrap();
@@ -266,6 +302,19 @@ mod tests {
         fn link_outside(&self, path: &str) -> Option<conformance::Outside<'_>> {
             self.0.link_outside(path)
         }
+        /// A feed that never says anything.
+        fn feed(&self) -> Box<dyn ChangeFeed + '_> {
+            struct Deaf;
+            impl ChangeFeed for Deaf {
+                fn follow(
+                    &self,
+                    _: Box<dyn Fn(vault::watch::Changes) + Send>,
+                ) -> Result<FeedGuard, GatewayError> {
+                    Ok(FeedGuard::new(Box::new(())))
+                }
+            }
+            Box::new(Deaf)
+        }
     }
 
     #[test]
@@ -278,6 +327,12 @@ mod tests {
     #[should_panic(expected = "a step through a link")]
     fn a_backend_that_writes_through_a_link_fails_the_suite() {
         conformance::a_link_is_never_followed(&Careless(folder()));
+    }
+
+    #[test]
+    #[should_panic(expected = "an outside edit reaches the feed")]
+    fn a_feed_that_misses_an_edit_fails_the_suite() {
+        conformance::an_outside_edit_reaches_the_feed(&Careless(folder()));
     }
 
     #[test]
