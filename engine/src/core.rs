@@ -334,6 +334,11 @@ impl Core {
     }
 
     /// The write path: apply, the one journaled transaction, recovery and housekeeping.
+    /// Where writes record their intents and commit (crate::storage::StateStore).
+    pub(crate) fn store(&self) -> &dyn crate::storage::StateStore {
+        &self.state
+    }
+
     pub fn jobs(&self) -> crate::jobs::Jobs<'_> {
         crate::jobs::Jobs { core: self }
     }

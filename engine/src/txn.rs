@@ -29,6 +29,7 @@ use crate::call::{Call, TxnRecord};
 use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused, Stale};
 use crate::group::{Claims, Phase};
+use crate::storage::state::{deferring, transact};
 use crate::storage::{Cas, Lease};
 use vault::write::Syncs;
 
@@ -347,10 +348,10 @@ impl Writes<'_> {
         intent: &Intent,
     ) -> Result<IntentAt, GatewayError> {
         let json = serde_json::to_value(intent).map_err(internal)?;
-        let state = &self.core.state;
-        let begin = || state.begin_intent(&v.id, key, &json, &intent.started_at);
+        let store = self.core.store();
+        let begin = || store.begin_intent(&v.id, key, &json, &intent.started_at);
         let id = match call.member() {
-            Some(_) => state.deferring_sync(begin)?,
+            Some(_) => deferring(store, begin)?,
             None => begin()?,
         };
         Ok(IntentAt::Row(id))
@@ -374,9 +375,9 @@ impl Writes<'_> {
         let member = call.as_deref().and_then(Call::member);
         if let Some(m) = &member {
             // The intents of the whole group are durable before any of them touches a file.
-            let state = &self.core.state;
+            let store = self.core.store();
             if let Err(e) = m.sync(Phase::Intent, Syncs::default(), |_| {
-                state.sync_log().map_err(|e| e.to_string())
+                store.sync().map_err(|e| e.to_string())
             }) {
                 return Err(self.roll_back(v, at, intent, call, Cause::Failed(internal(e))));
             }
@@ -504,7 +505,7 @@ impl Writes<'_> {
             self.commit_txn(v, at, intent, &head, fingerprint.as_deref())
         };
         let committed = match &member {
-            Some(m) => m.turn(Phase::Commit, || self.core.state.deferring_sync(commit)),
+            Some(m) => m.turn(Phase::Commit, || deferring(self.core.store(), commit)),
             None => commit(),
         };
         let committed = match committed {
@@ -512,9 +513,9 @@ impl Writes<'_> {
             Err(e) => return Err(self.roll_back(v, at, intent, call, Cause::Failed(e))),
         };
         if let Some(m) = &member {
-            let state = &self.core.state;
+            let store = self.core.store();
             if let Err(e) = m.sync(Phase::Commit, Syncs::default(), |_| {
-                state.sync_log().map_err(|e| e.to_string())
+                store.sync().map_err(|e| e.to_string())
             }) {
                 // The files and the state agree (applied), but the commit may not survive a power
                 // loss: the caller retries with the same key, which answers the stored result.
@@ -791,13 +792,14 @@ impl Writes<'_> {
         // docs/contract.md#git-history: the change's row (and its git commit, queued) is part of this commit.
         let row = self.core.history().change_row(v, intent, head, &at_time)?;
         let change = row.as_new();
+        // The vault's new head; the audit head is its own part of the commit (`append_audit`).
         let disk_after = inbox::DiskAfter {
             fingerprint,
             writes: &writes,
             change: Some(&change),
-            head: Some(head),
+            head: None,
         };
-        let disk = Some(&disk_after);
+        let store = self.core.store();
         let note_ops = &intent.ops[..intent.note_ops.min(intent.ops.len())];
         let history_json = serde_json::to_value(note_ops).map_err(internal)?;
         match (&intent.txn, at) {
@@ -830,10 +832,8 @@ impl Writes<'_> {
                     tool: &a.tool,
                     args_hash: &a.args_hash,
                 });
-                let c = self
-                    .core
-                    .state
-                    .finish_apply(
+                let c = transact(store, |tx| {
+                    let Some(c) = tx.finish_apply(
                         *id,
                         proposal_id,
                         &a.actor_label,
@@ -850,13 +850,19 @@ impl Writes<'_> {
                             barrier: false,
                         }),
                         idem.as_ref(),
-                        disk,
                     )?
-                    .ok_or_else(|| {
-                        GatewayError::from(Refused::RejectedWhileApplying {
-                            id: proposal_id.to_string(),
-                        })
-                    })?;
+                    else {
+                        return Ok(None);
+                    };
+                    tx.register_head(&v.id, &disk_after)?;
+                    tx.append_audit(head)?;
+                    Ok(Some(c))
+                })?
+                .ok_or_else(|| {
+                    GatewayError::from(Refused::RejectedWhileApplying {
+                        id: proposal_id.to_string(),
+                    })
+                })?;
                 Ok(Committed {
                     revision: c.revision,
                     index: "updated",
@@ -891,10 +897,8 @@ impl Writes<'_> {
                     tool,
                     args_hash: &a.args_hash,
                 });
-                let c = self
-                    .core
-                    .state
-                    .finish_history_transition(&inbox::HistoryTransition {
+                let c = transact(store, |tx| {
+                    let Some(c) = tx.finish_transition(&inbox::HistoryTransition {
                         intent_id: *id,
                         vault: &v.id,
                         entry_id,
@@ -902,13 +906,20 @@ impl Writes<'_> {
                         result: &result,
                         at: &at_time,
                         idempotency: idem,
-                        disk: disk.copied(),
+                        disk: None,
                     })?
-                    .ok_or_else(|| {
-                        GatewayError::from(Refused::HistoryNotTop {
-                            message: format!("{entry_id} is no longer the top of the history"),
-                        })
-                    })?;
+                    else {
+                        return Ok(None);
+                    };
+                    tx.register_head(&v.id, &disk_after)?;
+                    tx.append_audit(head)?;
+                    Ok(Some(c))
+                })?
+                .ok_or_else(|| {
+                    GatewayError::from(Refused::HistoryNotTop {
+                        message: format!("{entry_id} is no longer the top of the history"),
+                    })
+                })?;
                 Ok(Committed {
                     revision: c.revision,
                     index: "updated",
@@ -936,47 +947,52 @@ impl Writes<'_> {
                 let result = crate::critical::executed(tool, &paths);
                 let result = serde_json::to_value(&result).map_err(internal)?;
                 let changed = !paths.is_empty();
-                if changed {
-                    let label = if tool == crate::critical::DELETE_PERMANENT {
-                        format!("delete_permanent {}", paths.join(", "))
-                    } else {
-                        format!("empty_trash ({} files)", paths.len())
+                let label = if tool == crate::critical::DELETE_PERMANENT {
+                    format!("delete_permanent {}", paths.join(", "))
+                } else {
+                    format!("empty_trash ({} files)", paths.len())
+                };
+                // docs/contract.md#critical-operations, docs/contract.md#history: permanent deletion is a history barrier; undo stops here.
+                let removed: Vec<Value> = intent
+                    .ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        FileOp::Rename {
+                            from_zone,
+                            from,
+                            hash,
+                            ..
+                        } => Some(serde_json::json!({"op": "delete", "zone": from_zone, "path": from, "before": hash})),
+                        _ => None,
+                    })
+                    .collect();
+                let removed = Value::Array(removed);
+                let revision = transact(store, |tx| {
+                    let Some((_, revision)) = tx.finish_challenge(challenge_id, &result, changed)? else {
+                        return Ok(None);
                     };
-                    // docs/contract.md#critical-operations, docs/contract.md#history: permanent deletion is a history barrier; undo stops here.
-                    let removed: Vec<Value> = intent
-                        .ops
-                        .iter()
-                        .filter_map(|op| match op {
-                            FileOp::Rename {
-                                from_zone,
-                                from,
-                                hash,
-                                ..
-                            } => Some(serde_json::json!({"op": "delete", "zone": from_zone, "path": from, "before": hash})),
-                            _ => None,
-                        })
-                        .collect();
-                    match self.core.state.add_history(
-                        &v.id,
-                        &inbox::NewHistory {
+                    if changed {
+                        let barrier = inbox::NewHistory {
                             id: history_id,
                             label: &label,
                             kind: tool,
                             created_by: &a.actor_label,
                             created_at: &at_time,
-                            paths: &Value::Array(removed),
+                            paths: &removed,
                             barrier: true,
-                        },
-                    ) {
-                        Ok(_) | Err(inbox::StateError::DuplicateHistoryEntry(_)) => {}
-                        Err(e) => return Err(e.into()),
+                        };
+                        // Kept by an earlier run of this commit (a version that added it apart).
+                        match tx.add_history(&v.id, &barrier) {
+                            Ok(_) | Err(GatewayError::State(inbox::StateError::DuplicateHistoryEntry(_))) => {
+                            }
+                            Err(e) => return Err(e),
+                        }
+                        tx.register_head(&v.id, &disk_after)?;
                     }
-                }
-                let revision = self
-                    .core
-                    .state
-                    .finish_challenge(challenge_id, &result, changed, disk)?
-                    .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
+                    tx.append_audit(head)?;
+                    Ok(Some(revision))
+                })?
+                .ok_or_else(|| internal(format!("challenge {challenge_id} committed twice")))?;
                 Ok(Committed {
                     revision,
                     index: "updated",

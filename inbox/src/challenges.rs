@@ -153,40 +153,15 @@ impl State {
         changed: bool,
         disk: Option<&crate::DiskAfter<'_>>,
     ) -> Result<Option<u64>, StateError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let vault: Option<String> = tx
-            .query_row(
-                "UPDATE challenges SET result_json = ?2, intent_json = NULL
-                 WHERE id = ?1 AND consumed_at IS NOT NULL AND intent_json IS NOT NULL
-                 RETURNING vault",
-                params![id, result.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let Some(vault) = vault else {
-            return Ok(None);
-        };
-        if let (true, Some(d)) = (changed, disk) {
-            crate::db::record_disk(&tx, &vault, d)?;
-        }
-        let revision: i64 = if changed {
-            tx.query_row(
-                "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
-                 ON CONFLICT(vault) DO UPDATE SET revision = revision + 1
-                 RETURNING revision",
-                [&vault],
-                |r| r.get(0),
-            )?
-        } else {
-            tx.query_row(
-                "SELECT COALESCE((SELECT revision FROM vault_revisions WHERE vault = ?1), 0)",
-                [&vault],
-                |r| r.get(0),
-            )?
-        };
-        tx.commit()?;
-        Ok(Some(non_negative(revision)))
+        self.transact(|tx| {
+            let Some((vault, revision)) = tx.finish_challenge(id, result, changed)? else {
+                return Ok(None);
+            };
+            if let (true, Some(d)) = (changed, disk) {
+                tx.register_head(&vault, d)?;
+            }
+            Ok(Some(revision))
+        })
     }
 
     /// Deletes challenges that expired before `before` (unix seconds) and are not mid-execution.
@@ -198,6 +173,43 @@ impl State {
             [before],
         )?)
     }
+}
+
+/// [`State::finish_challenge`] inside the caller's transaction: the vault and its revision.
+pub(crate) fn finish_challenge_on(
+    tx: &rusqlite::Connection,
+    id: &str,
+    result: &Value,
+    changed: bool,
+) -> Result<Option<(String, u64)>, StateError> {
+    let vault: Option<String> = tx
+        .query_row(
+            "UPDATE challenges SET result_json = ?2, intent_json = NULL
+             WHERE id = ?1 AND consumed_at IS NOT NULL AND intent_json IS NOT NULL
+             RETURNING vault",
+            params![id, result.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(vault) = vault else {
+        return Ok(None);
+    };
+    let revision: i64 = if changed {
+        tx.query_row(
+            "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
+             ON CONFLICT(vault) DO UPDATE SET revision = revision + 1
+             RETURNING revision",
+            [&vault],
+            |r| r.get(0),
+        )?
+    } else {
+        tx.query_row(
+            "SELECT COALESCE((SELECT revision FROM vault_revisions WHERE vault = ?1), 0)",
+            [&vault],
+            |r| r.get(0),
+        )?
+    };
+    Ok(Some((vault, non_negative(revision))))
 }
 
 #[cfg(test)]

@@ -234,59 +234,58 @@ impl State {
         &self,
         t: &HistoryTransition<'_>,
     ) -> Result<Option<TransitionCommit>, StateError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let intent_vault: Option<String> = tx
-            .query_row(
-                "SELECT vault FROM apply_intents WHERE id = ?1",
-                [t.intent_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if intent_vault.as_deref() != Some(t.vault) {
-            return Err(StateError::IntentNotFound(t.intent_id));
-        }
-        // Dropping `tx` on any early return rolls back.
-        if !is_top(&tx, t.vault, t.entry_id, t.transition)? {
-            return Ok(None);
-        }
-        tx.execute(
-            "UPDATE history SET state = ?3 WHERE vault = ?1 AND id = ?2",
-            params![t.vault, t.entry_id, t.transition.to_state().as_str()],
-        )?;
-        let revision: i64 = tx.query_row(
-            "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
-             ON CONFLICT(vault) DO UPDATE SET revision = revision + 1
-             RETURNING revision",
-            [t.vault],
-            |r| r.get(0),
-        )?;
-        // Recorded in the same commit, so a retry after a crash never finds the transition done
-        // without also finding its answer.
-        if let Some(k) = &t.idempotency {
-            tx.execute(
-                "INSERT OR IGNORE INTO idempotency_keys
-                    (credential_id, key, tool, args_hash, result_json, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    k.credential_id,
-                    k.key,
-                    k.tool,
-                    k.args_hash,
-                    t.result.to_string(),
-                    t.at
-                ],
-            )?;
-        }
-        if let Some(d) = &t.disk {
-            crate::db::record_disk(&tx, t.vault, d)?;
-        }
-        tx.execute("DELETE FROM apply_intents WHERE id = ?1", [t.intent_id])?;
-        tx.commit()?;
-        Ok(Some(TransitionCommit {
-            revision: non_negative(revision),
-        }))
+        self.transact(|tx| {
+            let Some(c) = tx.finish_history_transition(t)? else {
+                return Ok(None);
+            };
+            if let Some(d) = &t.disk {
+                tx.register_head(t.vault, d)?;
+            }
+            Ok(Some(c))
+        })
     }
+}
+
+/// [`State::finish_history_transition`] inside the caller's transaction.
+pub(crate) fn finish_history_transition_on(
+    tx: &Connection,
+    t: &HistoryTransition<'_>,
+) -> Result<Option<TransitionCommit>, StateError> {
+    let intent_vault: Option<String> = tx
+        .query_row(
+            "SELECT vault FROM apply_intents WHERE id = ?1",
+            [t.intent_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if intent_vault.as_deref() != Some(t.vault) {
+        return Err(StateError::IntentNotFound(t.intent_id));
+    }
+    // Nothing is written before this check: a `None` changes nothing.
+    if !is_top(tx, t.vault, t.entry_id, t.transition)? {
+        return Ok(None);
+    }
+    tx.execute(
+        "UPDATE history SET state = ?3 WHERE vault = ?1 AND id = ?2",
+        params![t.vault, t.entry_id, t.transition.to_state().as_str()],
+    )?;
+    let revision: i64 = tx.query_row(
+        "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
+         ON CONFLICT(vault) DO UPDATE SET revision = revision + 1
+         RETURNING revision",
+        [t.vault],
+        |r| r.get(0),
+    )?;
+    // Recorded in the same commit, so a retry after a crash never finds the transition done
+    // without also finding its answer.
+    // (Its job is marked done with it.)
+    if let Some(k) = &t.idempotency {
+        crate::intents::put_key_on(tx, k, t.result, t.at)?;
+    }
+    tx.execute("DELETE FROM apply_intents WHERE id = ?1", [t.intent_id])?;
+    Ok(Some(TransitionCommit {
+        revision: non_negative(revision),
+    }))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! commit; its plan and last step tell the caller whether to finish or roll back. Nothing here
 //! touches files.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -93,10 +93,12 @@ pub struct HistoryTops {
 }
 
 /// What the commit point did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplyCommit {
     /// The vault's revision after this apply.
     pub revision: u64,
+    /// The vault the intent named.
+    pub vault: String,
     /// The history entry's `seq`, when one was written.
     pub history_seq: Option<u64>,
 }
@@ -116,7 +118,11 @@ fn intent_from_row(row: &Row<'_>) -> rusqlite::Result<Intent> {
 }
 
 /// Appends a `done` entry and clears the redo branch, inside the caller's transaction.
-fn insert_history(tx: &Transaction<'_>, vault: &str, e: &NewHistory<'_>) -> Result<u64, StateError> {
+pub(crate) fn insert_history(
+    tx: &rusqlite::Connection,
+    vault: &str,
+    e: &NewHistory<'_>,
+) -> Result<u64, StateError> {
     // Taken before the redo branch is deleted, so a seq is never handed out twice.
     let seq: i64 = tx.query_row(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE vault = ?1",
@@ -230,63 +236,16 @@ impl State {
         idempotency: Option<&IdemKey<'_>>,
         disk: Option<&crate::DiskAfter<'_>>,
     ) -> Result<Option<ApplyCommit>, StateError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let (vault, intent_proposal): (String, String) = tx
-            .query_row(
-                "SELECT vault, proposal_id FROM apply_intents WHERE id = ?1",
-                [intent_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?
-            .ok_or(StateError::IntentNotFound(intent_id))?;
-        let mismatch = || StateError::IntentMismatch {
-            intent_id,
-            proposal_id: proposal_id.to_owned(),
-        };
-        if intent_proposal != proposal_id {
-            return Err(mismatch());
-        }
-        let proposal_vault: String = tx
-            .query_row("SELECT vault FROM proposals WHERE id = ?1", [proposal_id], |r| {
-                r.get(0)
-            })
-            .optional()?
-            .ok_or_else(|| StateError::ProposalNotFound(proposal_id.to_owned()))?;
-        if proposal_vault != vault {
-            return Err(mismatch());
-        }
-        // Dropping `tx` on any early return rolls back.
-        if !mark_applied_on(&tx, proposal_id, by, at, result)? {
-            return Ok(None);
-        }
-        let revision: i64 = tx.query_row(
-            "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
-             ON CONFLICT(vault) DO UPDATE SET revision = revision + 1
-             RETURNING revision",
-            [&vault],
-            |r| r.get(0),
-        )?;
-        let history_seq = match history {
-            Some(entry) => Some(insert_history(&tx, &vault, entry)?),
-            None => None,
-        };
-        // The key's first result is recorded in the same commit, so a retry after a crash can
-        // never see "applied" without also finding its answer.
-        if let Some(k) = idempotency {
-            put_key_on(&tx, k, result, at)?;
-        }
-        // The notes as this apply left them: a watcher or the next start that sees exactly this
-        // does not count the apply's change a second time, even after a crash right after commit.
-        if let Some(d) = disk {
-            crate::db::record_disk(&tx, &vault, d)?;
-        }
-        tx.execute("DELETE FROM apply_intents WHERE id = ?1", [intent_id])?;
-        tx.commit()?;
-        Ok(Some(ApplyCommit {
-            revision: non_negative(revision),
-            history_seq,
-        }))
+        self.transact(|tx| {
+            let Some(c) = tx.finish_apply(intent_id, proposal_id, by, at, result, history, idempotency)?
+            else {
+                return Ok(None);
+            };
+            if let Some(d) = disk {
+                tx.register_head(&c.vault, d)?;
+            }
+            Ok(Some(c))
+        })
     }
 
     /// Appends a `done` history entry and, in the same transaction, deletes the vault's `undone`
@@ -313,6 +272,71 @@ impl State {
         )?;
         Ok(HistoryTops { undo, redo })
     }
+}
+
+/// [`State::finish_apply`] inside the caller's transaction ([`crate::Tx::finish_apply`]).
+// One commit point takes every part of it; a parameter struct would only rename them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish_apply_on(
+    tx: &rusqlite::Connection,
+    intent_id: i64,
+    proposal_id: &str,
+    by: &str,
+    at: &str,
+    result: &Value,
+    history: Option<&NewHistory<'_>>,
+    idempotency: Option<&IdemKey<'_>>,
+) -> Result<Option<ApplyCommit>, StateError> {
+    let (vault, intent_proposal): (String, String) = tx
+        .query_row(
+            "SELECT vault, proposal_id FROM apply_intents WHERE id = ?1",
+            [intent_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+        .ok_or(StateError::IntentNotFound(intent_id))?;
+    let mismatch = || StateError::IntentMismatch {
+        intent_id,
+        proposal_id: proposal_id.to_owned(),
+    };
+    if intent_proposal != proposal_id {
+        return Err(mismatch());
+    }
+    let proposal_vault: String = tx
+        .query_row("SELECT vault FROM proposals WHERE id = ?1", [proposal_id], |r| {
+            r.get(0)
+        })
+        .optional()?
+        .ok_or_else(|| StateError::ProposalNotFound(proposal_id.to_owned()))?;
+    if proposal_vault != vault {
+        return Err(mismatch());
+    }
+    // Nothing is written before this conditional update: a `None` changes nothing.
+    if !mark_applied_on(tx, proposal_id, by, at, result)? {
+        return Ok(None);
+    }
+    let revision: i64 = tx.query_row(
+        "INSERT INTO vault_revisions (vault, revision) VALUES (?1, 1)
+         ON CONFLICT(vault) DO UPDATE SET revision = revision + 1
+         RETURNING revision",
+        [&vault],
+        |r| r.get(0),
+    )?;
+    let history_seq = match history {
+        Some(entry) => Some(insert_history(tx, &vault, entry)?),
+        None => None,
+    };
+    // The key's first result is recorded in the same commit, so a retry after a crash can
+    // never see "applied" without also finding its answer.
+    if let Some(k) = idempotency {
+        put_key_on(tx, k, result, at)?;
+    }
+    tx.execute("DELETE FROM apply_intents WHERE id = ?1", [intent_id])?;
+    Ok(Some(ApplyCommit {
+        revision: non_negative(revision),
+        history_seq,
+        vault,
+    }))
 }
 
 #[cfg(test)]
@@ -440,6 +464,7 @@ mod tests {
             commit,
             Some(ApplyCommit {
                 revision: 2,
+                vault: "v".into(),
                 history_seq: Some(1)
             })
         );
@@ -461,6 +486,7 @@ mod tests {
             commit,
             Some(ApplyCommit {
                 revision: 3,
+                vault: "v".into(),
                 history_seq: None
             })
         );

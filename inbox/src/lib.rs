@@ -17,6 +17,7 @@ mod jobs;
 mod proposals;
 mod recorded;
 mod review;
+mod tx;
 
 pub use crate::challenges::{NewChallenge, StoredChallenge};
 pub use crate::changes::{Change, GitDone, NewChange};
@@ -31,3 +32,4 @@ pub use crate::jobs::{Job, NewJob};
 pub use crate::proposals::{NewProposal, PendingRef, ProposalStatus, StoredProposal, UnknownStatus};
 pub use crate::recorded::{AuditHead, Recorded};
 pub use crate::review::{NewReviewSession, ReviewSession};
+pub use crate::tx::Tx;

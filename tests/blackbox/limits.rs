@@ -10,7 +10,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
-use crate::util::{Client, Env, Reply, audit_lines, bin};
+use crate::util::{Client, Env, Reply, audit_lines, bin, set_limits};
 
 const MIB: usize = 1024 * 1024;
 
@@ -67,21 +67,6 @@ fn peak_rss(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM in /proc/<pid>/status");
     kib * 1024
-}
-
-/// Edits `gateway.toml [limits]`.
-fn set_limits(env: &Env, limits: &[(&str, i64)]) {
-    let path = env.home.join("gateway.toml");
-    let mut config: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
-    let table = config
-        .entry("limits")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-        .as_table_mut()
-        .unwrap();
-    for (k, v) in limits {
-        table.insert((*k).into(), toml::Value::Integer(*v));
-    }
-    std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
 }
 
 fn new_note(path: &str, content: &str) -> Value {

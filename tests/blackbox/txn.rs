@@ -1477,21 +1477,6 @@ async fn fingerprint_and_index_after_mixed_applies_equal_a_fresh_walk() {
 
 // ---- the writer's wait -------------------------------------------------------------------------------
 
-/// Sets `[limits]` values in the home's `gateway.toml`.
-fn set_limits(env: &Env, limits: &[(&str, i64)]) {
-    let config = env.home.join("gateway.toml");
-    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    let table = doc
-        .entry("limits")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-        .as_table_mut()
-        .unwrap();
-    for (k, v) in limits {
-        table.insert((*k).into(), toml::Value::Integer(*v));
-    }
-    std::fs::write(&config, toml::to_string(&doc).unwrap()).unwrap();
-}
-
 /// Waits until `srv`'s log holds `line`.
 async fn log_shows(srv: &crate::http::Server, line: &str) {
     let start = Instant::now();
@@ -1512,6 +1497,15 @@ async fn busy_apply(h: &Client, p: &Value, key: &str) {
         Reply::Err(e) => assert_eq!(e["code"], "VAULT_BUSY", "{e}"),
         Reply::Ok(v) => panic!("the writer is held, yet the apply answered {v}"),
     }
+}
+
+/// Lets the operator's paused apply (`hold_the_writer`) finish; it must succeed.
+async fn release_the_writer(child: tokio::process::Child, release: &std::path::Path) {
+    std::fs::write(release, "").unwrap();
+    let out = bounded("the paused apply", child.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 /// The operator applies `held` and pauses after its first file step, holding the vault's writer
@@ -1539,7 +1533,7 @@ async fn hold_the_writer(env: &Env, held: &Value) -> (tokio::process::Child, std
 #[tokio::test]
 async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key_answers() {
     let env = Env::new();
-    set_limits(&env, &[("apply_wait_seconds", 1)]);
+    crate::util::set_limits(&env, &[("apply_wait_seconds", 1)]);
     let (_, token) = env.token("agent", "auto");
     let c = env.stdio(&token).await;
     let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
@@ -1563,11 +1557,7 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
     );
 
     // The writer is free again: the operator's apply ends, and the waiting one runs on its own.
-    std::fs::write(&release, "").unwrap();
-    let out = bounded("the paused apply", child.wait_with_output())
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    release_the_writer(child, &release).await;
     let start = Instant::now();
     while !env.vault.join("notes/waits.md").exists() {
         assert!(
@@ -1609,7 +1599,7 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
 #[tokio::test]
 async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_checked_again() {
     let env = Env::new();
-    set_limits(&env, &[("apply_wait_seconds", 1)]);
+    crate::util::set_limits(&env, &[("apply_wait_seconds", 1)]);
     let (_, token) = env.token("agent", "auto");
     let (_, other) = env.token("other", "auto");
     let c = env.stdio(&token).await;
@@ -1632,11 +1622,7 @@ async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_chec
     drop(ho);
     drop(srv);
 
-    std::fs::write(&release, "").unwrap();
-    let out = bounded("the paused apply", child.wait_with_output())
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    release_the_writer(child, &release).await;
     assert!(
         !env.vault.join("notes/waits.md").exists(),
         "the killed server's job did not run"
@@ -1686,7 +1672,7 @@ async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_chec
 #[tokio::test]
 async fn a_job_older_than_its_ttl_fails_without_running_and_its_retry_applies() {
     let env = Env::new();
-    set_limits(&env, &[("apply_wait_seconds", 1), ("job_ttl_seconds", 2)]);
+    crate::util::set_limits(&env, &[("apply_wait_seconds", 1), ("job_ttl_seconds", 2)]);
     let (_, token) = env.token("agent", "auto");
     let c = env.stdio(&token).await;
     let held = crate::util::propose_new(&c, "notes/held.md", "# Held\n", "the CLI applies it").await;
@@ -1698,11 +1684,7 @@ async fn a_job_older_than_its_ttl_fails_without_running_and_its_retry_applies() 
     busy_apply(&h, &late, "late-1").await;
     drop(h);
     drop(srv);
-    std::fs::write(&release, "").unwrap();
-    let out = bounded("the paused apply", child.wait_with_output())
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    release_the_writer(child, &release).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
 
     let srv = crate::http::Server::start_logged(&env, "info");
@@ -1783,11 +1765,7 @@ async fn the_sixty_fifth_write_waiting_for_a_held_writer_is_refused_at_once_and_
         .any(|r| r["tool"] == "apply_proposal" && r["code"] == "VAULT_BUSY");
     assert!(recorded, "the refusal is audited");
 
-    std::fs::write(&release, "").unwrap();
-    let out = bounded("the paused apply", child.wait_with_output())
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    release_the_writer(child, &release).await;
     for r in bounded("the waiting writes", waiting.join_all()).await {
         match r {
             Reply::Ok(v) => assert_eq!(v["applied"], true, "{v}"),

@@ -348,3 +348,18 @@ impl Recorder {
         self.logs.lock().unwrap().clear();
     }
 }
+
+/// Edits `gateway.toml [limits]`.
+pub fn set_limits(env: &Env, limits: &[(&str, i64)]) {
+    let path = env.home.join("gateway.toml");
+    let mut config: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    let table = config
+        .entry("limits")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    for (k, v) in limits {
+        table.insert((*k).into(), toml::Value::Integer(*v));
+    }
+    std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
+}

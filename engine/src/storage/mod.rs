@@ -17,6 +17,11 @@ use crate::error::GatewayError;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod state;
+#[cfg(any(test, feature = "conformance"))]
+pub mod state_conformance;
+
+pub use state::{StateStore, StateTx};
 
 /// The result of one compare-and-swap step.
 #[derive(Debug, PartialEq, Eq)]
@@ -251,6 +256,120 @@ mod tests {
                 None => std::fs::remove_file(&p).unwrap(),
             }
         }
+    }
+
+    /// `inbox::State` in a temporary folder (kept while the state is open).
+    struct Sqlite(#[allow(dead_code)] tempfile::TempDir, inbox::State);
+
+    impl state_conformance::StateWorld for Sqlite {
+        fn store(&self) -> &dyn StateStore {
+            &self.1
+        }
+        fn pending(&self, vault: &str, id: &str) {
+            let meta = serde_json::json!({"id": id});
+            self.1
+                .insert_proposal(&inbox::NewProposal {
+                    vault,
+                    id,
+                    slug: id,
+                    kind: "new",
+                    target: "notes/x.md",
+                    created_by: "cred",
+                    created_at: "2026-01-01T00:00:00Z",
+                    meta: &meta,
+                })
+                .unwrap();
+        }
+        fn reject(&self, id: &str) {
+            assert!(self.1.mark_rejected(id, "someone", "t", "no").unwrap());
+        }
+        fn status(&self, vault: &str, id: &str) -> String {
+            self.1
+                .proposal(vault, id)
+                .unwrap()
+                .unwrap()
+                .status
+                .as_str()
+                .to_owned()
+        }
+        fn revision(&self, vault: &str) -> u64 {
+            self.1.revision(vault).unwrap()
+        }
+        fn audit_head(&self) -> Option<inbox::AuditHead> {
+            self.1.audit_head().unwrap()
+        }
+        fn key_answer(&self, principal: &str, key: &str) -> Option<serde_json::Value> {
+            self.1.idempotency_get(principal, key).unwrap().map(|r| r.result)
+        }
+    }
+
+    /// A store whose transaction keeps what its body recorded even when the body fails.
+    struct Leaky(Sqlite);
+
+    impl StateStore for Leaky {
+        fn begin_intent(
+            &self,
+            vault: &str,
+            key: &str,
+            plan: &serde_json::Value,
+            at: &str,
+        ) -> Result<i64, GatewayError> {
+            self.0.1.begin_intent(vault, key, plan, at).map_err(Into::into)
+        }
+        fn transact(
+            &self,
+            f: &mut dyn FnMut(&dyn StateTx) -> Result<(), GatewayError>,
+        ) -> Result<(), GatewayError> {
+            self.0.1.transact(|tx| {
+                let _ = f(tx);
+                Ok::<(), GatewayError>(())
+            })
+        }
+        fn deferring(&self, f: &mut dyn FnMut() -> Result<(), GatewayError>) -> Result<(), GatewayError> {
+            f()
+        }
+        fn sync(&self) -> Result<(), GatewayError> {
+            Ok(())
+        }
+    }
+
+    impl state_conformance::StateWorld for Leaky {
+        fn store(&self) -> &dyn StateStore {
+            self
+        }
+        fn pending(&self, vault: &str, id: &str) {
+            self.0.pending(vault, id)
+        }
+        fn reject(&self, id: &str) {
+            self.0.reject(id)
+        }
+        fn status(&self, vault: &str, id: &str) -> String {
+            self.0.status(vault, id)
+        }
+        fn revision(&self, vault: &str) -> u64 {
+            self.0.revision(vault)
+        }
+        fn audit_head(&self) -> Option<inbox::AuditHead> {
+            self.0.audit_head()
+        }
+        fn key_answer(&self, principal: &str, key: &str) -> Option<serde_json::Value> {
+            self.0.key_answer(principal, key)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a failed commit leaves the proposal pending")]
+    fn a_store_that_keeps_a_failed_transactions_parts_fails_the_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = inbox::State::open(&dir.path().join("state.sqlite")).unwrap();
+        state_conformance::a_failing_part_leaves_nothing(&Leaky(Sqlite(dir, state)));
+    }
+
+    #[test]
+    fn the_sqlite_state_passes_the_state_conformance_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = inbox::State::open(&dir.path().join("state.sqlite")).unwrap();
+        state_conformance::run_all(&Sqlite(dir, state));
     }
 
     #[test]

@@ -1,0 +1,119 @@
+//! One transaction of the state database, for a commit point made of parts
+//! (docs/contract.md#rules-of-the-write-path): the write's own change (an apply, an undo or redo,
+//! an executed challenge), the vault's new head (fingerprint, the notes it wrote, the change's row)
+//! and the audit head of the record that belongs to it. [`State::transact`] commits them together
+//! or not at all.
+
+use serde_json::Value;
+
+use crate::db::{State, StateError};
+use crate::intents::{ApplyCommit, IdemKey, NewHistory};
+use crate::{AuditHead, DiskAfter, HistoryTransition, TransitionCommit};
+
+/// An open transaction; see [`State::transact`].
+pub struct Tx<'c> {
+    c: &'c rusqlite::Connection,
+}
+
+impl State {
+    /// Runs `f` in one IMMEDIATE transaction: everything it records commits when it returns `Ok`,
+    /// nothing when it returns `Err` (or panics).
+    pub fn transact<T, E: From<StateError>>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T, E>) -> Result<T, E> {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(StateError::from)?;
+        let out = f(&Tx { c: &tx })?;
+        tx.commit().map_err(StateError::from)?;
+        Ok(out)
+    }
+}
+
+impl Tx<'_> {
+    /// The apply's change: `None` (nothing changed) when the proposal is no longer pending.
+    // One commit point takes every part of it; a parameter struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_apply(
+        &self,
+        intent_id: i64,
+        proposal_id: &str,
+        by: &str,
+        at: &str,
+        result: &Value,
+        history: Option<&NewHistory<'_>>,
+        idempotency: Option<&IdemKey<'_>>,
+    ) -> Result<Option<ApplyCommit>, StateError> {
+        crate::intents::finish_apply_on(
+            self.c,
+            intent_id,
+            proposal_id,
+            by,
+            at,
+            result,
+            history,
+            idempotency,
+        )
+    }
+
+    /// An undo's or redo's change: `None` (nothing changed) when the entry is no longer the top.
+    pub fn finish_history_transition(
+        &self,
+        t: &HistoryTransition<'_>,
+    ) -> Result<Option<TransitionCommit>, StateError> {
+        crate::history::finish_history_transition_on(self.c, t)
+    }
+
+    /// An executed challenge's result: its vault and revision, `None` when it has no open intent.
+    pub fn finish_challenge(
+        &self,
+        id: &str,
+        result: &Value,
+        changed: bool,
+    ) -> Result<Option<(String, u64)>, StateError> {
+        crate::challenges::finish_challenge_on(self.c, id, result, changed)
+    }
+
+    /// Appends a `done` history entry (clearing the redo branch); its `seq`.
+    pub fn add_history(&self, vault: &str, entry: &NewHistory<'_>) -> Result<u64, StateError> {
+        crate::intents::insert_history(self.c, vault, entry)
+    }
+
+    /// The vault as the write left it: fingerprint, the notes it wrote, the change's row (and the
+    /// audit head, when `d` carries one).
+    pub fn register_head(&self, vault: &str, d: &DiskAfter<'_>) -> Result<(), StateError> {
+        Ok(crate::db::record_disk(self.c, vault, d)?)
+    }
+
+    /// The audit record that belongs to this commit: the state knows of it once this commits.
+    pub fn append_audit(&self, head: &AuditHead) -> Result<(), StateError> {
+        Ok(crate::recorded::raise_head(self.c, head)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_failing_part_rolls_back_every_part_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = State::open(&dir.path().join("state.sqlite")).unwrap();
+        let head = AuditHead {
+            seq: 7,
+            hash: "h7".into(),
+        };
+        let out: Result<(), StateError> = s.transact(|tx| {
+            tx.append_audit(&head)?;
+            Err(StateError::IntentNotFound(1))
+        });
+        assert!(out.is_err());
+        assert_eq!(
+            s.audit_head().unwrap(),
+            None,
+            "nothing of a failed transaction stays"
+        );
+        s.transact(|tx| tx.append_audit(&head)).unwrap();
+        assert_eq!(s.audit_head().unwrap(), Some(head));
+    }
+}
