@@ -8,6 +8,7 @@
 //! process lives: a job is taken over only when its owner's lock is free (the owner is gone).
 
 use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -80,12 +81,17 @@ impl Jobs<'_> {
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.dir();
-        std::fs::create_dir_all(&dir)?;
+        // Private like the rest of the home.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(dir.join(format!("{id}.lock")))?;
         let mut lock = fd_lock::RwLock::new(file);
         // A fresh name: nobody else can hold it.

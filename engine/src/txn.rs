@@ -30,7 +30,7 @@ use crate::core::{VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused, Stale};
 use crate::group::{Claims, Phase};
 use crate::storage::state::{deferring, transact};
-use crate::storage::{Cas, Lease};
+use crate::storage::{Cas, Lease, run_step};
 use vault::write::Syncs;
 
 /// The intents-table step of a transaction that is being rolled back.
@@ -417,7 +417,7 @@ impl Writes<'_> {
                     OpState::Before => {
                         // Remembered first: the watcher may see the write before `exec` returns.
                         self.remember(v, op);
-                        if let Cas::Conflict(p) = files.exec(op)? {
+                        if let Cas::Conflict(p) = run_step(files.as_ref(), op)? {
                             return Ok(Some(p));
                         }
                     }
@@ -741,7 +741,7 @@ impl Writes<'_> {
             match files.op_state(&inv)? {
                 OpState::Before => {
                     self.remember(v, &inv);
-                    if let Cas::Conflict(p) = files.exec(&inv)? {
+                    if let Cas::Conflict(p) = run_step(files.as_ref(), &inv)? {
                         tracing::warn!(path = %p, "left a file changed outside vaultgate as it is");
                     }
                 }
@@ -759,11 +759,14 @@ impl Writes<'_> {
                         && files.hash(*from_zone, from)?.as_deref() == Some(hash.as_str())
                         && files.has_blob(hash)?
                     {
-                        if let Cas::Conflict(p) = files.exec(&FileOp::Delete {
-                            zone: *from_zone,
-                            path: from.clone(),
-                            before: hash.clone(),
-                        })? {
+                        if let Cas::Conflict(p) = run_step(
+                            files.as_ref(),
+                            &FileOp::Delete {
+                                zone: *from_zone,
+                                path: from.clone(),
+                                before: hash.clone(),
+                            },
+                        )? {
                             tracing::warn!(path = %p, "left a file changed outside vaultgate as it is");
                         }
                         continue;

@@ -11,7 +11,7 @@ use proposals::ops::{FileOp, OpState, Zone, inverse_all};
 use proposals::recovery::{Observed, Recovery, decide};
 use proposals::sha256_hex;
 
-use super::{Cas, ChangeFeed, VaultBackend};
+use super::{Cas, ChangeFeed, VaultBackend, run_step};
 
 /// A file outside the vault a link leads to: its bytes, and how to read them again.
 pub type Outside<'a> = (Vec<u8>, Box<dyn Fn() -> Vec<u8> + 'a>);
@@ -72,10 +72,18 @@ pub fn a_step_lands_only_on_the_bytes_it_expects(world: &dyn World) {
     let b = world.backend();
     stored(world, &[b"one\n", b"two\n"]);
     let create = put("conf/land.md", None, b"one\n");
-    assert_eq!(b.exec(&create).expect("create"), Cas::Done, "a create lands");
+    assert_eq!(
+        run_step(b.as_ref(), &create).expect("create"),
+        Cas::Done,
+        "a create lands"
+    );
     assert_eq!(note(world, "conf/land.md").as_deref(), Some(&b"one\n"[..]));
     let replace = put("conf/land.md", Some(b"one\n"), b"two\n");
-    assert_eq!(b.exec(&replace).expect("replace"), Cas::Done, "a replace lands");
+    assert_eq!(
+        run_step(b.as_ref(), &replace).expect("replace"),
+        Cas::Done,
+        "a replace lands"
+    );
     assert_eq!(note(world, "conf/land.md").as_deref(), Some(&b"two\n"[..]));
     let rename = FileOp::Rename {
         from_zone: Zone::Note,
@@ -84,7 +92,11 @@ pub fn a_step_lands_only_on_the_bytes_it_expects(world: &dyn World) {
         to: "conf/landed.md".into(),
         hash: sha256_hex(b"two\n"),
     };
-    assert_eq!(b.exec(&rename).expect("rename"), Cas::Done, "a rename lands");
+    assert_eq!(
+        run_step(b.as_ref(), &rename).expect("rename"),
+        Cas::Done,
+        "a rename lands"
+    );
     assert_eq!(
         note(world, "conf/land.md"),
         None,
@@ -96,7 +108,11 @@ pub fn a_step_lands_only_on_the_bytes_it_expects(world: &dyn World) {
         path: "conf/landed.md".into(),
         before: sha256_hex(b"two\n"),
     };
-    assert_eq!(b.exec(&delete).expect("delete"), Cas::Done, "a delete lands");
+    assert_eq!(
+        run_step(b.as_ref(), &delete).expect("delete"),
+        Cas::Done,
+        "a delete lands"
+    );
     assert_eq!(note(world, "conf/landed.md"), None);
 }
 
@@ -125,7 +141,7 @@ pub fn an_outside_edit_is_never_overwritten(world: &dyn World) {
     ];
     for step in &steps {
         assert!(
-            matches!(b.exec(step).expect("a step"), Cas::Conflict(_)),
+            matches!(run_step(b.as_ref(), step).expect("a step"), Cas::Conflict(_)),
             "a step on changed bytes answers Conflict: {step:?}"
         );
         assert_eq!(
@@ -149,7 +165,10 @@ pub fn an_outside_edit_is_never_overwritten(world: &dyn World) {
         to: "conf/dst.md".into(),
         hash: sha256_hex(b"base\n"),
     };
-    assert!(matches!(b.exec(&onto).expect("rename"), Cas::Conflict(_)));
+    assert!(matches!(
+        run_step(b.as_ref(), &onto).expect("rename"),
+        Cas::Conflict(_)
+    ));
     assert_eq!(note(world, "conf/dst.md").as_deref(), Some(&b"taken\n"[..]));
     assert_eq!(note(world, "conf/src.md").as_deref(), Some(&b"base\n"[..]));
 }
@@ -159,10 +178,10 @@ pub fn a_landed_step_does_not_land_twice(world: &dyn World) {
     let b = world.backend();
     stored(world, &[b"once\n"]);
     let create = put("conf/once.md", None, b"once\n");
-    assert_eq!(b.exec(&create).expect("create"), Cas::Done);
+    assert_eq!(run_step(b.as_ref(), &create).expect("create"), Cas::Done);
     assert_eq!(b.op_state(&create).expect("state"), OpState::After);
     assert!(
-        matches!(b.exec(&create).expect("again"), Cas::Conflict(_)),
+        matches!(run_step(b.as_ref(), &create).expect("again"), Cas::Conflict(_)),
         "a landed create does not land again"
     );
     assert_eq!(note(world, "conf/once.md").as_deref(), Some(&b"once\n"[..]));
@@ -186,7 +205,7 @@ pub fn observe_tells_recovery_what_to_do(world: &dyn World) {
         Recovery::Finish { remaining: 2 }
     );
     // Cut after the first step.
-    assert_eq!(b.exec(&ops[0]).expect("first step"), Cas::Done);
+    assert_eq!(run_step(b.as_ref(), &ops[0]).expect("first step"), Cas::Done);
     let states = b.observe(&ops).expect("observe");
     assert_eq!(
         states,
@@ -220,13 +239,13 @@ pub fn the_inverse_puts_every_file_back_and_keeps_an_outside_edit(world: &dyn Wo
         put("conf/inv-new.md", None, b"x2\n"),
     ];
     for op in &ops {
-        assert_eq!(b.exec(op).expect("a step"), Cas::Done);
+        assert_eq!(run_step(b.as_ref(), op).expect("a step"), Cas::Done);
     }
     world.edit("conf/inv-y.md", Some(b"the person's\n"));
     // Every inverse step is run; the one on the person's file must find their bytes.
     for inv in inverse_all(&ops) {
         let edited = inv.paths().iter().any(|(_, p)| *p == "conf/inv-y.md");
-        let ran = b.exec(&inv).expect("an inverse step");
+        let ran = run_step(b.as_ref(), &inv).expect("an inverse step");
         if edited {
             assert!(
                 matches!(ran, Cas::Conflict(_)),
@@ -292,7 +311,7 @@ pub fn a_link_is_never_followed(world: &dyn World) {
         },
     ];
     for step in &steps {
-        if let Ok(ran) = b.exec(step) {
+        if let Ok(ran) = run_step(b.as_ref(), step) {
             assert!(matches!(ran, Cas::Conflict(_)), "a step through a link: {step:?}");
         }
         assert_eq!(

@@ -29,6 +29,31 @@ pub enum Cas {
     Done,
     /// The file did not hold what the step expected (changed outside vaultgate): nothing written.
     Conflict(String),
+    /// The backend cannot tell whether the step landed (a push whose answer was lost); the
+    /// transaction settles it from [`VaultBackend::op_state`], never by guessing: [`run_step`].
+    Ambiguous,
+}
+
+/// Runs one step and settles an ambiguous outcome by observing what the backend holds now: the
+/// step's `after` state is [`Cas::Done`], bytes nobody planned are [`Cas::Conflict`], and a step
+/// still at its `before` state did not land — an error, so the transaction rolls back (and the
+/// caller's retry with its key runs it again), never a second attempt that might land twice.
+pub fn run_step(b: &dyn VaultBackend, op: &FileOp) -> Result<Cas, GatewayError> {
+    match b.exec(op)? {
+        Cas::Ambiguous => match b.op_state(op)? {
+            OpState::After => Ok(Cas::Done),
+            OpState::Other => Ok(Cas::Conflict(
+                op.paths()
+                    .first()
+                    .map(|(_, p)| (*p).to_owned())
+                    .unwrap_or_default(),
+            )),
+            OpState::Before => Err(GatewayError::Internal(
+                "a file step's outcome was unknown and it has not landed; nothing was committed: retry with the same idempotency key".into(),
+            )),
+        },
+        settled => Ok(settled),
+    }
 }
 
 /// A vault's files as the write transaction sees them: reads without following links, a store of
@@ -59,6 +84,8 @@ pub trait VaultBackend {
 
     /// Runs one step that is in its `Before` state. SECURITY(T-PROP7): a file changed since it
     /// was checked is never overwritten; the step answers [`Cas::Conflict`] and writes nothing.
+    /// [`Cas::Ambiguous`] when the backend cannot know whether it landed; callers go through
+    /// [`run_step`].
     fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError>;
 
     /// Where each step of a write stands now, in order: what recovery decides from.
@@ -452,6 +479,98 @@ mod tests {
     #[should_panic(expected = "an outside edit reaches the feed")]
     fn a_feed_that_misses_an_edit_fails_the_suite() {
         conformance::an_outside_edit_reaches_the_feed(&Careless(folder()));
+    }
+
+    /// A backend whose every step answers `Ambiguous`; `lands` says whether the step ran first.
+    struct Unsure<'a> {
+        f: &'a Folder,
+        lands: bool,
+    }
+
+    impl VaultBackend for Unsure<'_> {
+        fn read(&self, zone: Zone, path: &str) -> Result<Option<(Vec<u8>, String)>, GatewayError> {
+            self.f.v.files().read(zone, path)
+        }
+        fn store_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), GatewayError> {
+            self.f.v.files().store_blob(hash, bytes)
+        }
+        fn blob(&self, hash: &str) -> Result<Vec<u8>, GatewayError> {
+            self.f.v.files().blob(hash)
+        }
+        fn has_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+            self.f.v.files().has_blob(hash)
+        }
+        fn remove_blob(&self, hash: &str) -> Result<bool, GatewayError> {
+            self.f.v.files().remove_blob(hash)
+        }
+        fn remove(&self, zone: Zone, path: &str) -> Result<(), GatewayError> {
+            self.f.v.files().remove(zone, path)
+        }
+        /// A step that lands (or conflicts) and then cannot say so.
+        fn exec(&self, op: &FileOp) -> Result<Cas, GatewayError> {
+            if self.lands
+                && let Cas::Conflict(p) = self.f.v.files().exec(op)?
+            {
+                return Ok(Cas::Conflict(p));
+            }
+            Ok(Cas::Ambiguous)
+        }
+    }
+
+    /// The folder behind a backend that never knows whether its steps landed.
+    struct UnsureWorld(Folder);
+
+    impl conformance::World for UnsureWorld {
+        fn backend(&self) -> Box<dyn VaultBackend + '_> {
+            Box::new(Unsure { f: &self.0, lands: true })
+        }
+        fn edit(&self, path: &str, bytes: Option<&[u8]>) {
+            self.0.edit(path, bytes)
+        }
+        fn link_outside(&self, path: &str) -> Option<conformance::Outside<'_>> {
+            self.0.link_outside(path)
+        }
+        fn feed(&self) -> Box<dyn ChangeFeed + '_> {
+            self.0.feed()
+        }
+    }
+
+    #[test]
+    fn a_backend_that_lands_steps_without_knowing_it_passes_the_suite() {
+        conformance::run_all(&UnsureWorld(folder()));
+    }
+
+    #[test]
+    fn an_ambiguous_step_is_settled_by_what_the_backend_holds() {
+        use conformance::World;
+        let f = folder();
+        let bytes = b"the step's bytes\n";
+        let hash = proposals::sha256_hex(bytes);
+        f.v.files().store_blob(&hash, bytes).unwrap();
+        let put = |path: &str| FileOp::Put {
+            zone: Zone::Note,
+            path: path.into(),
+            before: None,
+            after: hash.clone(),
+        };
+        // It landed: done.
+        let landed = Unsure { f: &f, lands: true };
+        assert_eq!(run_step(&landed, &put("conf/landed.md")).unwrap(), Cas::Done);
+        assert_eq!(std::fs::read(f.tmp.path().join("conf/landed.md")).unwrap(), bytes);
+        // It did not land: an error (the transaction rolls back), and nothing was written twice.
+        let lost = Unsure { f: &f, lands: false };
+        assert!(run_step(&lost, &put("conf/lost.md")).is_err());
+        assert!(!f.tmp.path().join("conf/lost.md").exists());
+        // A person's bytes are there: a conflict, theirs kept.
+        f.edit("conf/theirs.md", Some(b"a person's\n"));
+        assert_eq!(
+            run_step(&lost, &put("conf/theirs.md")).unwrap(),
+            Cas::Conflict("conf/theirs.md".into())
+        );
+        assert_eq!(
+            std::fs::read(f.tmp.path().join("conf/theirs.md")).unwrap(),
+            b"a person's\n"
+        );
     }
 
     #[test]
