@@ -215,6 +215,22 @@ impl Approvals<'_> {
         given_hash: &ProposalHash,
         approval: &ClientApproval<'_>,
     ) -> Result<Option<Approved>, GatewayError> {
+        let out = self.obtain_approval(call, v, id, given_hash, approval);
+        if matches!(out, Ok(Some(_))) {
+            // A person's yes is used once: the write is not a job another process could run.
+            call.note_person_answered();
+        }
+        out
+    }
+
+    fn obtain_approval(
+        &self,
+        call: &Call<'_>,
+        v: &VaultHandle,
+        id: &ProposalId,
+        given_hash: &ProposalHash,
+        approval: &ClientApproval<'_>,
+    ) -> Result<Option<Approved>, GatewayError> {
         let Actor::Caller(caller) = call.actor() else {
             return Ok(None);
         };

@@ -68,6 +68,8 @@ pub struct Call<'a> {
     member: Option<std::sync::Arc<crate::group::Member>>,
     /// The group commits its members together (else the write runs alone and syncs as it goes).
     shared: bool,
+    /// A person's answer was used for this call (once): it is not a job (crate::jobs).
+    person_answered: std::cell::Cell<bool>,
 }
 
 impl<'a> Call<'a> {
@@ -89,7 +91,17 @@ impl<'a> Call<'a> {
             reserve: false,
             member: None,
             shared: false,
+            person_answered: std::cell::Cell::new(false),
         }
+    }
+
+    /// Notes that a person's answer was used for this call.
+    pub(crate) fn note_person_answered(&self) {
+        self.person_answered.set(true);
+    }
+
+    pub(crate) fn person_answered(&self) -> bool {
+        self.person_answered.get()
     }
 
     /// The group commit this write shares, if any.

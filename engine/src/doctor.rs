@@ -140,16 +140,32 @@ fn check_jobs(home: &Home, config: &Config, state: &inbox::State, checks: &mut V
             return;
         }
     };
-    let left = queued
-        .iter()
-        .filter(|j| crate::jobs::owner_gone(home, &j.owner))
-        .count();
+    let now_ms = time::OffsetDateTime::now_utc()
+        .unix_timestamp()
+        .saturating_mul(1000);
+    let ttl_ms = i64::try_from(config.limits.job_ttl_seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    let (mut left, mut expired) = (0, 0);
+    for j in queued.iter().filter(|j| crate::jobs::owner_gone(home, &j.owner)) {
+        if now_ms.saturating_sub(j.submitted_ms) > ttl_ms {
+            expired += 1;
+        } else {
+            left += 1;
+        }
+    }
     if left > 0 {
         checks.push(Check::warn(
             format!(
-                "{left} job(s) left queued by a stopped process: they run when a vaultgate server starts, within job_ttl_seconds ({} s)",
+                "{left} job(s) left queued by a stopped process: the next vaultgate server runs them if it starts within job_ttl_seconds ({} s) of their call",
                 config.limits.job_ttl_seconds
             ),
+            "vaultgate serve",
+        ));
+    }
+    if expired > 0 {
+        checks.push(Check::warn(
+            format!("{expired} job(s) left by a stopped process are past job_ttl_seconds: the next start ends them without running (their proposals stay pending)"),
             "vaultgate serve",
         ));
     }
@@ -567,12 +583,27 @@ mod tests {
                 .any(|c| c.status == Status::Warn && c.what.contains("left queued"))
         };
         assert!(!warned(&doctor(&home, time::OffsetDateTime::now_utc())));
-        // A stopped one: no lock file at all.
+        // A stopped one: no lock file at all (submitted at 0: long past its ttl).
         state.job_submit(&job("k2", &"b".repeat(32))).unwrap();
         let r = doctor(&home, time::OffsetDateTime::now_utc());
-        assert!(warned(&r), "{:?}", statuses(&r));
+        let past = |r: &Report| {
+            r.checks.iter().any(|c| {
+                c.status == Status::Warn && c.what.starts_with("1 job(s) left by a stopped process are past")
+            })
+        };
+        assert!(past(&r) && !warned(&r), "{:?}", statuses(&r));
+        // A fresh one of a stopped process: it will run.
+        let fresh = inbox::NewJob {
+            submitted_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
+            ..job("k3", &"d".repeat(32))
+        };
+        state.job_submit(&fresh).unwrap();
+        let r = doctor(&home, time::OffsetDateTime::now_utc());
+        assert!(past(&r) && warned(&r), "{:?}", statuses(&r));
         assert!(
-            r.checks.iter().any(|c| c.what.starts_with("1 job(s)")),
+            r.checks
+                .iter()
+                .any(|c| c.what.starts_with("1 job(s) left queued")),
             "{:?}",
             statuses(&r)
         );

@@ -1,14 +1,16 @@
 //! Jobs (docs/contract.md#applying-a-proposal): an apply, undo or redo an agent asked for is a
 //! durable row from the moment it waits for the vault's writer until its key answers or it fails.
-//! A process that dies (kill -9, a crash, a closed laptop) loses none: the next gateway process
-//! runs its queued jobs again, as their callers, through the very same call; the idempotency key
-//! makes each happen once. Nothing lands after `[limits] job_ttl_seconds`: an older job fails.
+//! A process that dies (kill -9, a crash) loses none: the next gateway process takes its queued
+//! jobs over and runs them again, as their callers, through the very same call; the idempotency
+//! key makes each happen once. Nothing starts after `[limits] job_ttl_seconds`: an older job fails.
 //!
 //! Which process waits for a job is told by a lock file under `<home>/jobs/`, held while the
-//! process lives: a job is taken over only when its owner's lock is free (the owner is gone).
+//! process lives: a job is taken over only when its owner's lock is free (the owner is gone), and
+//! only by one process (the row's owner changes by compare-and-swap). A call that used a person's
+//! answer is not a job: that answer counts once, for the call that asked.
 
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -19,6 +21,11 @@ use crate::core::{Core, VaultHandle};
 use crate::error::GatewayError;
 use crate::home::Home;
 
+/// The calls that become jobs.
+const JOB_TOOLS: [&str; 3] = ["apply_proposal", "history_undo", "history_redo"];
+/// A job taken over this many times (each run ended by a crash) fails instead of running again.
+const MAX_ATTEMPTS: i64 = 3;
+
 /// The jobs service: [`Core::jobs`].
 pub struct Jobs<'a> {
     pub(crate) core: &'a Core,
@@ -27,16 +34,35 @@ pub struct Jobs<'a> {
 /// This process, as the owner of the jobs it records: its id and the lock that says it lives.
 pub(crate) struct Owner {
     pub(crate) id: String,
+    path: PathBuf,
     /// Held (exclusively) until the process ends; closing the file releases it.
     _lock: std::fs::File,
 }
 
-/// A queued job whose process is gone, ready to run again as its caller.
+impl Drop for Owner {
+    /// A process that ends in order takes its lock file with it (its queued jobs, if any, are
+    /// then anyone's to take over).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A job taken over from a stopped process, ready to run again as its caller.
 #[derive(Debug)]
 pub struct Orphan {
     pub job: inbox::Job,
     pub caller: Caller,
+    /// The call's arguments, as they were.
     pub args: Value,
+}
+
+/// A job this call recorded or joined: [`Jobs::finish`] ends it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobRef {
+    pub id: i64,
+    /// This call made the row (or took it over): only then does its failure end the job; a
+    /// retry that joined it leaves the first call to finish it.
+    pub made: bool,
 }
 
 fn now_ms() -> i64 {
@@ -50,23 +76,34 @@ fn jobs_dir(home: &Home) -> PathBuf {
     home.dir.join("jobs")
 }
 
-/// Whether the process that owns `owner`'s jobs is gone: its lock file is missing or free.
+/// An owner id is 32 hex digits; anything else never names a file.
+fn valid_owner(owner: &str) -> bool {
+    owner.len() == 32 && owner.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether the process that owns `owner`'s jobs is gone: its lock file is missing or free. A
+/// shared probe: two processes checking at once do not take each other for the owner.
 pub(crate) fn owner_gone(home: &Home, owner: &str) -> bool {
-    // An owner id is 32 hex digits; anything else never names a file.
-    if owner.len() != 32 || !owner.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !valid_owner(owner) {
         return true;
     }
     let file = match std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
         .open(jobs_dir(home).join(format!("{owner}.lock")))
     {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return true,
         Err(_) => return false,
     };
-    let mut lock = fd_lock::RwLock::new(file);
-    lock.try_write().is_ok()
+    let lock = fd_lock::RwLock::new(file);
+    lock.try_read().is_ok()
+}
+
+/// The job ttl in milliseconds (a huge setting saturates, never wraps).
+fn ttl_ms(core: &Core) -> i64 {
+    i64::try_from(core.config().limits.job_ttl_seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000)
 }
 
 impl Jobs<'_> {
@@ -79,53 +116,73 @@ impl Jobs<'_> {
         if let Some(o) = self.core.jobs_owner.get() {
             return Ok(o);
         }
-        let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.dir();
         // Private like the rest of the home.
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(dir.join(format!("{id}.lock")))?;
-        let mut lock = fd_lock::RwLock::new(file);
-        // A fresh name: nobody else can hold it.
-        let guard = lock.try_write()?;
-        // Held until the file closes (the process ends); the guard borrows the lock.
-        std::mem::forget(guard);
-        let owner = Owner {
-            id,
-            _lock: lock.into_inner(),
+        let mut tries = 0;
+        let owner = loop {
+            tries += 1;
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            let path = dir.join(format!("{id}.lock"));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            let mut lock = fd_lock::RwLock::new(file);
+            // A fresh name: nobody else holds it.
+            let guard = lock.try_write()?;
+            // Held until the file closes (the process ends); the guard borrows the lock.
+            std::mem::forget(guard);
+            let file = lock.into_inner();
+            // Another process's sweep may have removed the file between its creation and the
+            // lock: then a new name (a lock on a removed file would tell nobody we live).
+            let same = std::fs::metadata(&path)
+                .ok()
+                .zip(file.metadata().ok())
+                .is_some_and(|(on_disk, held)| on_disk.ino() == held.ino() && on_disk.dev() == held.dev());
+            if same {
+                break Owner {
+                    id,
+                    path,
+                    _lock: file,
+                };
+            }
+            if tries >= 3 {
+                return Err(GatewayError::Internal(
+                    "the jobs folder keeps losing this process's lock file".into(),
+                ));
+            }
         };
-        // Another thread may have won the race: its owner stands, this lock file goes.
-        let path = dir.join(format!("{}.lock", owner.id));
-        let won = self.core.jobs_owner.set(owner).is_ok();
-        if !won {
-            let _ = std::fs::remove_file(path);
-        }
+        // Another thread may have won the race: its owner stands, this one (and its file) goes.
+        let _ = self.core.jobs_owner.set(owner);
         self.core
             .jobs_owner
             .get()
             .ok_or_else(|| GatewayError::Internal("the job owner vanished".into()))
     }
 
-    /// Records the job of a keyed write by an agent (the operator's CLI and review page wait in
-    /// their own terminal or browser: theirs are not jobs). Its commit is not fsynced: a process
-    /// crash keeps it, and the write's own intent makes it durable against power loss.
+    /// Records the job of a keyed write by an agent — not the operator's (the CLI and the review
+    /// page wait in their terminal or browser), and not a call a person's answer was used for.
+    /// Its commit is not fsynced: a process crash keeps it, and the write's own intent makes it
+    /// durable against power loss.
     pub(crate) fn submit(
         &self,
         call: &Call<'_>,
         v: &VaultHandle,
         key: &str,
-    ) -> Result<Option<i64>, GatewayError> {
+    ) -> Result<Option<JobRef>, GatewayError> {
         let Actor::Caller(caller) = call.actor() else {
             return Ok(None);
         };
+        // SECURITY(T-PROP8): a person's answer counts once, for the call that asked.
+        if !JOB_TOOLS.contains(&call.tool()) || call.person_answered() {
+            return Ok(None);
+        }
         let owner = self.owner()?;
         let args = call.args().to_string();
         let job = inbox::NewJob {
@@ -139,62 +196,51 @@ impl Jobs<'_> {
             submitted_ms: now_ms(),
         };
         let state = &self.core.state;
-        Ok(Some(state.deferring_sync(|| state.job_submit(&job))?))
+        let (id, made) = state.deferring_sync(|| state.job_submit(&job))?;
+        Ok(Some(JobRef { id, made }))
     }
 
-    /// Ends a job with its call's outcome (a success is usually already `done`: the key's answer
-    /// marked it in the effect's own commit).
-    pub fn finish<T>(&self, id: i64, outcome: &Result<T, GatewayError>) {
-        let code = outcome.as_ref().err().map(|e| e.code().as_str());
+    /// Ends a job with its call's outcome. A success is usually already `done` (the key's answer
+    /// marked it in the effect's own commit); a failure ends it only for the call that made or
+    /// took over the job, and is made durable at once (a lost mark would run it again).
+    pub fn finish<T>(&self, job: JobRef, outcome: &Result<T, GatewayError>) {
         let state = &self.core.state;
-        if let Err(e) = state.deferring_sync(|| state.job_finish(id, code, now_ms())) {
-            // The job stays queued; the next process sees its key answered, or runs it again.
-            tracing::warn!(error = %e, job = id, "recording a job's end failed");
+        let ended = match outcome {
+            Ok(_) => state.deferring_sync(|| state.job_finish(job.id, None, now_ms())),
+            Err(_) if !job.made => return,
+            Err(e) => state.job_finish(job.id, Some(e.code().as_str()), now_ms()),
+        };
+        if let Err(e) = ended {
+            // The job stays queued; the next process finds its key answered, or runs it again.
+            tracing::warn!(error = %e, job = job.id, "recording a job's end failed");
         }
     }
 
-    /// The queued jobs whose process is gone, to be run again by this one. On the way, a job past
-    /// `job_ttl_seconds` fails (`VAULT_BUSY`: its proposal stays pending) and a job whose
-    /// credential was revoked or expired fails with that refusal: neither runs.
-    pub fn orphans(&self) -> Result<Vec<Orphan>, GatewayError> {
+    /// The queued jobs whose process is gone, oldest first: each to be [`Jobs::take`]n just
+    /// before it runs. On the way, finished jobs older than a day and lock files nobody holds or
+    /// names are cleared (best effort).
+    pub fn orphans(&self) -> Result<Vec<inbox::Job>, GatewayError> {
         let state = &self.core.state;
         let now = now_ms();
-        let ttl_ms = self.core.config().limits.job_ttl_seconds.saturating_mul(1000) as i64;
-        // Finished jobs are kept a day, for `doctor` and a person's questions; keys keep answers.
-        state.jobs_prune(now.saturating_sub(86_400_000))?;
+        if let Err(e) = state.jobs_prune(now.saturating_sub(86_400_000)) {
+            tracing::warn!(error = %e, "forgetting finished jobs failed");
+        }
         let mine = self.core.jobs_owner.get().map(|o| o.id.clone());
-        let mut alive = std::collections::BTreeMap::new();
+        let mut gone = std::collections::BTreeMap::new();
         let mut out = Vec::new();
         let mut others_alive = 0usize;
-        for job in state.jobs_queued()? {
+        let queued = state.jobs_queued()?;
+        for job in &queued {
             if Some(&job.owner) == mine.as_ref() {
                 continue;
             }
-            let gone = *alive
+            let is_gone = *gone
                 .entry(job.owner.clone())
-                .or_insert_with(|| self.owner_gone(&job.owner));
-            if !gone {
+                .or_insert_with(|| owner_gone(&self.core.home, &job.owner));
+            if is_gone {
+                out.push(job.clone());
+            } else {
                 others_alive += 1;
-                continue;
-            }
-            let fail = |e: GatewayError| {
-                tracing::info!(
-                    job = job.id,
-                    code = e.code().as_str(),
-                    "a job left by a stopped process ends without running"
-                );
-                state.job_finish(job.id, Some(e.code().as_str()), now)
-            };
-            if now.saturating_sub(job.submitted_ms) > ttl_ms {
-                fail(GatewayError::VaultBusy(format!(
-                    "the job waited longer than job_ttl_seconds ({} s)",
-                    ttl_ms / 1000
-                )))?;
-                continue;
-            }
-            match self.caller(&job, now) {
-                Ok((caller, args)) => out.push(Orphan { job, caller, args }),
-                Err(e) => fail(e)?,
             }
         }
         if others_alive > 0 {
@@ -203,22 +249,106 @@ impl Jobs<'_> {
                 "queued jobs whose process still runs are left to it"
             );
         }
-        // The lock files of processes that are gone and own no queued job.
-        for (owner, gone) in alive {
-            if gone && !out.iter().any(|o| o.job.owner == owner) {
-                let _ = std::fs::remove_file(self.dir().join(format!("{owner}.lock")));
-            }
-        }
+        self.sweep(&queued);
         Ok(out)
     }
 
-    fn owner_gone(&self, owner: &str) -> bool {
-        owner_gone(&self.core.home, owner)
+    /// Removes the lock files that no live process holds and no queued job names.
+    fn sweep(&self, queued: &[inbox::Job]) {
+        let Ok(entries) = std::fs::read_dir(self.dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            if !valid_owner(owner)
+                || queued.iter().any(|j| j.owner == owner)
+                || self.core.jobs_owner.get().is_some_and(|o| o.id == owner)
+            {
+                continue;
+            }
+            if owner_gone(&self.core.home, owner) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Takes over an orphaned job, checked just before it runs: still queued and still its dead
+    /// owner's; younger than `job_ttl_seconds`; not taken over too often; its credential still
+    /// valid. One that may not run ends (`failed`, with the reason's code) and answers `None`; so
+    /// does one another process took first. A passing error (the state busy) leaves it queued.
+    pub fn take(&self, job: &inbox::Job) -> Result<Option<Orphan>, GatewayError> {
+        let state = &self.core.state;
+        let now = now_ms();
+        let fail = |e: GatewayError| {
+            tracing::info!(
+                job = job.id,
+                code = e.code().as_str(),
+                "a job left by a stopped process ends without running"
+            );
+            state.job_finish(job.id, Some(e.code().as_str()), now)?;
+            Ok(None)
+        };
+        let ttl = ttl_ms(self.core);
+        if now.saturating_sub(job.submitted_ms) > ttl {
+            return fail(GatewayError::VaultBusy(format!(
+                "the job waited longer than job_ttl_seconds ({} s)",
+                ttl / 1000
+            )));
+        }
+        if job.attempts >= MAX_ATTEMPTS {
+            return fail(GatewayError::Internal(format!(
+                "the job was taken over {} times, and each run ended with its process",
+                job.attempts
+            )));
+        }
+        let caller = match self.caller(job, now) {
+            Ok(c) => c,
+            Err(e @ (GatewayError::State(_) | GatewayError::Io(_))) => return Err(e),
+            Err(e) => return fail(e),
+        };
+        let args: Value = match serde_json::from_str(&job.args) {
+            Ok(a) => a,
+            Err(e) => {
+                return fail(GatewayError::InvalidArgument(format!(
+                    "the job's arguments do not parse: {e}"
+                )));
+            }
+        };
+        // The arguments stay as they were (the key's answer is bound to them); a call that named
+        // no vault must still reach the vault it was made for.
+        let named = args.get("vault").and_then(Value::as_str).map(str::to_owned);
+        if named
+            .or_else(|| self.core.config().default_vault.clone())
+            .as_deref()
+            != Some(job.vault.as_str())
+        {
+            return fail(GatewayError::InvalidArgument(format!(
+                "the job was made for vault '{}', which its arguments no longer reach (the default vault changed)",
+                job.vault
+            )));
+        }
+        let me = self.owner()?.id.clone();
+        if !state.job_claim(job.id, &job.owner, &me)? {
+            return Ok(None);
+        }
+        Ok(Some(Orphan {
+            job: inbox::Job {
+                owner: me,
+                attempts: job.attempts + 1,
+                ..job.clone()
+            },
+            caller,
+            args,
+        }))
     }
 
     /// The job's caller as its credential is now: a revoked or expired credential, or one that
-    /// no longer exists, runs nothing (SECURITY(T-AUTH3)).
-    fn caller(&self, job: &inbox::Job, now_ms: i64) -> Result<(Caller, Value), GatewayError> {
+    /// no longer exists, runs nothing (SECURITY(T-PROP8)). Its tier and vaults are checked again
+    /// by the call itself.
+    fn caller(&self, job: &inbox::Job, now_ms: i64) -> Result<Caller, GatewayError> {
         let credential = self
             .core
             .state
@@ -235,15 +365,10 @@ impl Jobs<'_> {
         } else {
             Transport::Http
         };
-        let args = serde_json::from_str(&job.args)
-            .map_err(|e| GatewayError::InvalidArgument(format!("the job's arguments do not parse: {e}")))?;
-        Ok((
-            Caller {
-                credential,
-                transport,
-            },
-            args,
-        ))
+        Ok(Caller {
+            credential,
+            transport,
+        })
     }
 }
 
@@ -268,12 +393,13 @@ mod tests {
                 principal: credential,
                 key,
                 tool: "apply_proposal",
-                args: r#"{"id":"p","proposalHash":"h","idempotencyKey":"k"}"#,
+                args: r#"{"id":"p","proposalHash":"h","idempotencyKey":"k","vault":"main"}"#,
                 transport: "stdio",
                 owner: &owner,
                 submitted_ms: now_ms() - age_ms,
             })
             .unwrap()
+            .0
     }
 
     fn credential(core: &Core, name: &str) -> String {
@@ -293,30 +419,42 @@ mod tests {
             .to_owned()
     }
 
+    fn lock_files(dir: &tempfile::TempDir) -> usize {
+        std::fs::read_dir(home(dir).dir.join("jobs"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
     #[test]
-    fn a_live_processs_jobs_are_left_to_it_and_taken_over_once_it_is_gone() {
+    fn a_live_processs_jobs_are_left_to_it_and_taken_over_once_by_one_process_once_it_is_gone() {
         let dir = tempfile::tempdir().unwrap();
         home(&dir).init().unwrap();
         let first = Core::open(home(&dir)).unwrap();
         let agent = credential(&first, "agent");
         let id = queue(&first, &agent, "k1", 0);
         let second = Core::open(home(&dir)).unwrap();
+        let third = Core::open(home(&dir)).unwrap();
         assert!(second.jobs().orphans().unwrap().is_empty(), "its process lives");
         assert!(
             first.jobs().orphans().unwrap().is_empty(),
             "a process never takes its own"
         );
         drop(first);
-        let orphans = second.jobs().orphans().unwrap();
-        assert_eq!(orphans.len(), 1);
-        assert_eq!(orphans[0].job.id, id);
-        assert_eq!(orphans[0].caller.credential.name, "agent");
-        assert_eq!(orphans[0].caller.transport, Transport::Stdio);
-        assert_eq!(orphans[0].args["idempotencyKey"], "k");
+        let found = second.jobs().orphans().unwrap();
+        assert_eq!(found.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+        // Two processes find it; one takes it.
+        let also = third.jobs().orphans().unwrap();
+        let taken = second.jobs().take(&found[0]).unwrap().unwrap();
+        assert!(third.jobs().take(&also[0]).unwrap().is_none(), "taken twice");
+        assert_eq!(taken.caller.credential.name, "agent");
+        assert_eq!(taken.caller.transport, Transport::Stdio);
+        assert_eq!(taken.args["idempotencyKey"], "k");
+        // Now the second process is its owner, and it lives.
+        assert!(third.jobs().orphans().unwrap().is_empty());
     }
 
     #[test]
-    fn an_old_job_and_a_revoked_callers_job_fail_without_running() {
+    fn an_old_job_a_revoked_callers_job_and_a_job_taken_over_too_often_fail_without_running() {
         let dir = tempfile::tempdir().unwrap();
         home(&dir).init().unwrap();
         let first = Core::open(home(&dir)).unwrap();
@@ -331,9 +469,15 @@ mod tests {
             .unwrap();
         drop(first);
         let second = Core::open(home(&dir)).unwrap();
-        let orphans = second.jobs().orphans().unwrap();
-        assert_eq!(orphans.iter().map(|o| o.job.id).collect::<Vec<_>>(), vec![fresh]);
-        let ended = |id| second.state.job(id).unwrap().unwrap();
+        let mut ran = Vec::new();
+        for job in second.jobs().orphans().unwrap() {
+            if let Some(o) = second.jobs().take(&job).unwrap() {
+                ran.push(o.job.id);
+            }
+        }
+        assert_eq!(ran, vec![fresh]);
+        let state = inbox::State::open(&home(&dir).state_path()).unwrap();
+        let ended = |id| state.job(id).unwrap().unwrap();
         assert_eq!(
             (ended(old).1.as_str(), ended(old).2.as_deref()),
             ("failed", Some("VAULT_BUSY"))
@@ -342,5 +486,49 @@ mod tests {
             (ended(revoked).1.as_str(), ended(revoked).2.as_deref()),
             ("failed", Some("CREDENTIAL_REVOKED"))
         );
+        // The second process dies while running it, twice more: then it is given up.
+        drop(second);
+        for _ in 0..2 {
+            let next = Core::open(home(&dir)).unwrap();
+            let job = next.jobs().orphans().unwrap().pop().unwrap();
+            assert!(next.jobs().take(&job).unwrap().is_some());
+        }
+        let last = Core::open(home(&dir)).unwrap();
+        let job = last.jobs().orphans().unwrap().pop().unwrap();
+        assert!(last.jobs().take(&job).unwrap().is_none());
+        assert_eq!(
+            (ended(fresh).1.as_str(), ended(fresh).2.as_deref()),
+            ("failed", Some("INTERNAL"))
+        );
+    }
+
+    #[test]
+    fn a_huge_ttl_never_wraps() {
+        let dir = tempfile::tempdir().unwrap();
+        home(&dir).init().unwrap();
+        let core = Core::open(home(&dir)).unwrap();
+        let mut config = core.home.load_config().unwrap();
+        config.limits.job_ttl_seconds = u64::MAX;
+        core.home.save_config(&config).unwrap();
+        let core = Core::open(home(&dir)).unwrap();
+        assert_eq!(ttl_ms(&core), i64::MAX);
+    }
+
+    #[test]
+    fn lock_files_go_with_their_process_and_strays_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        home(&dir).init().unwrap();
+        let first = Core::open(home(&dir)).unwrap();
+        let agent = credential(&first, "agent");
+        queue(&first, &agent, "k1", 0);
+        assert_eq!(lock_files(&dir), 1);
+        drop(first);
+        assert_eq!(lock_files(&dir), 0, "a process that ends takes its lock file");
+        // A killed process leaves its file: nobody holds it, no job names it.
+        let stray = home(&dir).dir.join(format!("jobs/{}.lock", "c".repeat(32)));
+        std::fs::write(&stray, b"").unwrap();
+        let second = Core::open(home(&dir)).unwrap();
+        second.jobs().orphans().unwrap();
+        assert!(!stray.exists(), "a stray lock file is swept");
     }
 }

@@ -226,6 +226,25 @@ impl Settle {
     }
 }
 
+/// Ends a write's job as failed if the write unwinds before it reports.
+struct JobEnd<'c>(&'c crate::core::Core, Option<crate::jobs::JobRef>);
+
+impl JobEnd<'_> {
+    fn disarm(mut self) -> Option<crate::jobs::JobRef> {
+        self.1.take()
+    }
+}
+
+impl Drop for JobEnd<'_> {
+    fn drop(&mut self) {
+        if let Some(job) = self.1.take() {
+            self.0
+                .jobs()
+                .finish::<()>(job, &Err(GatewayError::Internal("the write panicked".into())));
+        }
+    }
+}
+
 /// Why a transaction is being rolled back.
 enum Cause {
     /// A file held bytes nobody planned.
@@ -269,9 +288,11 @@ impl Writes<'_> {
             Keyed::Key { key, .. } => self.core.jobs().submit(call, v, key)?,
             Keyed::Row => None,
         };
+        // A write that panics ends its job as failed (else it would wait for this process's end).
+        let ending = JobEnd(self.core, job);
         let out = self.write_job(call, v, &keyed, claims, prepared, op);
-        if let Some(id) = job {
-            self.core.jobs().finish(id, &out);
+        if let Some(job) = ending.disarm() {
+            self.core.jobs().finish(job, &out);
         }
         out
     }

@@ -254,7 +254,8 @@ const MIGRATIONS: &[&str] = &[
         submitted_ms INTEGER NOT NULL,
         state TEXT NOT NULL,           -- queued | done | failed
         code TEXT,
-        finished_ms INTEGER
+        finished_ms INTEGER,
+        attempts INTEGER NOT NULL DEFAULT 0  -- runs taken over from a stopped process
     );
     CREATE UNIQUE INDEX jobs_queued_key ON jobs (principal, idem_key) WHERE state = 'queued';",
 ];

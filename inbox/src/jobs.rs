@@ -27,6 +27,8 @@ pub struct Job {
     pub owner: String,
     /// Unix milliseconds.
     pub submitted_ms: i64,
+    /// How many times another process took it over.
+    pub attempts: i64,
 }
 
 /// A job to record.
@@ -53,10 +55,11 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         transport: row.get(6)?,
         owner: row.get(7)?,
         submitted_ms: row.get(8)?,
+        attempts: row.get(9)?,
     })
 }
 
-const COLUMNS: &str = "id, vault, principal, idem_key, tool, args, transport, owner, submitted_ms";
+const COLUMNS: &str = "id, vault, principal, idem_key, tool, args, transport, owner, submitted_ms, attempts";
 
 /// Unix milliseconds now (0 before 1970).
 pub(crate) fn now_ms() -> i64 {
@@ -82,8 +85,8 @@ pub(crate) fn done_on(
 
 impl State {
     /// Records a queued job, or returns the one already queued under the same key (a retry while
-    /// the first call still waits attaches to it). Returns its id.
-    pub fn job_submit(&self, j: &NewJob<'_>) -> Result<i64, StateError> {
+    /// the first call still waits attaches to it). Returns its id, and whether this call made it.
+    pub fn job_submit(&self, j: &NewJob<'_>) -> Result<(i64, bool), StateError> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let existing = tx
@@ -93,7 +96,7 @@ impl State {
             .query_row([j.principal, j.key], |r| r.get::<_, i64>(0))
             .optional()?;
         let id = match existing {
-            Some(id) => id,
+            Some(id) => (id, false),
             None => {
                 tx.prepare_cached(
                     "INSERT INTO jobs (vault, principal, idem_key, tool, args, transport, owner, submitted_ms, state)
@@ -109,7 +112,7 @@ impl State {
                     j.owner,
                     j.submitted_ms
                 ])?;
-                tx.last_insert_rowid()
+                (tx.last_insert_rowid(), true)
             }
         };
         tx.commit()?;
@@ -129,6 +132,19 @@ impl State {
         Ok(())
     }
 
+    /// Takes over a queued job from `from` (a stopped process) for `to`, counting the attempt:
+    /// of several processes taking it over at once, exactly one gets `true`.
+    pub fn job_claim(&self, id: i64, from: &str, to: &str) -> Result<bool, StateError> {
+        let conn = self.conn()?;
+        Ok(conn
+            .prepare_cached(
+                "UPDATE jobs SET owner = ?3, attempts = attempts + 1
+                 WHERE id = ?1 AND owner = ?2 AND state = 'queued'",
+            )?
+            .execute(params![id, from, to])?
+            == 1)
+    }
+
     /// Every queued job, oldest first.
     pub fn jobs_queued(&self) -> Result<Vec<Job>, StateError> {
         let conn = self.conn()?;
@@ -145,7 +161,7 @@ impl State {
         let mut stmt =
             conn.prepare_cached(&format!("SELECT {COLUMNS}, state, code FROM jobs WHERE id = ?1"))?;
         Ok(stmt
-            .query_row([id], |r| Ok((from_row(r)?, r.get(9)?, r.get(10)?)))
+            .query_row([id], |r| Ok((from_row(r)?, r.get(10)?, r.get(11)?)))
             .optional()?)
     }
 
@@ -186,20 +202,20 @@ mod tests {
     #[test]
     fn a_retry_while_queued_attaches_to_the_same_job() {
         let (_d, s) = open();
-        let a = s.job_submit(&job("k1", "o1")).unwrap();
-        let b = s.job_submit(&job("k1", "o2")).unwrap();
-        assert_eq!(a, b);
+        let (a, made) = s.job_submit(&job("k1", "o1")).unwrap();
+        let (b, again) = s.job_submit(&job("k1", "o2")).unwrap();
+        assert_eq!((a, made, again), (b, true, false));
         let queued = s.jobs_queued().unwrap();
         assert_eq!(queued.len(), 1);
         assert_eq!(queued[0].owner, "o1", "the first submitter owns it");
         // Another key is another job.
-        assert_ne!(s.job_submit(&job("k2", "o1")).unwrap(), a);
+        assert_ne!(s.job_submit(&job("k2", "o1")).unwrap().0, a);
     }
 
     #[test]
     fn a_failed_job_frees_its_key_for_a_new_job_and_keeps_its_code() {
         let (_d, s) = open();
-        let a = s.job_submit(&job("k1", "o1")).unwrap();
+        let (a, _) = s.job_submit(&job("k1", "o1")).unwrap();
         s.job_finish(a, Some("PROPOSAL_STALE_BASE"), 2_000).unwrap();
         let (_, state, code) = s.job(a).unwrap().unwrap();
         assert_eq!(
@@ -207,42 +223,54 @@ mod tests {
             ("failed", Some("PROPOSAL_STALE_BASE"))
         );
         assert!(s.jobs_queued().unwrap().is_empty());
-        let b = s.job_submit(&job("k1", "o1")).unwrap();
-        assert_ne!(a, b, "a retry after a failure is a new job");
+        let (b, made) = s.job_submit(&job("k1", "o1")).unwrap();
+        assert!(made && a != b, "a retry after a failure is a new job");
     }
 
     #[test]
     fn recording_the_keys_answer_marks_its_job_done_in_the_same_transaction() {
         let (_d, s) = open();
-        let a = s.job_submit(&job("k1", "o1")).unwrap();
+        let (a, _) = s.job_submit(&job("k1", "o1")).unwrap();
         let k = IdemKey {
             credential_id: "cred-1",
             key: "k1",
             tool: "apply_proposal",
             args_hash: "h",
         };
-        {
-            let conn = s.conn().unwrap();
-            crate::intents::put_key_on(
-                &conn,
-                &k,
-                &serde_json::json!({"applied": true}),
-                "2026-01-01T00:00:00Z",
-            )
+        let answer = serde_json::json!({"applied": true});
+        // A transaction that fails after recording the key leaves the job queued.
+        let failed: Result<(), StateError> = s.transact(|tx| {
+            tx.put_key(&k, &answer, "2026-01-01T00:00:00Z")?;
+            Err(StateError::IntentNotFound(0))
+        });
+        assert!(failed.is_err());
+        assert_eq!(s.job(a).unwrap().unwrap().1, "queued");
+        s.transact(|tx| tx.put_key(&k, &answer, "2026-01-01T00:00:00Z"))
             .unwrap();
-        }
-        let (_, state, _) = s.job(a).unwrap().unwrap();
-        assert_eq!(state, "done");
+        assert_eq!(s.job(a).unwrap().unwrap().1, "done");
         // A late failure report does not undo what the key recorded.
         s.job_finish(a, Some("INTERNAL"), 3_000).unwrap();
         assert_eq!(s.job(a).unwrap().unwrap().1, "done");
     }
 
     #[test]
+    fn of_two_processes_taking_over_a_job_one_gets_it() {
+        let (_d, s) = open();
+        let (a, _) = s.job_submit(&job("k1", "dead")).unwrap();
+        assert!(s.job_claim(a, "dead", "p1").unwrap());
+        assert!(
+            !s.job_claim(a, "dead", "p2").unwrap(),
+            "the second finds it taken"
+        );
+        let (j, _, _) = s.job(a).unwrap().unwrap();
+        assert_eq!((j.owner.as_str(), j.attempts), ("p1", 1));
+    }
+
+    #[test]
     fn pruning_forgets_finished_jobs_only() {
         let (_d, s) = open();
-        let a = s.job_submit(&job("k1", "o1")).unwrap();
-        let b = s.job_submit(&job("k2", "o1")).unwrap();
+        let (a, _) = s.job_submit(&job("k1", "o1")).unwrap();
+        let (b, _) = s.job_submit(&job("k2", "o1")).unwrap();
         s.job_finish(a, None, 2_000).unwrap();
         assert_eq!(s.jobs_prune(5_000).unwrap(), 1);
         assert!(s.job(a).unwrap().is_none());

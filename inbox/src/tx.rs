@@ -84,6 +84,11 @@ impl Tx<'_> {
         Ok(crate::db::record_disk(self.c, vault, d)?)
     }
 
+    /// Records a key's first answer (and marks its job done).
+    pub fn put_key(&self, k: &IdemKey<'_>, result: &Value, at: &str) -> Result<(), StateError> {
+        crate::intents::put_key_on(self.c, k, result, at)
+    }
+
     /// The audit record that belongs to this commit: the state knows of it once this commits.
     pub fn append_audit(&self, head: &AuditHead) -> Result<(), StateError> {
         Ok(crate::recorded::raise_head(self.c, head)?)

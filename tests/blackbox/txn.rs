@@ -1593,9 +1593,10 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
     h.close().await;
 }
 
-/// docs/contract.md#applying-a-proposal: jobs are durable. The server that waited for two applies
-/// is killed; the next server runs them as their callers — one applies once, and its key answers the retry; the other's
-/// credential was revoked in between, so it runs nothing.
+/// docs/contract.md#applying-a-proposal: jobs are durable. The server that waited for three
+/// applies is killed; the next server runs them as their callers — one applies once, and its key
+/// answers the retry; another's credential was revoked in between, and a third's tier lowered, so
+/// they write nothing.
 #[tokio::test]
 async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_checked_again() {
     let env = Env::new();
@@ -1609,17 +1610,24 @@ async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_chec
     let c = env.stdio(&other).await;
     let revoked = crate::util::propose_new(&c, "notes/revoked.md", "# Revoked\n", "a job").await;
     c.close().await;
+    let (_, lowered_token) = env.token("lowered", "auto");
+    let c = env.stdio(&lowered_token).await;
+    let lowered = crate::util::propose_new(&c, "notes/lowered.md", "# Lowered\n", "a job").await;
+    c.close().await;
     let srv = crate::http::Server::start(&env);
     let (child, release) = hold_the_writer(&env, &held).await;
 
     // The revoked credential's job is older: when the other note lands, it was decided.
     let ho = srv.client(&other).await;
     busy_apply(&ho, &revoked, "job-other").await;
+    let hl = srv.client(&lowered_token).await;
+    busy_apply(&hl, &lowered, "job-lowered").await;
     let h = srv.client(&token).await;
     busy_apply(&h, &waits, "job-1").await;
     // kill -9 with both jobs waiting for the writer.
     drop(h);
     drop(ho);
+    drop(hl);
     drop(srv);
 
     release_the_writer(child, &release).await;
@@ -1628,6 +1636,9 @@ async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_chec
         "the killed server's job did not run"
     );
     let out = cli(&env, &["token", "revoke", "other"], &[]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    // Another caller may now only propose: its job is checked again, as the call it is.
+    let out = cli(&env, &["token", "set-tier", "lowered", "propose"], &[]).await;
     assert!(out.status.success(), "{}", text(&out));
 
     let srv = crate::http::Server::start_logged(&env, "info");
@@ -1641,13 +1652,21 @@ async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_chec
         !env.vault.join("notes/revoked.md").exists(),
         "a revoked credential's job ran"
     );
+    assert!(
+        !env.vault.join("notes/lowered.md").exists(),
+        "a job ran with a tier its caller no longer has"
+    );
+    let denied = crate::util::audit_lines(&env).into_iter().any(|r| {
+        r["tool"] == "apply_proposal" && r["proposalId"] == lowered["id"] && r["code"] == "CAPABILITY_DENIED"
+    });
+    assert!(denied, "the lowered caller's job is refused and recorded");
     let h = srv.client(&token).await;
     let args = json!({"id": waits["id"], "proposalHash": waits["proposalHash"], "idempotencyKey": "job-1"});
     let answer = call(&h, "apply_proposal", args).await.ok();
     assert_eq!(answer["applied"], true, "{answer}");
     assert_eq!(answer["replayed"], true, "the retry answers the job: {answer}");
     let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
-    for (p, n) in [(&waits, 1), (&revoked, 0)] {
+    for (p, n) in [(&waits, 1), (&revoked, 0), (&lowered, 0)] {
         let id = p["id"].as_str().unwrap();
         assert_eq!(
             applied.lines().filter(|l| l.contains(id)).count(),

@@ -522,7 +522,10 @@ mod tests {
 
     impl conformance::World for UnsureWorld {
         fn backend(&self) -> Box<dyn VaultBackend + '_> {
-            Box::new(Unsure { f: &self.0, lands: true })
+            Box::new(Unsure {
+                f: &self.0,
+                lands: true,
+            })
         }
         fn edit(&self, path: &str, bytes: Option<&[u8]>) {
             self.0.edit(path, bytes)
