@@ -495,7 +495,7 @@ impl Writes<'_> {
                     .map_err(|_| GatewayError::AuditUnavailable)?;
                     Ok(head)
                 }),
-            // The head is raised by the commit itself (`DiskAfter::head`): one sync fewer.
+            // The head is raised by the commit itself (`StateTx::append_audit`): one sync fewer.
             (Some(c), None) => c.record_head(record),
             (None, _) => self.recovered_record(v, intent),
         };
@@ -878,6 +878,7 @@ impl Writes<'_> {
                     else {
                         return Ok(None);
                     };
+                    debug_assert_eq!(c.vault, v.id, "an intent of another vault");
                     tx.register_head(&v.id, &disk_after)?;
                     tx.append_audit(head)?;
                     Ok(Some(c))
@@ -992,9 +993,10 @@ impl Writes<'_> {
                     .collect();
                 let removed = Value::Array(removed);
                 let revision = transact(store, |tx| {
-                    let Some((_, revision)) = tx.finish_challenge(challenge_id, &result, changed)? else {
+                    let Some((vault, revision)) = tx.finish_challenge(challenge_id, &result, changed)? else {
                         return Ok(None);
                     };
+                    debug_assert_eq!(vault, v.id, "a challenge of another vault");
                     if changed {
                         let barrier = inbox::NewHistory {
                             id: history_id,
@@ -1005,12 +1007,8 @@ impl Writes<'_> {
                             paths: &removed,
                             barrier: true,
                         };
-                        // Kept by an earlier run of this commit (a version that added it apart).
-                        match tx.add_history(&v.id, &barrier) {
-                            Ok(_) | Err(GatewayError::State(inbox::StateError::DuplicateHistoryEntry(_))) => {
-                            }
-                            Err(e) => return Err(e),
-                        }
+                        // An entry an earlier run left (a version that added it apart) answers as is.
+                        tx.add_history(&v.id, &barrier)?;
                         tx.register_head(&v.id, &disk_after)?;
                     }
                     tx.append_audit(head)?;

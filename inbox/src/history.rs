@@ -1,6 +1,6 @@
 //! History undo/redo records (docs/contract.md#history): reading one entry, the tops a transition would leave, and
-//! [`State::finish_history_transition`], the single SQLite transaction that is the commit point
-//! of an undo or a redo.
+//! an undo's or redo's part of its commit point (`finish_history_transition_on`, run inside
+//! [`crate::Tx`]; [`State::finish_history_transition`] runs it alone).
 //!
 //! The linear-history rules live here, once: only the newest `done` entry can be undone, never a
 //! barrier and never past one; only the oldest `undone` entry can be redone. Nothing here touches

@@ -1,6 +1,6 @@
 //! The apply transaction's durable records (docs/contract.md#proposals, docs/contract.md#history): the intent written before the vault is
-//! touched, the history entries, and [`State::finish_apply`], the single SQLite transaction that
-//! is the apply's commit point.
+//! touched, the history entries, and the apply's part of its commit point (`finish_apply_on`, run
+//! inside [`crate::Tx`]; [`State::finish_apply`] runs it alone).
 //!
 //! Crash recovery reads [`State::open_intents`]: an open intent means an apply began and did not
 //! commit; its plan and last step tell the caller whether to finish or roll back. Nothing here

@@ -4,6 +4,7 @@
 //! and the audit head of the record that belongs to it. [`State::transact`] commits them together
 //! or not at all.
 
+use rusqlite::OptionalExtension;
 use serde_json::Value;
 
 use crate::db::{State, StateError};
@@ -73,13 +74,23 @@ impl Tx<'_> {
         crate::challenges::finish_challenge_on(self.c, id, result, changed)
     }
 
-    /// Appends a `done` history entry (clearing the redo branch); its `seq`.
+    /// Appends a `done` history entry (clearing the redo branch); its `seq`. An entry of this id
+    /// already there (an earlier run of the same commit) is its answer, and nothing changes: a
+    /// part never fails for a duplicate, which would abort a shared database's transaction.
     pub fn add_history(&self, vault: &str, entry: &NewHistory<'_>) -> Result<u64, StateError> {
-        crate::intents::insert_history(self.c, vault, entry)
+        let existing: Option<i64> = self
+            .c
+            .prepare_cached("SELECT seq FROM history WHERE vault = ?1 AND id = ?2")?
+            .query_row([vault, entry.id], |r| r.get(0))
+            .optional()?;
+        match existing {
+            Some(seq) => Ok(crate::db::non_negative(seq)),
+            None => crate::intents::insert_history(self.c, vault, entry),
+        }
     }
 
     /// The vault as the write left it: fingerprint, the notes it wrote, the change's row (and the
-    /// audit head, when `d` carries one).
+    /// audit head, when `d` carries one: the old callers' way; [`Tx::append_audit`] is the part).
     pub fn register_head(&self, vault: &str, d: &DiskAfter<'_>) -> Result<(), StateError> {
         Ok(crate::db::record_disk(self.c, vault, d)?)
     }

@@ -328,6 +328,38 @@ mod tests {
         fn key_answer(&self, principal: &str, key: &str) -> Option<serde_json::Value> {
             self.1.idempotency_get(principal, key).unwrap().map(|r| r.result)
         }
+        fn fingerprint(&self, vault: &str) -> Option<String> {
+            self.1.fingerprint(vault).unwrap()
+        }
+        fn open_intents(&self, vault: &str) -> usize {
+            self.1.open_intents(vault).unwrap().len()
+        }
+        fn history_state(&self, vault: &str, id: &str) -> Option<String> {
+            self.1
+                .history_entry(vault, id)
+                .unwrap()
+                .map(|e| e.state.as_str().to_owned())
+        }
+        fn consumed_challenge(&self, vault: &str, id: &str) {
+            let plan = serde_json::json!({});
+            self.1
+                .create_challenge(&inbox::NewChallenge {
+                    id,
+                    vault,
+                    credential_id: "cred",
+                    tool: "empty_trash",
+                    args_hash: "args",
+                    idempotency_key: "k",
+                    plan: &plan,
+                    plan_hash: "plan",
+                    revision: 0,
+                    expires_at: i64::MAX,
+                    created_at: 0,
+                })
+                .unwrap();
+            let intent = serde_json::json!({"intent": 1});
+            assert!(self.1.consume_challenge(id, 1, &intent).unwrap());
+        }
     }
 
     /// A store whose transaction keeps what its body recorded even when the body fails.
@@ -381,6 +413,18 @@ mod tests {
         }
         fn key_answer(&self, principal: &str, key: &str) -> Option<serde_json::Value> {
             self.0.key_answer(principal, key)
+        }
+        fn fingerprint(&self, vault: &str) -> Option<String> {
+            self.0.fingerprint(vault)
+        }
+        fn open_intents(&self, vault: &str) -> usize {
+            self.0.open_intents(vault)
+        }
+        fn history_state(&self, vault: &str, id: &str) -> Option<String> {
+            self.0.history_state(vault, id)
+        }
+        fn consumed_challenge(&self, vault: &str, id: &str) {
+            self.0.consumed_challenge(vault, id)
         }
     }
 

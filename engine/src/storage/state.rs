@@ -1,8 +1,10 @@
 //! The state a write records and commits to (docs/contract.md#rules-of-the-write-path): its intent,
 //! written before any file is touched, and its commit point, one transaction whose parts — the
 //! write's own change, the vault's new head and the audit record that belongs to it — commit
-//! together or not at all. Today's store is `inbox::State` (SQLite, `state.sqlite`); a shared
-//! database implements the same trait, and the transaction does not change.
+//! together or not at all. Today's store is `inbox::State` (SQLite, `state.sqlite`). A shared
+//! database implements the same trait for the commit point; the rest of the write's state —
+//! a critical call's intent in its challenge row, a rollback's marks, the amended answer, the job
+//! rows and recovery's reads — still calls `inbox::State` and moves behind this trait with it.
 //!
 //! It must never decide anything: whether a change may commit is the transaction's, from what the
 //! parts answer (`None`: the proposal or entry moved on; nothing was changed).
@@ -17,14 +19,15 @@ pub trait StateStore {
     fn begin_intent(&self, vault: &str, key: &str, plan: &Value, at: &str) -> Result<i64, GatewayError>;
 
     /// Runs one transaction: everything `f` records on the [`StateTx`] commits when it returns
-    /// `Ok`, nothing when it returns `Err`.
+    /// `Ok`, nothing when it returns `Err`. `f` runs at most once: a store that must retry (a
+    /// serialization failure) answers the error instead, and the write rolls back.
     fn transact(
         &self,
         f: &mut dyn FnMut(&dyn StateTx) -> Result<(), GatewayError>,
     ) -> Result<(), GatewayError>;
 
-    /// Runs `f` with this thread's commits left unsynced: a group's commits are made durable by
-    /// one [`StateStore::sync`].
+    /// Runs `f` (once) with this thread's commits left unsynced: a group's commits are made
+    /// durable by one [`StateStore::sync`].
     fn deferring(&self, f: &mut dyn FnMut() -> Result<(), GatewayError>) -> Result<(), GatewayError>;
 
     /// Makes every commit made so far durable.
@@ -61,7 +64,9 @@ pub trait StateTx {
         changed: bool,
     ) -> Result<Option<(String, u64)>, GatewayError>;
 
-    /// A history entry of a write that is not an apply (a critical call's barrier).
+    /// A history entry of a write that is not an apply (a critical call's barrier). An entry of
+    /// this id already there answers as is: no part fails for a duplicate (a failed statement
+    /// aborts a shared database's whole transaction).
     fn add_history(&self, vault: &str, entry: &inbox::NewHistory<'_>) -> Result<u64, GatewayError>;
 
     /// The vault as the write left it (fingerprint, notes written, the change's row).

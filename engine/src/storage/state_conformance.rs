@@ -20,13 +20,24 @@ pub trait StateWorld {
     fn audit_head(&self) -> Option<inbox::AuditHead>;
     /// The answer recorded for `key` of `principal`, if any.
     fn key_answer(&self, principal: &str, key: &str) -> Option<serde_json::Value>;
+    /// The vault's registered fingerprint.
+    fn fingerprint(&self, vault: &str) -> Option<String>;
+    /// How many intents of the vault are open.
+    fn open_intents(&self, vault: &str) -> usize;
+    /// A history entry's state (`done`, `undone`), if it exists.
+    fn history_state(&self, vault: &str, id: &str) -> Option<String>;
+    /// Creates a critical call's challenge `id` of `vault`, consumed, its intent open.
+    fn consumed_challenge(&self, vault: &str, id: &str);
 }
 
-/// Every check, in order; each uses its own proposal ids in vault `v`.
+/// Every check, in order; each uses its own ids in vault `v`.
 pub fn run_all(world: &dyn StateWorld) {
     the_parts_of_a_commit_land_together(world);
     a_failing_part_leaves_nothing(world);
     a_decided_proposal_commits_nothing(world);
+    only_the_top_entry_moves_and_a_refused_transition_writes_nothing(world);
+    a_challenge_commits_once(world);
+    a_history_entry_already_there_answers_as_is(world);
     an_open_intent_holds_its_key(world);
 }
 
@@ -37,7 +48,7 @@ fn head(seq: u64) -> inbox::AuditHead {
     }
 }
 
-fn key<'a>(k: &'a str) -> inbox::IdemKey<'a> {
+fn key(k: &str) -> inbox::IdemKey<'_> {
     inbox::IdemKey {
         credential_id: "cred-conformance",
         key: k,
@@ -46,8 +57,29 @@ fn key<'a>(k: &'a str) -> inbox::IdemKey<'a> {
     }
 }
 
+fn entry<'a>(id: &'a str, paths: &'a serde_json::Value) -> inbox::NewHistory<'a> {
+    inbox::NewHistory {
+        id,
+        label: "conformance",
+        kind: "patch",
+        created_by: "by",
+        created_at: "2026-01-01T00:00:00Z",
+        paths,
+        barrier: false,
+    }
+}
+
+fn disk<'a>(fingerprint: &'a str, writes: &'a [(String, Option<String>)]) -> inbox::DiskAfter<'a> {
+    inbox::DiskAfter {
+        fingerprint: Some(fingerprint),
+        writes,
+        change: None,
+        head: None,
+    }
+}
+
 /// The proposal applied, the revision moved, the key answered, the vault's head and the audit
-/// head registered: all in one commit.
+/// head registered, the intent closed: all in one commit.
 pub fn the_parts_of_a_commit_land_together(world: &dyn StateWorld) {
     let store = world.store();
     world.pending("v", "together");
@@ -57,25 +89,18 @@ pub fn the_parts_of_a_commit_land_together(world: &dyn StateWorld) {
         .expect("an intent");
     let answer = json!({"applied": true});
     let writes = vec![("notes/together.md".to_owned(), Some("h1".to_owned()))];
+    let at = "2026-01-01T00:00:00Z";
     let committed = transact(store, |tx| {
         let c = tx.finish_apply(
             intent,
             "together",
             "by",
-            "2026-01-01T00:00:00Z",
+            at,
             &answer,
             None,
             Some(&key("k-together")),
         )?;
-        tx.register_head(
-            "v",
-            &inbox::DiskAfter {
-                fingerprint: Some("fp"),
-                writes: &writes,
-                change: None,
-                head: None,
-            },
-        )?;
+        tx.register_head("v", &disk("fp", &writes))?;
         tx.append_audit(&head(10))?;
         Ok(c)
     })
@@ -87,26 +112,30 @@ pub fn the_parts_of_a_commit_land_together(world: &dyn StateWorld) {
         "the proposal is applied"
     );
     assert_eq!(world.revision("v"), before + 1, "the revision moves by one");
-    assert_eq!(
-        world.key_answer("cred-conformance", "k-together"),
-        Some(answer),
-        "the key answers"
-    );
+    let answered = world.key_answer("cred-conformance", "k-together");
+    assert_eq!(answered, Some(answer), "the key answers");
     assert_eq!(
         world.audit_head(),
         Some(head(10)),
         "the audit head is the commit's record"
     );
+    assert_eq!(
+        world.fingerprint("v").as_deref(),
+        Some("fp"),
+        "the vault's head is registered"
+    );
+    assert_eq!(world.open_intents("v"), 0, "the commit closes its intent");
 }
 
 /// A part that fails takes every part before it back: nothing of the transaction stays.
 pub fn a_failing_part_leaves_nothing(world: &dyn StateWorld) {
     let store = world.store();
     world.pending("v", "fails");
-    let before = (world.revision("v"), world.audit_head());
+    let before = (world.revision("v"), world.audit_head(), world.fingerprint("v"));
     let intent = store
         .begin_intent("v", "fails", &json!({}), "2026-01-01T00:00:00Z")
         .expect("an intent");
+    let writes = Vec::new();
     let out: Result<(), _> = transact(store, |tx| {
         tx.finish_apply(
             intent,
@@ -117,6 +146,7 @@ pub fn a_failing_part_leaves_nothing(world: &dyn StateWorld) {
             None,
             Some(&key("k-fails")),
         )?;
+        tx.register_head("v", &disk("fp-of-a-failed-commit", &writes))?;
         tx.append_audit(&head(20))?;
         Err(crate::error::GatewayError::Internal("a later part fails".into()))
     });
@@ -126,15 +156,20 @@ pub fn a_failing_part_leaves_nothing(world: &dyn StateWorld) {
         "pending",
         "a failed commit leaves the proposal pending"
     );
+    let after = (world.revision("v"), world.audit_head(), world.fingerprint("v"));
     assert_eq!(
-        (world.revision("v"), world.audit_head()),
-        before,
-        "a failed commit moves nothing"
+        after, before,
+        "a failed commit moves no revision, audit head or vault head"
     );
     assert_eq!(
         world.key_answer("cred-conformance", "k-fails"),
         None,
         "a failed commit answers no key"
+    );
+    assert_eq!(
+        world.open_intents("v"),
+        1,
+        "a failed commit keeps its intent (recovery decides)"
     );
 }
 
@@ -163,6 +198,109 @@ pub fn a_decided_proposal_commits_nothing(world: &dyn StateWorld) {
     assert_eq!(world.status("v", "decided"), "rejected");
     assert_eq!(world.revision("v"), before);
     assert_eq!(world.key_answer("cred-conformance", "k-decided"), None);
+}
+
+/// Undo moves only the newest `done` entry; a refused transition answers `None` and writes
+/// nothing (its intent stays open for the rollback); an accepted one closes its own intent.
+pub fn only_the_top_entry_moves_and_a_refused_transition_writes_nothing(world: &dyn StateWorld) {
+    let store = world.store();
+    let paths = json!([]);
+    transact(store, |tx| {
+        tx.add_history("v", &entry("h-older", &paths))?;
+        tx.add_history("v", &entry("h-newer", &paths))
+    })
+    .expect("two entries");
+    let before = world.revision("v");
+    let answer = json!({"undone": true});
+    let undo = |intent: i64, entry_id: &str, k: &str| {
+        transact(store, |tx| {
+            tx.finish_transition(&inbox::HistoryTransition {
+                intent_id: intent,
+                vault: "v",
+                entry_id,
+                transition: inbox::Transition::Undo,
+                result: &answer,
+                at: "2026-01-01T00:00:00Z",
+                idempotency: Some(key(k)),
+                disk: None,
+            })
+        })
+        .expect("the transaction runs")
+    };
+    let intent = store
+        .begin_intent("v", "undo-older", &json!({}), "2026-01-01T00:00:00Z")
+        .expect("an intent");
+    let open = world.open_intents("v");
+    assert!(
+        undo(intent, "h-older", "k-undo-older").is_none(),
+        "an entry under the top cannot be undone"
+    );
+    assert_eq!(world.history_state("v", "h-older").as_deref(), Some("done"));
+    assert_eq!(world.revision("v"), before, "a refused transition moves nothing");
+    assert_eq!(world.key_answer("cred-conformance", "k-undo-older"), None);
+    assert_eq!(
+        world.open_intents("v"),
+        open,
+        "a refused transition keeps its intent"
+    );
+    let intent = store
+        .begin_intent("v", "undo-newer", &json!({}), "2026-01-01T00:00:00Z")
+        .expect("an intent");
+    assert!(
+        undo(intent, "h-newer", "k-undo-newer").is_some(),
+        "the top entry is undone"
+    );
+    assert_eq!(world.history_state("v", "h-newer").as_deref(), Some("undone"));
+    assert_eq!(world.revision("v"), before + 1);
+    assert_eq!(
+        world.key_answer("cred-conformance", "k-undo-newer"),
+        Some(answer.clone())
+    );
+    assert_eq!(
+        world.open_intents("v"),
+        open,
+        "the undo closes its own intent only"
+    );
+}
+
+/// An executed challenge commits once: its result recorded, the revision moved when it changed
+/// something; a second commit of it answers `None` and changes nothing.
+pub fn a_challenge_commits_once(world: &dyn StateWorld) {
+    let store = world.store();
+    world.consumed_challenge("v", "c-conformance");
+    let before = world.revision("v");
+    let result = json!({"executed": true});
+    let first =
+        transact(store, |tx| tx.finish_challenge("c-conformance", &result, true)).expect("the commit");
+    assert_eq!(
+        first,
+        Some(("v".to_owned(), before + 1)),
+        "its vault and the moved revision"
+    );
+    let again = transact(store, |tx| tx.finish_challenge("c-conformance", &result, true))
+        .expect("the transaction runs");
+    assert_eq!(again, None, "a challenge commits once");
+    assert_eq!(world.revision("v"), before + 1);
+}
+
+/// A history entry already there (an earlier run of the same commit) answers as is, and the
+/// transaction goes on: nothing fails, nothing is cleared.
+pub fn a_history_entry_already_there_answers_as_is(world: &dyn StateWorld) {
+    let store = world.store();
+    let paths = json!([]);
+    let seq = transact(store, |tx| tx.add_history("v", &entry("h-twice", &paths))).expect("an entry");
+    let again = transact(store, |tx| {
+        let again = tx.add_history("v", &entry("h-twice", &paths))?;
+        tx.append_audit(&head(30))?;
+        Ok(again)
+    })
+    .expect("the same entry again does not fail its transaction");
+    assert_eq!(again, seq, "the entry's own seq");
+    assert_eq!(
+        world.audit_head(),
+        Some(head(30)),
+        "the rest of the transaction commits"
+    );
 }
 
 /// One open intent per key: a second write of the same proposal cannot begin until the first
