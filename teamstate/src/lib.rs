@@ -1,0 +1,492 @@
+//! The team's state in PostgreSQL: the write transaction's [`StateStore`] over one database that
+//! every gateway of a team shares (the schema `vaultgate`, versioned migrations). Each part of a
+//! commit point is the same one-winner step as in `inbox` — a conditional UPDATE whose row count
+//! decides — inside one READ COMMITTED transaction.
+//!
+//! It must never decide policy (the engine does), hold a token or a password in a log, or leave a
+//! transaction open when a part fails. This is the first piece of team mode: the commit point
+//! only; credentials, proposals' content, the audit chain and the leases follow.
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake};
+
+use engine::error::GatewayError;
+use engine::storage::{StateStore, StateTx};
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls, Transaction};
+
+/// Ordered migrations of the schema `vaultgate`; `schema_version` says how many ran. Append only.
+const MIGRATIONS: &[&str] = &[
+    // 1: what a write's commit point touches.
+    "CREATE TABLE vaultgate.proposals (
+        id text PRIMARY KEY,
+        vault text NOT NULL,
+        slug text NOT NULL,
+        kind text NOT NULL,
+        target text NOT NULL,
+        created_by text NOT NULL,
+        created_at text NOT NULL,
+        meta jsonb NOT NULL,
+        status text NOT NULL DEFAULT 'pending',
+        decided_by text,
+        decided_at text,
+        result jsonb
+    );
+    CREATE TABLE vaultgate.apply_intents (
+        id bigserial PRIMARY KEY,
+        vault text NOT NULL,
+        proposal_id text NOT NULL UNIQUE,
+        plan jsonb NOT NULL,
+        step text NOT NULL,
+        started_at text NOT NULL,
+        updated_at text NOT NULL
+    );
+    CREATE TABLE vaultgate.vault_revisions (vault text PRIMARY KEY, revision bigint NOT NULL);
+    CREATE TABLE vaultgate.vault_fingerprints (vault text PRIMARY KEY, fingerprint text NOT NULL);
+    CREATE TABLE vaultgate.vault_writes (
+        vault text NOT NULL, path text NOT NULL, hash text, PRIMARY KEY (vault, path)
+    );
+    CREATE TABLE vaultgate.history (
+        id text NOT NULL,
+        vault text NOT NULL,
+        seq bigint NOT NULL,
+        label text NOT NULL,
+        kind text NOT NULL,
+        created_by text NOT NULL,
+        created_at text NOT NULL,
+        paths jsonb NOT NULL,
+        state text NOT NULL,
+        barrier boolean NOT NULL,
+        PRIMARY KEY (vault, id),
+        UNIQUE (vault, seq)
+    );
+    CREATE TABLE vaultgate.idempotency_keys (
+        credential_id text NOT NULL,
+        key text NOT NULL,
+        tool text NOT NULL,
+        args_hash text NOT NULL,
+        result jsonb NOT NULL,
+        created_at text NOT NULL,
+        PRIMARY KEY (credential_id, key)
+    );
+    CREATE TABLE vaultgate.jobs (
+        id bigserial PRIMARY KEY,
+        vault text NOT NULL,
+        principal text NOT NULL,
+        idem_key text NOT NULL,
+        state text NOT NULL,
+        finished_at timestamptz
+    );
+    CREATE UNIQUE INDEX jobs_queued_key ON vaultgate.jobs (principal, idem_key) WHERE state = 'queued';
+    CREATE TABLE vaultgate.challenges (
+        id text PRIMARY KEY,
+        vault text NOT NULL,
+        consumed_at bigint,
+        intent jsonb,
+        result jsonb
+    );
+    CREATE TABLE vaultgate.audit_head (
+        one boolean PRIMARY KEY CHECK (one), seq bigint NOT NULL, hash text NOT NULL
+    );",
+];
+
+/// The team's state: one connection, driven by this store's own runtime.
+pub struct PgState {
+    /// Runs the connection's I/O; callers (blocking threads) wait on their queries' answers.
+    _rt: tokio::runtime::Runtime,
+    client: Mutex<Client>,
+}
+
+/// A store's failure, as the engine's error.
+fn db(e: tokio_postgres::Error) -> GatewayError {
+    GatewayError::Internal(format!("the team database: {e}"))
+}
+
+/// Waits for `f` on this thread: the client's queries need no runtime of their own (their
+/// connection runs on the store's), so a blocking thread of any runtime may wait here.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+impl PgState {
+    /// Connects to `url` (a libpq URL) and brings the schema `vaultgate` up to date.
+    pub fn connect(url: &str) -> Result<PgState, GatewayError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(GatewayError::Io)?;
+        let (client, connection) = rt.block_on(tokio_postgres::connect(url, NoTls)).map_err(db)?;
+        rt.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::error!(error = %e, "the team database connection ended");
+            }
+        });
+        let state = PgState {
+            _rt: rt,
+            client: Mutex::new(client),
+        };
+        state.migrate()?;
+        Ok(state)
+    }
+
+    fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, GatewayError> {
+        self.client
+            .lock()
+            .map_err(|_| GatewayError::Internal("the team database's client is poisoned".into()))
+    }
+
+    fn migrate(&self) -> Result<(), GatewayError> {
+        let mut client = self.client()?;
+        block_on(async {
+            let tx = client.transaction().await?;
+            tx.batch_execute(
+                "CREATE SCHEMA IF NOT EXISTS vaultgate;
+                 CREATE TABLE IF NOT EXISTS vaultgate.schema_version (one boolean PRIMARY KEY CHECK (one), n integer NOT NULL);
+                 INSERT INTO vaultgate.schema_version VALUES (true, 0) ON CONFLICT DO NOTHING;
+                 LOCK TABLE vaultgate.schema_version IN EXCLUSIVE MODE;",
+            )
+            .await?;
+            let n: i32 = tx
+                .query_one("SELECT n FROM vaultgate.schema_version", &[])
+                .await?
+                .get(0);
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(n.max(0) as usize) {
+                tx.batch_execute(sql).await?;
+                tx.execute("UPDATE vaultgate.schema_version SET n = $1", &[&(i as i32 + 1)])
+                    .await?;
+            }
+            tx.commit().await
+        })
+        .map_err(db)
+    }
+
+    /// The schema version in force.
+    pub fn schema_version(&self) -> Result<i32, GatewayError> {
+        let client = self.client()?;
+        block_on(client.query_one("SELECT n FROM vaultgate.schema_version", &[]))
+            .map(|r| r.get(0))
+            .map_err(db)
+    }
+
+    /// Runs `sql` and answers its rows (the team's views and tests).
+    pub fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, GatewayError> {
+        let client = self.client()?;
+        block_on(client.query(sql, params)).map_err(db)
+    }
+}
+
+/// One transaction of the team's database.
+struct PgTx<'c> {
+    tx: Transaction<'c>,
+}
+
+impl StateStore for PgState {
+    fn begin_intent(&self, vault: &str, key: &str, plan: &Value, at: &str) -> Result<i64, GatewayError> {
+        let client = self.client()?;
+        let row = block_on(client.query_one(
+            "INSERT INTO vaultgate.apply_intents (vault, proposal_id, plan, step, started_at, updated_at)
+             VALUES ($1, $2, $3, 'started', $4, $4) RETURNING id",
+            &[&vault, &key, plan, &at],
+        ));
+        match row {
+            Ok(r) => Ok(r.get(0)),
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                Err(inbox::StateError::IntentExists(key.to_owned()).into())
+            }
+            Err(e) => Err(db(e)),
+        }
+    }
+
+    fn transact(
+        &self,
+        f: &mut dyn FnMut(&dyn StateTx) -> Result<(), GatewayError>,
+    ) -> Result<(), GatewayError> {
+        let mut client = self.client()?;
+        let tx = block_on(client.transaction()).map_err(db)?;
+        let tx = PgTx { tx };
+        // Dropped on an error: the transaction is rolled back.
+        f(&tx)?;
+        block_on(tx.tx.commit()).map_err(db)
+    }
+
+    fn deferring(&self, f: &mut dyn FnMut() -> Result<(), GatewayError>) -> Result<(), GatewayError> {
+        // Each commit is durable when it returns (synchronous_commit): nothing to defer.
+        f()
+    }
+
+    fn sync(&self) -> Result<(), GatewayError> {
+        Ok(())
+    }
+}
+
+impl PgTx<'_> {
+    fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Option<tokio_postgres::Row>, GatewayError> {
+        block_on(self.tx.query_opt(sql, params)).map_err(db)
+    }
+
+    fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, GatewayError> {
+        block_on(self.tx.execute(sql, params)).map_err(db)
+    }
+
+    /// The vault's revision, moved by one.
+    fn bump(&self, vault: &str) -> Result<u64, GatewayError> {
+        let row = self.query_opt(
+            "INSERT INTO vaultgate.vault_revisions (vault, revision) VALUES ($1, 1)
+             ON CONFLICT (vault) DO UPDATE SET revision = vault_revisions.revision + 1
+             RETURNING revision",
+            &[&vault],
+        )?;
+        Ok(row.map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+    }
+
+    /// A key's first answer (ignored when the key is taken), and its job done.
+    fn put_key(&self, k: &inbox::IdemKey<'_>, result: &Value, at: &str) -> Result<(), GatewayError> {
+        self.execute(
+            "INSERT INTO vaultgate.idempotency_keys (credential_id, key, tool, args_hash, result, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            &[&k.credential_id, &k.key, &k.tool, &k.args_hash, result, &at],
+        )?;
+        self.execute(
+            "UPDATE vaultgate.jobs SET state = 'done', finished_at = now()
+             WHERE principal = $1 AND idem_key = $2 AND state = 'queued'",
+            &[&k.credential_id, &k.key],
+        )?;
+        Ok(())
+    }
+
+    /// Appends a `done` entry and clears the redo branch; its seq.
+    fn insert_history(&self, vault: &str, e: &inbox::NewHistory<'_>) -> Result<u64, GatewayError> {
+        let seq: i64 = self
+            .query_opt(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM vaultgate.history WHERE vault = $1",
+                &[&vault],
+            )?
+            .map_or(1, |r| r.get(0));
+        self.execute(
+            "DELETE FROM vaultgate.history WHERE vault = $1 AND state = 'undone'",
+            &[&vault],
+        )?;
+        self.execute(
+            "INSERT INTO vaultgate.history (id, vault, seq, label, kind, created_by, created_at, paths, state, barrier)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'done', $9)",
+            &[&e.id, &vault, &seq, &e.label, &e.kind, &e.created_by, &e.created_at, e.paths, &e.barrier],
+        )?;
+        Ok(seq.max(0) as u64)
+    }
+}
+
+impl StateTx for PgTx<'_> {
+    fn finish_apply(
+        &self,
+        intent_id: i64,
+        proposal_id: &str,
+        by: &str,
+        at: &str,
+        result: &Value,
+        history: Option<&inbox::NewHistory<'_>>,
+        idempotency: Option<&inbox::IdemKey<'_>>,
+    ) -> Result<Option<inbox::ApplyCommit>, GatewayError> {
+        let intent = self.query_opt(
+            "SELECT vault, proposal_id FROM vaultgate.apply_intents WHERE id = $1",
+            &[&intent_id],
+        )?;
+        let Some(intent) = intent else {
+            return Err(inbox::StateError::IntentNotFound(intent_id).into());
+        };
+        let (vault, intent_proposal): (String, String) = (intent.get(0), intent.get(1));
+        let mismatch = || inbox::StateError::IntentMismatch {
+            intent_id,
+            proposal_id: proposal_id.to_owned(),
+        };
+        if intent_proposal != proposal_id {
+            return Err(mismatch().into());
+        }
+        let proposal_vault: Option<String> = self
+            .query_opt(
+                "SELECT vault FROM vaultgate.proposals WHERE id = $1",
+                &[&proposal_id],
+            )?
+            .map(|r| r.get(0));
+        match proposal_vault {
+            None => return Err(inbox::StateError::ProposalNotFound(proposal_id.to_owned()).into()),
+            Some(v) if v != vault => return Err(mismatch().into()),
+            Some(_) => {}
+        }
+        // The one winner: nothing is written before this conditional update.
+        let won = self.execute(
+            "UPDATE vaultgate.proposals SET status = 'applied', decided_at = $2, decided_by = $3, result = $4
+             WHERE id = $1 AND status = 'pending'",
+            &[&proposal_id, &at, &by, result],
+        )?;
+        if won != 1 {
+            return Ok(None);
+        }
+        let revision = self.bump(&vault)?;
+        let history_seq = match history {
+            Some(e) => Some(self.insert_history(&vault, e)?),
+            None => None,
+        };
+        if let Some(k) = idempotency {
+            self.put_key(k, result, at)?;
+        }
+        self.execute("DELETE FROM vaultgate.apply_intents WHERE id = $1", &[&intent_id])?;
+        Ok(Some(inbox::ApplyCommit {
+            revision,
+            vault,
+            history_seq,
+        }))
+    }
+
+    fn finish_transition(
+        &self,
+        t: &inbox::HistoryTransition<'_>,
+    ) -> Result<Option<inbox::TransitionCommit>, GatewayError> {
+        let intent_vault: Option<String> = self
+            .query_opt(
+                "SELECT vault FROM vaultgate.apply_intents WHERE id = $1",
+                &[&t.intent_id],
+            )?
+            .map(|r| r.get(0));
+        if intent_vault.as_deref() != Some(t.vault) {
+            return Err(inbox::StateError::IntentNotFound(t.intent_id).into());
+        }
+        let sql = match t.transition {
+            inbox::Transition::Undo => {
+                "SELECT id, barrier FROM vaultgate.history WHERE vault = $1 AND state = 'done' ORDER BY seq DESC LIMIT 1"
+            }
+            inbox::Transition::Redo => {
+                "SELECT id, barrier FROM vaultgate.history WHERE vault = $1 AND state = 'undone' ORDER BY seq ASC LIMIT 1"
+            }
+        };
+        let top: Option<(String, bool)> = self.query_opt(sql, &[&t.vault])?.map(|r| (r.get(0), r.get(1)));
+        // Only the top moves, never a barrier; nothing is written before this check.
+        if !matches!(top, Some((id, barrier)) if id == t.entry_id && !barrier) {
+            return Ok(None);
+        }
+        let to = match t.transition {
+            inbox::Transition::Undo => "undone",
+            inbox::Transition::Redo => "done",
+        };
+        self.execute(
+            "UPDATE vaultgate.history SET state = $3 WHERE vault = $1 AND id = $2",
+            &[&t.vault, &t.entry_id, &to],
+        )?;
+        let revision = self.bump(t.vault)?;
+        if let Some(k) = &t.idempotency {
+            self.put_key(k, t.result, t.at)?;
+        }
+        self.execute(
+            "DELETE FROM vaultgate.apply_intents WHERE id = $1",
+            &[&t.intent_id],
+        )?;
+        Ok(Some(inbox::TransitionCommit { revision }))
+    }
+
+    fn finish_challenge(
+        &self,
+        id: &str,
+        result: &Value,
+        changed: bool,
+    ) -> Result<Option<(String, u64)>, GatewayError> {
+        let vault: Option<String> = self
+            .query_opt(
+                "UPDATE vaultgate.challenges SET result = $2, intent = NULL
+                 WHERE id = $1 AND consumed_at IS NOT NULL AND intent IS NOT NULL
+                 RETURNING vault",
+                &[&id, result],
+            )?
+            .map(|r| r.get(0));
+        let Some(vault) = vault else {
+            return Ok(None);
+        };
+        let revision = if changed {
+            self.bump(&vault)?
+        } else {
+            self.query_opt(
+                "SELECT revision FROM vaultgate.vault_revisions WHERE vault = $1",
+                &[&vault],
+            )?
+            .map_or(0, |r| r.get::<_, i64>(0).max(0) as u64)
+        };
+        Ok(Some((vault, revision)))
+    }
+
+    fn add_history(&self, vault: &str, entry: &inbox::NewHistory<'_>) -> Result<u64, GatewayError> {
+        // An entry already there answers as is: a failed INSERT would abort the transaction.
+        let existing = self.query_opt(
+            "SELECT seq FROM vaultgate.history WHERE vault = $1 AND id = $2",
+            &[&vault, &entry.id],
+        )?;
+        match existing {
+            Some(r) => Ok(r.get::<_, i64>(0).max(0) as u64),
+            None => self.insert_history(vault, entry),
+        }
+    }
+
+    fn register_head(&self, vault: &str, after: &inbox::DiskAfter<'_>) -> Result<(), GatewayError> {
+        if let Some(fp) = after.fingerprint {
+            self.execute(
+                "INSERT INTO vaultgate.vault_fingerprints (vault, fingerprint) VALUES ($1, $2)
+                 ON CONFLICT (vault) DO UPDATE SET fingerprint = EXCLUDED.fingerprint",
+                &[&vault, &fp],
+            )?;
+        }
+        for (path, hash) in after.writes {
+            self.execute(
+                "INSERT INTO vaultgate.vault_writes (vault, path, hash) VALUES ($1, $2, $3)
+                 ON CONFLICT (vault, path) DO UPDATE SET hash = EXCLUDED.hash",
+                &[&vault, path, hash],
+            )?;
+        }
+        if after.change.is_some() {
+            // The change's row and its git commit are the remote's in team mode: not kept here.
+            return Err(GatewayError::Internal(
+                "the team database keeps no local change rows (a team vault's changes are its remote's commits)".into(),
+            ));
+        }
+        if let Some(head) = after.head {
+            self.append_audit(head)?;
+        }
+        Ok(())
+    }
+
+    fn append_audit(&self, head: &inbox::AuditHead) -> Result<(), GatewayError> {
+        self.execute(
+            "INSERT INTO vaultgate.audit_head (one, seq, hash) VALUES (true, $1, $2)
+             ON CONFLICT (one) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash
+             WHERE EXCLUDED.seq > audit_head.seq",
+            &[&(head.seq as i64), &head.hash],
+        )?;
+        Ok(())
+    }
+}
