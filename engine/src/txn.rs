@@ -856,25 +856,26 @@ impl Writes<'_> {
                     tool: &a.tool,
                     args_hash: &a.args_hash,
                 });
+                let history = inbox::NewHistory {
+                    id: history_id,
+                    label: &label,
+                    kind: proposal_kind.as_str(),
+                    created_by: &a.actor_label,
+                    created_at: &at_time,
+                    paths: &history_json,
+                    barrier: false,
+                };
                 let c = transact(store, |tx| {
-                    let Some(c) = tx.finish_apply(
-                        *id,
+                    let Some(c) = tx.finish_apply(&inbox::FinishApply {
+                        intent_id: *id,
                         proposal_id,
-                        &a.actor_label,
+                        by: &a.actor_label,
                         // `decided_at` is the instant the archive date was taken from.
-                        &intent.started_at,
-                        &result,
-                        Some(&inbox::NewHistory {
-                            id: history_id,
-                            label: &label,
-                            kind: proposal_kind.as_str(),
-                            created_by: &a.actor_label,
-                            created_at: &at_time,
-                            paths: &history_json,
-                            barrier: false,
-                        }),
-                        idem.as_ref(),
-                    )?
+                        at: &intent.started_at,
+                        result: &result,
+                        history: Some(&history),
+                        idempotency: idem.as_ref(),
+                    })?
                     else {
                         return Ok(None);
                     };

@@ -237,7 +237,15 @@ impl State {
         disk: Option<&crate::DiskAfter<'_>>,
     ) -> Result<Option<ApplyCommit>, StateError> {
         self.transact(|tx| {
-            let Some(c) = tx.finish_apply(intent_id, proposal_id, by, at, result, history, idempotency)?
+            let Some(c) = tx.finish_apply(&FinishApply {
+                intent_id,
+                proposal_id,
+                by,
+                at,
+                result,
+                history,
+                idempotency,
+            })?
             else {
                 return Ok(None);
             };
@@ -274,19 +282,36 @@ impl State {
     }
 }
 
+/// An apply's part of its commit point ([`crate::Tx::finish_apply`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FinishApply<'a> {
+    /// The open intent the apply was recorded under; deleted by the commit.
+    pub intent_id: i64,
+    pub proposal_id: &'a str,
+    /// `decided_by`.
+    pub by: &'a str,
+    /// `decided_at`: the intent's instant.
+    pub at: &'a str,
+    /// The answer, kept with the proposal and the key.
+    pub result: &'a Value,
+    pub history: Option<&'a NewHistory<'a>>,
+    pub idempotency: Option<&'a IdemKey<'a>>,
+}
+
 /// [`State::finish_apply`] inside the caller's transaction ([`crate::Tx::finish_apply`]).
-// One commit point takes every part of it; a parameter struct would only rename them.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn finish_apply_on(
     tx: &rusqlite::Connection,
-    intent_id: i64,
-    proposal_id: &str,
-    by: &str,
-    at: &str,
-    result: &Value,
-    history: Option<&NewHistory<'_>>,
-    idempotency: Option<&IdemKey<'_>>,
+    f: &FinishApply<'_>,
 ) -> Result<Option<ApplyCommit>, StateError> {
+    let FinishApply {
+        intent_id,
+        proposal_id,
+        by,
+        at,
+        result,
+        history,
+        idempotency,
+    } = *f;
     let (vault, intent_proposal): (String, String) = tx
         .query_row(
             "SELECT vault, proposal_id FROM apply_intents WHERE id = ?1",

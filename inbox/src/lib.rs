@@ -27,7 +27,9 @@ pub use crate::history::{
     HistoryEntry, HistoryState, HistoryTransition, Transition, TransitionCommit, UnknownHistoryState,
 };
 pub use crate::idempotency::{IdemPut, IdemRecord};
-pub use crate::intents::{ApplyCommit, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory};
+pub use crate::intents::{
+    ApplyCommit, FinishApply, HistoryTops, INTENT_STARTED, IdemKey, Intent, NewHistory,
+};
 pub use crate::jobs::{Job, NewJob};
 pub use crate::proposals::{NewProposal, PendingRef, ProposalStatus, StoredProposal, UnknownStatus};
 pub use crate::recorded::{AuditHead, Recorded};

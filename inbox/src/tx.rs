@@ -8,7 +8,7 @@ use rusqlite::OptionalExtension;
 use serde_json::Value;
 
 use crate::db::{State, StateError};
-use crate::intents::{ApplyCommit, IdemKey, NewHistory};
+use crate::intents::{ApplyCommit, FinishApply, IdemKey, NewHistory};
 use crate::{AuditHead, DiskAfter, HistoryTransition, TransitionCommit};
 
 /// An open transaction; see [`State::transact`].
@@ -32,28 +32,8 @@ impl State {
 
 impl Tx<'_> {
     /// The apply's change: `None` (nothing changed) when the proposal is no longer pending.
-    // One commit point takes every part of it; a parameter struct would only rename them.
-    #[allow(clippy::too_many_arguments)]
-    pub fn finish_apply(
-        &self,
-        intent_id: i64,
-        proposal_id: &str,
-        by: &str,
-        at: &str,
-        result: &Value,
-        history: Option<&NewHistory<'_>>,
-        idempotency: Option<&IdemKey<'_>>,
-    ) -> Result<Option<ApplyCommit>, StateError> {
-        crate::intents::finish_apply_on(
-            self.c,
-            intent_id,
-            proposal_id,
-            by,
-            at,
-            result,
-            history,
-            idempotency,
-        )
+    pub fn finish_apply(&self, f: &FinishApply<'_>) -> Result<Option<ApplyCommit>, StateError> {
+        crate::intents::finish_apply_on(self.c, f)
     }
 
     /// An undo's or redo's change: `None` (nothing changed) when the entry is no longer the top.

@@ -306,16 +306,16 @@ impl PgTx<'_> {
 }
 
 impl StateTx for PgTx<'_> {
-    fn finish_apply(
-        &self,
-        intent_id: i64,
-        proposal_id: &str,
-        by: &str,
-        at: &str,
-        result: &Value,
-        history: Option<&inbox::NewHistory<'_>>,
-        idempotency: Option<&inbox::IdemKey<'_>>,
-    ) -> Result<Option<inbox::ApplyCommit>, GatewayError> {
+    fn finish_apply(&self, f: &inbox::FinishApply<'_>) -> Result<Option<inbox::ApplyCommit>, GatewayError> {
+        let inbox::FinishApply {
+            intent_id,
+            proposal_id,
+            by,
+            at,
+            result,
+            history,
+            idempotency,
+        } = *f;
         let intent = self.query_opt(
             "SELECT vault, proposal_id FROM vaultgate.apply_intents WHERE id = $1",
             &[&intent_id],

@@ -38,17 +38,7 @@ pub trait StateStore {
 pub trait StateTx {
     /// An apply: the proposal applied, the revision moved, its history entry and its key's answer
     /// (its job done with it), the intent closed. `None`: the proposal is no longer pending.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_apply(
-        &self,
-        intent_id: i64,
-        proposal_id: &str,
-        by: &str,
-        at: &str,
-        result: &Value,
-        history: Option<&inbox::NewHistory<'_>>,
-        idempotency: Option<&inbox::IdemKey<'_>>,
-    ) -> Result<Option<inbox::ApplyCommit>, GatewayError>;
+    fn finish_apply(&self, f: &inbox::FinishApply<'_>) -> Result<Option<inbox::ApplyCommit>, GatewayError>;
 
     /// An undo or redo. `None`: the entry is no longer the top.
     fn finish_transition(
@@ -132,26 +122,8 @@ impl StateStore for inbox::State {
 }
 
 impl StateTx for inbox::Tx<'_> {
-    fn finish_apply(
-        &self,
-        intent_id: i64,
-        proposal_id: &str,
-        by: &str,
-        at: &str,
-        result: &Value,
-        history: Option<&inbox::NewHistory<'_>>,
-        idempotency: Option<&inbox::IdemKey<'_>>,
-    ) -> Result<Option<inbox::ApplyCommit>, GatewayError> {
-        Ok(inbox::Tx::finish_apply(
-            self,
-            intent_id,
-            proposal_id,
-            by,
-            at,
-            result,
-            history,
-            idempotency,
-        )?)
+    fn finish_apply(&self, f: &inbox::FinishApply<'_>) -> Result<Option<inbox::ApplyCommit>, GatewayError> {
+        Ok(inbox::Tx::finish_apply(self, f)?)
     }
 
     fn finish_transition(

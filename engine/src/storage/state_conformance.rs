@@ -57,6 +57,24 @@ fn key(k: &str) -> inbox::IdemKey<'_> {
     }
 }
 
+fn apply<'a>(
+    intent_id: i64,
+    proposal_id: &'a str,
+    at: &'a str,
+    result: &'a serde_json::Value,
+    idempotency: &'a inbox::IdemKey<'a>,
+) -> inbox::FinishApply<'a> {
+    inbox::FinishApply {
+        intent_id,
+        proposal_id,
+        by: "by",
+        at,
+        result,
+        history: None,
+        idempotency: Some(idempotency),
+    }
+}
+
 fn entry<'a>(id: &'a str, paths: &'a serde_json::Value) -> inbox::NewHistory<'a> {
     inbox::NewHistory {
         id,
@@ -91,15 +109,7 @@ pub fn the_parts_of_a_commit_land_together(world: &dyn StateWorld) {
     let writes = vec![("notes/together.md".to_owned(), Some("h1".to_owned()))];
     let at = "2026-01-01T00:00:00Z";
     let committed = transact(store, |tx| {
-        let c = tx.finish_apply(
-            intent,
-            "together",
-            "by",
-            at,
-            &answer,
-            None,
-            Some(&key("k-together")),
-        )?;
+        let c = tx.finish_apply(&apply(intent, "together", at, &answer, &key("k-together")))?;
         tx.register_head("v", &disk("fp", &writes))?;
         tx.append_audit(&head(10))?;
         Ok(c)
@@ -137,15 +147,7 @@ pub fn a_failing_part_leaves_nothing(world: &dyn StateWorld) {
         .expect("an intent");
     let writes = Vec::new();
     let out: Result<(), _> = transact(store, |tx| {
-        tx.finish_apply(
-            intent,
-            "fails",
-            "by",
-            "t",
-            &json!({}),
-            None,
-            Some(&key("k-fails")),
-        )?;
+        tx.finish_apply(&apply(intent, "fails", "t", &json!({}), &key("k-fails")))?;
         tx.register_head("v", &disk("fp-of-a-failed-commit", &writes))?;
         tx.append_audit(&head(20))?;
         Err(crate::error::GatewayError::Internal("a later part fails".into()))
@@ -183,15 +185,7 @@ pub fn a_decided_proposal_commits_nothing(world: &dyn StateWorld) {
     world.reject("decided");
     let before = world.revision("v");
     let c = transact(store, |tx| {
-        tx.finish_apply(
-            intent,
-            "decided",
-            "by",
-            "t",
-            &json!({}),
-            None,
-            Some(&key("k-decided")),
-        )
+        tx.finish_apply(&apply(intent, "decided", "t", &json!({}), &key("k-decided")))
     })
     .expect("the transaction runs");
     assert!(c.is_none(), "an apply of a rejected proposal does not commit");
