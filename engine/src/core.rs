@@ -333,7 +333,6 @@ impl Core {
         crate::proposing::Proposals { core: self }
     }
 
-    /// The write path: apply, the one journaled transaction, recovery and housekeeping.
     /// Where writes record their intents and commit (crate::storage::StateStore).
     pub(crate) fn store(&self) -> &dyn crate::storage::StateStore {
         &self.state
@@ -343,6 +342,7 @@ impl Core {
         crate::jobs::Jobs { core: self }
     }
 
+    /// The write path: apply, the one journaled transaction, recovery and housekeeping.
     pub fn writes(&self) -> crate::apply::Writes<'_> {
         crate::apply::Writes { core: self }
     }

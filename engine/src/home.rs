@@ -184,8 +184,9 @@ pub struct LimitsConfig {
     /// How long an apply, reject, undo/redo or executed challenge waits for the vault's writer
     /// before it answers `VAULT_BUSY` (under the ChatGPT tunnel's 30 s deadline).
     pub apply_wait_seconds: u64,
-    /// A job left queued by a process that stopped runs again in the next one only within this
-    /// many seconds of its call; an older one fails and its proposal stays pending.
+    /// A job (an agent's apply, undo or redo) left queued by a process that stopped is run again
+    /// by the next server to start only within this many seconds of when it began to wait for
+    /// the vault's writer; an older one fails without running (an apply's proposal stays pending).
     pub job_ttl_seconds: u64,
 }
 

@@ -2,7 +2,7 @@
 //! durable row from the moment it waits for the vault's writer until its key answers or it fails.
 //! A process that dies (kill -9, a crash) loses none: the next gateway process takes its queued
 //! jobs over and runs them again, as their callers, through the very same call; the idempotency
-//! key makes each happen once. Nothing starts after `[limits] job_ttl_seconds`: an older job fails.
+//! key makes each happen once. No job is taken over past `[limits] job_ttl_seconds`: it fails.
 //!
 //! Which process waits for a job is told by a lock file under `<home>/jobs/`, held while the
 //! process lives: a job is taken over only when its owner's lock is free (the owner is gone), and
@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::actors::{Actor, Caller, Transport};
 use crate::call::Call;
-use crate::core::{Core, VaultHandle};
+use crate::core::Core;
 use crate::error::GatewayError;
 use crate::home::Home;
 
@@ -173,7 +173,7 @@ impl Jobs<'_> {
     pub(crate) fn submit(
         &self,
         call: &Call<'_>,
-        v: &VaultHandle,
+        vault: &str,
         key: &str,
     ) -> Result<Option<JobRef>, GatewayError> {
         let Actor::Caller(caller) = call.actor() else {
@@ -186,7 +186,7 @@ impl Jobs<'_> {
         let owner = self.owner()?;
         let args = call.args().to_string();
         let job = inbox::NewJob {
-            vault: &v.id,
+            vault,
             principal: caller.credential.id.as_str(),
             key,
             tool: call.tool(),
@@ -283,7 +283,7 @@ impl Jobs<'_> {
         let state = &self.core.state;
         let now = now_ms();
         let fail = |e: GatewayError| {
-            tracing::info!(
+            tracing::warn!(
                 job = job.id,
                 code = e.code().as_str(),
                 "a job left by a stopped process ends without running"
@@ -500,6 +500,59 @@ mod tests {
             (ended(fresh).1.as_str(), ended(fresh).2.as_deref()),
             ("failed", Some("INTERNAL"))
         );
+    }
+
+    #[test]
+    fn an_agents_keyed_write_is_a_job_unless_a_person_answered_it_or_the_operator_made_it() {
+        let dir = tempfile::tempdir().unwrap();
+        home(&dir).init().unwrap();
+        let core = Core::open(home(&dir)).unwrap();
+        let id = credential(&core, "agent");
+        let caller = Caller {
+            credential: core.state.credential(&id).unwrap().unwrap(),
+            transport: Transport::Http,
+        };
+        let args = serde_json::json!({"id": "p", "idempotencyKey": "k"});
+        let call = Call::new(
+            &core,
+            Actor::Caller(caller.clone()),
+            "apply_proposal",
+            &args,
+            "tool_call",
+        );
+        let job = core.jobs().submit(&call, "main", "k").unwrap().unwrap();
+        assert!(job.made);
+        // The same key again joins it.
+        let again = core.jobs().submit(&call, "main", "k").unwrap().unwrap();
+        assert_eq!((again.id, again.made), (job.id, false));
+        // A person's answer was used: no job.
+        let asked = Call::new(
+            &core,
+            Actor::Caller(caller.clone()),
+            "apply_proposal",
+            &args,
+            "tool_call",
+        );
+        asked.note_person_answered();
+        assert!(core.jobs().submit(&asked, "main", "k2").unwrap().is_none());
+        // Other tools, and the operator, are not jobs.
+        let in_app = Call::new(
+            &core,
+            Actor::Caller(caller),
+            "approve_proposal_in_app",
+            &args,
+            "tool_call",
+        );
+        assert!(core.jobs().submit(&in_app, "main", "k3").unwrap().is_none());
+        let operator = Call::new(
+            &core,
+            Actor::Operator(crate::actors::Operator::cli("me")),
+            "apply_proposal",
+            &args,
+            "cli",
+        );
+        assert!(core.jobs().submit(&operator, "main", "k4").unwrap().is_none());
+        assert_eq!(core.state.jobs_queued().unwrap().len(), 1);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! A write is an [`Intent`]: the [`FileOp`]s it will run (each with the exact bytes its files hold
 //! before and after), who asked, and what commits it. The intent is durable before any file is
 //! touched. [`Writes::run_txn`] then runs every operation compare-and-swap, writes the call's audit
-//! line, and commits (one SQLite transaction). Anything unexpected on the way — a file edited
+//! line, and commits (one `StateStore::transact`). Anything unexpected on the way — a file edited
 //! meanwhile, the audit line not writable, the commit failing — rolls it back: every file it
 //! wrote gets its `before` bytes again and a file changed outside vaultgate is left as it is.
 //!
@@ -285,7 +285,7 @@ impl Writes<'_> {
         // docs/contract.md#applying-a-proposal: from here the write is a job, which a crash of this
         // process does not lose.
         let job = match &keyed {
-            Keyed::Key { key, .. } => self.core.jobs().submit(call, v, key)?,
+            Keyed::Key { key, .. } => self.core.jobs().submit(call, &v.id, key)?,
             Keyed::Row => None,
         };
         // A write that panics ends its job as failed (else it would wait for this process's end).

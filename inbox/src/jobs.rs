@@ -15,7 +15,7 @@ use crate::db::{State, StateError};
 pub struct Job {
     pub id: i64,
     pub vault: String,
-    /// The credential (or operator label) whose key this is.
+    /// The credential whose key this is.
     pub principal: String,
     pub key: String,
     pub tool: String,

@@ -1,11 +1,15 @@
 //! The team's state in PostgreSQL: the write transaction's [`StateStore`] over one database that
-//! every gateway of a team shares (the schema `vaultgate`, versioned migrations). Each part of a
-//! commit point is the same one-winner step as in `inbox` — a conditional UPDATE whose row count
-//! decides — inside one READ COMMITTED transaction.
+//! every gateway of a team shares (the schema `vaultgate`, versioned migrations). An apply, an
+//! undo or redo and a challenge each commit through a conditional UPDATE whose row count decides
+//! the one winner, inside one transaction (the server's default isolation, READ COMMITTED); a new
+//! history entry's `seq` assumes one writer per vault (the lease, still to come: two at once
+//! would meet the unique index and fail, never fork the history).
 //!
 //! It must never decide policy (the engine does), hold a token or a password in a log, or leave a
-//! transaction open when a part fails. This is the first piece of team mode: the commit point
-//! only; credentials, proposals' content, the audit chain and the leases follow.
+//! transaction open when a part fails. This is the first piece of team mode, and not wired: the
+//! transaction always registers a change row (its git commit), which this store refuses — a team
+//! vault's changes are its remote's commits — so it cannot commit today's writes yet.
+//! Credentials, proposals' content, the audit chain, jobs and the leases follow.
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -393,14 +397,18 @@ impl StateTx for PgTx<'_> {
         if !matches!(top, Some((id, barrier)) if id == t.entry_id && !barrier) {
             return Ok(None);
         }
-        let to = match t.transition {
-            inbox::Transition::Undo => "undone",
-            inbox::Transition::Redo => "done",
+        let (from, to) = match t.transition {
+            inbox::Transition::Undo => ("done", "undone"),
+            inbox::Transition::Redo => ("undone", "done"),
         };
-        self.execute(
-            "UPDATE vaultgate.history SET state = $3 WHERE vault = $1 AND id = $2",
-            &[&t.vault, &t.entry_id, &to],
+        // The one winner of two transitions of one entry at once.
+        let won = self.execute(
+            "UPDATE vaultgate.history SET state = $4 WHERE vault = $1 AND id = $2 AND state = $3",
+            &[&t.vault, &t.entry_id, &from, &to],
         )?;
+        if won != 1 {
+            return Ok(None);
+        }
         let revision = self.bump(t.vault)?;
         if let Some(k) = &t.idempotency {
             self.put_key(k, t.result, t.at)?;

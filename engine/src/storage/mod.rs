@@ -1,8 +1,10 @@
 //! The seams between the write transaction and where things are kept (docs/contract.md#rules-of-the-write-path):
-//! a vault's files ([`VaultBackend`]), the right to write them ([`Lease`]) and the news of what
-//! changed outside vaultgate ([`ChangeFeed`], which feeds the one index updater). The transaction of
-//! `txn` speaks only to these traits; today's implementations are the local folder
-//! (`files::Files`) and the vault's write lock ([`FolderLease`]). A backend that keeps notes
+//! a vault's files ([`VaultBackend`]), the right to write them ([`Lease`]), the state a write
+//! commits to ([`StateStore`]) and the news of what changed outside vaultgate ([`ChangeFeed`],
+//! which feeds the one index updater, `changes::rescan`). The transaction's file steps and lease
+//! go through these traits, its commit point through [`StateStore`]; today's implementations are
+//! the local folder (`files::Files`), the vault's write lock ([`FolderLease`]), `inbox::State`
+//! and the folder's watcher ([`FolderFeed`]). A backend that keeps notes
 //! elsewhere (a git remote) implements the same traits and passes the same
 //! [`conformance`] suite, and the transaction does not change.
 //!

@@ -4,7 +4,8 @@
 //! together or not at all. Today's store is `inbox::State` (SQLite, `state.sqlite`). A shared
 //! database implements the same trait for the commit point; the rest of the write's state —
 //! a critical call's intent in its challenge row, a rollback's marks, the amended answer, the job
-//! rows and recovery's reads — still calls `inbox::State` and moves behind this trait with it.
+//! rows, the key's lookup and recovery's reads — still calls `inbox::State` and moves behind this
+//! trait with it.
 //!
 //! It must never decide anything: whether a change may commit is the transaction's, from what the
 //! parts answer (`None`: the proposal or entry moved on; nothing was changed).
