@@ -14,6 +14,7 @@
 
 mod chain;
 mod error;
+mod export;
 mod file;
 mod record;
 mod repair;
@@ -22,6 +23,7 @@ mod writer;
 
 pub use chain::{GENESIS, MAX_ECHO_BYTES, args_hash, canonical_json, cut_echo};
 pub use error::AuditError;
+pub use export::{Exported, FileReport, export, verify_file};
 pub use record::{Actor, AuditRecord, Entry, Outcome};
 pub use repair::{Repair, repair_torn_tail, restart_chain};
 pub use verify::{Broken, VerifyReport, tail, verify};

@@ -48,20 +48,72 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
     let file = File::open(path)?;
     let len = stable_len(path, &file)?;
     let mut reader = BufReader::with_capacity(1 << 16, (&file).take(len));
-    let mut records: u64 = 0;
-    let mut last_hash: Option<String> = None;
+    let walk = walk(&mut reader, First::Genesis, |_, _| Ok(()))?;
+    Ok(VerifyReport {
+        records: walk.records,
+        last_hash: walk.last_hash,
+        broken: walk.broken,
+    })
+}
+
+/// Where the first record of a stream links.
+#[derive(Clone, Copy)]
+pub(crate) enum First {
+    /// A whole log: seq 1, linked to [`GENESIS`].
+    Genesis,
+    /// An export: the seq and `prev` the first line holds, unless it is seq 1 (then [`GENESIS`]).
+    AsWritten,
+}
+
+/// What [`walk`] found.
+pub(crate) struct Walk {
+    /// Lines that verified.
+    pub records: u64,
+    /// The seq of the first line that verified, and the `prev` it links to.
+    pub first: Option<(u64, String)>,
+    /// The seq and hash of the last line that verified.
+    pub last: Option<(u64, String)>,
+    /// `last`'s hash, or `None`.
+    pub last_hash: Option<String>,
+    pub broken: Option<Broken>,
+}
+
+/// Checks every line of `reader` in order and hands each verified one (its seq and bytes, without
+/// the `\n`) to `each`; stops at the first line that fails.
+pub(crate) fn walk(
+    reader: &mut impl BufRead,
+    first: First,
+    mut each: impl FnMut(u64, &[u8]) -> std::io::Result<()>,
+) -> Result<Walk, AuditError> {
+    let mut w = Walk {
+        records: 0,
+        first: None,
+        last: None,
+        last_hash: None,
+        broken: None,
+    };
     let mut line_no: u64 = 0;
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let read = (&mut reader)
+        let read = (&mut *reader)
             .take(MAX_LINE_BYTES + 1)
             .read_until(b'\n', &mut buf)?;
         if read == 0 {
             break;
         }
         line_no += 1;
-        let expected_seq = records + 1;
+        // What this line must hold: the next seq after the last verified one, linked to it.
+        let (expected_seq, prev) = match (&w.last, first) {
+            (Some((seq, hash)), _) => (seq + 1, hash.clone()),
+            (None, First::Genesis) => (1, GENESIS.to_owned()),
+            (None, First::AsWritten) => match as_written(&buf) {
+                Some((1, _)) => (1, GENESIS.to_owned()),
+                Some(start) => start,
+                // Named as "seq 0": the line does not say which record it is.
+                None => (0, GENESIS.to_owned()),
+            },
+        };
         let problem = if buf.last() != Some(&b'\n') {
             Some(if buf.len() as u64 > MAX_LINE_BYTES {
                 format!("line is longer than {MAX_LINE_BYTES} bytes")
@@ -72,32 +124,43 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
             })
         } else {
             buf.pop();
-            match check_line(&buf, expected_seq, last_hash.as_deref().unwrap_or(GENESIS)) {
+            match check_line(&buf, expected_seq, &prev) {
                 Ok(record) => {
-                    records = expected_seq;
-                    last_hash = Some(record.hash);
+                    each(expected_seq, &buf)?;
+                    w.records += 1;
+                    if w.first.is_none() {
+                        w.first = Some((expected_seq, prev));
+                    }
+                    w.last_hash = Some(record.hash.clone());
+                    w.last = Some((expected_seq, record.hash));
                     None
                 }
                 Err(reason) => Some(reason),
             }
         };
         if let Some(reason) = problem {
-            return Ok(VerifyReport {
-                records,
-                last_hash,
-                broken: Some(Broken {
-                    seq: expected_seq,
-                    line: line_no,
-                    reason,
-                }),
+            w.broken = Some(Broken {
+                seq: expected_seq,
+                line: line_no,
+                reason,
             });
+            break;
         }
     }
-    Ok(VerifyReport {
-        records,
-        last_hash,
-        broken: None,
-    })
+    Ok(w)
+}
+
+/// The `seq` and `prev` a line claims, read without trusting it (it is checked next).
+fn as_written(line: &[u8]) -> Option<(u64, String)> {
+    #[derive(Deserialize)]
+    struct Claims {
+        seq: u64,
+        prev: String,
+    }
+    let text = line.strip_suffix(b"\n").unwrap_or(line);
+    serde_json::from_slice::<Claims>(text)
+        .ok()
+        .map(|c| (c.seq, c.prev))
 }
 
 /// Checks one line (without its `\n`) as the record that must hold `expected_seq` and link to

@@ -4,7 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-pub use audit::{AuditRecord, Repair, repair_torn_tail, tail, verify};
+pub use audit::{
+    AuditError, AuditRecord, Exported, FileReport, GENESIS, Repair, repair_torn_tail, tail, verify,
+    verify_file,
+};
 use inbox::{AuditHead, State};
 
 use crate::error::GatewayError;
@@ -82,6 +85,28 @@ pub fn chain_status(home: &Home) -> Result<ChainStatus, GatewayError> {
             b.seq, b.line, b.reason
         )),
     })
+}
+
+/// `vaultgate audit export`: every record after `since` written to `out` as JSON Lines in the
+/// log's own format, each checked as `audit verify` checks it (the head against the state
+/// database first). The export stops at a broken line, which is an error naming its seq; the
+/// records before it were written.
+pub fn export(
+    home: &Home,
+    since: u64,
+    out: &mut dyn std::io::Write,
+) -> Result<audit::Exported, GatewayError> {
+    if let Some(problem) = head_check(home)?.problem() {
+        return Err(GatewayError::AuditBroken(problem));
+    }
+    let e = audit::export(&home.audit_path(), since, out)?;
+    match &e.broken {
+        None => Ok(e),
+        Some(b) => Err(GatewayError::AuditBroken(format!(
+            "audit chain broken at seq {} (line {}): {}; the export stops before it",
+            b.seq, b.line, b.reason
+        ))),
+    }
 }
 
 pub(crate) fn head_status(path: &Path, state: &State) -> Result<HeadStatus, GatewayError> {

@@ -8,6 +8,7 @@ mod util;
 mod approval; // in-client approval through the official Python SDK (stdio, HTTP, both protocols)
 mod attachments; // list_attachments, read_attachment_text and the sandboxed PDF worker
 mod audit_closed; // a full disk or a broken log refuses every call before anything changes
+mod audit_export; // audit export and audit verify --file: offline, byte-exact, named breaks
 mod browser; // the headless-Chromium harness of the review page tests
 mod card; // the approval card over the protocol: the resource, _meta, sealed approvals
 mod card_browser; // the approval card in a real MCP Apps host (ext-apps AppBridge) in headless Chromium

@@ -4,6 +4,7 @@
 mod chain;
 mod common;
 mod concurrency;
+mod export;
 mod fields;
 mod since;
 mod tail;

@@ -437,7 +437,22 @@ pub(crate) enum HistoryCmd {
 #[derive(Subcommand)]
 pub(crate) enum AuditCmd {
     /// Recompute every hash and link; exit 1 naming the first broken record.
-    Verify,
+    Verify {
+        /// Check an export of `vaultgate audit export` instead of the home's log (offline: no
+        /// home needed).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// Write the records after a seq as JSON Lines in the log's own format, each checked first;
+    /// stops with exit 1 at a broken record.
+    Export {
+        /// Only the records after this seq (default: every record).
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        since: u64,
+        /// Write to this new file (never over an existing one) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// After a crash cut the last line short: complete it if it is a whole record, else save it
     /// aside (audit.jsonl.torn-OFFSET) and remove it, so appends can continue.
     Repair,

@@ -8,7 +8,25 @@ pub(crate) fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), Ga
         return Err(GatewayError::NoHome(home.dir.clone()));
     }
     match cmd {
-        AuditCmd::Verify => match engine::audit_log::chain_status(home)? {
+        AuditCmd::Verify { file: Some(file) } => verify_export(&file),
+        AuditCmd::Export { since, out: None } => {
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            match engine::audit_log::export(home, since, &mut w) {
+                // The reader went away (`| head`): it has what it wanted.
+                Err(GatewayError::Audit(engine::audit_log::AuditError::Io(e)))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    Ok(())
+                }
+                r => r.map(drop),
+            }
+        }
+        AuditCmd::Export {
+            since,
+            out: Some(file),
+        } => export_to_file(home, since, &file),
+        AuditCmd::Verify { file: None } => match engine::audit_log::chain_status(home)? {
             engine::audit_log::ChainStatus::Holds { records } => {
                 out(&format!(
                     "audit chain ok: {records} records in {}",
@@ -70,6 +88,83 @@ pub(crate) fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), Ga
             Ok(())
         }
     }
+}
+
+/// `audit export --out FILE`: written beside FILE, synced, then linked in only if FILE does not
+/// exist yet; nothing is left behind on a failure.
+fn export_to_file(home: &Home, since: u64, file: &std::path::Path) -> Result<(), GatewayError> {
+    let exists = |f: &std::path::Path| {
+        GatewayError::InvalidArgument(format!(
+            "{} already exists: an export never replaces a file; choose another path or remove it",
+            f.display()
+        ))
+    };
+    if file.symlink_metadata().is_ok() {
+        return Err(exists(file));
+    }
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    // Private like the log it copies (0600).
+    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut w = std::io::BufWriter::new(tmp.as_file());
+    let e = engine::audit_log::export(home, since, &mut w)?;
+    w.flush()?;
+    drop(w);
+    tmp.as_file().sync_all()?;
+    tmp.persist_noclobber(file).map_err(|e| {
+        if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+            exists(file)
+        } else {
+            GatewayError::Io(e.error)
+        }
+    })?;
+    std::fs::File::open(dir)?.sync_all()?;
+    let span = match (e.first_seq, e.last_seq) {
+        (Some(a), Some(b)) => format!(" (seq {a} to {b})"),
+        _ => String::new(),
+    };
+    out(&format!(
+        "exported {} records{span} to {}; check it with `vaultgate audit verify --file {}`",
+        e.records,
+        file.display(),
+        file.display()
+    ));
+    Ok(())
+}
+
+/// `audit verify --file FILE`: an export checked on its own.
+pub(crate) fn verify_export(file: &std::path::Path) -> Result<(), GatewayError> {
+    if let Err(e) = std::fs::metadata(file) {
+        return Err(GatewayError::InvalidArgument(format!(
+            "cannot read {}: {e}",
+            file.display()
+        )));
+    }
+    let r = engine::audit_log::verify_file(file)?;
+    if let Some(b) = r.broken {
+        return Err(GatewayError::AuditBroken(format!(
+            "export broken at seq {} (line {}): {}",
+            b.seq, b.line, b.reason
+        )));
+    }
+    match (r.first, r.last) {
+        (Some((first, prev)), Some((last, hash))) => {
+            let links = if prev == engine::audit_log::GENESIS {
+                "the chain's start".to_owned()
+            } else {
+                format!("{prev}, the hash of seq {} (not in this file)", first - 1)
+            };
+            out(&format!(
+                "export ok: {} records, seq {first} to {last}, in {}\n  the first links to {links}\n  the last's hash: {hash}",
+                r.records,
+                file.display()
+            ));
+        }
+        _ => out(&format!("export ok: no records in {}", file.display())),
+    }
+    Ok(())
 }
 
 pub(crate) fn json_out<T: serde::Serialize>(v: &T) -> Result<(), GatewayError> {

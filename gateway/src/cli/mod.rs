@@ -169,6 +169,11 @@ fn run(cli: Cli, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayErro
         }
         _ => {}
     }
+    // An export is checked on its own: no home needed.
+    if let Command::Audit(AuditCmd::Verify { file: Some(file) }) = &cli.command {
+        verify_export(file)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let home = Home::resolve(cli.home.as_deref(), env)?;
     if let Command::Doctor { json } = cli.command {
         return doctor_cmd(&home, json, env);
