@@ -224,7 +224,7 @@ const EDGES: &[(&str, &[&str])] = &[
         "engine",
         &["policy", "proposals", "audit", "inbox", "vault", "pdftext"],
     ),
-    ("teamstate", &["engine", "inbox"]),
+    ("teamstate", &["engine", "inbox", "audit"]),
     ("gateway", &["engine", "policy", "pdftext"]),
     ("vaultgate", &["gateway"]),
     ("vaultgate-bench", &["pdftext"]),

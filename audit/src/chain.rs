@@ -129,8 +129,9 @@ pub fn cut_echo(s: String) -> String {
     format!("{}…sha256:{}", &s[..end], sha256_hex(s.as_bytes()))
 }
 
-/// Builds the record that follows (`last_seq`, `prev`) and its line (canonical JSON + `\n`).
-pub(crate) fn seal(
+/// Builds the record that follows (`last_seq`, `prev`) and its line (canonical JSON + `\n`):
+/// the one way an entry becomes a record, for a home's log and for a team's chain alike.
+pub fn seal(
     entry: Entry,
     last_seq: u64,
     prev: &str,
@@ -153,6 +154,7 @@ pub(crate) fn seal(
         args_hash,
         count,
         approval,
+        gateway,
     } = entry;
     // SECURITY(T-AUDIT6): strings a client chose are cut here, where every entry becomes a
     // record, so no caller can forget it and no input makes a line too long to write.
@@ -173,6 +175,7 @@ pub(crate) fn seal(
         args_hash,
         count,
         approval: approval.map(cut_echo),
+        gateway: gateway.map(cut_echo),
     };
     let mut map = record_map(&record)?;
     record.hash = sha256_hex(canonical_map(&map).as_bytes());

@@ -21,7 +21,7 @@ mod repair;
 mod verify;
 mod writer;
 
-pub use chain::{GENESIS, MAX_ECHO_BYTES, args_hash, canonical_json, cut_echo};
+pub use chain::{GENESIS, MAX_ECHO_BYTES, args_hash, canonical_json, cut_echo, seal};
 pub use error::AuditError;
 pub use export::{Exported, FileReport, export, verify_file};
 pub use record::{Actor, AuditRecord, Entry, Outcome};

@@ -124,6 +124,8 @@ pub struct Entry {
     pub count: Option<u64>,
     /// Who approved the change beyond the caller's tier: `"client"` (in-client approval, docs/contract.md#the-review-page-and-in-client-approval).
     pub approval: Option<String>,
+    /// The team gateway that writes it (team mode); `None` in a home's own log.
+    pub gateway: Option<String>,
 }
 
 impl Entry {
@@ -142,6 +144,7 @@ impl Entry {
             args_hash: None,
             count: None,
             approval: None,
+            gateway: None,
         }
     }
 }
@@ -180,6 +183,10 @@ pub struct AuditRecord {
     pub count: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<String>,
+    /// The team gateway that wrote the record (team mode, docs/contract.md#team-mode); absent in a
+    /// home's own log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
 }
 
 /// `ts` on the wire: `YYYY-MM-DDTHH:MM:SS.mmmZ`, always UTC, always three fractional digits, so

@@ -194,6 +194,7 @@ impl<'a> Call<'a> {
             args_hash: Some(audit::args_hash(self.args)),
             count: None,
             approval: None,
+            gateway: None,
         }
     }
 

@@ -612,6 +612,7 @@ impl Core {
                 args_hash: None,
                 count: None,
                 approval: None,
+                gateway: None,
             },
             durability,
         );

@@ -666,6 +666,7 @@ impl Writes<'_> {
                 args_hash: Some(a.args_hash.clone()),
                 count: None,
                 approval: a.approval.clone(),
+                gateway: None,
             },
             Durability::Sync,
         )
@@ -734,6 +735,7 @@ impl Writes<'_> {
                     args_hash: Some(intent.audit.args_hash.clone()),
                     count: None,
                     approval: intent.audit.approval.clone(),
+                    gateway: None,
                 },
                 Durability::Sync,
             ),

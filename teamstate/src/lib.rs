@@ -9,8 +9,15 @@
 //! transaction open when a part fails. This is the first piece of team mode, and not wired: the
 //! transaction always registers a change row (its git commit), which this store refuses — a team
 //! vault's changes are its remote's commits — so it cannot commit today's writes yet.
-//! Credentials, proposals' content, the audit chain, jobs and the leases follow.
+//! The team's audit chain ([`PgState::append_audit`], chain.rs) is the second piece: its head is
+//! `audit_chain_head`; `audit_head` is what [`StateTx::append_audit`] registers until the
+//! transaction seals its record in that chain. Credentials, proposals' content, jobs and the
+//! leases follow.
 #![forbid(unsafe_code)]
+
+mod chain;
+
+pub use chain::{MAX_BATCH, valid_gateway_name};
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -95,6 +102,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE vaultgate.audit_head (
         one boolean PRIMARY KEY CHECK (one), seq bigint NOT NULL, hash text NOT NULL
     );",
+    // 2: the team's audit chain (chain.rs): every record as its line, and the head appends lock.
+    "CREATE TABLE vaultgate.audit (
+        seq bigint PRIMARY KEY CHECK (seq > 0),
+        hash text NOT NULL,
+        gateway text NOT NULL,
+        line text NOT NULL
+    );
+    CREATE TABLE vaultgate.audit_chain_head (
+        one boolean PRIMARY KEY CHECK (one), seq bigint NOT NULL, hash text NOT NULL
+    );
+    INSERT INTO vaultgate.audit_chain_head VALUES (true, 0, repeat('0', 64));",
 ];
 
 /// The team's state: one connection, driven by this store's own runtime.
@@ -106,7 +124,16 @@ pub struct PgState {
 
 /// A store's failure, as the engine's error.
 fn db(e: tokio_postgres::Error) -> GatewayError {
-    GatewayError::Internal(format!("the team database: {e}"))
+    // The server's own words ("db error" alone says nothing); never a password: libpq URLs are
+    // not echoed by the server.
+    match e.as_db_error() {
+        Some(d) => GatewayError::Internal(format!(
+            "the team database: {} ({})",
+            d.message(),
+            d.code().code()
+        )),
+        None => GatewayError::Internal(format!("the team database: {e}")),
+    }
 }
 
 /// Waits for `f` on this thread: the client's queries need no runtime of their own (their

@@ -65,6 +65,7 @@ fn a_full_entry_uses_the_spec_field_names() {
         args_hash: Some(audit::args_hash(&serde_json::json!({"id": "prop_1"}))),
         count: None,
         approval: None,
+        gateway: None,
     };
     let record = log.append(e, at(0), Durability::Sync).unwrap();
     let line = &lines(&path)[0];
@@ -97,6 +98,25 @@ fn a_full_entry_uses_the_spec_field_names() {
     // The line is the canonical JSON of the record, and reads back as the same record.
     assert_eq!(line, &format!("{}\n", audit::canonical_json(&v)).into_bytes());
     assert_eq!(tail(&path, 1).unwrap(), vec![record]);
+}
+
+#[test]
+fn a_team_record_names_its_gateway_inside_its_hash() {
+    let (_dir, path) = home();
+    let log = AuditLog::open(&path).unwrap();
+    let mut e = Entry::new("tool_call", Actor::Cli { user: "ana".into() }, Outcome::Ok);
+    e.gateway = Some("ana@laptop".into());
+    log.append(e, at(0), Durability::Flush).unwrap();
+    let line = lines(&path)[0].clone();
+    let v: Value = serde_json::from_slice(&line).unwrap();
+    assert_eq!(v["gateway"], "ana@laptop");
+    assert_eq!(audit::verify(&path).unwrap().broken, None);
+    // Another gateway's name in the same line breaks it.
+    let forged = String::from_utf8(line)
+        .unwrap()
+        .replace("ana@laptop", "bob@laptop");
+    std::fs::write(&path, forged).unwrap();
+    assert_eq!(audit::verify(&path).unwrap().broken.map(|b| b.seq), Some(1));
 }
 
 #[test]

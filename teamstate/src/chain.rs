@@ -1,0 +1,153 @@
+//! The team's audit chain (docs/contract.md#team-mode): one chain for every gateway of a team, in
+//! the table `vaultgate.audit`, its head the row `vaultgate.audit_chain_head`. A gateway appends a
+//! batch of records in one transaction that locks the head, seals each record after the one
+//! before with the gateway's name (the very sealing of a home's log, [`audit::seal`]) and moves
+//! the head: `seq` is gapless (a transaction that fails takes its numbers with it), appends of
+//! many gateways interleave as whole batches, and an export of the chain verifies as a home's
+//! log does.
+//!
+//! The head lock is the chain's only serialisation point: one lock per batch, never one per
+//! record, so a gateway batching its calls keeps the chain from being the team's bottleneck.
+
+use std::io::Write;
+
+use engine::error::GatewayError;
+use time::OffsetDateTime;
+
+use crate::{PgState, block_on, db};
+
+/// Records one append may carry: bounded before any work (a batch holds the head's lock).
+pub const MAX_BATCH: usize = 256;
+
+/// Rows an export reads at a time.
+const EXPORT_PAGE: i64 = 1000;
+
+/// Whether `name` can name a gateway of a team: 1–64 characters of `[A-Za-z0-9._@-]`.
+pub fn valid_gateway_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'))
+}
+
+impl PgState {
+    /// Appends `entries` to the team's chain as records written by `gateway`, all stamped `now`,
+    /// in order, in one transaction; answers them sealed (their `seq` and `hash`).
+    pub fn append_audit(
+        &self,
+        gateway: &str,
+        entries: Vec<audit::Entry>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<audit::AuditRecord>, GatewayError> {
+        if !valid_gateway_name(gateway) {
+            return Err(GatewayError::InvalidArgument(
+                "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -".into(),
+            ));
+        }
+        if entries.len() > MAX_BATCH {
+            return Err(GatewayError::InvalidArgument(format!(
+                "at most {MAX_BATCH} audit records in one append"
+            )));
+        }
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client()?;
+        block_on(async {
+            let tx = client.transaction().await.map_err(db)?;
+            let head = tx
+                .query_one(
+                    "SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one FOR UPDATE",
+                    &[],
+                )
+                .await
+                .map_err(db)?;
+            let mut seq = u64::try_from(head.get::<_, i64>(0))
+                .map_err(|_| GatewayError::Internal("the team's audit head has a negative seq".into()))?;
+            let mut prev: String = head.get(1);
+            let insert = tx
+                .prepare("INSERT INTO vaultgate.audit (seq, hash, gateway, line) VALUES ($1, $2, $3, $4)")
+                .await
+                .map_err(db)?;
+            let mut sealed = Vec::with_capacity(entries.len());
+            for mut entry in entries {
+                entry.gateway = Some(gateway.to_owned());
+                let (record, line) = audit::seal(entry, seq, &prev, now)?;
+                let at = i64::try_from(record.seq)
+                    .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
+                tx.execute(
+                    &insert,
+                    &[&at, &record.hash, &gateway, &line.trim_end_matches('\n')],
+                )
+                .await
+                .map_err(db)?;
+                seq = record.seq;
+                prev.clone_from(&record.hash);
+                sealed.push(record);
+            }
+            let at = i64::try_from(seq)
+                .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
+            tx.execute(
+                "UPDATE vaultgate.audit_chain_head SET seq = $1, hash = $2 WHERE one",
+                &[&at, &prev],
+            )
+            .await
+            .map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(sealed)
+        })
+    }
+
+    /// The chain's head: the last record's `seq` and `hash` (0 and `GENESIS` before any).
+    pub fn audit_chain_head(&self) -> Result<(u64, String), GatewayError> {
+        let client = self.client()?;
+        let row =
+            block_on(client.query_one("SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one", &[]))
+                .map_err(db)?;
+        let seq = u64::try_from(row.get::<_, i64>(0))
+            .map_err(|_| GatewayError::Internal("the team's audit head has a negative seq".into()))?;
+        Ok((seq, row.get(1)))
+    }
+
+    /// Writes every record after `since` to `out`, in `seq` order, one line each: the format of
+    /// a home's log (docs/contract.md#the-audit-log), so `audit verify --file` checks it.
+    /// Answers how many it wrote.
+    pub fn export_audit(&self, since: u64, out: &mut dyn Write) -> Result<u64, GatewayError> {
+        let client = self.client()?;
+        let mut after = i64::try_from(since).unwrap_or(i64::MAX);
+        let mut written = 0u64;
+        loop {
+            let rows = block_on(client.query(
+                "SELECT seq, line FROM vaultgate.audit WHERE seq > $1 ORDER BY seq LIMIT $2",
+                &[&after, &EXPORT_PAGE],
+            ))
+            .map_err(db)?;
+            let Some(last) = rows.last() else {
+                break;
+            };
+            after = last.get(0);
+            for row in &rows {
+                out.write_all(row.get::<_, &str>(1).as_bytes())?;
+                out.write_all(b"\n")?;
+                written += 1;
+            }
+        }
+        out.flush()?;
+        Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_gateway_name;
+
+    #[test]
+    fn gateway_names_are_short_and_plain() {
+        for ok in ["g1", "ana@laptop", "build-01.example_x", &"a".repeat(64)] {
+            assert!(valid_gateway_name(ok), "{ok}");
+        }
+        for bad in ["", &"a".repeat(65), "g 1", "g/1", "g\n1", "ğ", "g:1"] {
+            assert!(!valid_gateway_name(bad), "{bad:?}");
+        }
+    }
+}

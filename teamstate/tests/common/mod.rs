@@ -1,0 +1,162 @@
+//! A private PostgreSQL cluster for one test binary: initdb in a temporary folder, 127.0.0.1, a
+//! free port; as the `postgres` user when run as root, since initdb refuses root.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use teamstate::PgState;
+
+/// PostgreSQL's server programs: Debian keeps them out of PATH.
+fn bin(program: &str) -> PathBuf {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join(program).exists() {
+            return dir.join(program);
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(program))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!("PostgreSQL's {program} is not installed (Debian: apt-get install postgresql)")
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `program args` as the `postgres` user when this runs as root.
+fn as_postgres(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            "postgres",
+            "--regid",
+            "postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// A private PostgreSQL cluster, stopped when dropped.
+pub struct Cluster {
+    _dir: tempfile::TempDir,
+    child: Child,
+    pub port: u16,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        if is_root() {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chown to postgres");
+        }
+        let data = dir.path().join("data");
+        let out = as_postgres(&bin("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.path().join("postgres.log")).unwrap();
+        let child = as_postgres(&bin("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "shared_buffers=32MB",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let c = Cluster {
+            _dir: dir,
+            child,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "PostgreSQL did not listen within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A store in a database of its own.
+    pub fn store(&self, db: &str) -> PgState {
+        let admin = connect_retrying(&self.url());
+        admin.query(&format!("CREATE DATABASE {db}"), &[]).unwrap();
+        PgState::connect(&format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)).unwrap()
+    }
+}
+
+/// The server listens a moment before it accepts connections.
+pub fn connect_retrying(url: &str) -> PgState {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match PgState::connect(url) {
+            Ok(s) => return s,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "PostgreSQL did not accept a connection: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
