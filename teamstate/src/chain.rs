@@ -10,6 +10,9 @@
 //! record, so a gateway batching its calls keeps the chain from being the team's bottleneck.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 
 use engine::error::GatewayError;
 use time::OffsetDateTime;
@@ -134,6 +137,110 @@ impl PgState {
         }
         out.flush()?;
         Ok(written)
+    }
+}
+
+/// A record waiting for its batch, and where its answer goes.
+struct Queued {
+    entry: audit::Entry,
+    answer: mpsc::SyncSender<Result<audit::AuditRecord, GatewayError>>,
+}
+
+/// One gateway's appends to the team's chain, in batches (docs/contract.md#team-mode): every
+/// record queued while the last batch committed goes into the next one, so calls made at once
+/// share one lock of the chain's head, and a call alone waits for no one. Each
+/// [`ChainWriter::append`] answers once its record is committed, or with the batch's failure
+/// (`AUDIT_UNAVAILABLE` when the database cannot be reached): a call never goes on unaudited.
+pub struct ChainWriter {
+    queue: Option<mpsc::Sender<Queued>>,
+    worker: Option<std::thread::JoinHandle<()>>,
+    batches: Arc<AtomicU64>,
+}
+
+impl ChainWriter {
+    /// Starts the writer of `gateway` (checked as [`valid_gateway_name`]) over `store`.
+    pub fn start(store: Arc<PgState>, gateway: &str) -> Result<ChainWriter, GatewayError> {
+        if !valid_gateway_name(gateway) {
+            return Err(GatewayError::InvalidArgument(
+                "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -".into(),
+            ));
+        }
+        let (queue, queued) = mpsc::channel::<Queued>();
+        let batches = Arc::new(AtomicU64::new(0));
+        let counted = batches.clone();
+        let gateway = gateway.to_owned();
+        let worker = std::thread::Builder::new()
+            .name("team-audit".into())
+            .spawn(move || {
+                while let Ok(first) = queued.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_BATCH {
+                        match queued.try_recv() {
+                            Ok(q) => batch.push(q),
+                            Err(_) => break,
+                        }
+                    }
+                    let (entries, answers): (Vec<_>, Vec<_>) =
+                        batch.into_iter().map(|q| (q.entry, q.answer)).unzip();
+                    let sealed = store.append_audit(&gateway, entries, OffsetDateTime::now_utc());
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    match sealed {
+                        Ok(records) => {
+                            for (record, answer) in records.into_iter().zip(answers) {
+                                // A caller that stopped waiting has nothing to be told.
+                                let _ = answer.send(Ok(record));
+                            }
+                        }
+                        Err(e) => {
+                            for answer in answers {
+                                let _ = answer.send(Err(again(&e)));
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(GatewayError::Io)?;
+        Ok(ChainWriter {
+            queue: Some(queue),
+            worker: Some(worker),
+            batches,
+        })
+    }
+
+    /// Appends `entry` (its `gateway` set to this writer's) and answers its record once it is
+    /// committed in the chain.
+    pub fn append(&self, entry: audit::Entry) -> Result<audit::AuditRecord, GatewayError> {
+        let gone = || GatewayError::Internal("the team's audit writer has stopped".into());
+        let (answer, answered) = mpsc::sync_channel(1);
+        self.queue
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(Queued { entry, answer })
+            .map_err(|_| gone())?;
+        answered.recv().map_err(|_| gone())?
+    }
+
+    /// Batches committed or failed so far: fewer than the records when calls came at once.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ChainWriter {
+    /// Lets the queued records commit, then stops the worker.
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// A batch's failure, told to each of its callers (an error does not clone).
+fn again(e: &GatewayError) -> GatewayError {
+    match e {
+        GatewayError::AuditUnavailable => GatewayError::AuditUnavailable,
+        other => GatewayError::Again(other.code(), other.to_string()),
     }
 }
 

@@ -5,8 +5,9 @@
 //! history entry's `seq` assumes one writer per vault (the lease, still to come: two at once
 //! would meet the unique index and fail, never fork the history).
 //!
-//! It must never decide policy (the engine does), hold a token or a password in a log, or leave a
-//! transaction open when a part fails. This is the first piece of team mode, and not wired: the
+//! It must never decide policy (the engine does), hold a token or a password in a log, leave a
+//! transaction open when a part fails, or answer a call it could not record: an unreachable
+//! database is `AUDIT_UNAVAILABLE`, and the connection is opened again at the first call after. This is the first piece of team mode, and not wired: the
 //! transaction always registers a change row (its git commit), which this store refuses — a team
 //! vault's changes are its remote's commits — so it cannot commit today's writes yet.
 //! The team's audit chain ([`PgState::append_audit`], chain.rs) is the second piece: its head is
@@ -17,7 +18,7 @@
 
 mod chain;
 
-pub use chain::{MAX_BATCH, valid_gateway_name};
+pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -115,15 +116,35 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO vaultgate.audit_chain_head VALUES (true, 0, repeat('0', 64));",
 ];
 
-/// The team's state: one connection, driven by this store's own runtime.
+/// The team's state: one connection, driven by this store's own runtime, opened again on the
+/// first call after it was lost.
 pub struct PgState {
     /// Runs the connection's I/O; callers (blocking threads) wait on their queries' answers.
-    _rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Runtime,
+    config: tokio_postgres::Config,
     client: Mutex<Client>,
 }
 
-/// A store's failure, as the engine's error.
+/// How long opening a connection may take before the database counts as unreachable.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `e` says the database cannot be reached (rather than that a statement failed).
+fn unreachable(e: &tokio_postgres::Error) -> bool {
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    // Class 08: connection exception; 57P: the server shutting down or restarting.
+    let class = e
+        .code()
+        .is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P"));
+    e.is_closed() || io || class
+}
+
+/// A store's failure, as the engine's error. An unreachable database fails closed:
+/// `AUDIT_UNAVAILABLE`, retryable, nothing changed (docs/contract.md#team-mode).
 fn db(e: tokio_postgres::Error) -> GatewayError {
+    if unreachable(&e) {
+        tracing::warn!(error = %e, "the team database cannot be reached");
+        return GatewayError::AuditUnavailable;
+    }
     // The server's own words ("db error" alone says nothing); never a password: libpq URLs are
     // not echoed by the server.
     match e.as_db_error() {
@@ -134,6 +155,21 @@ fn db(e: tokio_postgres::Error) -> GatewayError {
         )),
         None => GatewayError::Internal(format!("the team database: {e}")),
     }
+}
+
+/// Opens a connection whose I/O runs on `rt`.
+fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result<Client, GatewayError> {
+    let config = config.clone();
+    // Connecting needs the runtime's reactor: it runs there, and this thread waits.
+    let (client, connection) = block_on(rt.spawn(async move { config.connect(NoTls).await }))
+        .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
+        .map_err(db)?;
+    rt.spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "the team database connection ended");
+        }
+    });
+    Ok(client)
 }
 
 /// Waits for `f` on this thread: the client's queries need no runtime of their own (their
@@ -159,29 +195,38 @@ fn block_on<F: Future>(f: F) -> F::Output {
 impl PgState {
     /// Connects to `url` (a libpq URL) and brings the schema `vaultgate` up to date.
     pub fn connect(url: &str) -> Result<PgState, GatewayError> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|_| GatewayError::Config("the team database URL is not a libpq URL".into()))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .map_err(GatewayError::Io)?;
-        let (client, connection) = rt.block_on(tokio_postgres::connect(url, NoTls)).map_err(db)?;
-        rt.spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::error!(error = %e, "the team database connection ended");
-            }
-        });
+        let client = open(&rt, &config)?;
         let state = PgState {
-            _rt: rt,
+            rt,
+            config,
             client: Mutex::new(client),
         };
         state.migrate()?;
         Ok(state)
     }
 
+    /// The connection, opened again first if it was lost (the server restarted, the network
+    /// came back): a call after an outage works without a new store.
     fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, GatewayError> {
-        self.client
+        let mut client = self
+            .client
             .lock()
-            .map_err(|_| GatewayError::Internal("the team database's client is poisoned".into()))
+            .map_err(|_| GatewayError::Internal("the team database's client is poisoned".into()))?;
+        if client.is_closed() {
+            *client = open(&self.rt, &self.config)?;
+        }
+        Ok(client)
     }
 
     fn migrate(&self) -> Result<(), GatewayError> {

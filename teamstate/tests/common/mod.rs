@@ -93,36 +93,40 @@ impl Cluster {
             .local_addr()
             .unwrap()
             .port();
-        let log = std::fs::File::create(dir.path().join("postgres.log")).unwrap();
-        let child = as_postgres(&bin("postgres"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(dir.path())
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-                "-c",
-                "shared_buffers=32MB",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = spawn_postgres(dir.path(), port);
         let c = Cluster {
             _dir: dir,
             child,
             port,
         };
+        c.wait_listening();
+        c
+    }
+
+    fn wait_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(Instant::now() < deadline, "PostgreSQL did not listen within 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        c
+    }
+
+    /// Stops the server at once, as `pg_ctl stop -m immediate` does (SIGQUIT): no checkpoint,
+    /// every connection cut.
+    pub fn stop(&mut self) {
+        let ok = Command::new("kill")
+            .args(["-QUIT", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -QUIT postgres");
+        self.child.wait().unwrap();
+    }
+
+    /// Starts the stopped server again on the same data and port (it recovers from its log).
+    pub fn start_again(&mut self) {
+        self.child = spawn_postgres(self._dir.path(), self.port);
+        self.wait_listening();
     }
 
     pub fn url(&self) -> String {
@@ -135,6 +139,33 @@ impl Cluster {
         admin.query(&format!("CREATE DATABASE {db}"), &[]).unwrap();
         PgState::connect(&format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)).unwrap()
     }
+}
+
+/// `postgres` on the cluster in `dir` (its data in `dir/data`, its log `dir/postgres.log`).
+fn spawn_postgres(dir: &Path, port: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("postgres.log"))
+        .unwrap();
+    as_postgres(&bin("postgres"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string(), "-k"])
+        .arg(dir)
+        .args([
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "shared_buffers=32MB",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 /// The server listens a moment before it accepts connections.
