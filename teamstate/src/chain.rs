@@ -58,44 +58,7 @@ impl PgState {
         let mut client = self.client()?;
         block_on(async {
             let tx = client.transaction().await.map_err(db)?;
-            let head = tx
-                .query_one(
-                    "SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one FOR UPDATE",
-                    &[],
-                )
-                .await
-                .map_err(db)?;
-            let mut seq = u64::try_from(head.get::<_, i64>(0))
-                .map_err(|_| GatewayError::Internal("the team's audit head has a negative seq".into()))?;
-            let mut prev: String = head.get(1);
-            let insert = tx
-                .prepare("INSERT INTO vaultgate.audit (seq, hash, gateway, line) VALUES ($1, $2, $3, $4)")
-                .await
-                .map_err(db)?;
-            let mut sealed = Vec::with_capacity(entries.len());
-            for mut entry in entries {
-                entry.gateway = Some(gateway.to_owned());
-                let (record, line) = audit::seal(entry, seq, &prev, now)?;
-                let at = i64::try_from(record.seq)
-                    .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
-                tx.execute(
-                    &insert,
-                    &[&at, &record.hash, &gateway, &line.trim_end_matches('\n')],
-                )
-                .await
-                .map_err(db)?;
-                seq = record.seq;
-                prev.clone_from(&record.hash);
-                sealed.push(record);
-            }
-            let at = i64::try_from(seq)
-                .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
-            tx.execute(
-                "UPDATE vaultgate.audit_chain_head SET seq = $1, hash = $2 WHERE one",
-                &[&at, &prev],
-            )
-            .await
-            .map_err(db)?;
+            let sealed = seal_in(&tx, gateway, entries, now).await?;
             tx.commit().await.map_err(db)?;
             Ok(sealed)
         })
@@ -138,6 +101,57 @@ impl PgState {
         out.flush()?;
         Ok(written)
     }
+}
+
+/// Seals `entries` into the chain inside `tx`, as records of `gateway`: locks the head (call it
+/// last in a transaction that does other work, so the lock is held only to the commit), inserts
+/// each record after the one before, and moves the head. Nothing is visible before `tx` commits,
+/// and a rolled-back `tx` leaves no gap.
+pub(crate) async fn seal_in(
+    tx: &tokio_postgres::Transaction<'_>,
+    gateway: &str,
+    entries: Vec<audit::Entry>,
+    now: OffsetDateTime,
+) -> Result<Vec<audit::AuditRecord>, GatewayError> {
+    let head = tx
+        .query_one(
+            "SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one FOR UPDATE",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    let mut seq = u64::try_from(head.get::<_, i64>(0))
+        .map_err(|_| GatewayError::Internal("the team's audit head has a negative seq".into()))?;
+    let mut prev: String = head.get(1);
+    let insert = tx
+        .prepare("INSERT INTO vaultgate.audit (seq, hash, gateway, line) VALUES ($1, $2, $3, $4)")
+        .await
+        .map_err(db)?;
+    let mut sealed = Vec::with_capacity(entries.len());
+    for mut entry in entries {
+        entry.gateway = Some(gateway.to_owned());
+        let (record, line) = audit::seal(entry, seq, &prev, now)?;
+        let at = i64::try_from(record.seq)
+            .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
+        tx.execute(
+            &insert,
+            &[&at, &record.hash, &gateway, &line.trim_end_matches('\n')],
+        )
+        .await
+        .map_err(db)?;
+        seq = record.seq;
+        prev.clone_from(&record.hash);
+        sealed.push(record);
+    }
+    let at =
+        i64::try_from(seq).map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
+    tx.execute(
+        "UPDATE vaultgate.audit_chain_head SET seq = $1, hash = $2 WHERE one",
+        &[&at, &prev],
+    )
+    .await
+    .map_err(db)?;
+    Ok(sealed)
 }
 
 /// A record waiting for its batch, and where its answer goes.

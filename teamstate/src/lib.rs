@@ -12,13 +12,18 @@
 //! vault's changes are its remote's commits — so it cannot commit today's writes yet.
 //! The team's audit chain ([`PgState::append_audit`], chain.rs) is the second piece: its head is
 //! `audit_chain_head`; `audit_head` is what [`StateTx::append_audit`] registers until the
-//! transaction seals its record in that chain. Credentials, proposals' content, jobs and the
-//! leases follow.
+//! transaction seals its record in that chain. The team's credentials (credentials.rs) are the
+//! third: read fresh by every request, each change committed with its generation and its record
+//! and announced to [`Listener`]s. Proposals' content, jobs and the leases follow.
 #![forbid(unsafe_code)]
 
 mod chain;
+mod credentials;
+mod listen;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
+pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
+pub use listen::Listener;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -114,6 +119,22 @@ const MIGRATIONS: &[&str] = &[
         one boolean PRIMARY KEY CHECK (one), seq bigint NOT NULL, hash text NOT NULL
     );
     INSERT INTO vaultgate.audit_chain_head VALUES (true, 0, repeat('0', 64));",
+    // 3: the team's credentials (credentials.rs): the SHA-256 of each token's jti, never the jti.
+    "CREATE TABLE vaultgate.credentials (
+        id text PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        tier text NOT NULL,
+        vaults jsonb NOT NULL,
+        jti_sha256 text NOT NULL,
+        created_at bigint NOT NULL,
+        expires_at bigint,
+        revoked_at bigint,
+        approve_in_client boolean NOT NULL
+    );
+    CREATE TABLE vaultgate.credential_generation (
+        one boolean PRIMARY KEY CHECK (one), n bigint NOT NULL
+    );
+    INSERT INTO vaultgate.credential_generation VALUES (true, 0);",
 ];
 
 /// The team's state: one connection, driven by this store's own runtime, opened again on the

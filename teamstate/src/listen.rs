@@ -1,0 +1,71 @@
+//! A connection of its own that LISTENs (docs/contract.md#team-mode): a notification belongs to
+//! the session that asked for it, so a listener never shares its connection or goes through a
+//! pool. Announcements are hints to act at once (close a revoked credential's streams, fetch a
+//! vault); every decision still reads its row.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use engine::error::GatewayError;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::{block_on, db};
+
+/// Payloads announced on one channel, as they arrive.
+pub struct Listener {
+    payloads: mpsc::Receiver<String>,
+    _client: tokio_postgres::Client,
+    /// Runs the connection; dropped last.
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Listener {
+    /// Connects to `url` and listens on `channel` (lower-case letters and `_` only).
+    pub fn start(url: &str, channel: &str) -> Result<Listener, GatewayError> {
+        if channel.is_empty() || !channel.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            return Err(GatewayError::InvalidArgument(format!(
+                "not a channel name: {channel}"
+            )));
+        }
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|_| GatewayError::Config("the team database URL is not a libpq URL".into()))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(GatewayError::Io)?;
+        let (client, mut connection) = block_on(rt.spawn(async move { config.connect(NoTls).await }))
+            .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
+            .map_err(db)?;
+        let (send, payloads) = mpsc::channel();
+        rt.spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(n))) => {
+                        if send.send(n.payload().to_owned()).is_err() {
+                            break;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "the team database's listening connection ended");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        });
+        block_on(client.batch_execute(&format!("LISTEN {channel}"))).map_err(db)?;
+        Ok(Listener {
+            payloads,
+            _client: client,
+            _rt: rt,
+        })
+    }
+
+    /// The next payload, waiting at most `wait`; `None` when none came (or the connection ended).
+    pub fn next(&self, wait: Duration) -> Option<String> {
+        self.payloads.recv_timeout(wait).ok()
+    }
+}
