@@ -82,6 +82,7 @@ impl PgState {
     ) -> Result<Credential, GatewayError> {
         let id = CredentialId::generate();
         let vaults = serde_json::to_value(&new.vaults).map_err(|e| GatewayError::Internal(e.to_string()))?;
+        // SECURITY(T-TEAM3): only the hash of the jti is stored.
         let jti_sha256 = hex::encode(sha2::Sha256::digest(new.jti.as_bytes()));
         let entry = change_entry(
             "credential.issue",
@@ -210,6 +211,7 @@ impl PgState {
                 // Dropped: rolled back, nothing written.
                 return Err(inbox::StateError::CredentialNotFound(id.to_owned()).into());
             }
+            // SECURITY(T-TEAM4): the row, the generation and the record commit together.
             changed(&tx, id).await?;
             // The chain's head last: its lock is held only to the commit.
             seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;

@@ -20,10 +20,12 @@
 mod chain;
 mod credentials;
 mod listen;
+mod team;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
 pub use listen::Listener;
+pub use team::{GatewaySeen, Role, TeamStatus};
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -135,6 +137,26 @@ const MIGRATIONS: &[&str] = &[
         one boolean PRIMARY KEY CHECK (one), n bigint NOT NULL
     );
     INSERT INTO vaultgate.credential_generation VALUES (true, 0);",
+    // SECURITY(T-TEAM2): the audit is insert-only for its owner too (the REVOKE below).
+    // 4: the team and its gateways (team.rs), the tables only admins write (the vault
+    // registrations and the team's settings, filled by later pieces), and an audit table no
+    // gateway role may change (the owner gives up UPDATE, DELETE and TRUNCATE on it).
+    "CREATE TABLE vaultgate.team (
+        one boolean PRIMARY KEY CHECK (one),
+        id text NOT NULL,
+        key_check text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE vaultgate.gateways (
+        name text PRIMARY KEY,
+        role text NOT NULL CHECK (role IN ('admin', 'reviewer')),
+        joined_at timestamptz NOT NULL DEFAULT now(),
+        last_seen timestamptz NOT NULL DEFAULT now(),
+        version text NOT NULL
+    );
+    CREATE TABLE vaultgate.vaults (id text PRIMARY KEY, remote text NOT NULL, branch text NOT NULL);
+    CREATE TABLE vaultgate.settings (key text PRIMARY KEY, value jsonb NOT NULL);
+    REVOKE UPDATE, DELETE, TRUNCATE ON vaultgate.audit FROM CURRENT_USER;",
 ];
 
 /// The team's state: one connection, driven by this store's own runtime, opened again on the
@@ -160,11 +182,22 @@ fn unreachable(e: &tokio_postgres::Error) -> bool {
 }
 
 /// A store's failure, as the engine's error. An unreachable database fails closed:
-/// `AUDIT_UNAVAILABLE`, retryable, nothing changed (docs/contract.md#team-mode).
+/// `AUDIT_UNAVAILABLE`, retryable, nothing changed (docs/contract.md#team-mode). A write the
+/// gateway's database role may not make (a reviewer gateway changing a credential) is
+/// `CAPABILITY_DENIED`: the database enforces the roles, not the gateway.
 fn db(e: tokio_postgres::Error) -> GatewayError {
+    // SECURITY(T-TEAM5): no call goes on unaudited.
     if unreachable(&e) {
         tracing::warn!(error = %e, "the team database cannot be reached");
         return GatewayError::AuditUnavailable;
+    }
+    if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        return GatewayError::CapabilityDenied(
+            "this gateway's database role may not make this change: a reviewer gateway may not \
+             issue, change or revoke credentials, add or remove vaults or change team settings; \
+             ask an admin"
+                .into(),
+        );
     }
     // The server's own words ("db error" alone says nothing); never a password: libpq URLs are
     // not echoed by the server.
@@ -252,6 +285,14 @@ impl PgState {
 
     fn migrate(&self) -> Result<(), GatewayError> {
         let mut client = self.client()?;
+        // Up to date: nothing to lock or create (a reviewer gateway's role may not create).
+        let current = block_on(client.query_opt(
+            "SELECT n FROM vaultgate.schema_version WHERE n = $1",
+            &[&(MIGRATIONS.len() as i32)],
+        ));
+        if matches!(current, Ok(Some(_))) {
+            return Ok(());
+        }
         block_on(async {
             let tx = client.transaction().await?;
             tx.batch_execute(

@@ -1,0 +1,248 @@
+//! The team itself (docs/contract.md#team-mode): one row naming it and holding a key check value
+//! of the team secret (never the secret), and the gateways that joined, each with its role. A
+//! role is the database's to enforce: [`PgState::grant_reviewer`] gives a PostgreSQL role
+//! everything a reviewer gateway writes and nothing of what only admins write.
+
+use engine::error::GatewayError;
+use serde::Serialize;
+
+use crate::chain::valid_gateway_name;
+use crate::{PgState, block_on, db};
+
+/// What a gateway may do on its team.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Admin,
+    Reviewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Reviewer => "reviewer",
+        }
+    }
+}
+
+/// A gateway seen lately, for `team status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySeen {
+    pub name: String,
+    pub role: String,
+    /// RFC 3339, UTC.
+    pub last_seen: String,
+    pub version: String,
+}
+
+/// The team as the database has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TeamStatus {
+    pub team_id: String,
+    pub schema_version: i32,
+    /// Seen in the last ten minutes, by name.
+    pub gateways: Vec<GatewaySeen>,
+}
+
+// SECURITY(T-TEAM3): the database holds this, never the secret.
+/// The key check value of a team secret: what proves a secret is the team's without holding it.
+fn key_check(secret: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    hex::encode(ring::hmac::sign(&key, b"vaultgate team key check v1").as_ref())
+}
+
+fn refused(msg: &str) -> GatewayError {
+    GatewayError::InvalidArgument(msg.to_owned())
+}
+
+// SECURITY(T-TEAM1): what a reviewer role may write; everything else is refused by the database.
+/// Tables a reviewer gateway writes (everything a call, an apply or a history step touches);
+/// credentials, vaults, settings and the team are an admin's alone, and the audit is insert-only.
+const REVIEWER_WRITES: &[&str] = &[
+    "proposals",
+    "apply_intents",
+    "vault_revisions",
+    "vault_fingerprints",
+    "vault_writes",
+    "history",
+    "idempotency_keys",
+    "jobs",
+    "challenges",
+    "audit_head",
+];
+
+impl PgState {
+    /// `team init`: makes this database a team's (refused when it already holds one: join it)
+    /// with `gateway` as its first admin. Answers the team's id.
+    pub fn init_team(&self, secret: &[u8], gateway: &str, version: &str) -> Result<String, GatewayError> {
+        check_name(gateway)?;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut client = self.client()?;
+        block_on(async {
+            let tx = client.transaction().await.map_err(db)?;
+            let made = tx
+                .execute(
+                    "INSERT INTO vaultgate.team (one, id, key_check) VALUES (true, $1, $2)
+                     ON CONFLICT DO NOTHING",
+                    &[&id, &key_check(secret)],
+                )
+                .await
+                .map_err(db)?;
+            if made == 0 {
+                return Err(refused(
+                    "this database already holds a team: join it with `vaultgate team join`",
+                ));
+            }
+            add_gateway(&tx, gateway, Role::Admin, version).await?;
+            tx.commit().await.map_err(db)
+        })?;
+        Ok(id)
+    }
+
+    /// `team join`: adds `gateway` with `role` to the team whose secret `secret` is (checked
+    /// against the key check value). Answers the team's id.
+    pub fn join_team(
+        &self,
+        secret: &[u8],
+        gateway: &str,
+        role: Role,
+        version: &str,
+    ) -> Result<String, GatewayError> {
+        check_name(gateway)?;
+        let mut client = self.client()?;
+        block_on(async {
+            let tx = client.transaction().await.map_err(db)?;
+            let Some(team) = tx
+                .query_opt("SELECT id, key_check FROM vaultgate.team WHERE one", &[])
+                .await
+                .map_err(db)?
+            else {
+                return Err(refused(
+                    "this database holds no team yet: an admin runs `vaultgate team init` first",
+                ));
+            };
+            let stored: String = team.get(1);
+            if stored != key_check(secret) {
+                return Err(refused(
+                    "this secret is not the team's: ask an admin for `vaultgate team secret export`",
+                ));
+            }
+            add_gateway(&tx, gateway, role, version).await?;
+            tx.commit().await.map_err(db)?;
+            Ok(team.get(0))
+        })
+    }
+
+    /// Notes that `gateway` is alive (each gateway does this now and then).
+    pub fn gateway_seen(&self, gateway: &str, version: &str) -> Result<(), GatewayError> {
+        let client = self.client()?;
+        block_on(client.execute(
+            "UPDATE vaultgate.gateways SET last_seen = now(), version = $2 WHERE name = $1",
+            &[&gateway, &version],
+        ))
+        .map(drop)
+        .map_err(db)
+    }
+
+    /// `team status`: the team, the schema, and the gateways seen in the last ten minutes.
+    pub fn team_status(&self) -> Result<Option<TeamStatus>, GatewayError> {
+        let schema_version = self.schema_version()?;
+        let client = self.client()?;
+        let Some(team) =
+            block_on(client.query_opt("SELECT id FROM vaultgate.team WHERE one", &[])).map_err(db)?
+        else {
+            return Ok(None);
+        };
+        let rows = block_on(client.query(
+            "SELECT name, role, to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), version
+             FROM vaultgate.gateways WHERE last_seen > now() - interval '10 minutes' ORDER BY name",
+            &[],
+        ))
+        .map_err(db)?;
+        Ok(Some(TeamStatus {
+            team_id: team.get(0),
+            schema_version,
+            gateways: rows
+                .iter()
+                .map(|r| GatewaySeen {
+                    name: r.get(0),
+                    role: r.get(1),
+                    last_seen: r.get(2),
+                    version: r.get(3),
+                })
+                .collect(),
+        }))
+    }
+
+    /// `team grant-reviewer ROLE` (as an admin): lets the PostgreSQL role `role` run a reviewer
+    /// gateway. It reads everything, writes what calls, applies and history steps write, appends
+    /// to the audit (never changes it), and cannot write credentials, vaults, settings or the team.
+    pub fn grant_reviewer(&self, role: &str) -> Result<(), GatewayError> {
+        let plain = (1..=63).contains(&role.len())
+            && role
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+            && role
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !plain {
+            return Err(refused(
+                "a PostgreSQL role name here is 1-63 of a-z, 0-9 and _, not starting with a digit",
+            ));
+        }
+        let mut sql = format!(
+            "GRANT USAGE ON SCHEMA vaultgate TO {role};
+             GRANT SELECT ON ALL TABLES IN SCHEMA vaultgate TO {role};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA vaultgate TO {role};
+             GRANT INSERT ON vaultgate.audit TO {role};
+             GRANT UPDATE ON vaultgate.audit_chain_head TO {role};
+             GRANT INSERT, UPDATE ON vaultgate.gateways TO {role};"
+        );
+        for table in REVIEWER_WRITES {
+            sql.push_str(&format!(
+                "GRANT INSERT, UPDATE, DELETE ON vaultgate.{table} TO {role};"
+            ));
+        }
+        let mut client = self.client()?;
+        block_on(async {
+            let tx = client.transaction().await?;
+            tx.batch_execute(&sql).await?;
+            tx.commit().await
+        })
+        .map_err(db)
+    }
+}
+
+fn check_name(gateway: &str) -> Result<(), GatewayError> {
+    if valid_gateway_name(gateway) {
+        Ok(())
+    } else {
+        Err(refused(
+            "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -",
+        ))
+    }
+}
+
+async fn add_gateway(
+    tx: &tokio_postgres::Transaction<'_>,
+    gateway: &str,
+    role: Role,
+    version: &str,
+) -> Result<(), GatewayError> {
+    let added = tx
+        .execute(
+            "INSERT INTO vaultgate.gateways (name, role, version) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING",
+            &[&gateway, &role.as_str(), &version],
+        )
+        .await
+        .map_err(db)?;
+    if added == 0 {
+        return Err(inbox::StateError::DuplicateName(gateway.to_owned()).into());
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! The team and its roles in a real PostgreSQL (docs/contract.md#team-mode): a database holds one
+//! team, joined only with its secret (checked against a key check value, the secret never
+//! stored); a reviewer gateway's PostgreSQL role reads everything and appends to the audit but
+//! cannot issue, change or revoke a credential, register a vault or change a setting — the
+//! database refuses, as `CAPABILITY_DENIED`, and nothing changes; no gateway role, not even the
+//! tables' owner, can change or delete an audit record.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use audit::{Actor, Entry, Outcome};
+use common::Cluster;
+use engine::Tier;
+use engine::error::GatewayError;
+use inbox::NewCredential;
+use teamstate::{PgState, Role};
+use time::OffsetDateTime;
+
+fn admin() -> Actor {
+    Actor::Cli { user: "ana".into() }
+}
+
+fn new(name: &str) -> NewCredential {
+    NewCredential {
+        name: name.into(),
+        tier: Tier::Propose,
+        vaults: vec![],
+        jti: format!("jti-{name}"),
+        created_at: 1_800_000_000,
+        expires_at: None,
+        approve_in_client: false,
+    }
+}
+
+fn denied<T: std::fmt::Debug>(r: Result<T, GatewayError>) {
+    match r {
+        Err(GatewayError::CapabilityDenied(msg)) => assert!(msg.contains("reviewer"), "{msg}"),
+        other => panic!("expected CAPABILITY_DENIED, got {other:?}"),
+    }
+}
+
+fn refused<T: std::fmt::Debug>(r: Result<T, GatewayError>, says: &str) {
+    match r {
+        Err(GatewayError::InvalidArgument(msg)) => assert!(msg.contains(says), "{msg}"),
+        other => panic!("expected a refusal saying {says:?}, got {other:?}"),
+    }
+}
+
+fn head(store: &PgState) -> (u64, String) {
+    store.audit_chain_head().unwrap()
+}
+
+#[test]
+fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database_confines() {
+    let cluster = Cluster::start();
+    let g1 = cluster.store("team");
+    let secret = [7u8; 32];
+    let id = g1.init_team(&secret, "g1", "0.1.0").unwrap();
+    refused(g1.init_team(&secret, "g9", "0.1.0"), "already holds a team");
+    refused(
+        g1.join_team(&[8u8; 32], "g2", Role::Admin, "0.1.0"),
+        "not the team's",
+    );
+    let stored = g1
+        .query("SELECT row_to_json(t)::text FROM vaultgate.team t", &[])
+        .unwrap();
+    assert!(
+        !stored[0].get::<_, String>(0).contains(&hex(&secret)),
+        "the secret is not stored"
+    );
+
+    // A reviewer gateway: its own PostgreSQL role, granted by an admin.
+    g1.query("CREATE ROLE reviewer_one LOGIN", &[]).unwrap();
+    refused(g1.grant_reviewer("reviewer one; DROP TABLE x"), "role name");
+    g1.grant_reviewer("reviewer_one").unwrap();
+    let g2 = PgState::connect(&format!(
+        "postgres://reviewer_one@127.0.0.1:{}/team",
+        cluster.port
+    ))
+    .unwrap();
+    assert_eq!(g2.join_team(&secret, "g2", Role::Reviewer, "0.1.0").unwrap(), id);
+    assert!(matches!(
+        g2.join_team(&secret, "g2", Role::Reviewer, "0.1.0"),
+        Err(GatewayError::State(inbox::StateError::DuplicateName(_)))
+    ));
+    g2.gateway_seen("g2", "0.1.1").unwrap();
+    let status = g2.team_status().unwrap().expect("a team");
+    assert_eq!(status.team_id, id);
+    assert_eq!(status.schema_version, 4);
+    let seen: Vec<(&str, &str, &str)> = status
+        .gateways
+        .iter()
+        .map(|g| (g.name.as_str(), g.role.as_str(), g.version.as_str()))
+        .collect();
+    assert_eq!(seen, vec![("g1", "admin", "0.1.0"), ("g2", "reviewer", "0.1.1")]);
+
+    // The admin issues; the reviewer reads, and may not issue, re-tier or revoke.
+    let cred = g1.issue_credential("g1", &admin(), new("agent")).unwrap();
+    let cid = cred.id.as_str().to_owned();
+    assert_eq!(g2.credential(&cid).unwrap().unwrap().credential.name, "agent");
+    let (generation, chain) = (g1.credential_generation().unwrap(), head(&g1));
+    denied(g2.issue_credential("g2", &admin(), new("other")));
+    denied(g2.revoke_credential("g2", &admin(), &cid, 1_800_000_001));
+    denied(g2.set_credential_tier("g2", &admin(), &cid, Tier::Full));
+    let after = g1.credential(&cid).unwrap().unwrap().credential;
+    assert_eq!((after.tier, after.revoked_at), (Tier::Propose, None));
+    assert_eq!(g1.credential_generation().unwrap(), generation);
+    assert_eq!(head(&g1), chain, "no record of a change that did not happen");
+    let names = g1.query("SELECT name FROM vaultgate.credentials", &[]).unwrap();
+    assert_eq!(names.len(), 1, "the reviewer's issue left no row");
+
+    // It appends to the audit, and cannot change, delete or write what only admins write.
+    let mut e = Entry::new("tool_call", Actor::Cli { user: "bo".into() }, Outcome::Ok);
+    e.tool = Some("list_proposals".into());
+    let r = g2.append_audit("g2", vec![e], OffsetDateTime::now_utc()).unwrap();
+    assert_eq!(r[0].seq, chain.0 + 1);
+    for sql in [
+        "UPDATE vaultgate.audit SET line = 'x' WHERE seq = 1",
+        "DELETE FROM vaultgate.audit WHERE seq = 1",
+        "INSERT INTO vaultgate.vaults VALUES ('v', 'file:///r', 'main')",
+        "INSERT INTO vaultgate.settings VALUES ('lease_seconds', '5')",
+        "UPDATE vaultgate.team SET key_check = 'x'",
+        "UPDATE vaultgate.credential_generation SET n = 0",
+    ] {
+        denied(g2.query(sql, &[]));
+    }
+
+    // The tables' owner (an admin gateway that is no superuser) cannot change the audit either.
+    g1.query("CREATE ROLE owner_one LOGIN", &[]).unwrap();
+    g1.query("CREATE DATABASE owned OWNER owner_one", &[]).unwrap();
+    let owner = PgState::connect(&format!("postgres://owner_one@127.0.0.1:{}/owned", cluster.port)).unwrap();
+    let mut e = Entry::new("cli", admin(), Outcome::Ok);
+    e.target = Some("x".into());
+    owner
+        .append_audit("g1", vec![e], OffsetDateTime::now_utc())
+        .unwrap();
+    denied(owner.query("UPDATE vaultgate.audit SET line = 'x'", &[]));
+    denied(owner.query("DELETE FROM vaultgate.audit", &[]));
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
