@@ -109,9 +109,9 @@ pub(crate) fn walk(
             (None, First::Genesis) => (1, GENESIS.to_owned()),
             (None, First::AsWritten) => match as_written(&buf) {
                 Some((1, _)) => (1, GENESIS.to_owned()),
-                Some(start) => start,
+                Some(start) if start.0 > 1 => start,
                 // Named as "seq 0": the line does not say which record it is.
-                None => (0, GENESIS.to_owned()),
+                _ => (0, GENESIS.to_owned()),
             },
         };
         let problem = if buf.last() != Some(&b'\n') {
@@ -122,6 +122,8 @@ pub(crate) fn walk(
                  `vaultgate audit repair` completes it or moves it aside"
                     .to_owned()
             })
+        } else if expected_seq == 0 {
+            Some("the first line holds no record number (a seq of 1 or more)".to_owned())
         } else {
             buf.pop();
             match check_line(&buf, expected_seq, &prev) {

@@ -113,11 +113,10 @@ pub(crate) async fn seal_in(
     entries: Vec<audit::Entry>,
     now: OffsetDateTime,
 ) -> Result<Vec<audit::AuditRecord>, GatewayError> {
+    // The head locked through the owner's function: no gateway role writes the head row; the
+    // insert trigger checks each record follows it, and moves it (SECURITY(T-TEAM2)).
     let head = tx
-        .query_one(
-            "SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one FOR UPDATE",
-            &[],
-        )
+        .query_one("SELECT seq, hash FROM vaultgate.audit_head_locked()", &[])
         .await
         .map_err(db)?;
     let mut seq = u64::try_from(head.get::<_, i64>(0))
@@ -143,14 +142,6 @@ pub(crate) async fn seal_in(
         prev.clone_from(&record.hash);
         sealed.push(record);
     }
-    let at =
-        i64::try_from(seq).map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?;
-    tx.execute(
-        "UPDATE vaultgate.audit_chain_head SET seq = $1, hash = $2 WHERE one",
-        &[&at, &prev],
-    )
-    .await
-    .map_err(db)?;
     Ok(sealed)
 }
 

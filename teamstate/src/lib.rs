@@ -24,7 +24,7 @@ mod team;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
-pub use listen::Listener;
+pub use listen::{Heard, Listener};
 pub use team::{GatewaySeen, Role, TeamStatus};
 
 use std::future::Future;
@@ -137,10 +137,12 @@ const MIGRATIONS: &[&str] = &[
         one boolean PRIMARY KEY CHECK (one), n bigint NOT NULL
     );
     INSERT INTO vaultgate.credential_generation VALUES (true, 0);",
-    // SECURITY(T-TEAM2): the audit is insert-only for its owner too (the REVOKE below).
     // 4: the team and its gateways (team.rs), the tables only admins write (the vault
-    // registrations and the team's settings, filled by later pieces), and an audit table no
-    // gateway role may change (the owner gives up UPDATE, DELETE and TRUNCATE on it).
+    // registrations and the team's settings, filled by later pieces), and the chain's guard.
+    // SECURITY(T-TEAM2): every record inserted must follow the head (seq, prev), hash to its
+    // `hash` and, unless the tables' owner inserts it, name the gateway of the inserting role;
+    // the trigger moves the head, so no gateway role needs to write it. The owner gives up
+    // UPDATE, DELETE and TRUNCATE on the audit (a mistake's guard; an owner can take them back).
     "CREATE TABLE vaultgate.team (
         one boolean PRIMARY KEY CHECK (one),
         id text NOT NULL,
@@ -149,13 +151,48 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE TABLE vaultgate.gateways (
         name text PRIMARY KEY,
-        role text NOT NULL CHECK (role IN ('admin', 'reviewer')),
+        role text NOT NULL DEFAULT 'reviewer' CHECK (role IN ('admin', 'reviewer')),
+        db_role text NOT NULL DEFAULT session_user,
         joined_at timestamptz NOT NULL DEFAULT now(),
         last_seen timestamptz NOT NULL DEFAULT now(),
         version text NOT NULL
     );
     CREATE TABLE vaultgate.vaults (id text PRIMARY KEY, remote text NOT NULL, branch text NOT NULL);
     CREATE TABLE vaultgate.settings (key text PRIMARY KEY, value jsonb NOT NULL);
+    CREATE FUNCTION vaultgate.audit_head_locked() RETURNS TABLE (seq bigint, hash text)
+        LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog AS
+        'SELECT h.seq, h.hash FROM vaultgate.audit_chain_head h WHERE h.one FOR UPDATE';
+    CREATE FUNCTION vaultgate.audit_follows() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+    DECLARE
+        h record;
+        body jsonb := NEW.line::jsonb;
+        owner name;
+    BEGIN
+        SELECT c.seq, c.hash INTO h FROM vaultgate.audit_chain_head c WHERE c.one FOR UPDATE;
+        IF NEW.seq <> h.seq + 1
+           OR (body ->> 'seq')::bigint IS DISTINCT FROM NEW.seq
+           OR body ->> 'prev' IS DISTINCT FROM h.hash
+           OR body ->> 'hash' IS DISTINCT FROM NEW.hash
+           OR body ->> 'gateway' IS DISTINCT FROM NEW.gateway
+           OR encode(sha256(convert_to(replace(NEW.line, ',\"hash\":\"' || NEW.hash || '\"', ''), 'UTF8')), 'hex')
+              IS DISTINCT FROM NEW.hash THEN
+            RAISE EXCEPTION 'an audit record must follow the chain head and hash to its hash'
+                USING ERRCODE = 'check_violation';
+        END IF;
+        SELECT tableowner INTO owner FROM pg_tables WHERE schemaname = 'vaultgate' AND tablename = 'audit';
+        IF session_user <> owner AND NOT EXISTS (
+            SELECT 1 FROM vaultgate.gateways g WHERE g.name = NEW.gateway AND g.db_role = session_user
+        ) THEN
+            RAISE EXCEPTION 'a gateway appends only its own records' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        UPDATE vaultgate.audit_chain_head SET seq = NEW.seq, hash = NEW.hash WHERE one;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER audit_follows BEFORE INSERT ON vaultgate.audit
+        FOR EACH ROW EXECUTE FUNCTION vaultgate.audit_follows();
+    REVOKE EXECUTE ON FUNCTION vaultgate.audit_head_locked() FROM PUBLIC;
+    REVOKE EXECUTE ON FUNCTION vaultgate.audit_follows() FROM PUBLIC;
     REVOKE UPDATE, DELETE, TRUNCATE ON vaultgate.audit FROM CURRENT_USER;",
 ];
 
@@ -163,7 +200,8 @@ const MIGRATIONS: &[&str] = &[
 /// first call after it was lost.
 pub struct PgState {
     /// Runs the connection's I/O; callers (blocking threads) wait on their queries' answers.
-    rt: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (taken in `Drop`, which must not block inside a runtime).
+    rt: Option<tokio::runtime::Runtime>,
     config: tokio_postgres::Config,
     client: Mutex<Client>,
 }
@@ -174,10 +212,12 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Whether `e` says the database cannot be reached (rather than that a statement failed).
 fn unreachable(e: &tokio_postgres::Error) -> bool {
     let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-    // Class 08: connection exception; 57P: the server shutting down or restarting.
-    let class = e
-        .code()
-        .is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P"));
+    // Class 08: connection exception; 57P: the server shutting down or restarting; 53: out of
+    // connections or resources; 57014: a query cancelled (a statement timeout). Each passes.
+    let class = e.code().is_some_and(|c| {
+        let c = c.code();
+        c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") || c == "57014"
+    });
     e.is_closed() || io || class
 }
 
@@ -208,6 +248,16 @@ fn db(e: tokio_postgres::Error) -> GatewayError {
             d.code().code()
         )),
         None => GatewayError::Internal(format!("the team database: {e}")),
+    }
+}
+
+impl Drop for PgState {
+    /// Without waiting for the connection's task: a store dropped inside an async task (or a
+    /// failed connect there) must not block or panic that runtime.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -260,9 +310,15 @@ impl PgState {
             .enable_all()
             .build()
             .map_err(GatewayError::Io)?;
-        let client = open(&rt, &config)?;
+        let client = match open(&rt, &config) {
+            Ok(c) => c,
+            Err(e) => {
+                rt.shutdown_background();
+                return Err(e);
+            }
+        };
         let state = PgState {
-            rt,
+            rt: Some(rt),
             config,
             client: Mutex::new(client),
         };
@@ -270,31 +326,52 @@ impl PgState {
         Ok(state)
     }
 
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime, GatewayError> {
+        self.rt
+            .as_ref()
+            .ok_or_else(|| GatewayError::Internal("the team database's runtime is gone".into()))
+    }
+
     /// The connection, opened again first if it was lost (the server restarted, the network
     /// came back): a call after an outage works without a new store.
     fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, GatewayError> {
-        let mut client = self
-            .client
-            .lock()
-            .map_err(|_| GatewayError::Internal("the team database's client is poisoned".into()))?;
+        // A call that panicked mid-transaction poisons the lock: its connection is dropped
+        // (the server rolls the transaction back) and a new one opened.
+        let (mut client, poisoned) = match self.client.lock() {
+            Ok(c) => (c, false),
+            Err(p) => (p.into_inner(), true),
+        };
+        if poisoned {
+            self.client.clear_poison();
+            *client = open(self.runtime()?, &self.config)?;
+        }
         if client.is_closed() {
-            *client = open(&self.rt, &self.config)?;
+            *client = open(self.runtime()?, &self.config)?;
         }
         Ok(client)
     }
 
     fn migrate(&self) -> Result<(), GatewayError> {
         let mut client = self.client()?;
+        let known = MIGRATIONS.len() as i32;
         // Up to date: nothing to lock or create (a reviewer gateway's role may not create).
-        let current = block_on(client.query_opt(
-            "SELECT n FROM vaultgate.schema_version WHERE n = $1",
-            &[&(MIGRATIONS.len() as i32)],
-        ));
-        if matches!(current, Ok(Some(_))) {
-            return Ok(());
+        let current = block_on(client.query_opt("SELECT n FROM vaultgate.schema_version", &[]));
+        if let Ok(Some(row)) = current {
+            let n: i32 = row.get(0);
+            if n > known {
+                return Err(GatewayError::Config(format!(
+                    "the team database's schema is version {n}, newer than this gateway knows \
+                     ({known}): upgrade vaultgate on this machine"
+                )));
+            }
+            if n == known {
+                return Ok(());
+            }
         }
         block_on(async {
             let tx = client.transaction().await?;
+            // Gateways starting at once on a fresh database: one creates, the others wait.
+            tx.execute("SELECT pg_advisory_xact_lock(7365636572746561)", &[]).await?;
             tx.batch_execute(
                 "CREATE SCHEMA IF NOT EXISTS vaultgate;
                  CREATE TABLE IF NOT EXISTS vaultgate.schema_version (one boolean PRIMARY KEY CHECK (one), n integer NOT NULL);

@@ -15,8 +15,28 @@ use crate::{block_on, db};
 pub struct Listener {
     payloads: mpsc::Receiver<String>,
     _client: tokio_postgres::Client,
-    /// Runs the connection; dropped last.
-    _rt: tokio::runtime::Runtime,
+    /// Runs the connection; shut down without waiting when dropped.
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+/// What [`Listener::next`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// A payload.
+    Payload(String),
+    /// Nothing within the wait.
+    Quiet,
+    /// The connection ended: nothing more will be heard; start a new listener and read again
+    /// what may have changed meanwhile.
+    Lost,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl Listener {
@@ -35,9 +55,16 @@ impl Listener {
             .enable_all()
             .build()
             .map_err(GatewayError::Io)?;
-        let (client, mut connection) = block_on(rt.spawn(async move { config.connect(NoTls).await }))
-            .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
-            .map_err(db)?;
+        let connected = block_on(rt.spawn(async move { config.connect(NoTls).await }))
+            .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))
+            .and_then(|r| r.map_err(db));
+        let (client, mut connection) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                rt.shutdown_background();
+                return Err(e);
+            }
+        };
         let (send, payloads) = mpsc::channel();
         rt.spawn(async move {
             loop {
@@ -56,16 +83,21 @@ impl Listener {
                 }
             }
         });
-        block_on(client.batch_execute(&format!("LISTEN {channel}"))).map_err(db)?;
-        Ok(Listener {
+        let listener = Listener {
             payloads,
             _client: client,
-            _rt: rt,
-        })
+            rt: Some(rt),
+        };
+        block_on(listener._client.batch_execute(&format!("LISTEN {channel}"))).map_err(db)?;
+        Ok(listener)
     }
 
-    /// The next payload, waiting at most `wait`; `None` when none came (or the connection ended).
-    pub fn next(&self, wait: Duration) -> Option<String> {
-        self.payloads.recv_timeout(wait).ok()
+    /// The next payload, waiting at most `wait`.
+    pub fn next(&self, wait: Duration) -> Heard {
+        match self.payloads.recv_timeout(wait) {
+            Ok(p) => Heard::Payload(p),
+            Err(mpsc::RecvTimeoutError::Timeout) => Heard::Quiet,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Heard::Lost,
+        }
     }
 }

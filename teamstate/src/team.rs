@@ -189,25 +189,43 @@ impl PgState {
             && role
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !plain {
+        if !plain || role == "public" || role.starts_with("pg_") {
             return Err(refused(
-                "a PostgreSQL role name here is 1-63 of a-z, 0-9 and _, not starting with a digit",
+                "a reviewer's PostgreSQL role name is 1-63 of a-z, 0-9 and _, not starting with a \
+                 digit, and not public or pg_*",
             ));
         }
+        let mut client = self.client()?;
+        // SECURITY(T-TEAM1): only an existing role that is neither a superuser nor this one.
+        let found = block_on(client.query_opt(
+            "SELECT rolsuper, rolname = current_user FROM pg_roles WHERE rolname = $1",
+            &[&role],
+        ))
+        .map_err(db)?;
+        match found.map(|r| (r.get::<_, bool>(0), r.get::<_, bool>(1))) {
+            None => {
+                return Err(refused(
+                    "no PostgreSQL role of that name: create it first (CREATE ROLE … LOGIN)",
+                ));
+            }
+            Some((true, _)) => return Err(refused("a superuser cannot be confined to a reviewer's rights")),
+            Some((_, true)) => return Err(refused("this gateway's own role cannot become a reviewer")),
+            Some(_) => {}
+        }
         let mut sql = format!(
-            "GRANT USAGE ON SCHEMA vaultgate TO {role};
+            "REVOKE ALL ON ALL TABLES IN SCHEMA vaultgate FROM {role};
+             GRANT USAGE ON SCHEMA vaultgate TO {role};
              GRANT SELECT ON ALL TABLES IN SCHEMA vaultgate TO {role};
              GRANT USAGE ON ALL SEQUENCES IN SCHEMA vaultgate TO {role};
              GRANT INSERT ON vaultgate.audit TO {role};
-             GRANT UPDATE ON vaultgate.audit_chain_head TO {role};
-             GRANT INSERT, UPDATE ON vaultgate.gateways TO {role};"
+             GRANT EXECUTE ON FUNCTION vaultgate.audit_head_locked() TO {role};
+             GRANT INSERT (name, version), UPDATE (last_seen, version) ON vaultgate.gateways TO {role};"
         );
         for table in REVIEWER_WRITES {
             sql.push_str(&format!(
                 "GRANT INSERT, UPDATE, DELETE ON vaultgate.{table} TO {role};"
             ));
         }
-        let mut client = self.client()?;
         block_on(async {
             let tx = client.transaction().await?;
             tx.batch_execute(&sql).await?;
@@ -233,14 +251,17 @@ async fn add_gateway(
     role: Role,
     version: &str,
 ) -> Result<(), GatewayError> {
-    let added = tx
-        .execute(
-            "INSERT INTO vaultgate.gateways (name, role, version) VALUES ($1, $2, $3)
-             ON CONFLICT DO NOTHING",
-            &[&gateway, &role.as_str(), &version],
-        )
-        .await
-        .map_err(db)?;
+    // A reviewer's role may not name a role: the column's default is `reviewer`, and `db_role`
+    // defaults to the session's user, whose records the chain then accepts under this name.
+    let sql = match role {
+        Role::Reviewer => {
+            "INSERT INTO vaultgate.gateways (name, version) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+        }
+        Role::Admin => {
+            "INSERT INTO vaultgate.gateways (name, role, version) VALUES ($1, 'admin', $2) ON CONFLICT DO NOTHING"
+        }
+    };
+    let added = tx.execute(sql, &[&gateway, &version]).await.map_err(db)?;
     if added == 0 {
         return Err(inbox::StateError::DuplicateName(gateway.to_owned()).into());
     }

@@ -46,8 +46,10 @@ fn export(store: &PgState, since: u64, dir: &std::path::Path) -> (u64, audit::Fi
 #[test]
 fn four_gateways_appending_at_once_make_one_gapless_chain_that_verifies_and_names_an_altered_record() {
     let cluster = Cluster::start();
-    let first = cluster.store("chain");
-    assert_eq!(first.audit_chain_head().unwrap(), (0, GENESIS.to_owned()));
+    // A fresh database that four gateways migrate at once: one creates, the others wait.
+    common::connect_retrying(&cluster.url())
+        .query("CREATE DATABASE chain", &[])
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
 
     // Four gateways, 30 batches each of 1 to 4 records, all at once.
@@ -58,8 +60,9 @@ fn four_gateways_appending_at_once_make_one_gapless_chain_that_verifies_and_name
         let handles: Vec<_> = names
             .iter()
             .map(|&name| {
-                let store = connect(&cluster, "chain");
+                let cluster = &cluster;
                 s.spawn(move || {
+                    let store = connect(cluster, "chain");
                     let mut i = 0;
                     let mut seqs = Vec::new();
                     for b in 0..batches {
@@ -88,6 +91,7 @@ fn four_gateways_appending_at_once_make_one_gapless_chain_that_verifies_and_name
             sent.insert(name, (n, seqs));
         }
     });
+    let first = connect(&cluster, "chain");
     let total: usize = sent.values().map(|(n, _)| n).sum();
     assert_eq!(total, 4 * (0..batches).map(|b| 1 + b % 4).sum::<usize>());
 

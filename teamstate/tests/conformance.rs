@@ -135,3 +135,18 @@ fn the_team_database_passes_the_state_conformance_suite_and_migrates_once() {
         "one database, seen by both"
     );
 }
+
+#[test]
+fn a_reviewer_gateways_role_passes_the_state_conformance_suite_too() {
+    // A reviewer applies, rejects, undoes and redoes: everything the suite commits.
+    let cluster = Cluster::start();
+    let admin = cluster.store("reviewed");
+    admin.query("CREATE ROLE reviewer_two LOGIN", &[]).unwrap();
+    admin.grant_reviewer("reviewer_two").unwrap();
+    let world = Pg(PgState::connect(&format!(
+        "postgres://reviewer_two@127.0.0.1:{}/reviewed",
+        cluster.port
+    ))
+    .unwrap());
+    state_conformance::run_all(&world);
+}

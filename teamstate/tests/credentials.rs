@@ -12,7 +12,7 @@ use audit::{Actor, GENESIS};
 use common::Cluster;
 use engine::Tier;
 use inbox::NewCredential;
-use teamstate::{CREDENTIALS_CHANNEL, Listener, PgState};
+use teamstate::{CREDENTIALS_CHANNEL, Heard, Listener, PgState};
 
 fn admin(who: &str) -> Actor {
     Actor::Cli { user: who.into() }
@@ -70,7 +70,7 @@ fn a_credential_changed_on_one_gateway_holds_for_the_next_read_on_every_gateway_
         .issue_credential("g1", &admin("ana"), new("agent", "jti-secret-1"))
         .unwrap();
     let id = issued.id.as_str().to_owned();
-    assert_eq!(heard.next(Duration::from_secs(5)).as_deref(), Some(id.as_str()));
+    assert_eq!(heard.next(Duration::from_secs(5)), Heard::Payload(id.clone()));
     let on_g2 = g2.credential(&id).unwrap().expect("issued on g1, read on g2");
     assert_eq!(on_g2.credential.name, "agent");
     assert_eq!(on_g2.credential.tier, Tier::Propose);
@@ -88,14 +88,14 @@ fn a_credential_changed_on_one_gateway_holds_for_the_next_read_on_every_gateway_
     let before = g1.credential_generation().unwrap();
     g2.set_credential_tier("g2", &admin("bo"), &id, Tier::Auto)
         .unwrap();
-    assert_eq!(heard.next(Duration::from_secs(5)).as_deref(), Some(id.as_str()));
+    assert_eq!(heard.next(Duration::from_secs(5)), Heard::Payload(id.clone()));
     assert_eq!(g1.credential(&id).unwrap().unwrap().credential.tier, Tier::Auto);
     assert!(g3.credential_generation().unwrap() > before);
 
     // Revoked on g3: revoked on g1 and g2 at their next read.
     g3.revoke_credential("g3", &admin("cy"), &id, 1_800_000_100)
         .unwrap();
-    assert_eq!(heard.next(Duration::from_secs(5)).as_deref(), Some(id.as_str()));
+    assert_eq!(heard.next(Duration::from_secs(5)), Heard::Payload(id.clone()));
     for g in [&g1, &g2, &g3] {
         let c = g.credential(&id).unwrap().unwrap().credential;
         assert_eq!(c.revoked_at, Some(1_800_000_100));
@@ -108,7 +108,7 @@ fn a_credential_changed_on_one_gateway_holds_for_the_next_read_on_every_gateway_
         g2.credential(&id).unwrap().unwrap().credential.revoked_at,
         Some(1_800_000_100)
     );
-    assert_eq!(heard.next(Duration::from_secs(5)).as_deref(), Some(id.as_str()));
+    assert_eq!(heard.next(Duration::from_secs(5)), Heard::Payload(id.clone()));
 
     // Refusals change nothing: no row, no generation, no record, no announcement.
     let generation = g1.credential_generation().unwrap();
@@ -126,7 +126,7 @@ fn a_credential_changed_on_one_gateway_holds_for_the_next_read_on_every_gateway_
         ))
     ));
     assert_eq!(g3.credential_generation().unwrap(), generation);
-    assert_eq!(heard.next(Duration::from_millis(300)), None);
+    assert_eq!(heard.next(Duration::from_millis(300)), Heard::Quiet);
 
     // Every change is one record of the chain, by the gateway that made it, in order.
     let events = chain(&g3, dir.path());

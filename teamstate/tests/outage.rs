@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use audit::{Actor, Entry, GENESIS, Outcome};
 use common::Cluster;
 use engine::error::GatewayError;
-use teamstate::{ChainWriter, PgState};
+use teamstate::{ChainWriter, Heard, Listener, PgState};
 
 fn entry(who: &str, i: usize) -> Entry {
     let mut e = Entry::new("tool_call", Actor::Cli { user: who.into() }, Outcome::Ok);
@@ -73,8 +73,16 @@ fn calls_at_once_share_batches_and_the_database_stopped_fails_every_append_close
     assert_eq!((report.records as usize, report.broken.clone()), (total, None));
     assert_eq!(report.first, Some((1, GENESIS.to_owned())));
 
-    // The database stops at once: every append is refused, promptly, as unavailable.
+    // The database stops at once: every append is refused, promptly, as unavailable, and a
+    // listener says it lost its connection (rather than staying quiet).
+    let listener = Listener::start(
+        &format!("postgres://postgres@127.0.0.1:{}/outage", cluster.port),
+        teamstate::CREDENTIALS_CHANNEL,
+    )
+    .unwrap();
+    assert_eq!(listener.next(Duration::from_millis(50)), Heard::Quiet);
     cluster.stop();
+    assert_eq!(listener.next(Duration::from_secs(10)), Heard::Lost);
     for i in 0..3 {
         let began = Instant::now();
         match writer.append(entry("down", i)) {

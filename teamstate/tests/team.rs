@@ -72,6 +72,7 @@ fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database
     // A reviewer gateway: its own PostgreSQL role, granted by an admin.
     g1.query("CREATE ROLE reviewer_one LOGIN", &[]).unwrap();
     refused(g1.grant_reviewer("reviewer one; DROP TABLE x"), "role name");
+    refused(g1.grant_reviewer("postgres"), "superuser");
     g1.grant_reviewer("reviewer_one").unwrap();
     let g2 = PgState::connect(&format!(
         "postgres://reviewer_one@127.0.0.1:{}/team",
@@ -123,6 +124,47 @@ fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database
         "UPDATE vaultgate.credential_generation SET n = 0",
     ] {
         denied(g2.query(sql, &[]));
+    }
+
+    // Nor write the chain's head, insert a record that does not follow it or is not its own,
+    // or make itself an admin.
+    let before = head(&g1);
+    let mut e = Entry::new("tool_call", Actor::Cli { user: "bo".into() }, Outcome::Ok);
+    e.tool = Some("forged".into());
+    denied(g2.append_audit("g1", vec![e], OffsetDateTime::now_utc()));
+    denied(g2.query("UPDATE vaultgate.audit_chain_head SET seq = 1000", &[]));
+    let forged = format!(
+        "{{\"gateway\":\"g2\",\"hash\":\"{h}\",\"prev\":\"{p}\",\"seq\":{n}}}",
+        h = "ab".repeat(32),
+        p = before.1,
+        n = before.0 + 1
+    );
+    let next = i64::try_from(before.0 + 1).unwrap();
+    let hash = "ab".repeat(32);
+    assert!(
+        g2.query(
+            "INSERT INTO vaultgate.audit (seq, hash, gateway, line) VALUES ($1, $2, 'g2', $3)",
+            &[&next, &hash, &forged],
+        )
+        .is_err()
+    );
+    denied(g2.query(
+        "UPDATE vaultgate.gateways SET role = 'admin' WHERE name = 'g2'",
+        &[],
+    ));
+    denied(g2.query(
+        "INSERT INTO vaultgate.gateways (name, role, version) VALUES ('g7', 'admin', 'x')",
+        &[],
+    ));
+    assert_eq!(head(&g1), before, "nothing reached the chain");
+    // Only an existing, confinable role becomes a reviewer.
+    for (role, says) in [
+        ("public", "not public"),
+        ("pg_monitor", "not public"),
+        ("postgres", "superuser"),
+        ("nobody_here", "no PostgreSQL role"),
+    ] {
+        refused(g1.grant_reviewer(role), says);
     }
 
     // The tables' owner (an admin gateway that is no superuser) cannot change the audit either.

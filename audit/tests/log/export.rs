@@ -124,6 +124,21 @@ fn an_export_claiming_seq_one_must_link_to_genesis() {
 }
 
 #[test]
+fn an_export_whose_first_line_claims_seq_zero_or_no_seq_is_broken_there() {
+    let (_d, path) = home();
+    write_log(&path, 3);
+    let file = path.with_file_name("export.jsonl");
+    for (claim, rehash) in [(serde_json::json!(0), true), (serde_json::json!("one"), false)] {
+        std::fs::copy(&path, &file).unwrap();
+        forge_line(&file, 0, rehash, |m| {
+            m.insert("seq".into(), claim.clone());
+        });
+        let b = verify_file(&file).unwrap().broken.expect("no record number");
+        assert_eq!((b.seq, b.line), (0, 1), "{}", b.reason);
+    }
+}
+
+#[test]
 fn the_log_is_exported_only_up_to_its_first_broken_line() {
     let (_d, path) = home();
     write_log(&path, 10);

@@ -154,7 +154,10 @@ pub(crate) fn verify_export(file: &std::path::Path) -> Result<(), GatewayError> 
             let links = if prev == engine::audit_log::GENESIS {
                 "the chain's start".to_owned()
             } else {
-                format!("{prev}, the hash of seq {} (not in this file)", first - 1)
+                format!(
+                    "{prev}, the hash of seq {} (not in this file)",
+                    first.saturating_sub(1)
+                )
             };
             out(&format!(
                 "export ok: {} records, seq {first} to {last}, in {}\n  the first links to {links}\n  the last's hash: {hash}",
