@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use engine::error::GatewayError;
 use time::OffsetDateTime;
 
-use crate::{PgState, block_on, db};
+use crate::{PgState, db, within};
 
 /// Records one append may carry: bounded before any work (a batch holds the head's lock).
 pub const MAX_BATCH: usize = 256;
@@ -56,20 +56,22 @@ impl PgState {
             return Ok(Vec::new());
         }
         let mut client = self.client()?;
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
             let sealed = seal_in(&tx, gateway, entries, now).await?;
             tx.commit().await.map_err(db)?;
             Ok(sealed)
-        })
+        })?
     }
 
     /// The chain's head: the last record's `seq` and `hash` (0 and `GENESIS` before any).
     pub fn audit_chain_head(&self) -> Result<(u64, String), GatewayError> {
         let client = self.client()?;
-        let row =
-            block_on(client.query_one("SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one", &[]))
-                .map_err(db)?;
+        let row = within(
+            &self.stale,
+            client.query_one("SELECT seq, hash FROM vaultgate.audit_chain_head WHERE one", &[]),
+        )?
+        .map_err(db)?;
         let seq = u64::try_from(row.get::<_, i64>(0))
             .map_err(|_| GatewayError::Internal("the team's audit head has a negative seq".into()))?;
         Ok((seq, row.get(1)))
@@ -83,10 +85,13 @@ impl PgState {
         let mut after = i64::try_from(since).unwrap_or(i64::MAX);
         let mut written = 0u64;
         loop {
-            let rows = block_on(client.query(
-                "SELECT seq, line FROM vaultgate.audit WHERE seq > $1 ORDER BY seq LIMIT $2",
-                &[&after, &EXPORT_PAGE],
-            ))
+            let rows = within(
+                &self.stale,
+                client.query(
+                    "SELECT seq, line FROM vaultgate.audit WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    &[&after, &EXPORT_PAGE],
+                ),
+            )?
             .map_err(db)?;
             let Some(last) = rows.last() else {
                 break;

@@ -12,7 +12,7 @@ use sha2::Digest;
 use time::OffsetDateTime;
 
 use crate::chain::seal_in;
-use crate::{PgState, block_on, db};
+use crate::{PgState, db, within};
 
 /// Where credential changes are announced (LISTEN); the payload is the credential's id.
 pub const CREDENTIALS_CHANNEL: &str = "vaultgate_credentials";
@@ -91,7 +91,7 @@ impl PgState {
             serde_json::json!({"name": new.name, "tier": new.tier.as_str(), "vaults": new.vaults}),
         );
         let mut client = self.client()?;
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
             let inserted = tx
                 .execute(
@@ -118,7 +118,7 @@ impl PgState {
             changed(&tx, id.as_str()).await?;
             seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
             tx.commit().await.map_err(db)
-        })?;
+        })??;
         Ok(Credential {
             id,
             name: new.name,
@@ -137,10 +137,13 @@ impl PgState {
     /// The row for `id`, read fresh: what every request checks its token against.
     pub fn credential(&self, id: &str) -> Result<Option<TeamCredential>, GatewayError> {
         let client = self.client()?;
-        let row = block_on(client.query_opt(
-            &format!("SELECT {COLUMNS} FROM vaultgate.credentials WHERE id = $1"),
-            &[&id],
-        ))
+        let row = within(
+            &self.stale,
+            client.query_opt(
+                &format!("SELECT {COLUMNS} FROM vaultgate.credentials WHERE id = $1"),
+                &[&id],
+            ),
+        )?
         .map_err(db)?;
         row.as_ref().map(from_row).transpose()
     }
@@ -149,9 +152,12 @@ impl PgState {
     /// rows read at an unchanged generation is still what the table holds.
     pub fn credential_generation(&self) -> Result<i64, GatewayError> {
         let client = self.client()?;
-        block_on(client.query_one("SELECT n FROM vaultgate.credential_generation WHERE one", &[]))
-            .map(|r| r.get(0))
-            .map_err(db)
+        within(
+            &self.stale,
+            client.query_one("SELECT n FROM vaultgate.credential_generation WHERE one", &[]),
+        )?
+        .map(|r| r.get(0))
+        .map_err(db)
     }
 
     /// `token revoke` on a team (the first revocation time is kept), with its record.
@@ -204,7 +210,7 @@ impl PgState {
         id: &str,
     ) -> Result<(), GatewayError> {
         let mut client = self.client()?;
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
             let rows = tx.execute(update, &[&id, value]).await.map_err(db)?;
             if rows == 0 {
@@ -216,7 +222,7 @@ impl PgState {
             // The chain's head last: its lock is held only to the commit.
             seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
             tx.commit().await.map_err(db)
-        })
+        })?
     }
 }
 

@@ -28,6 +28,7 @@ pub use listen::{Heard, Listener};
 pub use team::{GatewaySeen, Role, TeamStatus};
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake};
 
@@ -203,8 +204,36 @@ pub struct PgState {
     /// Always `Some` until dropped (taken in `Drop`, which must not block inside a runtime).
     rt: Option<tokio::runtime::Runtime>,
     config: tokio_postgres::Config,
-    client: Mutex<Client>,
+    client: Mutex<Conn>,
+    /// Set when a call passed [`DB_DEADLINE`]: the connection may be stuck mid-answer, so the
+    /// next call opens another.
+    stale: AtomicBool,
 }
+
+/// One connection: the client, and the task that runs it (aborted when the connection is
+/// replaced, so a stalled socket does not linger).
+struct Conn {
+    client: Client,
+    task: tokio::task::AbortHandle,
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// How long one exchange with the database may take (a statement, a commit, a connection)
+/// before the database counts as unreachable: a server that accepts and then stalls must not
+/// hold a call (docs/contract.md#team-mode, fail closed).
+pub(crate) const DB_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long opening a connection may take before the database counts as unreachable.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -261,19 +290,54 @@ impl Drop for PgState {
     }
 }
 
-/// Opens a connection whose I/O runs on `rt`.
-fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result<Client, GatewayError> {
+/// Opens a connection whose I/O runs on `rt`, within [`DB_DEADLINE`] (the handshake too).
+fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result<Conn, GatewayError> {
     let config = config.clone();
     // Connecting needs the runtime's reactor: it runs there, and this thread waits.
-    let (client, connection) = block_on(rt.spawn(async move { config.connect(NoTls).await }))
-        .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
-        .map_err(db)?;
-    rt.spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "the team database connection ended");
+    let (client, connection) =
+        block_on(rt.spawn(async move { tokio::time::timeout(DB_DEADLINE, config.connect(NoTls)).await }))
+            .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
+            .map_err(|_| {
+                tracing::warn!("the team database did not answer a connection in time");
+                GatewayError::AuditUnavailable
+            })?
+            .map_err(db)?;
+    let task = rt
+        .spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "the team database connection ended");
+            }
+        })
+        .abort_handle();
+    Ok(Conn { client, task })
+}
+
+/// Waits for `f` as [`block_on`] does, at most [`DB_DEADLINE`]: past it the call is
+/// `AUDIT_UNAVAILABLE` and `stale` marks the connection for replacement (its answer may still
+/// be on the way, and the next request would queue behind it).
+fn within<F: Future>(stale: &AtomicBool, f: F) -> Result<F::Output, GatewayError> {
+    let deadline = std::time::Instant::now() + DB_DEADLINE;
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
         }
-    });
-    Ok(client)
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return Ok(v);
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            stale.store(true, Ordering::SeqCst);
+            tracing::warn!("the team database did not answer in time");
+            return Err(GatewayError::AuditUnavailable);
+        }
+        std::thread::park_timeout(deadline - now);
+    }
 }
 
 /// Waits for `f` on this thread: the client's queries need no runtime of their own (their
@@ -321,6 +385,7 @@ impl PgState {
             rt: Some(rt),
             config,
             client: Mutex::new(client),
+            stale: AtomicBool::new(false),
         };
         state.migrate()?;
         Ok(state)
@@ -334,7 +399,7 @@ impl PgState {
 
     /// The connection, opened again first if it was lost (the server restarted, the network
     /// came back): a call after an outage works without a new store.
-    fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, GatewayError> {
+    fn client(&self) -> Result<std::sync::MutexGuard<'_, Conn>, GatewayError> {
         // A call that panicked mid-transaction poisons the lock: its connection is dropped
         // (the server rolls the transaction back) and a new one opened.
         let (mut client, poisoned) = match self.client.lock() {
@@ -343,9 +408,9 @@ impl PgState {
         };
         if poisoned {
             self.client.clear_poison();
-            *client = open(self.runtime()?, &self.config)?;
         }
-        if client.is_closed() {
+        if poisoned || self.stale.swap(false, Ordering::SeqCst) || client.is_closed() {
+            client.task.abort();
             *client = open(self.runtime()?, &self.config)?;
         }
         Ok(client)
@@ -355,7 +420,10 @@ impl PgState {
         let mut client = self.client()?;
         let known = MIGRATIONS.len() as i32;
         // Up to date: nothing to lock or create (a reviewer gateway's role may not create).
-        let current = block_on(client.query_opt("SELECT n FROM vaultgate.schema_version", &[]));
+        let current = within(
+            &self.stale,
+            client.query_opt("SELECT n FROM vaultgate.schema_version", &[]),
+        )?;
         if let Ok(Some(row)) = current {
             let n: i32 = row.get(0);
             if n > known {
@@ -368,7 +436,7 @@ impl PgState {
                 return Ok(());
             }
         }
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await?;
             // Gateways starting at once on a fresh database: one creates, the others wait.
             tx.execute("SELECT pg_advisory_xact_lock(7365636572746561)", &[]).await?;
@@ -389,16 +457,19 @@ impl PgState {
                     .await?;
             }
             tx.commit().await
-        })
+        })?
         .map_err(db)
     }
 
     /// The schema version in force.
     pub fn schema_version(&self) -> Result<i32, GatewayError> {
         let client = self.client()?;
-        block_on(client.query_one("SELECT n FROM vaultgate.schema_version", &[]))
-            .map(|r| r.get(0))
-            .map_err(db)
+        within(
+            &self.stale,
+            client.query_one("SELECT n FROM vaultgate.schema_version", &[]),
+        )?
+        .map(|r| r.get(0))
+        .map_err(db)
     }
 
     /// Runs `sql` and answers its rows (the team's views and tests).
@@ -408,23 +479,27 @@ impl PgState {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, GatewayError> {
         let client = self.client()?;
-        block_on(client.query(sql, params)).map_err(db)
+        within(&self.stale, client.query(sql, params))?.map_err(db)
     }
 }
 
 /// One transaction of the team's database.
 struct PgTx<'c> {
     tx: Transaction<'c>,
+    stale: &'c AtomicBool,
 }
 
 impl StateStore for PgState {
     fn begin_intent(&self, vault: &str, key: &str, plan: &Value, at: &str) -> Result<i64, GatewayError> {
         let client = self.client()?;
-        let row = block_on(client.query_one(
-            "INSERT INTO vaultgate.apply_intents (vault, proposal_id, plan, step, started_at, updated_at)
+        let row = within(
+            &self.stale,
+            client.query_one(
+                "INSERT INTO vaultgate.apply_intents (vault, proposal_id, plan, step, started_at, updated_at)
              VALUES ($1, $2, $3, 'started', $4, $4) RETURNING id",
-            &[&vault, &key, plan, &at],
-        ));
+                &[&vault, &key, plan, &at],
+            ),
+        )?;
         match row {
             Ok(r) => Ok(r.get(0)),
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
@@ -439,11 +514,14 @@ impl StateStore for PgState {
         f: &mut dyn FnMut(&dyn StateTx) -> Result<(), GatewayError>,
     ) -> Result<(), GatewayError> {
         let mut client = self.client()?;
-        let tx = block_on(client.transaction()).map_err(db)?;
-        let tx = PgTx { tx };
+        let tx = within(&self.stale, client.transaction())?.map_err(db)?;
+        let tx = PgTx {
+            tx,
+            stale: &self.stale,
+        };
         // Dropped on an error: the transaction is rolled back.
         f(&tx)?;
-        block_on(tx.tx.commit()).map_err(db)
+        within(&self.stale, tx.tx.commit())?.map_err(db)
     }
 
     fn deferring(&self, f: &mut dyn FnMut() -> Result<(), GatewayError>) -> Result<(), GatewayError> {
@@ -462,7 +540,7 @@ impl PgTx<'_> {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Option<tokio_postgres::Row>, GatewayError> {
-        block_on(self.tx.query_opt(sql, params)).map_err(db)
+        within(self.stale, self.tx.query_opt(sql, params))?.map_err(db)
     }
 
     fn execute(
@@ -470,7 +548,7 @@ impl PgTx<'_> {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64, GatewayError> {
-        block_on(self.tx.execute(sql, params)).map_err(db)
+        within(self.stale, self.tx.execute(sql, params))?.map_err(db)
     }
 
     /// The vault's revision, moved by one.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use engine::error::GatewayError;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::{block_on, db};
+use crate::{block_on, db, within};
 
 /// Payloads announced on one channel, as they arrive.
 pub struct Listener {
@@ -55,9 +55,12 @@ impl Listener {
             .enable_all()
             .build()
             .map_err(GatewayError::Io)?;
-        let connected = block_on(rt.spawn(async move { config.connect(NoTls).await }))
-            .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))
-            .and_then(|r| r.map_err(db));
+        let connected = block_on(
+            rt.spawn(async move { tokio::time::timeout(crate::DB_DEADLINE, config.connect(NoTls)).await }),
+        )
+        .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))
+        .and_then(|r| r.map_err(|_| GatewayError::AuditUnavailable))
+        .and_then(|r| r.map_err(db));
         let (client, mut connection) = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -88,7 +91,12 @@ impl Listener {
             _client: client,
             rt: Some(rt),
         };
-        block_on(listener._client.batch_execute(&format!("LISTEN {channel}"))).map_err(db)?;
+        let stale = std::sync::atomic::AtomicBool::new(false);
+        within(
+            &stale,
+            listener._client.batch_execute(&format!("LISTEN {channel}")),
+        )?
+        .map_err(db)?;
         Ok(listener)
     }
 

@@ -7,7 +7,7 @@ use engine::error::GatewayError;
 use serde::Serialize;
 
 use crate::chain::valid_gateway_name;
-use crate::{PgState, block_on, db};
+use crate::{PgState, db, within};
 
 /// What a gateway may do on its team.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -81,7 +81,7 @@ impl PgState {
         check_name(gateway)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let mut client = self.client()?;
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
             let made = tx
                 .execute(
@@ -98,7 +98,7 @@ impl PgState {
             }
             add_gateway(&tx, gateway, Role::Admin, version).await?;
             tx.commit().await.map_err(db)
-        })?;
+        })??;
         Ok(id)
     }
 
@@ -113,7 +113,7 @@ impl PgState {
     ) -> Result<String, GatewayError> {
         check_name(gateway)?;
         let mut client = self.client()?;
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
             let Some(team) = tx
                 .query_opt("SELECT id, key_check FROM vaultgate.team WHERE one", &[])
@@ -133,16 +133,19 @@ impl PgState {
             add_gateway(&tx, gateway, role, version).await?;
             tx.commit().await.map_err(db)?;
             Ok(team.get(0))
-        })
+        })?
     }
 
     /// Notes that `gateway` is alive (each gateway does this now and then).
     pub fn gateway_seen(&self, gateway: &str, version: &str) -> Result<(), GatewayError> {
         let client = self.client()?;
-        block_on(client.execute(
-            "UPDATE vaultgate.gateways SET last_seen = now(), version = $2 WHERE name = $1",
-            &[&gateway, &version],
-        ))
+        within(
+            &self.stale,
+            client.execute(
+                "UPDATE vaultgate.gateways SET last_seen = now(), version = $2 WHERE name = $1",
+                &[&gateway, &version],
+            ),
+        )?
         .map(drop)
         .map_err(db)
     }
@@ -151,16 +154,19 @@ impl PgState {
     pub fn team_status(&self) -> Result<Option<TeamStatus>, GatewayError> {
         let schema_version = self.schema_version()?;
         let client = self.client()?;
-        let Some(team) =
-            block_on(client.query_opt("SELECT id FROM vaultgate.team WHERE one", &[])).map_err(db)?
+        let Some(team) = within(
+            &self.stale,
+            client.query_opt("SELECT id FROM vaultgate.team WHERE one", &[]),
+        )?
+        .map_err(db)?
         else {
             return Ok(None);
         };
-        let rows = block_on(client.query(
+        let rows = within(&self.stale, client.query(
             "SELECT name, role, to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), version
              FROM vaultgate.gateways WHERE last_seen > now() - interval '10 minutes' ORDER BY name",
             &[],
-        ))
+        ))?
         .map_err(db)?;
         Ok(Some(TeamStatus {
             team_id: team.get(0),
@@ -197,10 +203,13 @@ impl PgState {
         }
         let mut client = self.client()?;
         // SECURITY(T-TEAM1): only an existing role that is neither a superuser nor this one.
-        let found = block_on(client.query_opt(
-            "SELECT rolsuper, rolname = current_user FROM pg_roles WHERE rolname = $1",
-            &[&role],
-        ))
+        let found = within(
+            &self.stale,
+            client.query_opt(
+                "SELECT rolsuper, rolname = current_user FROM pg_roles WHERE rolname = $1",
+                &[&role],
+            ),
+        )?
         .map_err(db)?;
         match found.map(|r| (r.get::<_, bool>(0), r.get::<_, bool>(1))) {
             None => {
@@ -226,11 +235,11 @@ impl PgState {
                 "GRANT INSERT, UPDATE, DELETE ON vaultgate.{table} TO {role};"
             ));
         }
-        block_on(async {
+        within(&self.stale, async {
             let tx = client.transaction().await?;
             tx.batch_execute(&sql).await?;
             tx.commit().await
-        })
+        })?
         .map_err(db)
     }
 }

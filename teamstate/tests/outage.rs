@@ -117,3 +117,44 @@ fn calls_at_once_share_batches_and_the_database_stopped_fails_every_append_close
     assert_eq!((report.records as usize, report.broken), (total + 1, None));
     assert_eq!(store.audit_chain_head().unwrap(), (record.seq, record.hash));
 }
+
+#[test]
+fn a_database_that_stalls_fails_each_call_within_the_deadline_and_serves_again_once_it_moves() {
+    let cluster = Cluster::start();
+    let store = cluster.store("stall");
+    let now = time::OffsetDateTime::now_utc;
+    assert_eq!(
+        store.append_audit("g1", vec![entry("before", 0)], now()).unwrap()[0].seq,
+        1
+    );
+
+    // Frozen: connections open, nothing answers. The call gives up, as unavailable, within the
+    // store's deadline (10 s) instead of waiting for ever.
+    cluster.pause();
+    let began = Instant::now();
+    let stalled = store.append_audit("g1", vec![entry("stalled", 0)], now());
+    let took = began.elapsed();
+    cluster.resume();
+    assert!(
+        matches!(stalled, Err(GatewayError::AuditUnavailable)),
+        "{stalled:?}"
+    );
+    assert!(took < Duration::from_secs(20), "gave up after {took:?}");
+
+    // Moving again: the next call opens a new connection and appends right after the last
+    // record; the stalled one left nothing.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        match store.append_audit("g1", vec![entry("after", 0)], now()) {
+            Ok(r) => break r,
+            Err(GatewayError::AuditUnavailable) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("after the stall: {e:?}"),
+        }
+    };
+    assert_eq!(record[0].seq, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let report = verified(&store, dir.path());
+    assert_eq!((report.records, report.broken), (2, None));
+}

@@ -123,6 +123,34 @@ impl Cluster {
         self.child.wait().unwrap();
     }
 
+    /// Freezes the server and every backend (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().to_string();
+        let children = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+        let mut pids = vec![pid];
+        pids.extend(
+            String::from_utf8_lossy(&children.stdout)
+                .split_whitespace()
+                .map(str::to_owned),
+        );
+        let ok = Command::new("kill")
+            .arg(sig)
+            .args(&pids)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pids:?}");
+    }
+
     /// Starts the stopped server again on the same data and port (it recovers from its log).
     pub fn start_again(&mut self) {
         self.child = spawn_postgres(self._dir.path(), self.port);
