@@ -81,18 +81,22 @@ impl PgState {
     /// a home's log (docs/contract.md#the-audit-log), so `audit verify --file` checks it.
     /// Answers how many it wrote.
     pub fn export_audit(&self, since: u64, out: &mut dyn Write) -> Result<u64, GatewayError> {
-        let client = self.client()?;
         let mut after = i64::try_from(since).unwrap_or(i64::MAX);
         let mut written = 0u64;
         loop {
-            let rows = within(
-                &self.stale,
-                client.query(
-                    "SELECT seq, line FROM vaultgate.audit WHERE seq > $1 ORDER BY seq LIMIT $2",
-                    &[&after, &EXPORT_PAGE],
-                ),
-            )?
-            .map_err(db)?;
+            // The connection is held for one page only: a slow reader of the export must not
+            // stall this gateway's calls.
+            let rows = {
+                let client = self.client()?;
+                within(
+                    &self.stale,
+                    client.query(
+                        "SELECT seq, line FROM vaultgate.audit WHERE seq > $1 ORDER BY seq LIMIT $2",
+                        &[&after, &EXPORT_PAGE],
+                    ),
+                )?
+                .map_err(db)?
+            };
             let Some(last) = rows.last() else {
                 break;
             };
