@@ -68,6 +68,25 @@ pub struct NewCredential {
     pub approve_in_client: bool,
 }
 
+impl NewCredential {
+    /// The credential as stored under `id`, just issued (never used, not revoked).
+    pub fn stored(self, id: CredentialId) -> Credential {
+        Credential {
+            id,
+            name: self.name,
+            tier: self.tier,
+            vaults: self.vaults,
+            scope_unreadable: false,
+            jti: self.jti,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            revoked_at: None,
+            last_used_at: None,
+            approve_in_client: self.approve_in_client,
+        }
+    }
+}
+
 /// The stored scope: exactly a JSON array of vault ids; anything else (truncated, another type,
 /// an empty id) is unreadable.
 fn parse_scope(stored: &str) -> Option<Vec<String>> {
@@ -195,19 +214,7 @@ pub(crate) fn create_credential_on(
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(Credential {
-        id,
-        name: new.name,
-        tier: new.tier,
-        vaults: new.vaults,
-        scope_unreadable: false,
-        jti: new.jti,
-        created_at: new.created_at,
-        expires_at: new.expires_at,
-        revoked_at: None,
-        last_used_at: None,
-        approve_in_client: new.approve_in_client,
-    })
+    Ok(new.stored(id))
 }
 
 pub(crate) fn revoke_credential_on(

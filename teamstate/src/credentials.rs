@@ -119,19 +119,10 @@ impl PgState {
             seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
             tx.commit().await.map_err(db)
         })??;
-        Ok(Credential {
-            id,
-            name: new.name,
-            tier: new.tier,
-            vaults: new.vaults,
-            scope_unreadable: false,
-            jti: String::new(),
-            created_at: new.created_at,
-            expires_at: new.expires_at,
-            revoked_at: None,
-            last_used_at: None,
-            approve_in_client: new.approve_in_client,
-        })
+        // The database does not hold the jti: neither does what it answers.
+        let mut stored = new.stored(id);
+        stored.jti.clear();
+        Ok(stored)
     }
 
     /// The row for `id`, read fresh: what every request checks its token against.

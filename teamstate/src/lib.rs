@@ -24,7 +24,7 @@ mod team;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
-pub use listen::{Heard, Listener};
+pub use listen::{Heard, Listener, QUEUE};
 pub use team::{GatewaySeen, Role, TeamStatus};
 
 use std::future::Future;
@@ -290,18 +290,35 @@ impl Drop for PgState {
     }
 }
 
-/// Opens a connection whose I/O runs on `rt`, within [`DB_DEADLINE`] (the handshake too).
-fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result<Conn, GatewayError> {
+/// A new connection, made on `rt` (connecting needs its reactor) while this thread waits, within
+/// [`DB_DEADLINE`] (the handshake too): the caller runs the connection's task.
+pub(crate) fn connect(
+    rt: &tokio::runtime::Runtime,
+    config: &tokio_postgres::Config,
+) -> Result<
+    (
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    GatewayError,
+> {
     let config = config.clone();
-    // Connecting needs the runtime's reactor: it runs there, and this thread waits.
-    let (client, connection) =
-        block_on(rt.spawn(async move { tokio::time::timeout(DB_DEADLINE, config.connect(NoTls)).await }))
-            .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
-            .map_err(|_| {
-                tracing::warn!("the team database did not answer a connection in time");
-                GatewayError::AuditUnavailable
-            })?
-            .map_err(db)?;
+    let unused = AtomicBool::new(false);
+    within(
+        &unused,
+        rt.spawn(async move { tokio::time::timeout(DB_DEADLINE, config.connect(NoTls)).await }),
+    )?
+    .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))?
+    .map_err(|_| {
+        tracing::warn!("the team database did not answer a connection in time");
+        GatewayError::AuditUnavailable
+    })?
+    .map_err(db)
+}
+
+/// Opens a connection whose I/O runs on `rt`.
+fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result<Conn, GatewayError> {
+    let (client, connection) = connect(rt, config)?;
     let task = rt
         .spawn(async move {
             if let Err(e) = connection.await {
@@ -312,9 +329,10 @@ fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result
     Ok(Conn { client, task })
 }
 
-/// Waits for `f` as [`block_on`] does, at most [`DB_DEADLINE`]: past it the call is
-/// `AUDIT_UNAVAILABLE` and `stale` marks the connection for replacement (its answer may still
-/// be on the way, and the next request would queue behind it).
+/// Waits for `f` on this thread, at most [`DB_DEADLINE`]: the client's queries need no runtime of
+/// their own (their connection runs on the store's), so a blocking thread of any runtime may wait
+/// here. Past the deadline the call is `AUDIT_UNAVAILABLE` and `stale` marks the connection for
+/// replacement (its answer may still be on the way, and the next request would queue behind it).
 fn within<F: Future>(stale: &AtomicBool, f: F) -> Result<F::Output, GatewayError> {
     let deadline = std::time::Instant::now() + DB_DEADLINE;
     struct Unpark(std::thread::Thread);
@@ -337,26 +355,6 @@ fn within<F: Future>(stale: &AtomicBool, f: F) -> Result<F::Output, GatewayError
             return Err(GatewayError::AuditUnavailable);
         }
         std::thread::park_timeout(deadline - now);
-    }
-}
-
-/// Waits for `f` on this thread: the client's queries need no runtime of their own (their
-/// connection runs on the store's), so a blocking thread of any runtime may wait here.
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        match f.as_mut().poll(&mut cx) {
-            Poll::Ready(v) => return v,
-            Poll::Pending => std::thread::park(),
-        }
     }
 }
 

@@ -3,17 +3,23 @@
 //! pool. Announcements are hints to act at once (close a revoked credential's streams, fetch a
 //! vault); every decision still reads its row.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use engine::error::GatewayError;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
-use crate::{block_on, db, within};
+use crate::{db, within};
+
+/// Payloads held for a reader that has not asked yet.
+pub const QUEUE: usize = 1024;
 
 /// Payloads announced on one channel, as they arrive.
 pub struct Listener {
     payloads: mpsc::Receiver<String>,
+    /// Set when a payload was dropped because nobody was reading.
+    missed: Arc<AtomicBool>,
     _client: tokio_postgres::Client,
     /// Runs the connection; shut down without waiting when dropped.
     rt: Option<tokio::runtime::Runtime>,
@@ -29,6 +35,9 @@ pub enum Heard {
     /// The connection ended: nothing more will be heard; start a new listener and read again
     /// what may have changed meanwhile.
     Lost,
+    /// More came than [`QUEUE`] payloads while nobody read: some were dropped; read again what
+    /// may have changed.
+    Missed,
 }
 
 impl Drop for Listener {
@@ -55,12 +64,7 @@ impl Listener {
             .enable_all()
             .build()
             .map_err(GatewayError::Io)?;
-        let connected = block_on(
-            rt.spawn(async move { tokio::time::timeout(crate::DB_DEADLINE, config.connect(NoTls)).await }),
-        )
-        .map_err(|e| GatewayError::Internal(format!("connecting to the team database: {e}")))
-        .and_then(|r| r.map_err(|_| GatewayError::AuditUnavailable))
-        .and_then(|r| r.map_err(db));
+        let connected = crate::connect(&rt, &config);
         let (client, mut connection) = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -68,13 +72,18 @@ impl Listener {
                 return Err(e);
             }
         };
-        let (send, payloads) = mpsc::channel();
+        let (send, payloads) = mpsc::sync_channel(QUEUE);
+        let missed = Arc::new(AtomicBool::new(false));
+        let overflow = missed.clone();
         rt.spawn(async move {
             loop {
                 match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                     Some(Ok(AsyncMessage::Notification(n))) => {
-                        if send.send(n.payload().to_owned()).is_err() {
-                            break;
+                        match send.try_send(n.payload().to_owned()) {
+                            Ok(()) => {}
+                            // Bounded: a flood nobody reads costs a flag, not memory.
+                            Err(mpsc::TrySendError::Full(_)) => overflow.store(true, Ordering::SeqCst),
+                            Err(mpsc::TrySendError::Disconnected(_)) => break,
                         }
                     }
                     Some(Ok(_)) => {}
@@ -88,6 +97,7 @@ impl Listener {
         });
         let listener = Listener {
             payloads,
+            missed,
             _client: client,
             rt: Some(rt),
         };
@@ -102,6 +112,9 @@ impl Listener {
 
     /// The next payload, waiting at most `wait`.
     pub fn next(&self, wait: Duration) -> Heard {
+        if self.missed.swap(false, Ordering::SeqCst) {
+            return Heard::Missed;
+        }
         match self.payloads.recv_timeout(wait) {
             Ok(p) => Heard::Payload(p),
             Err(mpsc::RecvTimeoutError::Timeout) => Heard::Quiet,

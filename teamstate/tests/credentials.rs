@@ -140,4 +140,19 @@ fn a_credential_changed_on_one_gateway_holds_for_the_next_read_on_every_gateway_
             ("credential.revoke".to_owned(), "g1".to_owned(), id.clone()),
         ]
     );
+
+    // A flood nobody reads is bounded: the listener keeps QUEUE payloads and says it missed some.
+    g1.query(
+        "SELECT pg_notify('vaultgate_credentials', n::text) FROM generate_series(1, 1500) n",
+        &[],
+    )
+    .unwrap();
+    // Time for the 1,500 to arrive while nobody reads.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(heard.next(Duration::from_secs(5)), Heard::Missed);
+    let mut kept = 0;
+    while let Heard::Payload(_) = heard.next(Duration::from_millis(300)) {
+        kept += 1;
+    }
+    assert_eq!(kept, teamstate::QUEUE);
 }

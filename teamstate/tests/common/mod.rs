@@ -114,41 +114,25 @@ impl Cluster {
     /// Stops the server at once, as `pg_ctl stop -m immediate` does (SIGQUIT): no checkpoint,
     /// every connection cut.
     pub fn stop(&mut self) {
-        let ok = Command::new("kill")
-            .args(["-QUIT", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -QUIT postgres");
+        kill("QUIT", &[self.child.id()]);
         self.child.wait().unwrap();
     }
 
     /// Freezes the server and every backend (SIGSTOP): connections stay open, nothing answers.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        self.signal("STOP");
     }
 
     /// Lets a paused server go on (SIGCONT).
     pub fn resume(&self) {
-        self.signal("-CONT");
+        self.signal("CONT");
     }
 
     fn signal(&self, sig: &str) {
-        let pid = self.child.id().to_string();
-        let children = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
-        let mut pids = vec![pid];
-        pids.extend(
-            String::from_utf8_lossy(&children.stdout)
-                .split_whitespace()
-                .map(str::to_owned),
-        );
-        let ok = Command::new("kill")
-            .arg(sig)
-            .args(&pids)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {pids:?}");
+        let server = self.child.id();
+        let mut pids = vec![server];
+        pids.extend(children(server));
+        kill(sig, &pids);
     }
 
     /// Starts the stopped server again on the same data and port (it recovers from its log).
@@ -167,6 +151,33 @@ impl Cluster {
         admin.query(&format!("CREATE DATABASE {db}"), &[]).unwrap();
         PgState::connect(&format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)).unwrap()
     }
+}
+
+/// Sends `sig` to `pids` through the shell's own `kill` (a minimal Debian has no procps).
+fn kill(sig: &str, pids: &[u32]) {
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let ok = Command::new("sh")
+        .args(["-c", &format!("kill -s {sig} {}", list.join(" "))])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -s {sig} {list:?}");
+}
+
+/// The processes whose parent is `parent`, read from /proc.
+fn children(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|st| st.rsplit_once(')').map(|(_, rest)| rest.to_owned()))
+                .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(parent)
+        })
+        .collect()
 }
 
 /// `postgres` on the cluster in `dir` (its data in `dir/data`, its log `dir/postgres.log`).
