@@ -128,11 +128,25 @@ impl Cluster {
         self.signal("CONT");
     }
 
+    /// The server is stopped first (so it forks nothing new while its backends are stopped) and
+    /// continued last (so it cannot reap a child between the listing and that child's signal).
+    /// A backend that had already exited when listed may be gone: that is not a failure.
     fn signal(&self, sig: &str) {
         let server = self.child.id();
-        let mut pids = vec![server];
-        pids.extend(children(server));
-        kill(sig, &pids);
+        if sig == "STOP" {
+            kill(sig, &[server]);
+        }
+        for pid in children(server) {
+            if !try_kill(sig, pid) {
+                assert!(
+                    !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                    "kill -s {sig} {pid}"
+                );
+            }
+        }
+        if sig != "STOP" {
+            kill(sig, &[server]);
+        }
     }
 
     /// Starts the stopped server again on the same data and port (it recovers from its log).
@@ -162,6 +176,15 @@ fn kill(sig: &str, pids: &[u32]) {
         .unwrap()
         .success();
     assert!(ok, "kill -s {sig} {list:?}");
+}
+
+/// Sends `sig` to one process; false when the shell's `kill` failed.
+fn try_kill(sig: &str, pid: u32) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("kill -s {sig} {pid} 2>/dev/null")])
+        .status()
+        .unwrap()
+        .success()
 }
 
 /// The processes whose parent is `parent`, read from /proc.
