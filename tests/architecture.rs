@@ -225,7 +225,7 @@ const EDGES: &[(&str, &[&str])] = &[
         &["policy", "proposals", "audit", "inbox", "vault", "pdftext"],
     ),
     ("teamstate", &["engine", "inbox", "audit"]),
-    ("gateway", &["engine", "policy", "pdftext"]),
+    ("gateway", &["engine", "policy", "pdftext", "teamstate"]),
     ("vaultgate", &["gateway"]),
     ("vaultgate-bench", &["pdftext"]),
 ];

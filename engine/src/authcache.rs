@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use inbox::{Credential, State};
+use inbox::Credential;
 
 use crate::auth::{self, Claims};
 use crate::error::GatewayError;
@@ -69,8 +69,13 @@ impl AuthCache {
 
     /// The credential row for `id` as the table holds it now: from the cache when the generation
     /// has not moved since it was read, else read again.
-    pub(crate) fn credential(&self, state: &State, id: &str) -> Result<Option<Credential>, GatewayError> {
-        let generation = state.credential_generation()?;
+    /// `generation` is the credentials' generation read for this request, before `read`.
+    pub(crate) fn credential(
+        &self,
+        generation: i64,
+        id: &str,
+        read: impl FnOnce() -> Result<Option<Credential>, GatewayError>,
+    ) -> Result<Option<Credential>, GatewayError> {
         {
             let g = self.lock();
             if g.generation == Some(generation)
@@ -80,7 +85,7 @@ impl AuthCache {
             }
         }
         // Read after the generation: the row is at least as new as the generation it is kept at.
-        let row = state.credential(id)?;
+        let row = read()?;
         let mut g = self.lock();
         if g.generation.is_none_or(|seen| seen < generation) {
             g.rows.clear();

@@ -86,7 +86,7 @@ pub struct Core {
     /// The `git` vaults with git on are committed with (docs/contract.md#git-history).
     pub(crate) git: crate::git::Program,
     // Each service's own state, reachable only through its accessor.
-    refusals: crate::refusals::Refusals,
+    pub(crate) refusals: crate::refusals::Refusals,
     auth_cache: crate::authcache::AuthCache,
     asking: std::sync::Mutex<std::collections::HashSet<String>>,
     pdf_worker: std::sync::OnceLock<Arc<dyn crate::attachments::PdfWorker>>,
@@ -95,6 +95,8 @@ pub struct Core {
     watching: crate::changes::Watching,
     /// This process as the owner of the jobs it records (crate::jobs), made on first use.
     pub(crate) jobs_owner: std::sync::OnceLock<crate::jobs::Owner>,
+    /// A home in team mode: the team's credentials and audit chain (docs/contract.md#team-mode).
+    pub(crate) team: Option<Arc<dyn crate::storage::TeamState>>,
 }
 
 /// `gateway.toml` as it was read, and the vaults it names, opened.
@@ -112,49 +114,6 @@ fn stamp(path: &std::path::Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
-}
-
-/// Whether a vault entry opens as it did: only settings read per call (`pdf_text`) changed.
-fn same_opening(a: &crate::home::VaultConfig, b: &crate::home::VaultConfig) -> bool {
-    let plain = |v: &crate::home::VaultConfig| crate::home::VaultConfig {
-        pdf_text: false,
-        ..v.clone()
-    };
-    plain(a) == plain(b)
-}
-
-/// Opens the vaults `config` names, reusing the handle of each whose entry did not change.
-fn open_vaults(
-    config: &Config,
-    before: Option<&Loaded>,
-) -> Result<BTreeMap<String, Arc<VaultHandle>>, GatewayError> {
-    let mut vaults = BTreeMap::new();
-    for v in &config.vaults {
-        let same = before.and_then(|b| {
-            let old = b.config.vaults.iter().find(|o| o.id == v.id)?;
-            same_opening(old, v)
-                .then(|| b.vaults.get(&v.id).cloned())
-                .flatten()
-        });
-        let handle = match same {
-            Some(h) => h,
-            None => {
-                let layout = v.layout()?;
-                let reader = Vault::open(&v.path, layout).map_err(|e| {
-                    GatewayError::Config(format!("vault '{}' at {}: {e}", v.id, v.path.display()))
-                })?;
-                Arc::new(VaultHandle {
-                    id: v.id.clone(),
-                    name: v.name.clone(),
-                    reader,
-                    group: Arc::default(),
-                    lease: crate::storage::FolderLease::default(),
-                })
-            }
-        };
-        vaults.insert(v.id.clone(), handle);
-    }
-    Ok(vaults)
 }
 
 pub fn now_unix() -> i64 {
@@ -191,7 +150,7 @@ impl Core {
         let state = State::open(&home.state_path())?;
         let audit = Arc::new(open_audit(&home, &state)?);
         let vaults = if with_vaults {
-            open_vaults(&config, None)?
+            crate::vaults::open_vaults(&config, None)?
         } else {
             BTreeMap::new()
         };
@@ -223,7 +182,47 @@ impl Core {
             asking: Default::default(),
             git: Default::default(),
             auth_cache: Default::default(),
+            team: None,
         })
+    }
+
+    /// This core as a gateway of a team: credentials are the team's, read fresh by every
+    /// request, and every record (aggregated refusals too) goes to the team's chain.
+    pub fn with_team(mut self, team: Arc<dyn crate::storage::TeamState>) -> Core {
+        let sink = team.clone();
+        self.refusals = crate::refusals::Refusals::to(
+            Arc::new(move |entry| sink.append_audit(entry).map(drop).map_err(|e| e.to_string())),
+            std::time::Duration::from_secs(self.config().limits.refusal_window_seconds),
+        );
+        self.team = Some(team);
+        self
+    }
+
+    pub fn team(&self) -> Option<&dyn crate::storage::TeamState> {
+        self.team.as_deref()
+    }
+
+    /// The audience of this home's tokens: the team's id in team mode, else the home's id.
+    pub fn audience(&self) -> String {
+        match &self.team {
+            Some(t) => t.team_id().to_owned(),
+            None => self.config().gateway_id.clone(),
+        }
+    }
+
+    /// The record of a team command (`team init`, `team join`, …) in the team's chain.
+    pub fn record_team_command(
+        &self,
+        operator: &Operator,
+        event: &str,
+        target: Option<&str>,
+    ) -> Result<(), GatewayError> {
+        if self.team.is_none() {
+            return Err(GatewayError::Internal("not a team gateway".into()));
+        }
+        let mut entry = audit::Entry::new(event, operator.audit_actor(), audit::Outcome::Ok);
+        entry.target = target.map(str::to_owned);
+        self.append_audit(entry, audit::Durability::Sync).map(drop)
     }
 
     // ---- configuration ----------------------------------------------------------------------------
@@ -264,7 +263,7 @@ impl Core {
         }
         let reloaded = self.home.load_config().and_then(|config| {
             let vaults = if self.with_vaults {
-                open_vaults(&config, Some(&before))?
+                crate::vaults::open_vaults(&config, Some(&before))?
             } else {
                 BTreeMap::new()
             };
@@ -424,6 +423,10 @@ impl Core {
         if self.failpoints.fails("audit_append") {
             return Err(GatewayError::AuditUnavailable);
         }
+        // The team's chain: its append (or the change's own commit) decides.
+        if self.team.is_some() {
+            return Ok(());
+        }
         self.audit.check_appendable().map_err(|e| {
             tracing::error!(error = %e, "the audit log cannot take a record; the call is refused");
             GatewayError::AuditUnavailable
@@ -465,6 +468,14 @@ impl Core {
         if self.failpoints.fails("audit_append") {
             return Err(GatewayError::AuditUnavailable);
         }
+        // SECURITY(T-TEAM5): in team mode every record is the team's; no answer without it.
+        if let Some(team) = &self.team {
+            let rec = team.append_audit(entry)?;
+            return Ok(inbox::AuditHead {
+                seq: rec.seq,
+                hash: rec.hash,
+            });
+        }
         let now = time::OffsetDateTime::now_utc();
         let appended = if reserve {
             self.audit.append_reserving(entry, now, durability)
@@ -487,6 +498,10 @@ impl Core {
     /// noticed (docs/contract.md#the-audit-log). Best effort: the head only guards against a lost log, and the next
     /// mutating commit or start notes it again.
     pub(crate) fn note_head(&self, head: &inbox::AuditHead) {
+        // The team's chain has its own head, in the team's database.
+        if self.team.is_some() {
+            return;
+        }
         if let Err(e) = self.state.note_audit_head(head) {
             tracing::warn!(error = %e, "noting the audit head failed");
         }

@@ -71,6 +71,10 @@ impl Credentials<'_> {
         if self.core.config_changed() {
             return None;
         }
+        // A team's row is read over the network: never on an async worker.
+        if self.core.team().is_some() {
+            return None;
+        }
         match self.check_credential(token, transport) {
             Ok((caller, false)) => Some(caller),
             _ => None,
@@ -98,20 +102,32 @@ impl Credentials<'_> {
     /// The caller a token names, checked fresh, and whether its last use is due to be noted.
     fn check_credential(&self, token: &Token, transport: Transport) -> Result<(Caller, bool), GatewayError> {
         let now = now_unix();
-        let claims = self.auth_cache.claims(
-            &self.core.secret,
-            &self.core.config().gateway_id,
-            token.expose(),
-            now,
-        )?;
+        let claims = self
+            .auth_cache
+            .claims(&self.core.secret, &self.core.audience(), token.expose(), now)?;
         // SECURITY(T-AUTH3): the row as the table holds it now (the generation is read on every
         // request; a cached row is used only while it has not moved).
-        let credential = self
-            .auth_cache
-            .credential(&self.core.state, &claims.sub)?
-            .ok_or(GatewayError::Unauthorized("unknown credential"))?;
+        let credential = match self.core.team() {
+            // SECURITY(T-TEAM4): the team's row, at the generation read for this request.
+            Some(team) => self
+                .auth_cache
+                .credential(team.credential_generation()?, &claims.sub, || {
+                    team.credential(&claims.sub)
+                }),
+            None => self
+                .auth_cache
+                .credential(self.core.state.credential_generation()?, &claims.sub, || {
+                    Ok(self.core.state.credential(&claims.sub)?)
+                }),
+        }?
+        .ok_or(GatewayError::Unauthorized("unknown credential"))?;
         // SECURITY(T-AUTH2): a token names one issuance; a re-issued or forged jti is refused.
-        if credential.jti != claims.jti {
+        // SECURITY(T-TEAM3): a team row holds the jti's SHA-256, never the jti.
+        let same_issuance = match self.core.team() {
+            Some(_) => crate::storage::team::team_jti_matches(&credential.jti, &claims.jti),
+            None => credential.jti == claims.jti,
+        };
+        if !same_issuance {
             return Err(GatewayError::Unauthorized("token superseded"));
         }
         if credential.is_revoked() {
@@ -120,9 +136,11 @@ impl Credentials<'_> {
         if credential.is_expired(now) {
             return Err(GatewayError::CredentialExpired);
         }
-        let touch = credential
-            .last_used_at
-            .is_none_or(|t| now.saturating_sub(t) >= 60);
+        // A team keeps no last use (a write per credential and minute on every gateway).
+        let touch = self.core.team().is_none()
+            && credential
+                .last_used_at
+                .is_none_or(|t| now.saturating_sub(t) >= 60);
         Ok((
             Caller {
                 credential,
@@ -209,36 +227,52 @@ impl Credentials<'_> {
         let now = now_unix();
         let jti = uuid::Uuid::new_v4().simple().to_string();
         let expires_at = expires_in.map(|s| now + s);
+        let new = inbox::NewCredential {
+            name: name.to_owned(),
+            tier,
+            vaults,
+            jti: jti.clone(),
+            created_at: now,
+            expires_at,
+            approve_in_client,
+        };
+        if let Some(team) = self.core.team() {
+            // Signed first: a signing failure leaves no row; a refused row leaves a token
+            // nothing authenticates.
+            let id = inbox::CredentialId::generate();
+            let token = auth::issue(
+                &self.core.secret,
+                &auth::Claims {
+                    iss: auth::ISSUER.into(),
+                    aud: self.core.audience(),
+                    sub: id.as_str().to_owned(),
+                    jti,
+                    iat: now,
+                    exp: expires_at,
+                },
+            )?;
+            let cred = team.issue_credential(&operator.audit_actor(), id, new)?;
+            return Ok((cred, token));
+        }
         // The token is signed before the row commits, so a signing failure leaves no row.
         let mut token = None;
         let cred = self
             .core
             .state
-            .create_credential_recorded(
-                inbox::NewCredential {
-                    name: name.to_owned(),
-                    tier,
-                    vaults,
-                    jti: jti.clone(),
-                    created_at: now,
-                    expires_at,
-                    approve_in_client,
-                },
-                |cred| {
-                    token = Some(auth::issue(
-                        &self.core.secret,
-                        &auth::Claims {
-                            iss: auth::ISSUER.into(),
-                            aud: self.core.config().gateway_id.clone(),
-                            sub: cred.id.as_str().to_owned(),
-                            jti: jti.clone(),
-                            iat: now,
-                            exp: expires_at,
-                        },
-                    )?);
-                    self.audit_admin(operator, "credential.issue", cred, Some(tier))
-                },
-            )
+            .create_credential_recorded(new, |cred| {
+                token = Some(auth::issue(
+                    &self.core.secret,
+                    &auth::Claims {
+                        iss: auth::ISSUER.into(),
+                        aud: self.core.audience(),
+                        sub: cred.id.as_str().to_owned(),
+                        jti: jti.clone(),
+                        iat: now,
+                        exp: expires_at,
+                    },
+                )?);
+                self.audit_admin(operator, "credential.issue", cred, Some(tier))
+            })
             .map_err(recorded)?;
         let token = token.ok_or_else(|| GatewayError::Internal("token not issued".into()))?;
         Ok((cred, token))
@@ -249,7 +283,11 @@ impl Credentials<'_> {
         operator: &Operator,
         id_or_name: &str,
     ) -> Result<Credential, GatewayError> {
-        let cred = self.core.state.find_credential(id_or_name)?;
+        let cred = self.find_credential(id_or_name)?;
+        if let Some(team) = self.core.team() {
+            team.revoke_credential(&operator.audit_actor(), cred.id.as_str(), now_unix())?;
+            return self.find_credential(cred.id.as_str());
+        }
         self.core.audit_preflight()?;
         self.core
             .state
@@ -266,7 +304,11 @@ impl Credentials<'_> {
         id_or_name: &str,
         tier: Tier,
     ) -> Result<Credential, GatewayError> {
-        let cred = self.core.state.find_credential(id_or_name)?;
+        let cred = self.find_credential(id_or_name)?;
+        if let Some(team) = self.core.team() {
+            team.set_credential_tier(&operator.audit_actor(), cred.id.as_str(), tier)?;
+            return self.find_credential(cred.id.as_str());
+        }
         self.core.audit_preflight()?;
         self.core
             .state
@@ -279,12 +321,23 @@ impl Credentials<'_> {
 
     /// Every credential, read fresh (the Credentials page).
     pub fn all(&self) -> Result<Vec<Credential>, GatewayError> {
-        Ok(self.core.state.list_credentials()?)
+        match self.core.team() {
+            Some(team) => team.credentials(),
+            None => Ok(self.core.state.list_credentials()?),
+        }
     }
 
-    /// A credential by id or name.
+    /// A credential by id or name (an id first, as the local store looks it up).
     pub fn find_credential(&self, id_or_name: &str) -> Result<Credential, GatewayError> {
-        Ok(self.core.state.find_credential(id_or_name)?)
+        let Some(team) = self.core.team() else {
+            return Ok(self.core.state.find_credential(id_or_name)?);
+        };
+        let all = team.credentials()?;
+        all.iter()
+            .find(|c| c.id.as_str() == id_or_name)
+            .or_else(|| all.iter().find(|c| c.name == id_or_name))
+            .cloned()
+            .ok_or_else(|| inbox::StateError::CredentialNotFound(id_or_name.to_owned()).into())
     }
 
     /// The durable record of a credential change, written inside the change's transaction.

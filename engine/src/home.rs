@@ -52,6 +52,20 @@ pub struct Config {
     /// The registered vaults (`vault add`).
     #[serde(default)]
     pub vaults: Vec<VaultConfig>,
+    /// Team mode (`vaultgate team init` or `team join`): this home is a gateway of a team.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<TeamConfig>,
+}
+
+/// `gateway.toml [team]`: written by `vaultgate team init` or `team join` (docs/contract.md#team-mode).
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TeamConfig {
+    /// The team's PostgreSQL database, a libpq URL (`postgres://user@host:port/db`). A password
+    /// in it is read from here and never printed; `PGPASSWORD` or a password file also work.
+    pub database: String,
+    /// This gateway's name in the team: 1-64 characters of `A-Za-z0-9._@-`.
+    pub name: String,
 }
 
 /// `gateway.toml [tunnel]`: written by `vaultgate tunnel setup`.
@@ -357,6 +371,7 @@ impl Home {
                 tunnel: TunnelConfig::default(),
                 pdf: PdfConfig::default(),
                 vaults: Vec::new(),
+                team: None,
             };
             self.save_config(&config)?;
             created = true;
@@ -420,6 +435,18 @@ impl Home {
         tmp.as_file().sync_all()?;
         tmp.persist(self.config_path())
             .map_err(|e| GatewayError::Io(e.error))?;
+        Ok(())
+    }
+
+    /// Replaces `secret.key` with `key` (`team join`: the team's secret), atomically and mode
+    /// 0600 from the start.
+    pub fn replace_secret(&self, key: &[u8; 32]) -> Result<(), GatewayError> {
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        tmp.write_all(key)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(self.secret_path())
+            .map_err(|e| GatewayError::Io(e.error))?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
         Ok(())
     }
 

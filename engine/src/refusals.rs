@@ -37,8 +37,11 @@ struct Slot {
     pending: u64,
 }
 
+/// Where the aggregated records go: the home's log, or a team's chain.
+pub(crate) type Sink = Arc<dyn Fn(Entry) -> Result<(), String> + Send + Sync>;
+
 struct Inner {
-    audit: Arc<AuditLog>,
+    audit: Sink,
     window: Duration,
     slots: Mutex<Slots>,
 }
@@ -63,7 +66,20 @@ pub(crate) enum Noted {
 }
 
 impl Refusals {
-    pub(crate) fn new(audit: Arc<AuditLog>, window: Duration) -> Refusals {
+    /// Records to the home's log.
+    pub(crate) fn new(log: Arc<AuditLog>, window: Duration) -> Refusals {
+        Refusals::to(
+            Arc::new(move |entry| {
+                log.append(entry, time::OffsetDateTime::now_utc(), Durability::Sync)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }),
+            window,
+        )
+    }
+
+    /// Records to `audit`.
+    pub(crate) fn to(audit: Sink, window: Duration) -> Refusals {
         Refusals {
             inner: Arc::new(Inner {
                 audit,
@@ -178,10 +194,7 @@ impl Inner {
         };
         for (key, count) in due {
             let entry = refusal_entry(&key, count);
-            if let Err(e) = self
-                .audit
-                .append(entry, time::OffsetDateTime::now_utc(), Durability::Sync)
-            {
+            if let Err(e) = (self.audit)(entry) {
                 // No caller is waiting for these; the count is lost, and said so.
                 tracing::error!(error = %e, count, code = %key.code, "writing aggregated refusals failed");
             }

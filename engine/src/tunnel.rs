@@ -32,6 +32,7 @@ impl Settings<'_> {
         operator: &Operator,
         grant: TunnelGrant,
     ) -> Result<Credential, GatewayError> {
+        self.not_in_a_team()?;
         if let Ok(old) = self.core.state.find_credential(TUNNEL_CREDENTIAL)
             && old.name == TUNNEL_CREDENTIAL
         {
@@ -70,6 +71,7 @@ impl Settings<'_> {
     /// A bearer token of the live tunnel credential, for the child's environment only. It names
     /// the credential's issuance (`jti`), so revoking or rotating the credential refuses it.
     pub fn tunnel_token(&self) -> Result<Token, GatewayError> {
+        self.not_in_a_team()?;
         let cred =
             self.core.state.find_credential(TUNNEL_CREDENTIAL).map_err(|_| {
                 GatewayError::Config("no tunnel credential: run `vaultgate tunnel setup`".into())
@@ -91,6 +93,19 @@ impl Settings<'_> {
                 exp: cred.expires_at,
             },
         )
+    }
+
+    /// A team's tunnel credential (`chatgpt-tunnel@<gateway>`, docs/contract.md#team-mode) is not
+    /// built yet: its token could not be derived from a row that keeps only the jti's hash.
+    fn not_in_a_team(&self) -> Result<(), GatewayError> {
+        match self.core.team() {
+            Some(_) => Err(GatewayError::Config(
+                "the ChatGPT tunnel of a team gateway is not available in this version; run the \
+                 tunnel from a local home"
+                    .into(),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Records an operator's action that changes no engine state (starting or stopping the

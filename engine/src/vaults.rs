@@ -60,6 +60,16 @@ impl Settings<'_> {
     /// `vault add`: registers a folder as a vault. The first vault, or `default`, becomes the
     /// default.
     pub fn vault_add(&self, operator: &Operator, args: VaultAdd) -> Result<VaultConfig, GatewayError> {
+        // docs/contract.md#team-mode: a team's vaults live in a git remote, never in one
+        // machine's folder.
+        if self.core.config().team.is_some() {
+            return Err(GatewayError::InvalidArgument(
+                "this home is a team gateway: a team's vaults live in a git remote (`vault add \
+                 --remote URL`), which this version cannot serve yet; a folder vault needs a \
+                 local home (another --home)"
+                    .into(),
+            ));
+        }
         let record = json!({"vault": args.id, "name": args.name, "default": args.default});
         self.core
             .operator_call(operator, "vault_add", &record, |call| {
@@ -272,6 +282,49 @@ impl Settings<'_> {
             })
             .into_inner()
     }
+}
+
+/// Whether a vault entry opens as it did: only settings read per call (`pdf_text`) changed.
+fn same_opening(a: &crate::home::VaultConfig, b: &crate::home::VaultConfig) -> bool {
+    let plain = |v: &crate::home::VaultConfig| crate::home::VaultConfig {
+        pdf_text: false,
+        ..v.clone()
+    };
+    plain(a) == plain(b)
+}
+
+/// Opens the vaults `config` names, reusing the handle of each whose entry did not change.
+pub(crate) fn open_vaults(
+    config: &crate::home::Config,
+    before: Option<&crate::core::Loaded>,
+) -> Result<std::collections::BTreeMap<String, std::sync::Arc<crate::core::VaultHandle>>, GatewayError> {
+    let mut vaults = std::collections::BTreeMap::new();
+    for v in &config.vaults {
+        let same = before.and_then(|b| {
+            let old = b.config.vaults.iter().find(|o| o.id == v.id)?;
+            same_opening(old, v)
+                .then(|| b.vaults.get(&v.id).cloned())
+                .flatten()
+        });
+        let handle = match same {
+            Some(h) => h,
+            None => {
+                let layout = v.layout()?;
+                let reader = vault::Vault::open(&v.path, layout).map_err(|e| {
+                    GatewayError::Config(format!("vault '{}' at {}: {e}", v.id, v.path.display()))
+                })?;
+                std::sync::Arc::new(crate::core::VaultHandle {
+                    id: v.id.clone(),
+                    name: v.name.clone(),
+                    reader,
+                    group: Arc::default(),
+                    lease: crate::storage::FolderLease::default(),
+                })
+            }
+        };
+        vaults.insert(v.id.clone(), handle);
+    }
+    Ok(vaults)
 }
 
 #[cfg(test)]

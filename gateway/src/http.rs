@@ -243,6 +243,11 @@ async fn sweep_sessions(gate: std::sync::Weak<Gate>, idle: Duration) {
 
 fn refuse(status: StatusCode, e: &GatewayError) -> Response {
     let mut resp = (status, axum::Json(e.to_json())).into_response();
+    // docs/contract.md#team-mode: an unreachable audit (a team's database) is worth a retry soon.
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     if status == StatusCode::UNAUTHORIZED {
         let v = format!(
             "Bearer realm=\"vaultgate\", error=\"invalid_token\", error_description=\"{}\"",

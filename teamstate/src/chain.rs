@@ -77,6 +77,32 @@ impl PgState {
         Ok((seq, row.get(1)))
     }
 
+    /// The last `n` records of the chain, oldest first (`audit tail`).
+    pub fn audit_tail(&self, n: usize) -> Result<Vec<audit::AuditRecord>, GatewayError> {
+        let n = i64::try_from(n.min(10_000)).unwrap_or(10_000);
+        let rows = {
+            let client = self.client()?;
+            within(
+                &self.stale,
+                client.query(
+                    "SELECT line FROM vaultgate.audit ORDER BY seq DESC LIMIT $1",
+                    &[&n],
+                ),
+            )?
+            .map_err(db)?
+        };
+        let mut records = rows
+            .iter()
+            .map(|r| {
+                serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| {
+                    GatewayError::AuditBroken(format!("a record of the team's chain does not parse: {e}"))
+                })
+            })
+            .collect::<Result<Vec<audit::AuditRecord>, _>>()?;
+        records.reverse();
+        Ok(records)
+    }
+
     /// Writes every record after `since` to `out`, in `seq` order, one line each: the format of
     /// a home's log (docs/contract.md#the-audit-log), so `audit verify --file` checks it.
     /// Answers how many it wrote.

@@ -26,6 +26,14 @@ pub struct TeamCredential {
 }
 
 impl TeamCredential {
+    /// The row as the engine checks it: its `jti` field the SHA-256 (hex) the token's must hash to.
+    pub fn with_hashed_jti(self) -> Credential {
+        Credential {
+            jti: self.jti_sha256,
+            ..self.credential
+        }
+    }
+
     /// Whether `jti` (from a token whose signature verified) is this credential's.
     pub fn jti_matches(&self, jti: &str) -> bool {
         // As the local check: the token's signature verified before, so nothing is guessed here.
@@ -80,7 +88,17 @@ impl PgState {
         actor: &audit::Actor,
         new: NewCredential,
     ) -> Result<Credential, GatewayError> {
-        let id = CredentialId::generate();
+        self.issue_credential_as(gateway, actor, CredentialId::generate(), new)
+    }
+
+    /// As [`PgState::issue_credential`], under `id` (the token was signed for it already).
+    pub fn issue_credential_as(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        id: CredentialId,
+        new: NewCredential,
+    ) -> Result<Credential, GatewayError> {
         let vaults = serde_json::to_value(&new.vaults).map_err(|e| GatewayError::Internal(e.to_string()))?;
         // SECURITY(T-TEAM3): only the hash of the jti is stored.
         let jti_sha256 = hex::encode(sha2::Sha256::digest(new.jti.as_bytes()));
@@ -137,6 +155,27 @@ impl PgState {
         )?
         .map_err(db)?;
         row.as_ref().map(from_row).transpose()
+    }
+
+    /// Every credential, oldest first (`token list`; their `jti` fields empty).
+    pub fn list_credentials(&self) -> Result<Vec<Credential>, GatewayError> {
+        let client = self.client()?;
+        let rows = within(
+            &self.stale,
+            client.query(
+                &format!("SELECT {COLUMNS} FROM vaultgate.credentials ORDER BY created_at, id"),
+                &[],
+            ),
+        )?
+        .map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                from_row(r).map(|t| Credential {
+                    jti: String::new(),
+                    ..t.credential
+                })
+            })
+            .collect()
     }
 
     /// The credentials' generation: it moves in the transaction of every change, so a cache of

@@ -7,9 +7,11 @@
 //!
 //! It must never decide policy (the engine does), hold a token or a password in a log, leave a
 //! transaction open when a part fails, or answer a call it could not record: an unreachable
-//! database is `AUDIT_UNAVAILABLE`, and the connection is opened again at the first call after. This is the first piece of team mode, and not wired: the
-//! transaction always registers a change row (its git commit), which this store refuses — a team
-//! vault's changes are its remote's commits — so it cannot commit today's writes yet.
+//! database is `AUDIT_UNAVAILABLE`, and the connection is opened again at the first call after. As
+//! a `StateStore` it is not wired yet: the transaction always registers a change row (its git
+//! commit), which this store refuses — a team vault's changes are its remote's commits — so it
+//! cannot commit today's writes yet. [`TeamSession`] (session.rs) is what a team gateway uses
+//! today: the engine's `TeamState` over the credentials and the chain below.
 //! The team's audit chain ([`PgState::append_audit`], chain.rs) is the second piece: its head is
 //! `audit_chain_head`; `audit_head` is what [`StateTx::append_audit`] registers until the
 //! transaction seals its record in that chain. The team's credentials (credentials.rs) are the
@@ -20,11 +22,13 @@
 mod chain;
 mod credentials;
 mod listen;
+mod session;
 mod team;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
 pub use listen::{Heard, Listener, QUEUE};
+pub use session::TeamSession;
 pub use team::{GatewaySeen, Role, TeamStatus};
 
 use std::future::Future;
@@ -358,12 +362,50 @@ fn within<F: Future>(stale: &AtomicBool, f: F) -> Result<F::Output, GatewayError
     }
 }
 
+/// Parses the team database's URL and refuses a host that is not this machine.
+///
+/// SECURITY(T-TEAM6): connections are not encrypted (no TLS stack is built in), so any other host
+/// would carry credential rows, audit records and a password in the clear: the database is
+/// reached on a loopback address or a local socket only, and a remote server through a tunnel
+/// (`ssh -L`) to a loopback port.
+pub fn check_database_url(url: &str) -> Result<tokio_postgres::Config, GatewayError> {
+    let config: tokio_postgres::Config = url.parse().map_err(|_| {
+        GatewayError::Config("the team database is a libpq URL: postgres://USER@HOST:PORT/DB".into())
+    })?;
+    if config.get_hosts().is_empty() {
+        return Err(GatewayError::Config(
+            "the team database URL names no host: postgres://USER@127.0.0.1:5432/DB".into(),
+        ));
+    }
+    for host in config.get_hosts() {
+        let local = match host {
+            tokio_postgres::config::Host::Tcp(name) => {
+                name == "localhost"
+                    || name
+                        .trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }
+            tokio_postgres::config::Host::Unix(_) => true,
+        };
+        if !local {
+            return Err(GatewayError::Config(
+                "the team database must be on a loopback address (127.0.0.1, ::1, localhost) or \
+                 a local socket: vaultgate does not encrypt its database connection. Reach a \
+                 remote server through an SSH tunnel (ssh -L 5433:localhost:5432 HOST) and use \
+                 postgres://USER@127.0.0.1:5433/DB"
+                    .into(),
+            ));
+        }
+    }
+    Ok(config)
+}
+
 impl PgState {
-    /// Connects to `url` (a libpq URL) and brings the schema `vaultgate` up to date.
+    /// Connects to `url` (a libpq URL, [`check_database_url`]) and brings the schema `vaultgate`
+    /// up to date.
     pub fn connect(url: &str) -> Result<PgState, GatewayError> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|_| GatewayError::Config("the team database URL is not a libpq URL".into()))?;
+        let mut config = check_database_url(url)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }

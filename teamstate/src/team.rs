@@ -136,6 +136,28 @@ impl PgState {
         })?
     }
 
+    /// Whether the team has a gateway named `gateway`.
+    pub fn gateway_known(&self, gateway: &str) -> Result<bool, GatewayError> {
+        let client = self.client()?;
+        within(
+            &self.stale,
+            client.query_opt("SELECT 1 FROM vaultgate.gateways WHERE name = $1", &[&gateway]),
+        )?
+        .map(|r| r.is_some())
+        .map_err(db)
+    }
+
+    /// This gateway's role, as the team registered it.
+    pub fn gateway_role(&self, gateway: &str) -> Result<Option<String>, GatewayError> {
+        let client = self.client()?;
+        within(
+            &self.stale,
+            client.query_opt("SELECT role FROM vaultgate.gateways WHERE name = $1", &[&gateway]),
+        )?
+        .map(|r| r.map(|r| r.get(0)))
+        .map_err(db)
+    }
+
     /// Notes that `gateway` is alive (each gateway does this now and then).
     pub fn gateway_seen(&self, gateway: &str, version: &str) -> Result<(), GatewayError> {
         let client = self.client()?;
@@ -202,6 +224,22 @@ impl PgState {
             ));
         }
         let mut client = self.client()?;
+        // Only a role that may pass the admin's rights on: a reviewer's GRANT would merely warn
+        // and grant nothing, so it is refused as what it is.
+        let may_grant = within(
+            &self.stale,
+            client.query_one(
+                "SELECT has_table_privilege('vaultgate.credentials', 'INSERT WITH GRANT OPTION')",
+                &[],
+            ),
+        )?
+        .map_err(db)?
+        .get::<_, bool>(0);
+        if !may_grant {
+            return Err(GatewayError::CapabilityDenied(
+                "only an admin gateway (the team database's owner) may grant the reviewer role".into(),
+            ));
+        }
         // SECURITY(T-TEAM1): only an existing role that is neither a superuser nor this one.
         let found = within(
             &self.stale,

@@ -338,7 +338,7 @@ pub(crate) async fn reply(resp: reqwest::Response, id: i64) -> Value {
 }
 
 /// A refused request: the status, a docs/contract.md#the-mcp-surface error body, and its `code`.
-async fn refusal(resp: reqwest::Response, status: u16) -> String {
+pub(crate) async fn refusal(resp: reqwest::Response, status: u16) -> String {
     assert_eq!(resp.status().as_u16(), status, "unexpected status");
     let body: Value = resp.json().await.expect("a JSON error body");
     assert_eq!(body["ok"], json!(false), "{body}");
@@ -348,7 +348,7 @@ async fn refusal(resp: reqwest::Response, status: u16) -> String {
 }
 
 /// Asserts a 401 with a `WWW-Authenticate: Bearer …` challenge and returns the error code.
-async fn unauthorized(resp: reqwest::Response) -> String {
+pub(crate) async fn unauthorized(resp: reqwest::Response) -> String {
     let challenge = resp
         .headers()
         .get("www-authenticate")

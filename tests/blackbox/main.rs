@@ -32,5 +32,6 @@ mod security; // path corpus, token forgery and revocation, invisible characters
 mod shell; // completions and man pages, checked by the shells
 mod smoke; // the stdio surface: initialize, tools/list, every read tool
 mod stdio; // stdio transport: tokens, revocation, the audit of every call
+mod team; // team mode: gateways on one PostgreSQL share credentials and one audit chain
 mod tunnel; // the ChatGPT tunnel: setup, supervision, the profile folder, orphans
 mod txn; // the one write transaction: rollback, partial success, exactly once

@@ -22,8 +22,10 @@ pub mod conformance;
 pub mod state;
 #[cfg(any(test, feature = "conformance"))]
 pub mod state_conformance;
+pub mod team;
 
 pub use state::{StateStore, StateTx};
+pub use team::TeamState;
 
 /// The result of one compare-and-swap step.
 #[derive(Debug, PartialEq, Eq)]

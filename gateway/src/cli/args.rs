@@ -98,6 +98,10 @@ pub(crate) enum Command {
     /// ChatGPT's Secure MCP Tunnel: set it up once, then `serve --tunnel` runs `tunnel-client`.
     #[command(subcommand)]
     Tunnel(TunnelCmd),
+    /// Team mode: gateways on many machines sharing one PostgreSQL database (credentials and one
+    /// audit chain).
+    #[command(subcommand)]
+    Team(TeamCmd),
     /// Check the home and every vault: one line per check, `ok|warn|fail  what  next step`;
     /// exits 1 when something needs a person. Changes nothing, and creates nothing without a home.
     Doctor {
@@ -473,4 +477,68 @@ pub(crate) enum AuditCmd {
         #[arg(long)]
         yes: bool,
     },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum TeamCmd {
+    /// Make a PostgreSQL database a team's, with this home (created when absent) as its first
+    /// admin gateway; this home's secret.key becomes the team secret.
+    Init {
+        /// The team's database: a libpq URL, postgres://USER@HOST:PORT/DB (on a loopback address).
+        #[arg(long, value_name = "URL")]
+        database: String,
+        /// This gateway's name in the team (default USER@HOST): 1-64 of A-Za-z0-9._@-.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Put a fresh home (created when absent) in an existing team, with the secret an admin
+    /// exported.
+    Join {
+        /// The team's database: a libpq URL, as given to `team init`.
+        #[arg(long, value_name = "URL")]
+        database: String,
+        /// The team secret, written by `vaultgate team secret export` on an admin's machine.
+        #[arg(long, value_name = "FILE")]
+        secret_file: PathBuf,
+        /// This gateway's name in the team (default USER@HOST).
+        #[arg(long)]
+        name: Option<String>,
+        /// What this gateway may do; a reviewer's database role must have been granted with
+        /// `team grant-reviewer`.
+        #[arg(long, value_enum, default_value_t = TeamRole::Admin)]
+        role: TeamRole,
+    },
+    /// The team as this gateway sees it: the database, this gateway, the gateways seen in the
+    /// last ten minutes.
+    Status {
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The team secret.
+    #[command(subcommand)]
+    Secret(TeamSecretCmd),
+    /// As an admin: let the PostgreSQL role ROLE run reviewer gateways (list, apply, reject, undo;
+    /// never credentials, vaults or settings).
+    GrantReviewer {
+        /// An existing PostgreSQL role (CREATE ROLE ... LOGIN), not a superuser.
+        role: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum TeamSecretCmd {
+    /// Write the team secret to a new file (mode 0600) for `team join` on another machine; it
+    /// can mint tokens of every tier, so move it privately and delete it after.
+    Export {
+        /// The new file (never over an existing one).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum TeamRole {
+    Admin,
+    Reviewer,
 }

@@ -7,6 +7,9 @@ pub(crate) fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), Ga
     if !home.exists() {
         return Err(GatewayError::NoHome(home.dir.clone()));
     }
+    if let Some(team) = home.load_config()?.team {
+        return team_audit_cmd(home, &team, cmd);
+    }
     match cmd {
         AuditCmd::Verify { file: Some(file) } => verify_export(&file),
         AuditCmd::Export { since, out: None } => {
@@ -76,23 +79,33 @@ pub(crate) fn audit_cmd(home: &Home, cmd: AuditCmd, user: &str) -> Result<(), Ga
             ));
             Ok(())
         }
-        AuditCmd::Tail { n, json } => {
-            let records = engine::audit_log::tail(&path, n)?;
-            if json {
-                json_out(&records)?;
-            } else {
-                for r in records {
-                    json_out(&r)?;
-                }
-            }
-            Ok(())
-        }
+        AuditCmd::Tail { n, json } => print_records(&engine::audit_log::tail(&path, n)?, json),
     }
 }
 
 /// `audit export --out FILE`: written beside FILE, synced, then linked in only if FILE does not
 /// exist yet; nothing is left behind on a failure.
 fn export_to_file(home: &Home, since: u64, file: &std::path::Path) -> Result<(), GatewayError> {
+    let e = write_new_file(file, |w| engine::audit_log::export(home, since, w))?;
+    let span = match (e.first_seq, e.last_seq) {
+        (Some(a), Some(b)) => format!(" (seq {a} to {b})"),
+        _ => String::new(),
+    };
+    out(&format!(
+        "exported {} records{span} to {}; check it with `vaultgate audit verify --file {}`",
+        e.records,
+        file.display(),
+        file.display()
+    ));
+    Ok(())
+}
+
+/// Writes `file`, which must not exist, with what `fill` writes: beside it first, synced, then
+/// linked in only if it still does not exist; nothing is left behind when `fill` fails.
+pub(crate) fn write_new_file<T>(
+    file: &std::path::Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> Result<T, GatewayError>,
+) -> Result<T, GatewayError> {
     let exists = |f: &std::path::Path| {
         GatewayError::InvalidArgument(format!(
             "{} already exists: an export never replaces a file; choose another path or remove it",
@@ -109,7 +122,7 @@ fn export_to_file(home: &Home, since: u64, file: &std::path::Path) -> Result<(),
     // Private like the log it copies (0600).
     let tmp = tempfile::NamedTempFile::new_in(dir)?;
     let mut w = std::io::BufWriter::new(tmp.as_file());
-    let e = engine::audit_log::export(home, since, &mut w)?;
+    let filled = fill(&mut w)?;
     w.flush()?;
     drop(w);
     tmp.as_file().sync_all()?;
@@ -121,17 +134,7 @@ fn export_to_file(home: &Home, since: u64, file: &std::path::Path) -> Result<(),
         }
     })?;
     std::fs::File::open(dir)?.sync_all()?;
-    let span = match (e.first_seq, e.last_seq) {
-        (Some(a), Some(b)) => format!(" (seq {a} to {b})"),
-        _ => String::new(),
-    };
-    out(&format!(
-        "exported {} records{span} to {}; check it with `vaultgate audit verify --file {}`",
-        e.records,
-        file.display(),
-        file.display()
-    ));
-    Ok(())
+    Ok(filled)
 }
 
 /// `audit verify --file FILE`: an export checked on its own.
@@ -166,6 +169,17 @@ pub(crate) fn verify_export(file: &std::path::Path) -> Result<(), GatewayError> 
             ));
         }
         _ => out(&format!("export ok: no records in {}", file.display())),
+    }
+    Ok(())
+}
+
+/// `audit tail`: one JSON array, or one record per line.
+pub(crate) fn print_records<T: serde::Serialize>(records: &[T], json: bool) -> Result<(), GatewayError> {
+    if json {
+        return json_out(&records);
+    }
+    for r in records {
+        json_out(r)?;
     }
     Ok(())
 }

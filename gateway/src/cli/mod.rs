@@ -3,6 +3,7 @@
 mod args;
 mod decide;
 pub(crate) mod review;
+mod team;
 mod tokens;
 mod tunnel;
 mod vaults;
@@ -11,6 +12,7 @@ pub use args::TokenFormat;
 use args::*;
 use decide::*;
 use review::*;
+use team::*;
 pub(crate) use tokens::parse_duration;
 use tokens::*;
 use tunnel::*;
@@ -143,6 +145,10 @@ fn failpoints(env: &BTreeMap<String, String>) -> engine::Failpoints {
 /// the command does anything else.
 pub(crate) fn open_core(home: &Home) -> Result<Core, GatewayError> {
     let core = Core::open_with(home.clone(), FAILPOINTS.get().cloned().unwrap_or_default())?;
+    let core = match core.config().team.clone() {
+        Some(team) => attach_team(core, &team)?,
+        None => core,
+    };
     core.attachments()
         .set_pdf_worker(std::sync::Arc::new(crate::pdf::WorkerProcess::new()));
     core.writes().recover_all();
@@ -318,6 +324,7 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             )
         }
         Command::Tunnel(cmd) => tunnel_cmd(&home, cmd, &user, env),
+        Command::Team(cmd) => team_cmd(&home, cmd, &user),
         Command::Stdio => {
             let core = Arc::new(open_core(&home)?);
             let Some(token) = env.get("VAULTGATE_TOKEN").filter(|t| !t.is_empty()) else {

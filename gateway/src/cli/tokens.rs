@@ -124,7 +124,12 @@ pub(crate) fn token_cmd(home: &Home, cmd: TokenCmd, user: &str) -> Result<(), Ga
             if !home.exists() {
                 return Err(GatewayError::NoHome(home.dir.clone()));
             }
-            let creds = engine::credentials::list_credentials(home)?;
+            // A team's credentials are in its database.
+            let creds = if home.load_config()?.team.is_some() {
+                open_core(home)?.credentials().all()?
+            } else {
+                engine::credentials::list_credentials(home)?
+            };
             if json {
                 let v: Vec<_> = creds.iter().map(crate::clientconf::credential_json).collect();
                 out_json_text(&serde_json::Value::Array(v).to_string());

@@ -1,0 +1,413 @@
+//! `vaultgate team …`: putting a home in a team (docs/contract.md#team-mode), and what a gateway
+//! of a team needs at start: its seat in the team's database.
+
+use super::*;
+
+use engine::home::TeamConfig;
+use teamstate::{PgState, Role, TeamSession};
+
+/// The engine of a home in team mode: the home's own core, with the team's credentials and
+/// audit chain.
+pub(crate) fn attach_team(core: Core, team: &TeamConfig) -> Result<Core, GatewayError> {
+    check_database_url(&team.database)?;
+    let session = TeamSession::open(&team.database, &team.name)?;
+    Ok(core.with_team(Arc::new(session)))
+}
+
+/// The team database's URL, checked before anything is written (teamstate checks it again at
+/// every connection).
+pub(crate) fn check_database_url(url: &str) -> Result<(), GatewayError> {
+    teamstate::check_database_url(url).map(drop)
+}
+
+/// The URL without its password, for a person to read.
+fn shown_url(url: &str) -> String {
+    // postgres://user:password@host/… → postgres://user@host/…
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(not a URL)".into();
+    };
+    let (auth, tail) = match rest.find('@') {
+        Some(at) if rest[..at].find('/').is_none() => (&rest[..at], &rest[at..]),
+        _ => ("", rest),
+    };
+    let user = auth.split(':').next().unwrap_or("");
+    let mut shown = format!("{scheme}://{user}{tail}");
+    // A password given as a query parameter.
+    if let Some(q) = shown.find('?') {
+        let (base, query) = shown.split_at(q + 1);
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|kv| !kv.to_ascii_lowercase().starts_with("password="))
+            .collect();
+        shown = format!("{base}{}", kept.join("&"));
+    }
+    shown
+}
+
+/// `USER@HOST`, as far as it makes a valid gateway name.
+fn default_name(user: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .unwrap_or_default();
+    let clean = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            .collect()
+    };
+    let (user, host) = (clean(user), clean(&host));
+    let name = match (user.is_empty(), host.is_empty()) {
+        (false, false) => format!("{user}@{host}"),
+        (false, true) => user,
+        (true, false) => host,
+        (true, true) => "gateway".into(),
+    };
+    name.chars().take(64).collect()
+}
+
+fn gateway_name(name: Option<String>, user: &str) -> Result<String, GatewayError> {
+    let name = name.unwrap_or_else(|| default_name(user));
+    if !teamstate::valid_gateway_name(&name) {
+        return Err(GatewayError::InvalidArgument(format!(
+            "'{name}': a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -"
+        )));
+    }
+    Ok(name)
+}
+
+/// Refuses a home that already serves something: team mode starts from a fresh home.
+fn refuse_used_home(home: &Home, command: &str) -> Result<(), GatewayError> {
+    if !home.exists() {
+        return Ok(());
+    }
+    let config = home.load_config()?;
+    if let Some(team) = &config.team {
+        return Err(GatewayError::InvalidArgument(format!(
+            "this home is already the team gateway '{}'; a home in team mode stays in it",
+            team.name
+        )));
+    }
+    if !config.vaults.is_empty() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "this home has vaults: `{command}` puts a fresh home in team mode; use another \
+             --home (or VAULTGATE_HOME) for the team"
+        )));
+    }
+    if !engine::credentials::list_credentials(home)?.is_empty() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "this home has credentials: `{command}` puts a fresh home in team mode; use another \
+             --home (or VAULTGATE_HOME) for the team"
+        )));
+    }
+    Ok(())
+}
+
+/// Puts the home in team mode (`[team]` in `gateway.toml`, under its lock), then records
+/// `event` (on `target`) in the team's chain as this gateway's first record.
+fn enter(
+    home: &Home,
+    database: &str,
+    name: &str,
+    user: &str,
+    (event, target): (&str, &str),
+) -> Result<(), GatewayError> {
+    {
+        let _lock = home.lock_config()?;
+        let mut config = home.load_config()?;
+        config.team = Some(TeamConfig {
+            database: database.to_owned(),
+            name: name.to_owned(),
+        });
+        home.save_config(&config)?;
+    }
+    let core = open_core(home)?;
+    audit_team(&core, event, user, Some(target))
+}
+
+fn team_config(home: &Home) -> Result<TeamConfig, GatewayError> {
+    if !home.exists() {
+        return Err(GatewayError::NoHome(home.dir.clone()));
+    }
+    home.load_config()?.team.ok_or_else(|| {
+        GatewayError::InvalidArgument(
+            "this home is not in team mode: `vaultgate team init` or `vaultgate team join` first".into(),
+        )
+    })
+}
+
+/// One record of a team command, in the team's chain.
+fn audit_team(core: &Core, event: &str, user: &str, target: Option<&str>) -> Result<(), GatewayError> {
+    core.record_team_command(&Operator::cli(user), event, target)
+}
+
+/// The statements `team grant-reviewer ROLE` runs, for `team init` to show.
+const GRANT_HINT: &str = "let a PostgreSQL role run reviewer gateways (list, apply, reject; never \
+credentials, vaults or settings): create it (CREATE ROLE reviewer_ana LOGIN PASSWORD '…'), then \
+run `vaultgate team grant-reviewer reviewer_ana` here; the reviewer joins with \
+`--role reviewer` and a URL naming that role";
+
+pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), GatewayError> {
+    match cmd {
+        TeamCmd::Init { database, name } => {
+            check_database_url(&database)?;
+            let name = gateway_name(name, user)?;
+            refuse_used_home(home, "team init")?;
+            home.init()?;
+            let secret = home.load_secret()?;
+            let store = PgState::connect(&database)?;
+            let team_id = store.init_team(secret.bytes(), &name, env!("CARGO_PKG_VERSION"))?;
+            drop(store);
+            enter(home, &database, &name, user, ("team.init", &team_id))?;
+            out(&format!(
+                "team {team_id} created in {}; this home is its admin gateway '{name}'\n\
+                 next: vaultgate team secret export --out FILE, then on another machine:\n  \
+                 vaultgate team join --database URL --secret-file FILE\n\
+                 reviewers: {GRANT_HINT}",
+                shown_url(&database)
+            ));
+            Ok(())
+        }
+        TeamCmd::Join {
+            database,
+            secret_file,
+            name,
+            role,
+        } => {
+            check_database_url(&database)?;
+            let name = gateway_name(name, user)?;
+            refuse_used_home(home, "team join")?;
+            let secret = read_secret_file(&secret_file)?;
+            let role = match role {
+                TeamRole::Admin => Role::Admin,
+                TeamRole::Reviewer => Role::Reviewer,
+            };
+            // The team checks the secret before this home changes.
+            let store = PgState::connect(&database)?;
+            let team_id = store.join_team(&secret, &name, role, env!("CARGO_PKG_VERSION"))?;
+            drop(store);
+            home.init()?;
+            home.replace_secret(&secret)?;
+            enter(home, &database, &name, user, ("team.join", &name))?;
+            out(&format!(
+                "joined team {team_id} as the {} gateway '{name}' ({})\nnext: vaultgate token issue --name NAME (on an admin gateway), then vaultgate serve",
+                role.as_str(),
+                shown_url(&database)
+            ));
+            Ok(())
+        }
+        TeamCmd::Status { json } => status(home, json),
+        TeamCmd::Secret(TeamSecretCmd::Export { out: file }) => {
+            team_config(home)?;
+            let core = open_core(home)?;
+            write_secret_file(&file, core.secret().bytes())?;
+            audit_team(&core, "team.secret_export", user, None)?;
+            out(&format!(
+                "wrote the team secret to {} (mode 0600): it can mint tokens of every tier; move \
+                 it privately, run `vaultgate team join` with it, then delete it",
+                file.display()
+            ));
+            Ok(())
+        }
+        TeamCmd::GrantReviewer { role } => {
+            let team = team_config(home)?;
+            check_database_url(&team.database)?;
+            let store = PgState::connect(&team.database)?;
+            store.grant_reviewer(&role)?;
+            drop(store);
+            let core = open_core(home)?;
+            audit_team(&core, "team.grant_reviewer", user, Some(&role))?;
+            out(&format!(
+                "the PostgreSQL role {role} may now run reviewer gateways: `vaultgate team join \
+                 --role reviewer` with a URL naming it"
+            ));
+            Ok(())
+        }
+    }
+}
+
+fn read_secret_file(file: &std::path::Path) -> Result<[u8; 32], GatewayError> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| GatewayError::InvalidArgument(format!("cannot read {}: {e}", file.display())))?;
+    bytes.try_into().map_err(|_| {
+        GatewayError::InvalidArgument(format!(
+            "{} is not a team secret (32 bytes, written by `vaultgate team secret export`)",
+            file.display()
+        ))
+    })
+}
+
+fn write_secret_file(file: &std::path::Path, key: &[u8; 32]) -> Result<(), GatewayError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                GatewayError::InvalidArgument(format!(
+                    "{} already exists: the secret is never written over a file",
+                    file.display()
+                ))
+            } else {
+                GatewayError::Io(e)
+            }
+        })?;
+    f.write_all(key)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    database: DatabaseStatus,
+    gateway: GatewayStatus,
+    gateways: Vec<teamstate::GatewaySeen>,
+    vaults: Vec<serde_json::Value>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DatabaseStatus {
+    url: String,
+    reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schema_version: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    team_id: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+struct GatewayStatus {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<String>,
+}
+
+/// `team status`: exit 1 when the database cannot be reached (it says so first).
+fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
+    let team = team_config(home)?;
+    check_database_url(&team.database)?;
+    let seen = PgState::connect(&team.database).and_then(|store| {
+        let status = store.team_status()?;
+        let role = store.gateway_role(&team.name)?;
+        Ok((status, role))
+    });
+    let (status, role, failure) = match seen {
+        Ok((status, role)) => (status, role, None),
+        Err(e) => (None, None, Some(e)),
+    };
+    let reachable = failure.is_none();
+    let report = Status {
+        database: DatabaseStatus {
+            url: shown_url(&team.database),
+            reachable,
+            schema_version: status.as_ref().map(|s| s.schema_version),
+            team_id: status.as_ref().map(|s| s.team_id.clone()),
+        },
+        gateway: GatewayStatus {
+            name: team.name.clone(),
+            role,
+        },
+        gateways: status.map(|s| s.gateways).unwrap_or_default(),
+        vaults: Vec::new(),
+    };
+    if json {
+        json_out(&report)?;
+    } else {
+        out(&format!(
+            "database: {} ({})",
+            report.database.url,
+            match (&report.database.schema_version, reachable) {
+                (Some(v), true) => format!("reachable, schema version {v}"),
+                _ => "unreachable".into(),
+            }
+        ));
+        out(&format!(
+            "gateway: {} ({})",
+            report.gateway.name,
+            report.gateway.role.as_deref().unwrap_or("unknown")
+        ));
+        for g in &report.gateways {
+            out(&format!(
+                "  {}\t{}\tlast seen {}\t{}",
+                g.name, g.role, g.last_seen, g.version
+            ));
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// `vaultgate audit …` on a team gateway: the team's chain, read from its database.
+pub(crate) fn team_audit_cmd(home: &Home, team: &TeamConfig, cmd: AuditCmd) -> Result<(), GatewayError> {
+    let store = || PgState::connect(&team.database);
+    match cmd {
+        AuditCmd::Verify { file: Some(file) } => verify_export(&file),
+        AuditCmd::Verify { file: None } => {
+            let store = store()?;
+            // The export must reach at least the head committed before it started.
+            let (head_seq, head_hash) = store.audit_chain_head()?;
+            let copy = tempfile::NamedTempFile::new_in(&home.dir)?;
+            {
+                let mut w = std::io::BufWriter::new(copy.as_file());
+                store.export_audit(0, &mut w)?;
+            }
+            let r = engine::audit_log::verify_file(copy.path())?;
+            if let Some(b) = r.broken {
+                return Err(GatewayError::AuditBroken(format!(
+                    "the team's chain is broken at seq {}: {}",
+                    b.seq, b.reason
+                )));
+            }
+            if let Some((first, prev)) = &r.first
+                && (*first != 1 || prev != engine::audit_log::GENESIS)
+            {
+                return Err(GatewayError::AuditBroken(format!(
+                    "the team's chain does not start at seq 1 (its first record is seq {first})"
+                )));
+            }
+            let (last_seq, last_hash) = r.last.clone().unwrap_or((0, String::new()));
+            if last_seq < head_seq || (last_seq == head_seq && head_seq > 0 && last_hash != head_hash) {
+                return Err(GatewayError::AuditBroken(format!(
+                    "the team's chain ends at seq {last_seq}, but its head names seq {head_seq}: \
+                     records are missing or were replaced"
+                )));
+            }
+            out(&format!(
+                "audit chain ok: {} records in the team database (seq 1 to {last_seq}); the last's hash: {last_hash}",
+                r.records
+            ));
+            Ok(())
+        }
+        AuditCmd::Export { since, out: None } => {
+            let store = store()?;
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            match store.export_audit(since, &mut w) {
+                // The reader went away (`| head`): it has what it wanted.
+                Err(GatewayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.map(drop),
+            }
+        }
+        AuditCmd::Export {
+            since,
+            out: Some(file),
+        } => {
+            let store = store()?;
+            let n = write_new_file(&file, |w| store.export_audit(since, w))?;
+            out(&format!(
+                "exported {n} records of the team's chain to {}; check it with `vaultgate audit verify --file {}`",
+                file.display(),
+                file.display()
+            ));
+            Ok(())
+        }
+        AuditCmd::Tail { n, json } => print_records(&store()?.audit_tail(n)?, json),
+        AuditCmd::Repair | AuditCmd::Restart { .. } => Err(GatewayError::InvalidArgument(
+            "this home is a team gateway: its audit chain is the team's, in the team database \
+             (a transaction keeps it whole); there is nothing to repair or restart here"
+                .into(),
+        )),
+    }
+}

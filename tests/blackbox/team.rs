@@ -1,0 +1,384 @@
+//! docs/contract.md#team-mode, the part that works today: gateways on one PostgreSQL (a private
+//! cluster this binary starts) share credentials and one audit chain. A token issued on one
+//! gateway works on every one; a revocation or tier change on any holds for the next request
+//! everywhere (stdio, an open HTTP session); a reviewer gateway's database role cannot administer;
+//! the database stopped refuses every call and calls work again once it is back.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::http::{Server, bearer, open_session, post, refusal, reply, request, unauthorized};
+use crate::util::{Env, Reply, bin, call};
+
+#[path = "../../teamstate/tests/common/mod.rs"]
+mod pg;
+
+/// A gateway's home (no vault: a team's vaults live in a git remote).
+fn gateway(root: &std::path::Path) -> Env {
+    let tmp = tempfile::tempdir_in(root).unwrap();
+    let home = tmp.path().join("home");
+    let vault = tmp.path().join("no-vault");
+    Env { tmp, home, vault }
+}
+
+/// A team on a fresh database: g1 (admin, from `team init`), and the others joined with the
+/// secret g1 exported.
+struct Team {
+    cluster: pg::Cluster,
+    url: String,
+    root: tempfile::TempDir,
+    gateways: Vec<Env>,
+}
+
+impl Team {
+    fn start(names: &[&str]) -> Team {
+        let cluster = pg::Cluster::start();
+        drop(cluster.store("team"));
+        let url = format!("postgres://postgres@127.0.0.1:{}/team", cluster.port);
+        let root = tempfile::tempdir().unwrap();
+        let secret = root.path().join("team.secret");
+        let mut gateways = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let g = gateway(root.path());
+            if i == 0 {
+                let said = g.ok(&["team", "init", "--database", &url, "--name", name]);
+                assert!(said.contains(&format!("admin gateway '{name}'")), "{said}");
+                g.ok(&["team", "secret", "export", "--out", secret.to_str().unwrap()]);
+            } else {
+                g.ok(&[
+                    "team",
+                    "join",
+                    "--database",
+                    &url,
+                    "--secret-file",
+                    secret.to_str().unwrap(),
+                    "--name",
+                    name,
+                ]);
+            }
+            gateways.push(g);
+        }
+        Team {
+            cluster,
+            url,
+            root,
+            gateways,
+        }
+    }
+
+    fn g(&self, i: usize) -> &Env {
+        &self.gateways[i]
+    }
+
+    /// The team's chain, as `audit tail` on gateway `i` shows it.
+    fn chain(&self, i: usize) -> Vec<Value> {
+        serde_json::from_str(&self.g(i).ok(&["audit", "tail", "-n", "10000", "--json"])).unwrap()
+    }
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Exit 1 and the contract's code in the error line.
+fn refused(out: std::process::Output, code: &str) -> String {
+    let e = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains(&format!("error[{code}]")), "wanted {code}: {e}");
+    e
+}
+
+fn tool_call(id: i64, tool: &str) -> Value {
+    request(id, "tools/call", json!({"name": tool, "arguments": {}}))
+}
+
+#[tokio::test]
+async fn a_credential_issued_on_one_gateway_works_on_all_and_its_revocation_holds_on_all_at_the_next_request()
+{
+    let team = Team::start(&["g1", "g2", "g3"]);
+    let (id, token) = team.g(0).token("agent", "read");
+
+    // Issued on g1: a stdio session on g2 and an HTTP session on g3 authenticate with it.
+    let on_g2 = team.g(1).stdio(&token).await;
+    let v = call(&on_g2, "vault_list", json!({})).await.ok();
+    assert_eq!(v["vaults"], json!([]), "{v}");
+    let srv = Server::start(team.g(2));
+    let auth = bearer(&token);
+    let sid = open_session(&srv, &auth, "2025-06-18").await;
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let v = reply(post(&srv, Some(&auth), &h, &tool_call(2, "vault_list")).await, 2).await;
+    assert_eq!(v["result"]["isError"], json!(false), "{v}");
+    // Every gateway lists it, from the team's database.
+    for g in &team.gateways {
+        assert!(g.ok(&["token", "list"]).contains(&id));
+    }
+
+    // A tier changed on g3 is the tier of g2's next call.
+    team.g(2).ok(&["token", "set-tier", "agent", "propose"]);
+    call(&on_g2, "vault_list", json!({})).await.ok();
+    let last = team.chain(0).pop().unwrap();
+    assert_eq!(
+        (last["gateway"].as_str(), last["actor"]["tier"].as_str()),
+        (Some("g2"), Some("propose")),
+        "{last}"
+    );
+
+    // Revoked on g2: the next request of g2's open stdio session, of g3's open HTTP session, and
+    // a new stdio server on g1 are refused.
+    team.g(1).ok(&["token", "revoke", "agent"]);
+    assert_eq!(
+        call(&on_g2, "vault_list", json!({})).await.code(),
+        "CREDENTIAL_REVOKED"
+    );
+    let resp = post(&srv, Some(&auth), &h, &tool_call(3, "vault_list")).await;
+    assert_eq!(unauthorized(resp).await, "CREDENTIAL_REVOKED");
+    let out = Command::new(bin())
+        .args(["--home", team.g(0).home.to_str().unwrap(), "stdio"])
+        .env("VAULTGATE_TOKEN", &token)
+        .env_remove("VAULTGATE_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    refused(out, "CREDENTIAL_REVOKED");
+
+    // One chain, with every gateway's records, that every gateway verifies.
+    let chain = team.chain(1);
+    let by = |event: &str, gw: &str| {
+        chain
+            .iter()
+            .any(|r| r["event"] == json!(event) && r["gateway"] == json!(gw))
+    };
+    assert!(by("team.init", "g1") && by("team.join", "g2") && by("team.join", "g3"));
+    assert!(by("credential.issue", "g1") && by("credential.set_tier", "g3"));
+    assert!(by("credential.revoke", "g2") && by("tool_call", "g2") && by("tool_call", "g3"));
+    let seqs: Vec<u64> = chain.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "gapless");
+    for g in &team.gateways {
+        let said = g.ok(&["audit", "verify"]);
+        assert!(said.starts_with("audit chain ok: "), "{said}");
+    }
+
+    // Exported, it verifies offline; one flipped byte is named by its seq.
+    let export = team.root.path().join("chain.jsonl");
+    team.g(2)
+        .ok(&["audit", "export", "--out", export.to_str().unwrap()]);
+    let said = team
+        .g(0)
+        .ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
+    assert!(said.contains("export ok"), "{said}");
+    let text = std::fs::read_to_string(&export).unwrap();
+    // One byte of the third record's time: "ts":"2026-… becomes "ts":"3026-….
+    let third = text.lines().nth(2).unwrap();
+    assert!(third.contains("\"seq\":3,"), "{third}");
+    let flipped = text.replacen(third, &third.replacen("\"ts\":\"2", "\"ts\":\"3", 1), 1);
+    assert_eq!(flipped.len(), text.len());
+    assert_ne!(flipped, text);
+    let bad = team.root.path().join("flipped.jsonl");
+    std::fs::write(&bad, flipped).unwrap();
+    // A broken chain is the log's failure: AUDIT_UNAVAILABLE, as for a home's own log.
+    let e = refused(
+        team.g(0)
+            .run(&["audit", "verify", "--file", bad.to_str().unwrap()]),
+        "AUDIT_UNAVAILABLE",
+    );
+    assert!(e.contains("seq 3") && e.contains("altered"), "{e}");
+    on_g2.close().await;
+}
+
+#[test]
+fn a_reviewer_gateway_uses_the_teams_credentials_but_its_database_role_cannot_administer_them() {
+    let team = Team::start(&["g1"]);
+    let admin = pg::connect_retrying(&team.url);
+    admin.query("CREATE ROLE reviewer_ana LOGIN", &[]).unwrap();
+    team.g(0).ok(&["team", "grant-reviewer", "reviewer_ana"]);
+    let secret = team.root.path().join("team.secret");
+    let rev = gateway(team.root.path());
+    let url = format!("postgres://reviewer_ana@127.0.0.1:{}/team", team.cluster.port);
+    rev.ok(&[
+        "team",
+        "join",
+        "--database",
+        &url,
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--name",
+        "ana",
+        "--role",
+        "reviewer",
+    ]);
+    let status: Value = serde_json::from_str(&rev.ok(&["team", "status", "--json"])).unwrap();
+    assert_eq!(
+        status["gateway"],
+        json!({"name": "ana", "role": "reviewer"}),
+        "{status}"
+    );
+
+    // The database refuses what only admins may do: CAPABILITY_DENIED, exit 1, nothing written.
+    let before = team.chain(0).len();
+    refused(
+        rev.run(&["token", "issue", "--name", "sneaky", "--tier", "read"]),
+        "CAPABILITY_DENIED",
+    );
+    let (_, token) = team.g(0).token("agent", "read");
+    refused(rev.run(&["token", "revoke", "agent"]), "CAPABILITY_DENIED");
+    refused(
+        rev.run(&["token", "set-tier", "agent", "full", "--yes"]),
+        "CAPABILITY_DENIED",
+    );
+    admin.query("CREATE ROLE reviewer_bo LOGIN", &[]).unwrap();
+    refused(
+        rev.run(&["team", "grant-reviewer", "reviewer_bo"]),
+        "CAPABILITY_DENIED",
+    );
+    let names: Vec<String> = serde_json::from_str::<Vec<Value>>(&team.g(0).ok(&["token", "list", "--json"]))
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}:{}", c["name"].as_str().unwrap(), c["tier"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, ["agent:read"]);
+    // The admin's issue is the one record added (plus none of the refused changes).
+    let chain = team.chain(0);
+    assert_eq!(chain.len(), before + 1, "{:?}", &chain[before..]);
+
+    // The team's token works on the reviewer's gateway; its records are the reviewer's.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = rev.stdio(&token).await;
+        call(&c, "vault_list", json!({})).await.ok();
+        c.close().await;
+    });
+    let last = team.chain(0).pop().unwrap();
+    assert_eq!(last["gateway"], json!("ana"), "{last}");
+    rev.ok(&["audit", "verify"]);
+}
+
+#[tokio::test]
+async fn the_database_stopped_refuses_every_call_as_audit_unavailable_and_calls_work_once_it_is_back() {
+    let mut team = Team::start(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "read");
+    let on_g2 = team.g(1).stdio(&token).await;
+    call(&on_g2, "vault_list", json!({})).await.ok();
+    let srv = Server::start(team.g(0));
+    let auth = bearer(&token);
+    let sid = open_session(&srv, &auth, "2025-06-18").await;
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let before = team.chain(0).len();
+
+    team.cluster.stop();
+    assert_eq!(
+        call(&on_g2, "vault_list", json!({})).await.code(),
+        "AUDIT_UNAVAILABLE"
+    );
+    let resp = post(&srv, Some(&auth), &h, &tool_call(2, "vault_list")).await;
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        Some("1".to_owned())
+    );
+    assert_eq!(refusal(resp, 503).await, "AUDIT_UNAVAILABLE");
+    // The CLI too: nothing is issued without the team.
+    refused(
+        team.g(0)
+            .run(&["token", "issue", "--name", "late", "--tier", "read"]),
+        "AUDIT_UNAVAILABLE",
+    );
+
+    team.cluster.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match call(&on_g2, "vault_list", json!({})).await {
+            Reply::Ok(_) => break,
+            Reply::Err(e) => {
+                assert_eq!(e["code"], "AUDIT_UNAVAILABLE", "{e}");
+                assert!(Instant::now() < deadline, "no call worked after the restart");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let v = reply(post(&srv, Some(&auth), &h, &tool_call(3, "vault_list")).await, 3).await;
+    assert_eq!(v["result"]["isError"], json!(false), "{v}");
+    // Nothing was recorded, or issued, while it was down; the chain goes on and verifies.
+    let chain = team.chain(0);
+    assert!(chain.iter().all(|r| r["actor"]["name"] != json!("late")));
+    assert!(!team.g(0).ok(&["token", "list"]).contains("late"));
+    assert_eq!(chain.len(), before + 2, "{:?}", &chain[before..]);
+    team.g(1).ok(&["audit", "verify"]);
+    on_g2.close().await;
+}
+
+#[test]
+fn team_setup_refuses_a_used_home_a_wrong_secret_a_remote_host_and_folder_vaults() {
+    let team = Team::start(&["g1"]);
+    // A home with a vault is not put in team mode; it is left as it was.
+    let used = Env::new();
+    let config = std::fs::read(used.home.join("gateway.toml")).unwrap();
+    refused(
+        used.run(&["team", "init", "--database", &team.url]),
+        "INVALID_ARGUMENT",
+    );
+    assert_eq!(std::fs::read(used.home.join("gateway.toml")).unwrap(), config);
+
+    // A secret that is not the team's: refused, and the home is not made.
+    let wrong = team.root.path().join("wrong.secret");
+    std::fs::write(&wrong, [7u8; 32]).unwrap();
+    let g = gateway(team.root.path());
+    let e = refused(
+        g.run(&[
+            "team",
+            "join",
+            "--database",
+            &team.url,
+            "--secret-file",
+            wrong.to_str().unwrap(),
+            "--name",
+            "g2",
+        ]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("not the team's"), "{e}");
+    assert!(!g.home.join("gateway.toml").exists());
+
+    // A second team in the same database: refused (join it instead).
+    let other = gateway(team.root.path());
+    let e = refused(
+        other.run(&["team", "init", "--database", &team.url, "--name", "x"]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("team join"), "{e}");
+
+    // The database only on this machine: connections are not encrypted.
+    let e = refused(
+        other.run(&[
+            "team",
+            "init",
+            "--database",
+            "postgres://u:hunter2@db.example.com/team",
+        ]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("loopback") && !e.contains("hunter2"), "{e}");
+
+    // A team gateway has no folder vaults; its status never shows a password.
+    let folder = team.root.path().join("notes");
+    std::fs::create_dir_all(&folder).unwrap();
+    refused(
+        team.g(0).run(&["vault", "add", folder.to_str().unwrap()]),
+        "INVALID_ARGUMENT",
+    );
+    let status = team.g(0).ok(&["team", "status"]);
+    assert!(
+        status.contains("g1 (admin)") && status.contains("reachable"),
+        "{status}"
+    );
+    let toml = std::fs::read_to_string(team.g(0).home.join("gateway.toml")).unwrap();
+    assert!(toml.contains("[team]") && toml.contains(&team.url), "{toml}");
+}
