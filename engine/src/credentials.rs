@@ -327,6 +327,14 @@ impl Credentials<'_> {
         }
     }
 
+    /// The credential with this id as its table holds it now (the team's, in team mode).
+    pub fn by_id(&self, id: &str) -> Result<Option<Credential>, GatewayError> {
+        match self.core.team() {
+            Some(team) => team.credential(id),
+            None => Ok(self.core.state.credential(id)?),
+        }
+    }
+
     /// A credential by id or name (an id first, as the local store looks it up).
     pub fn find_credential(&self, id_or_name: &str) -> Result<Credential, GatewayError> {
         let Some(team) = self.core.team() else {

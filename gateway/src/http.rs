@@ -49,6 +49,8 @@ pub fn loopback_addr(host: &str, port: u16) -> Result<SocketAddr, GatewayError> 
     Ok(SocketAddr::new(ip, port))
 }
 
+mod revocations;
+
 /// Per-process HTTP state shared by the middleware.
 struct Gate {
     core: Arc<Core>,
@@ -181,6 +183,11 @@ pub fn router(core: Arc<Core>, served: SocketAddr, tunnel: Option<Arc<crate::tun
     let mcp_core = core.clone();
     let service = StreamableHttpService::new(move || Ok(McpServer::http(mcp_core.clone())), manager, config);
     tokio::spawn(sweep_sessions(Arc::downgrade(&gate), idle));
+    if core.team().is_some()
+        && let Some(team) = &core.config().team
+    {
+        revocations::watch(&gate, team.database.clone());
+    }
     let app = Router::new()
         .route_service("/mcp", service)
         .layer(middleware::from_fn_with_state(gate.clone(), guard))

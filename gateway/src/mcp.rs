@@ -135,7 +135,7 @@ fn vault_uri(id: &str) -> String {
 /// Whether the credential behind this connection may still hear about `vault` (re-read each time,
 /// so a revoked or re-scoped credential stops hearing at once).
 fn may_hear(core: &Core, credential_id: &str, vault: &str) -> bool {
-    match core.state.credential(credential_id) {
+    match core.credentials().by_id(credential_id) {
         Ok(Some(c)) => !c.is_revoked() && !c.is_expired(engine::core::now_unix()) && c.may_see_vault(vault),
         _ => false,
     }

@@ -56,9 +56,7 @@ impl Listener {
                 "not a channel name: {channel}"
             )));
         }
-        let config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|_| GatewayError::Config("the team database URL is not a libpq URL".into()))?;
+        let config = crate::check_database_url(url)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

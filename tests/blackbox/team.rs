@@ -382,3 +382,50 @@ fn team_setup_refuses_a_used_home_a_wrong_secret_a_remote_host_and_folder_vaults
     let toml = std::fs::read_to_string(team.g(0).home.join("gateway.toml")).unwrap();
     assert!(toml.contains("[team]") && toml.contains(&team.url), "{toml}");
 }
+
+#[tokio::test]
+async fn an_open_stream_of_a_credential_revoked_on_another_gateway_closes_at_once() {
+    let team = Team::start(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("listener", "read");
+    let (_, other) = team.g(0).token("bystander", "read");
+    let srv = Server::start(team.g(1));
+    // Two sessions on g2, each with its standalone SSE stream open (a client listening).
+    let mut streams = Vec::new();
+    for t in [&token, &other] {
+        let auth = bearer(t);
+        let sid = open_session(&srv, &auth, "2025-06-18").await;
+        let resp = reqwest::Client::new()
+            .get(srv.url())
+            .header("Authorization", &auth)
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", &sid)
+            .header("MCP-Protocol-Version", "2025-06-18")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        streams.push(resp);
+    }
+    let mut bystander = streams.pop().unwrap();
+    let mut revoked = streams.pop().unwrap();
+
+    // Revoked on g1: g2 hears it from the database and ends that session's stream, well before
+    // any sweep (15 s) or keep-alive would.
+    let began = Instant::now();
+    team.g(0).ok(&["token", "revoke", "listener"]);
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(_)) = revoked.chunk().await {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the revoked credential's stream is still open after 5 s"
+    );
+    assert!(began.elapsed() < Duration::from_secs(5));
+    // The other credential's stream stays open.
+    let still = tokio::time::timeout(Duration::from_millis(500), bystander.chunk()).await;
+    assert!(
+        still.is_err() || matches!(still, Ok(Ok(Some(_)))),
+        "the bystander's stream ended: {still:?}"
+    );
+}
