@@ -73,7 +73,7 @@ impl VaultHandle {
 pub struct Core {
     pub home: Home,
     /// The configuration and the vaults it names, replaced whole when `gateway.toml` changes.
-    loaded: std::sync::RwLock<Arc<Loaded>>,
+    pub(crate) loaded: std::sync::RwLock<Arc<Loaded>>,
     /// Serialises reloads, so one request opens a new vault once.
     reloading: std::sync::Mutex<()>,
     /// A core opened for configuration changes opens no vault, now or on reload.
@@ -97,6 +97,8 @@ pub struct Core {
     pub(crate) jobs_owner: std::sync::OnceLock<crate::jobs::Owner>,
     /// A home in team mode: the team's credentials and audit chain (docs/contract.md#team-mode).
     pub(crate) team: Option<Arc<dyn crate::storage::TeamState>>,
+    /// The team's vaults, as last synced (crate::vaults::Settings::sync_team_vaults).
+    pub(crate) team_vaults: std::sync::Mutex<Vec<crate::home::VaultConfig>>,
 }
 
 /// `gateway.toml` as it was read, and the vaults it names, opened.
@@ -104,11 +106,11 @@ pub(crate) struct Loaded {
     pub(crate) config: Arc<Config>,
     pub(crate) vaults: BTreeMap<String, Arc<VaultHandle>>,
     /// What the file looked like when read: a save (a rename) or an edit changes it.
-    stamp: Option<Stamp>,
+    pub(crate) stamp: Option<Stamp>,
 }
 
 /// Device, inode, length and modification time of `gateway.toml`.
-type Stamp = (u64, u64, u64, i64, i64);
+pub(crate) type Stamp = (u64, u64, u64, i64, i64);
 
 fn stamp(path: &std::path::Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
@@ -183,6 +185,7 @@ impl Core {
             git: Default::default(),
             auth_cache: Default::default(),
             team: None,
+            team_vaults: Default::default(),
         })
     }
 
@@ -208,21 +211,6 @@ impl Core {
             Some(t) => t.team_id().to_owned(),
             None => self.config().gateway_id.clone(),
         }
-    }
-
-    /// The record of a team command (`team init`, `team join`, …) in the team's chain.
-    pub fn record_team_command(
-        &self,
-        operator: &Operator,
-        event: &str,
-        target: Option<&str>,
-    ) -> Result<(), GatewayError> {
-        if self.team.is_none() {
-            return Err(GatewayError::Internal("not a team gateway".into()));
-        }
-        let mut entry = audit::Entry::new(event, operator.audit_actor(), audit::Outcome::Ok);
-        entry.target = target.map(str::to_owned);
-        self.append_audit(entry, audit::Durability::Sync).map(drop)
     }
 
     // ---- configuration ----------------------------------------------------------------------------
@@ -261,7 +249,9 @@ impl Core {
         if now.is_none() || now == before.stamp {
             return;
         }
-        let reloaded = self.home.load_config().and_then(|config| {
+        let reloaded = self.home.load_config().and_then(|mut config| {
+            let team = self.team_vaults.lock().map(|t| t.clone()).unwrap_or_default();
+            config.vaults.extend(team);
             let vaults = if self.with_vaults {
                 crate::vaults::open_vaults(&config, Some(&before))?
             } else {
@@ -530,7 +520,9 @@ impl Core {
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
         // docs/contract.md#proposals: a tier that cannot apply at all is refused before any state is read, unless
         // a person's approval in the client may lift it one step (docs/contract.md#the-review-page-and-in-client-approval).
-        let result = if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
+        let result = if spec.is_mutating() && self.team.is_some() {
+            Err(crate::vaults::team_writes_refused())
+        } else if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
             // Reads too: a line written into the last free bytes could be cut short, so every
             // call is refused while the log's disk is (almost) full, not only the unlucky one. A
             // read changes nothing, so its record makes the check (one lock, not two).

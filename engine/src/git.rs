@@ -147,7 +147,7 @@ fn base_command(program: &Path, dir: &Path, extra: &[(String, String)]) -> Comma
 }
 
 /// Runs `cmd` with `input` on stdin, bounded in time and output; the stdout on success.
-fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+pub(crate) fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
     cmd.stdin(if input.is_some() {
         Stdio::piped()
     } else {

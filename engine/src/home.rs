@@ -66,6 +66,24 @@ pub struct TeamConfig {
     pub database: String,
     /// This gateway's name in the team: 1-64 characters of `A-Za-z0-9._@-`.
     pub name: String,
+    /// How often a serving gateway fetches its team vaults' remotes to see people's pushes.
+    #[serde(default = "default_fetch_seconds")]
+    pub fetch_seconds: u64,
+}
+
+fn default_fetch_seconds() -> u64 {
+    15
+}
+
+impl TeamConfig {
+    /// A gateway of the team's database at `database`, named `name`, with the defaults.
+    pub fn new(database: &str, name: &str) -> TeamConfig {
+        TeamConfig {
+            database: database.to_owned(),
+            name: name.to_owned(),
+            fetch_seconds: default_fetch_seconds(),
+        }
+    }
 }
 
 /// `gateway.toml [tunnel]`: written by `vaultgate tunnel setup`.
@@ -268,6 +286,11 @@ pub struct VaultConfig {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub pdf_text: bool,
+    /// A team vault's remote (docs/contract.md#team-mode): from the team's database, never read
+    /// from or written to `gateway.toml`.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub remote: Option<String>,
 }
 
 fn default_notes() -> Vec<String> {

@@ -39,6 +39,7 @@ mod operator;
 pub mod proposing;
 pub mod reading;
 mod refusals;
+pub mod remote;
 pub mod review;
 pub mod storage;
 pub mod tunnel;

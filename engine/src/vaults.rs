@@ -28,6 +28,20 @@ pub struct VaultAdd {
 
 impl ResultIds for VaultConfig {}
 
+fn not_a_team() -> GatewayError {
+    GatewayError::InvalidArgument("this home is not a team gateway".into())
+}
+
+/// What a write to a team vault answers until team applies exist (docs/contract.md#team-mode).
+pub(crate) fn team_writes_refused() -> GatewayError {
+    GatewayError::CapabilityDenied(
+        "this gateway serves team vaults, whose notes change through their git remote; \
+         proposals, applies, undo and deletions on team vaults are not available in this version \
+         yet: change the notes in your own clone and push"
+            .into(),
+    )
+}
+
 /// A vault id: 1–64 of `a-z`, `0-9`, `-`, `_` (the CLI's argument parser asks this too).
 pub fn valid_id(id: &str) -> bool {
     !id.is_empty()
@@ -100,6 +114,128 @@ impl Settings<'_> {
                 crate::changelog::forget_vault(&self.core.home, id)
             })
             .into_inner()
+    }
+
+    /// The record of a team command (`team init`, `team join`, …) in the team's chain.
+    pub fn record_team_command(
+        &self,
+        operator: &Operator,
+        event: &str,
+        target: Option<&str>,
+    ) -> Result<(), GatewayError> {
+        if self.core.team.is_none() {
+            return Err(GatewayError::Internal("not a team gateway".into()));
+        }
+        let mut entry = audit::Entry::new(event, operator.audit_actor(), audit::Outcome::Ok);
+        entry.target = target.map(str::to_owned);
+        self.core.append_audit(entry, audit::Durability::Sync).map(drop)
+    }
+
+    /// `vault add --remote` on a team gateway: the branch must exist on the remote; registered
+    /// for every gateway at once (the outer result), then cloned here (the inner one).
+    pub fn team_vault_add(
+        &self,
+        operator: &Operator,
+        vault: crate::remote::TeamVault,
+    ) -> Result<Result<crate::remote::Synced, GatewayError>, GatewayError> {
+        let team = self.core.team().ok_or_else(not_a_team)?;
+        if !valid_id(&vault.id) {
+            return Err(GatewayError::InvalidArgument(format!(
+                "vault id '{}' must be 1-64 chars of a-z, 0-9, '-' or '_'",
+                vault.id
+            )));
+        }
+        for folder in vault.notes.iter().chain(&vault.standards) {
+            policy::FolderPath::parse(folder)
+                .map_err(|e| GatewayError::InvalidArgument(format!("folder '{folder}': {e}")))?;
+        }
+        if !crate::remote::branch_exists(&self.core.git, &vault.remote, &vault.branch)? {
+            return Err(GatewayError::InvalidArgument(format!(
+                "the remote has no branch '{}': push one first (or pass --branch)",
+                vault.branch
+            )));
+        }
+        team.add_vault(&operator.audit_actor(), &vault)?;
+        let synced = self.sync_team_vaults();
+        Ok(synced
+            .into_iter()
+            .find(|(id, _)| *id == vault.id)
+            .map(|(_, r)| r)
+            .unwrap_or_else(|| Err(GatewayError::Internal("the new vault was not synced".into()))))
+    }
+
+    /// `vault remove` on a team gateway: forgotten by every gateway; the remote is not touched.
+    pub fn team_vault_remove(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
+        let team = self.core.team().ok_or_else(not_a_team)?;
+        team.remove_vault(&operator.audit_actor(), id)?;
+        self.sync_team_vaults();
+        Ok(())
+    }
+
+    /// Brings every team vault's clone up to its remote (cloning new ones) and makes the set the
+    /// one requests see. A vault whose remote cannot be reached keeps its clone (served as it
+    /// is) or, never cloned, is left out; each outcome is answered by vault id.
+    pub fn sync_team_vaults(&self) -> Vec<(String, Result<crate::remote::Synced, GatewayError>)> {
+        let Some(team) = self.core.team() else {
+            return Vec::new();
+        };
+        let listed = match team.vaults() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "the team's vaults cannot be listed; keeping the clones as they are");
+                return Vec::new();
+            }
+        };
+        let mut configs = Vec::new();
+        let mut outcomes = Vec::new();
+        for v in listed {
+            let dir = self.core.home.dir.join("vaults").join(&v.id);
+            let synced = crate::remote::sync(&self.core.git, &dir, &v);
+            match &synced {
+                Ok(crate::remote::Synced::Diverged { clone, remote }) => {
+                    tracing::error!(vault = %v.id, %clone, %remote, "the remote's history does not descend from this clone's; the clone is kept as it is");
+                }
+                Err(e) => tracing::warn!(vault = %v.id, error = %e, "a team vault could not be synced"),
+                Ok(_) => {}
+            }
+            if dir.join(".git").is_dir() {
+                configs.push(VaultConfig {
+                    id: v.id.clone(),
+                    name: v.name.clone(),
+                    path: dir,
+                    notes: v.notes.clone(),
+                    standards: v.standards.clone(),
+                    inbox: "inbox".into(),
+                    readable: None,
+                    pdf_text: false,
+                    remote: Some(v.remote.clone()),
+                });
+            }
+            outcomes.push((v.id, synced));
+        }
+        let changed = match self.core.team_vaults.lock() {
+            Ok(mut t) if *t != configs => {
+                *t = configs;
+                true
+            }
+            _ => false,
+        };
+        if changed {
+            // The next refresh opens the new set (stamp unknown: read again).
+            let mut l = self
+                .core
+                .loaded
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (config, vaults) = (l.config.clone(), l.vaults.clone());
+            *l = Arc::new(crate::core::Loaded {
+                config,
+                vaults,
+                stamp: None,
+            });
+        }
+        self.core.refresh();
+        outcomes
     }
 
     /// `vault set-default`.
@@ -191,6 +327,7 @@ impl Settings<'_> {
             readable: None,
             // Off until `vault_pdf_text` turns it on: the one audited way to change it.
             pdf_text: false,
+            remote: None,
         };
         vc.layout()?;
         if args.default || config.vaults.is_empty() {

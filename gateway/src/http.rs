@@ -535,6 +535,7 @@ pub fn serve_std(
             }
         });
         let _watches = engine::changes::start(&core);
+        crate::teamsync::start(&core);
         crate::serve::resume_jobs(&core);
         let pid = std::process::id();
         engine::review::write_server_record(

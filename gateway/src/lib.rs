@@ -25,5 +25,6 @@ mod reference;
 mod resources;
 mod review;
 mod serve;
+mod teamsync;
 pub mod tools;
 mod tunnel;

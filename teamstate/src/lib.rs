@@ -24,12 +24,14 @@ mod credentials;
 mod listen;
 mod session;
 mod team;
+mod vaults;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
 pub use listen::{Heard, Listener, QUEUE};
 pub use session::TeamSession;
 pub use team::{GatewaySeen, Role, TeamStatus};
+pub use vaults::VAULTS_CHANNEL;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,6 +201,12 @@ const MIGRATIONS: &[&str] = &[
     REVOKE EXECUTE ON FUNCTION vaultgate.audit_head_locked() FROM PUBLIC;
     REVOKE EXECUTE ON FUNCTION vaultgate.audit_follows() FROM PUBLIC;
     REVOKE UPDATE, DELETE, TRUNCATE ON vaultgate.audit FROM CURRENT_USER;",
+    // 5: a team vault's name and layout (vaults.rs); admins alone write it (T-TEAM1).
+    "ALTER TABLE vaultgate.vaults
+        ADD COLUMN name text NOT NULL DEFAULT '',
+        ADD COLUMN notes jsonb NOT NULL DEFAULT '[\".\"]',
+        ADD COLUMN standards jsonb NOT NULL DEFAULT '[]',
+        ADD COLUMN added_at timestamptz NOT NULL DEFAULT now();",
 ];
 
 /// The team's state: one connection, driven by this store's own runtime, opened again on the

@@ -91,4 +91,16 @@ impl TeamState for TeamSession {
     fn append_audit(&self, entry: audit::Entry) -> Result<audit::AuditRecord, GatewayError> {
         self.writer.append(entry)
     }
+
+    fn vaults(&self) -> Result<Vec<engine::remote::TeamVault>, GatewayError> {
+        self.store.team_vaults()
+    }
+
+    fn add_vault(&self, actor: &audit::Actor, vault: &engine::remote::TeamVault) -> Result<(), GatewayError> {
+        self.store.add_team_vault(&self.gateway, actor, vault)
+    }
+
+    fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError> {
+        self.store.remove_team_vault(&self.gateway, actor, id)
+    }
 }

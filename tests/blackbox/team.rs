@@ -429,3 +429,233 @@ async fn an_open_stream_of_a_credential_revoked_on_another_gateway_closes_at_onc
         "the bystander's stream ended: {still:?}"
     );
 }
+
+/// `git …` in `dir`, as a person runs it (a fixed identity); asserts success, answers stdout.
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Person")
+        .env("GIT_AUTHOR_EMAIL", "person@example.com")
+        .env("GIT_COMMITTER_NAME", "Person")
+        .env("GIT_COMMITTER_EMAIL", "person@example.com")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A bare remote that only moves forward, and a person's clone of it with two notes pushed.
+fn remote_with_notes(root: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let remote = root.join("notes.git");
+    let person = root.join("person");
+    git(
+        root,
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    git(&remote, &["config", "receive.denyNonFastForwards", "true"]);
+    git(&remote, &["config", "receive.denyDeletes", "true"]);
+    git(
+        root,
+        &[
+            "clone",
+            "--quiet",
+            remote.to_str().unwrap(),
+            person.to_str().unwrap(),
+        ],
+    );
+    std::fs::create_dir_all(person.join("z")).unwrap();
+    std::fs::write(person.join("welcome.md"), "# Welcome\n\nThe team's notes.\n").unwrap();
+    std::fs::write(
+        person.join("z/plan.md"),
+        "---\ntitle: Plan\n---\n# Plan\n\nShip the first version.\n",
+    )
+    .unwrap();
+    git(&person, &["add", "-A"]);
+    git(&person, &["commit", "--quiet", "-m", "notes"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    (remote, person)
+}
+
+/// Waits (at most 15 s) until `check` holds, calling it again every 200 ms.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within 15 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_team_vault_added_on_one_gateway_is_read_on_every_gateway_and_a_persons_push_reaches_them() {
+    let team = Team::start(&["g1", "g2"]);
+    let (remote, person) = remote_with_notes(team.root.path());
+    // g2 fetches every second (the default is 15 s).
+    crate::http::edit_config(team.g(1), "team", |t| {
+        t.insert("fetch_seconds".into(), toml::Value::Integer(1));
+    });
+    let (_, token) = team.g(0).token("agent", "propose");
+    // g2 is serving before the vault exists: it hears of it from the database.
+    let on_g2 = team.g(1).stdio(&token).await;
+    assert_eq!(
+        call(&on_g2, "vault_list", json!({})).await.ok()["vaults"],
+        json!([])
+    );
+
+    let said = team.g(0).ok(&[
+        "vault",
+        "add",
+        "--remote",
+        remote.to_str().unwrap(),
+        "--id",
+        "notes",
+        "--name",
+        "Team notes",
+    ]);
+    assert!(said.contains("added team vault 'notes'"), "{said}");
+    eventually("g2 lists the new vault", || async {
+        call(&on_g2, "vault_list", json!({})).await.ok()["vaults"]
+            .as_array()
+            .is_some_and(|v| v.len() == 1 && v[0]["id"] == json!("notes"))
+    })
+    .await;
+    let note = call(&on_g2, "read_note", json!({"path": "z/plan.md"})).await.ok();
+    assert!(
+        note["content"]
+            .as_str()
+            .unwrap()
+            .contains("Ship the first version."),
+        "{note}"
+    );
+    // Each gateway reads its own clone.
+    assert!(team.g(1).home.join("vaults/notes/z/plan.md").is_file());
+    assert!(team.g(0).ok(&["vault", "list"]).contains("notes"));
+
+    // A person's push reaches g2's reads and its index within a few seconds.
+    std::fs::write(
+        person.join("z/plan.md"),
+        "---\ntitle: Plan\n---\n# Plan\n\nShip the second version, with zebras.\n",
+    )
+    .unwrap();
+    git(&person, &["commit", "--quiet", "-am", "second"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    eventually("g2 reads the pushed note", || async {
+        call(&on_g2, "read_note", json!({"path": "z/plan.md"})).await.ok()["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("zebras"))
+    })
+    .await;
+    eventually("g2 finds the pushed words", || async {
+        call(&on_g2, "search_note_content", json!({"query": "zebras"}))
+            .await
+            .ok()["hits"]
+            .as_array()
+            .is_some_and(|h| h.len() == 1)
+    })
+    .await;
+
+    // Writes to a team vault are refused (not built yet), and nothing lands in the clone.
+    let r = call(
+        &on_g2,
+        "propose_new_note",
+        json!({"path": "z/new.md", "content": "# New\n", "reason": "try"}),
+    )
+    .await;
+    assert_eq!(r.code(), "CAPABILITY_DENIED");
+    assert!(!team.g(1).home.join("vaults/notes/inbox").exists());
+
+    // The clone is a cache: deleted, it is cloned again.
+    std::fs::remove_dir_all(team.g(0).home.join("vaults/notes")).unwrap();
+    assert!(team.g(0).ok(&["vault", "list"]).contains("notes"));
+    assert!(team.g(0).home.join("vaults/notes/z/plan.md").is_file());
+
+    // The registration is recorded once, by g1; removed on g1, g2 stops listing it.
+    let chain = team.chain(1);
+    let adds: Vec<&Value> = chain
+        .iter()
+        .filter(|r| r["event"] == json!("vault.add"))
+        .collect();
+    assert_eq!(adds.len(), 1);
+    assert_eq!(
+        (&adds[0]["gateway"], &adds[0]["vault"]),
+        (&json!("g1"), &json!("notes"))
+    );
+    team.g(0).ok(&["vault", "remove", "notes"]);
+    eventually("g2 forgets the removed vault", || async {
+        call(&on_g2, "vault_list", json!({})).await.ok()["vaults"] == json!([])
+    })
+    .await;
+    // The remote is untouched.
+    assert!(git(&remote, &["log", "--oneline", "main"]).lines().count() == 2);
+    on_g2.close().await;
+}
+
+#[test]
+fn a_team_vault_refuses_transports_and_options_it_must_not_run_and_a_branch_the_remote_lacks() {
+    let team = Team::start(&["g1"]);
+    let (remote, _) = remote_with_notes(team.root.path());
+    let canary = team.root.path().join("pwned");
+    let hostile = format!("ext::sh -c touch% {}", canary.display());
+    for (url, why) in [
+        (hostile.as_str(), "remote: no leading '-', spaces"),
+        ("ext::touch%x", "transport helper"),
+        ("fd::17", "transport helper"),
+        ("--upload-pack=touch /tmp/x", "leading '-'"),
+        ("http://example.com/notes.git", "only the https, ssh and file"),
+        ("git://example.com/notes.git", "only the https, ssh and file"),
+    ] {
+        let arg = format!("--remote={url}");
+        let e = refused(
+            team.g(0).run(&["vault", "add", &arg, "--id", "x"]),
+            "INVALID_ARGUMENT",
+        );
+        assert!(e.contains(why), "{url}: {e}");
+    }
+    let e = refused(
+        team.g(0).run(&[
+            "vault",
+            "add",
+            "--remote",
+            remote.to_str().unwrap(),
+            "--id",
+            "x",
+            "--branch",
+            "nope",
+        ]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("no branch 'nope'"), "{e}");
+    refused(
+        team.g(0).run(&[
+            "vault",
+            "add",
+            "--remote",
+            remote.to_str().unwrap(),
+            "--id",
+            "x",
+            "--branch=-q",
+        ]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(!canary.exists());
+    // Nothing was registered.
+    assert!(team.chain(0).iter().all(|r| r["event"] != json!("vault.add")));
+    assert!(!team.g(0).ok(&["vault", "list"]).contains('x'));
+}

@@ -36,6 +36,12 @@ pub trait TeamState: Send + Sync {
     fn set_credential_tier(&self, actor: &audit::Actor, id: &str, tier: Tier) -> Result<(), GatewayError>;
     /// Appends one record to the team's chain; answers once it is committed.
     fn append_audit(&self, entry: audit::Entry) -> Result<audit::AuditRecord, GatewayError>;
+    /// The team's vaults, by id.
+    fn vaults(&self) -> Result<Vec<crate::remote::TeamVault>, GatewayError>;
+    /// Registers `vault` for every gateway, with its `vault.add` record, in one commit.
+    fn add_vault(&self, actor: &audit::Actor, vault: &crate::remote::TeamVault) -> Result<(), GatewayError>;
+    /// Forgets the vault `id` (its remote is not touched), with its `vault.remove` record.
+    fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError>;
 }
 
 /// Whether `jti` (from a token whose signature verified) is the one whose SHA-256 a team row holds.

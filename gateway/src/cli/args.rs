@@ -202,8 +202,16 @@ pub(crate) enum GitAction {
 
 #[derive(Args)]
 pub(crate) struct VaultAddArgs {
-    /// The vault folder.
-    pub(crate) path: PathBuf,
+    /// The vault folder (a local home; a team vault takes --remote instead).
+    #[arg(required_unless_present = "remote", conflicts_with = "remote")]
+    pub(crate) path: Option<PathBuf>,
+    /// On a team gateway: the git remote holding the notes (https://…, ssh://…, user@host:path,
+    /// file://… or a bare repository's path), registered for every gateway of the team.
+    #[arg(long, value_name = "URL", requires = "id")]
+    pub(crate) remote: Option<String>,
+    /// With --remote: the branch the notes are on.
+    #[arg(long, value_name = "BRANCH", default_value = "main", requires = "remote")]
+    pub(crate) branch: String,
     /// Vault id (default: a slug of the folder name).
     #[arg(long, value_parser = parse_vault_id)]
     pub(crate) id: Option<String>,

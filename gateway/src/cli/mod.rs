@@ -112,6 +112,8 @@ pub fn main() -> ExitCode {
     let _ = FAILPOINTS.set(failpoints(&env));
     // The operator's git (docs/contract.md#git-history), found once: every git command then runs with a clean environment.
     engine::git::Program::use_path(env.get("PATH").map_or("", String::as_str));
+    // Team vaults' remotes: git sees the operator's own configuration and agent, nothing else.
+    engine::remote::use_environment(env.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
     match run(cli, &env) {
         Ok(code) => code,
         Err(e) => {
@@ -146,7 +148,12 @@ fn failpoints(env: &BTreeMap<String, String>) -> engine::Failpoints {
 pub(crate) fn open_core(home: &Home) -> Result<Core, GatewayError> {
     let core = Core::open_with(home.clone(), FAILPOINTS.get().cloned().unwrap_or_default())?;
     let core = match core.config().team.clone() {
-        Some(team) => attach_team(core, &team)?,
+        Some(team) => {
+            let core = attach_team(core, &team)?;
+            // Every command sees the team's vaults as their remotes have them now.
+            core.settings().sync_team_vaults();
+            core
+        }
         None => core,
     };
     core.attachments()
@@ -338,6 +345,7 @@ fn run_command(command: Command, home: Home, env: &BTreeMap<String, String>) -> 
             // A missing or invalid token fails at start, before anything is written to stdout.
             core.credentials()
                 .authenticate(&token, engine::core::Transport::Stdio)?;
+            crate::teamsync::start(&core);
             crate::serve::stdio(core, token)
         }
         Command::Demo(args) => crate::demo::run(crate::demo::DemoOptions {

@@ -114,10 +114,7 @@ fn enter(
     {
         let _lock = home.lock_config()?;
         let mut config = home.load_config()?;
-        config.team = Some(TeamConfig {
-            database: database.to_owned(),
-            name: name.to_owned(),
-        });
+        config.team = Some(TeamConfig::new(database, name));
         home.save_config(&config)?;
     }
     let core = open_core(home)?;
@@ -137,7 +134,8 @@ fn team_config(home: &Home) -> Result<TeamConfig, GatewayError> {
 
 /// One record of a team command, in the team's chain.
 fn audit_team(core: &Core, event: &str, user: &str, target: Option<&str>) -> Result<(), GatewayError> {
-    core.record_team_command(&Operator::cli(user), event, target)
+    core.settings()
+        .record_team_command(&Operator::cli(user), event, target)
 }
 
 /// The statements `team grant-reviewer ROLE` runs, for `team init` to show.

@@ -5,14 +5,17 @@ use super::*;
 pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), GatewayError> {
     match cmd {
         VaultCmd::Add(a) => {
+            let Some(path) = a.path else {
+                return team_vault_add(home, a, user);
+            };
             // `--git` outside a work tree is refused before anything is registered.
             if a.git {
-                engine::changelog::check_work_tree(&a.path)?;
+                engine::changelog::check_work_tree(&path)?;
             }
             let vc = configuration_core(home)?.settings().vault_add(
                 &Operator::cli(user),
                 engine::vaults::VaultAdd {
-                    path: a.path,
+                    path,
                     id: a.id,
                     name: a.name,
                     notes: a.notes,
@@ -78,7 +81,11 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
             Ok(())
         }
         VaultCmd::List { json } => {
-            let config = home.load_config()?;
+            // A team's vaults come from its database, synced into the clones here.
+            let config = match home.load_config()?.team {
+                Some(_) => open_core(home)?.config(),
+                None => Arc::new(home.load_config()?),
+            };
             if json {
                 let list: Vec<_> = config
                     .vaults
@@ -106,6 +113,15 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
             }
             Ok(())
         }
+        VaultCmd::Remove { id } if home.load_config()?.team.is_some() => {
+            open_core(home)?
+                .settings()
+                .team_vault_remove(&Operator::cli(user), &id)?;
+            out(&format!(
+                "removed team vault '{id}' for every gateway (its remote was not touched)"
+            ));
+            Ok(())
+        }
         VaultCmd::Remove { id } => {
             configuration_core(home)?
                 .settings()
@@ -120,6 +136,54 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
             out(&format!("default vault is now '{id}'"));
             Ok(())
         }
+    }
+}
+
+/// `vault add --remote URL --id ID` on a team gateway.
+fn team_vault_add(home: &Home, a: VaultAddArgs, user: &str) -> Result<(), GatewayError> {
+    let (Some(remote), Some(id)) = (a.remote, a.id) else {
+        return Err(GatewayError::InvalidArgument(
+            "a team vault needs --remote URL and --id ID".into(),
+        ));
+    };
+    if a.git || a.pdf_text || a.inbox.is_some() || a.default {
+        return Err(GatewayError::InvalidArgument(
+            "--git, --pdf-text, --inbox and --default are not for team vaults (every change of \
+             a team vault is a commit on its remote)"
+                .into(),
+        ));
+    }
+    let core = open_core(home)?;
+    let synced = core.settings().team_vault_add(
+        &Operator::cli(user),
+        engine::remote::TeamVault {
+            name: a.name.unwrap_or_else(|| id.clone()),
+            id: id.clone(),
+            remote,
+            branch: a.branch,
+            notes: if a.notes.is_empty() {
+                vec![".".into()]
+            } else {
+                a.notes
+            },
+            standards: a.standards,
+        },
+    )?;
+    match synced {
+        Ok(engine::remote::Synced::Cloned(head) | engine::remote::Synced::At(head)) => {
+            out(&format!(
+                "added team vault '{id}' for every gateway; cloned here at {head}
+next: vaultgate token issue --name NAME"
+            ));
+            Ok(())
+        }
+        Ok(engine::remote::Synced::Diverged { .. }) => {
+            Err(GatewayError::Internal("a fresh clone cannot diverge".into()))
+        }
+        Err(e) => Err(GatewayError::Config(format!(
+            "added team vault '{id}' for every gateway, but it could not be cloned here: {}",
+            e.client_message()
+        ))),
     }
 }
 

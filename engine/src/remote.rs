@@ -1,0 +1,280 @@
+//! Team vaults (docs/contract.md#team-mode): notes that live in a git remote, each gateway keeping
+//! its own clone under `<home>/vaults/<id>/` as a cache it reads and indexes. This module checks a
+//! remote's URL and branch, clones, and fetches forward; it never pushes (writes to a team vault
+//! are not built yet) and never lets git prompt.
+//!
+//! It must never run a transport other than `file`, `https` and `ssh`, take a URL or branch that
+//! git could read as an option, or move a clone's branch backwards (a remote whose new head does
+//! not descend from the clone's is left alone and reported).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::GatewayError;
+use crate::git::{GitError, Program};
+
+/// A vault of the team, as the team's database registers it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TeamVault {
+    pub id: String,
+    pub name: String,
+    pub remote: String,
+    pub branch: String,
+    /// Folders whose notes proposals may write (`.`: the whole vault).
+    pub notes: Vec<String>,
+    pub standards: Vec<String>,
+}
+
+/// What git may see of the operator's environment when it talks to a remote: their own global
+/// configuration (credential helpers, `core.sshCommand`), their SSH agent and their `PATH`.
+static ENVIRONMENT: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// The variables kept for remote git commands, picked by the edge (the engine reads no
+/// environment) from the operator's.
+pub const KEPT: &[&str] = &["HOME", "XDG_CONFIG_HOME", "SSH_AUTH_SOCK", "PATH"];
+
+/// Sets, once per process, the variables of [`KEPT`] that remote git commands run with.
+pub fn use_environment(vars: Vec<(String, String)>) {
+    let kept = vars
+        .into_iter()
+        .filter(|(k, _)| KEPT.contains(&k.as_str()))
+        .collect();
+    let _ = ENVIRONMENT.set(kept);
+}
+
+/// SECURITY(T-TEAM7): the remotes a team vault may have: `https://`, `ssh://`, `file://`, an
+/// absolute path to a bare repository, or scp-like `user@host:path`. Nothing git could read as
+/// an option, no transport helper (`ext::`, `fd::`, `<helper>::`), no control characters.
+pub fn check_remote_url(url: &str) -> Result<(), GatewayError> {
+    let refuse = |why: &str| {
+        Err(GatewayError::InvalidArgument(format!(
+            "remote: {why}; use https://…, ssh://…, user@host:path, file://… or the absolute path of a bare repository"
+        )))
+    };
+    if url.is_empty() || url.len() > 2048 {
+        return refuse("1 to 2048 bytes");
+    }
+    if url.starts_with('-') || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return refuse("no leading '-', spaces or control characters");
+    }
+    if url.contains("::") {
+        return refuse("no transport helper (`name::address`)");
+    }
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("https://") || lower.starts_with("ssh://") || lower.starts_with("file:///") {
+        return Ok(());
+    }
+    if url.starts_with('/') {
+        return Ok(());
+    }
+    if lower.contains("://") {
+        return refuse("only the https, ssh and file transports");
+    }
+    // scp-like: `[user@]host:path`, the host before the first ':' with no '/' in it.
+    match url.split_once(':') {
+        Some((host, path)) if !host.is_empty() && !host.contains('/') && !path.is_empty() => Ok(()),
+        _ => refuse("not a URL git reads as a remote"),
+    }
+}
+
+/// A branch name as `git check-ref-format --branch` takes it, and never an option.
+pub fn check_branch(program: &Program, branch: &str) -> Result<(), GatewayError> {
+    let refuse = || {
+        Err(GatewayError::InvalidArgument(format!(
+            "branch '{branch}' is not a branch name git accepts"
+        )))
+    };
+    if branch.is_empty() || branch.len() > 255 || branch.starts_with('-') {
+        return refuse();
+    }
+    let mut cmd = local(program, Path::new("/"));
+    cmd.args(["check-ref-format", "--branch", branch]);
+    match crate::git::run(cmd, "check-ref-format", None) {
+        Ok(_) => Ok(()),
+        Err(GitError::Failed { .. }) => refuse(),
+        Err(e) => Err(git_error(e)),
+    }
+}
+
+/// A git command that touches no remote.
+fn local(program: &Program, dir: &Path) -> Command {
+    let mut cmd = Command::new(program.path());
+    cmd.env_clear()
+        .env("LC_ALL", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ALLOW_PROTOCOL", "")
+        .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"])
+        .arg("-C")
+        .arg(dir);
+    cmd
+}
+
+/// A git command that talks to a remote: the operator's global configuration and agent, the
+/// three transports, and no prompt (a missing credential fails instead).
+fn networked(program: &Program, dir: &Path) -> Command {
+    let mut cmd = Command::new(program.path());
+    cmd.env_clear();
+    for (k, v) in ENVIRONMENT.get().map(Vec::as_slice).unwrap_or_default() {
+        cmd.env(k, v);
+    }
+    cmd.env("LC_ALL", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ASKPASS", "")
+        .env("SSH_ASKPASS", "/bin/false")
+        .env("SSH_ASKPASS_REQUIRE", "force")
+        .env("GIT_NO_LAZY_FETCH", "1")
+        // SECURITY(T-TEAM7): every other transport (ext, fd, git, http without TLS…) refused.
+        .env("GIT_ALLOW_PROTOCOL", "file:https:ssh")
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "gc.auto=0",
+            "-c",
+            "maintenance.auto=false",
+        ])
+        .arg("-C")
+        .arg(dir);
+    cmd
+}
+
+fn git_error(e: GitError) -> GatewayError {
+    GatewayError::Config(format!("the team vault's remote: {e}"))
+}
+
+/// Whether `branch` exists on `remote` (before a vault is registered).
+pub fn branch_exists(program: &Program, remote: &str, branch: &str) -> Result<bool, GatewayError> {
+    check_remote_url(remote)?;
+    check_branch(program, branch)?;
+    let mut cmd = networked(program, Path::new("/"));
+    cmd.args(["ls-remote", "--heads", "--", remote])
+        .arg(format!("refs/heads/{branch}"));
+    let out = crate::git::run(cmd, "ls-remote", None).map_err(git_error)?;
+    Ok(!out.is_empty())
+}
+
+/// What one [`sync`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Synced {
+    /// The clone was made, at this commit.
+    Cloned(String),
+    /// The clone moved forward to this commit (or was there already).
+    At(String),
+    /// The remote's head does not descend from the clone's: the clone was left as it was.
+    Diverged { clone: String, remote: String },
+}
+
+/// Brings the clone of `vault` at `dir` to the remote's branch head: clones it when absent,
+/// else fetches and moves forward, restoring the work tree to that commit (the clone is a cache:
+/// an edit made in it directly is discarded).
+pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, GatewayError> {
+    check_remote_url(&vault.remote)?;
+    check_branch(program, &vault.branch)?;
+    if !dir.join(".git").is_dir() {
+        let parent = dir
+            .parent()
+            .ok_or_else(|| GatewayError::Internal("a clone folder has no parent".into()))?;
+        std::fs::create_dir_all(parent)?;
+        // Cloned beside the final folder first, so a failed clone leaves nothing half made.
+        let partial: PathBuf = parent.join(format!(".{}.cloning", vault.id));
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial)?;
+        }
+        let mut cmd = networked(program, parent);
+        cmd.args([
+            "clone",
+            "--quiet",
+            "--no-tags",
+            "--single-branch",
+            "--branch",
+            &vault.branch,
+            "--",
+            &vault.remote,
+        ])
+        .arg(&partial);
+        crate::git::run(cmd, "clone", None).map_err(git_error)?;
+        // The index and anything of vaultgate's stay out of git's view.
+        std::fs::write(partial.join(".git/info/exclude"), ".vaultgate/\n")?;
+        std::fs::rename(&partial, dir)?;
+        return Ok(Synced::Cloned(head(program, dir)?));
+    }
+    let mut fetch = networked(program, dir);
+    fetch.args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--",
+        "origin",
+        &format!("+refs/heads/{0}:refs/remotes/origin/{0}", vault.branch),
+    ]);
+    crate::git::run(fetch, "fetch", None).map_err(git_error)?;
+    let ours = head(program, dir)?;
+    let theirs = rev(program, dir, &format!("refs/remotes/origin/{}", vault.branch))?;
+    if ours == theirs {
+        return Ok(Synced::At(ours));
+    }
+    let mut ancestor = local(program, dir);
+    ancestor.args(["merge-base", "--is-ancestor", &ours, &theirs]);
+    if crate::git::run(ancestor, "merge-base", None).is_err() {
+        return Ok(Synced::Diverged {
+            clone: ours,
+            remote: theirs,
+        });
+    }
+    let mut reset = local(program, dir);
+    reset.args(["reset", "--quiet", "--hard", &theirs]);
+    crate::git::run(reset, "reset", None).map_err(git_error)?;
+    Ok(Synced::At(theirs))
+}
+
+fn rev(program: &Program, dir: &Path, name: &str) -> Result<String, GatewayError> {
+    let mut cmd = local(program, dir);
+    cmd.args(["rev-parse", "--verify", "--quiet", "--end-of-options", name]);
+    let out = crate::git::run(cmd, "rev-parse", None).map_err(git_error)?;
+    Ok(String::from_utf8_lossy(&out).trim().to_owned())
+}
+
+fn head(program: &Program, dir: &Path) -> Result<String, GatewayError> {
+    rev(program, dir, "HEAD")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_three_transports_and_nothing_git_reads_as_an_option() {
+        for ok in [
+            "https://git.example.com/team/notes.git",
+            "ssh://git@example.com/team/notes.git",
+            "git@github.com:team/notes.git",
+            "file:///srv/git/notes.git",
+            "/srv/git/notes.git",
+        ] {
+            assert!(check_remote_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "-uhttps://x",
+            "--upload-pack=touch /tmp/x",
+            "ext::sh -c touch% /tmp/pwned",
+            "fd::17",
+            "http://plain.example.com/notes.git",
+            "git://example.com/notes.git",
+            "ftp://example.com/notes.git",
+            "https://example.com/a b",
+            "https://example.com/\nx",
+            "relative/path",
+            "notes.git",
+            "file://host/notes.git",
+        ] {
+            assert!(check_remote_url(bad).is_err(), "{bad:?}");
+        }
+    }
+}

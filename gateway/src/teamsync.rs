@@ -1,0 +1,50 @@
+//! A serving team gateway keeps its team vaults' clones fresh (docs/contract.md#team-mode): it
+//! fetches every `[team] fetch_seconds` (15 s) to see people's pushes, and at once when the
+//! team's database announces a vault added or removed. A fetched change reaches the index
+//! through the vault's watcher, note by note.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::core::Core;
+use teamstate::{Heard, Listener, VAULTS_CHANNEL};
+
+/// Starts the syncing thread of a team gateway (nothing for a local home); it ends with `core`.
+pub(crate) fn start(core: &Arc<Core>) {
+    let Some(team) = core.config().team.clone() else {
+        return;
+    };
+    if core.team().is_none() {
+        return;
+    }
+    let every = Duration::from_secs(team.fetch_seconds.max(1));
+    let weak = Arc::downgrade(core);
+    let started = std::thread::Builder::new()
+        .name("team-vaults".into())
+        .spawn(move || {
+            loop {
+                // A listener of its own; gone (the database restarted), it is started again.
+                let listener = Listener::start(&team.database, VAULTS_CHANNEL).ok();
+                loop {
+                    let heard = match &listener {
+                        Some(l) => l.next(every),
+                        None => {
+                            std::thread::sleep(every);
+                            Heard::Lost
+                        }
+                    };
+                    let Some(core) = weak.upgrade() else {
+                        return;
+                    };
+                    core.settings().sync_team_vaults();
+                    drop(core);
+                    if heard == Heard::Lost {
+                        break;
+                    }
+                }
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "the team vaults' sync did not start");
+    }
+}

@@ -1,0 +1,124 @@
+//! The team's vaults (docs/contract.md#team-mode): one row each, written by admins only (a
+//! reviewer's role has no write on the table: T-TEAM1), with its record in the same commit and an
+//! announcement on [`VAULTS_CHANNEL`], so every gateway clones or forgets it at once.
+
+use engine::error::GatewayError;
+use engine::remote::TeamVault;
+use time::OffsetDateTime;
+
+use crate::chain::seal_in;
+use crate::{PgState, db, within};
+
+/// Where vault registrations are announced (LISTEN); the payload is the vault's id.
+pub const VAULTS_CHANNEL: &str = "vaultgate_vaults";
+
+fn list(v: &[String]) -> Result<serde_json::Value, GatewayError> {
+    serde_json::to_value(v).map_err(|e| GatewayError::Internal(e.to_string()))
+}
+
+fn strings(v: serde_json::Value) -> Vec<String> {
+    serde_json::from_value(v).unwrap_or_default()
+}
+
+impl PgState {
+    /// Every team vault, by id.
+    pub fn team_vaults(&self) -> Result<Vec<TeamVault>, GatewayError> {
+        let client = self.client()?;
+        let rows = within(
+            &self.stale,
+            client.query(
+                "SELECT id, name, remote, branch, notes, standards FROM vaultgate.vaults ORDER BY id",
+                &[],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| TeamVault {
+                id: r.get(0),
+                name: r.get(1),
+                remote: r.get(2),
+                branch: r.get(3),
+                notes: strings(r.get(4)),
+                standards: strings(r.get(5)),
+            })
+            .collect())
+    }
+
+    /// Registers `vault` as `gateway` did, with its `vault.add` record (refused when the id is
+    /// taken).
+    pub fn add_team_vault(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        vault: &TeamVault,
+    ) -> Result<(), GatewayError> {
+        let (notes, standards) = (list(&vault.notes)?, list(&vault.standards)?);
+        let mut entry = audit::Entry::new("vault.add", actor.clone(), audit::Outcome::Ok);
+        entry.vault = Some(vault.id.clone());
+        entry.args_hash = Some(audit::args_hash(&serde_json::json!({
+            "vault": vault.id, "name": vault.name, "remote": vault.remote, "branch": vault.branch,
+        })));
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let added = tx
+                .execute(
+                    "INSERT INTO vaultgate.vaults (id, name, remote, branch, notes, standards)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    &[
+                        &vault.id,
+                        &vault.name,
+                        &vault.remote,
+                        &vault.branch,
+                        &notes,
+                        &standards,
+                    ],
+                )
+                .await
+                .map_err(db)?;
+            if added == 0 {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "the team has a vault with id '{}' already; pass another --id",
+                    vault.id
+                )));
+            }
+            announced(&tx, &vault.id).await?;
+            seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+
+    /// Forgets the vault `id`, with its `vault.remove` record.
+    pub fn remove_team_vault(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        id: &str,
+    ) -> Result<(), GatewayError> {
+        let mut entry = audit::Entry::new("vault.remove", actor.clone(), audit::Outcome::Ok);
+        entry.vault = Some(id.to_owned());
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let removed = tx
+                .execute("DELETE FROM vaultgate.vaults WHERE id = $1", &[&id])
+                .await
+                .map_err(db)?;
+            if removed == 0 {
+                return Err(GatewayError::VaultNotFound(id.to_owned()));
+            }
+            announced(&tx, id).await?;
+            seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+}
+
+/// Announces `id` at the commit of `tx`.
+async fn announced(tx: &tokio_postgres::Transaction<'_>, id: &str) -> Result<(), GatewayError> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&VAULTS_CHANNEL, &id])
+        .await
+        .map_err(db)
+        .map(drop)
+}
