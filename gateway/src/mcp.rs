@@ -442,7 +442,8 @@ impl ServerHandler for McpServer {
             crate::approval::Mode::Ask => ask_while_calling(core, caller, name, args, &context).await?,
             // A call whose work is small and bounded runs here, not on a blocking thread: the
             // hand-off would cost more than the call (about 25 µs each way on 2 cores).
-            crate::approval::Mode::Unavailable if runs_inline(&name, &args) => {
+            // A team's record waits for the team's database: never on an async worker.
+            crate::approval::Mode::Unavailable if runs_inline(&name, &args) && self.core.team().is_none() => {
                 crate::dispatch::call_tool(&core, &caller, &name, args, &ClientApproval::Unavailable)
             }
             mode => {

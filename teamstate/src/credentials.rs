@@ -148,9 +148,9 @@ impl PgState {
         let client = self.client()?;
         let row = within(
             &self.stale,
-            client.query_opt(
+            client.query_typed_opt(
                 &format!("SELECT {COLUMNS} FROM vaultgate.credentials WHERE id = $1"),
-                &[&id],
+                &[(&id, tokio_postgres::types::Type::TEXT)],
             ),
         )?
         .map_err(db)?;
@@ -184,7 +184,8 @@ impl PgState {
         let client = self.client()?;
         within(
             &self.stale,
-            client.query_one("SELECT n FROM vaultgate.credential_generation WHERE one", &[]),
+            // Typed: one round trip, on every request.
+            client.query_typed_one("SELECT n FROM vaultgate.credential_generation WHERE one", &[]),
         )?
         .map(|r| r.get(0))
         .map_err(db)

@@ -207,6 +207,55 @@ const MIGRATIONS: &[&str] = &[
         ADD COLUMN notes jsonb NOT NULL DEFAULT '[\".\"]',
         ADD COLUMN standards jsonb NOT NULL DEFAULT '[]',
         ADD COLUMN added_at timestamptz NOT NULL DEFAULT now();",
+    // 6: the chain's guard checks a statement's records together (one head lock and one move of
+    // the head per batch, not per record), with the same rules and errors as 4's per-row check.
+    // SECURITY(T-TEAM2): the records of one INSERT, in seq order, must continue the head (seq,
+    // prev), each hash to its `hash` and, unless the owner inserts them, name the gateway the
+    // inserting role joined as; then the head moves to the last.
+    "CREATE FUNCTION vaultgate.audit_follows_batch() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+    DECLARE
+        h record;
+        last record;
+        broken bigint;
+    BEGIN
+        SELECT c.seq, c.hash INTO h FROM vaultgate.audit_chain_head c WHERE c.one FOR UPDATE;
+        SELECT count(*) INTO broken FROM (
+            SELECT r.seq, r.hash, r.gateway, r.line, r.line::jsonb AS body,
+                   row_number() OVER (ORDER BY r.seq) AS k,
+                   lag(r.hash) OVER (ORDER BY r.seq) AS before
+            FROM new_records r
+        ) x
+        WHERE x.seq <> h.seq + x.k
+           OR (x.body ->> 'seq')::bigint IS DISTINCT FROM x.seq
+           OR x.body ->> 'prev' IS DISTINCT FROM coalesce(x.before, h.hash)
+           OR x.body ->> 'hash' IS DISTINCT FROM x.hash
+           OR x.body ->> 'gateway' IS DISTINCT FROM x.gateway
+           OR encode(sha256(convert_to(replace(x.line, ',\"hash\":\"' || x.hash || '\"', ''), 'UTF8')), 'hex')
+              IS DISTINCT FROM x.hash;
+        IF broken > 0 THEN
+            RAISE EXCEPTION 'an audit record must follow the chain head and hash to its hash'
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF session_user <> (SELECT pg_get_userbyid(c.relowner) FROM pg_class c
+                            WHERE c.oid = 'vaultgate.audit'::regclass)
+           AND EXISTS (
+               SELECT 1 FROM new_records r WHERE NOT EXISTS (
+                   SELECT 1 FROM vaultgate.gateways g WHERE g.name = r.gateway AND g.db_role = session_user))
+        THEN
+            RAISE EXCEPTION 'a gateway appends only its own records' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        SELECT r.seq, r.hash INTO last FROM new_records r ORDER BY r.seq DESC LIMIT 1;
+        IF FOUND THEN
+            UPDATE vaultgate.audit_chain_head SET seq = last.seq, hash = last.hash WHERE one;
+        END IF;
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER audit_follows ON vaultgate.audit;
+    CREATE TRIGGER audit_follows AFTER INSERT ON vaultgate.audit
+        REFERENCING NEW TABLE AS new_records
+        FOR EACH STATEMENT EXECUTE FUNCTION vaultgate.audit_follows_batch();
+    REVOKE EXECUTE ON FUNCTION vaultgate.audit_follows_batch() FROM PUBLIC;",
 ];
 
 /// The team's state: one connection, driven by this store's own runtime, opened again on the

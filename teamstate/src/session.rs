@@ -1,7 +1,7 @@
 //! One gateway's seat in its team: the engine's [`TeamState`] over the team's database, with the
 //! gateway's own [`ChainWriter`] (docs/contract.md#team-mode). Opened once per process.
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use engine::Tier;
 use engine::error::GatewayError;
@@ -16,6 +16,61 @@ pub struct TeamSession {
     writer: ChainWriter,
     team_id: String,
     gateway: String,
+    generation: SharedRead,
+}
+
+/// Reads of the credentials' generation that requests arriving together share: a request may
+/// take the answer of a read that started after it arrived (that read is as fresh as its own),
+/// never of one that started before. Under load one read answers many requests.
+#[derive(Default)]
+struct SharedRead {
+    state: Mutex<Reads>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct Reads {
+    /// Reads started so far: a read's ticket is this count when it starts.
+    started: u64,
+    in_flight: bool,
+    /// The newest finished read: its ticket and answer (`None`: it failed).
+    last: Option<(u64, Option<i64>)>,
+}
+
+impl SharedRead {
+    fn read(&self, fresh: impl Fn() -> Result<i64, GatewayError>) -> Result<i64, GatewayError> {
+        let lock = || {
+            self.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let mut st = lock();
+        let arrival = st.started;
+        loop {
+            if let Some((ticket, answer)) = st.last
+                && ticket >= arrival
+            {
+                return answer.ok_or(GatewayError::AuditUnavailable);
+            }
+            if st.in_flight {
+                st = self
+                    .done
+                    .wait(st)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            }
+            let ticket = st.started;
+            st.started += 1;
+            st.in_flight = true;
+            drop(st);
+            let answer = fresh();
+            st = lock();
+            st.in_flight = false;
+            st.last = Some((ticket, answer.as_ref().ok().copied()));
+            self.done.notify_all();
+            return answer;
+        }
+    }
 }
 
 impl TeamSession {
@@ -35,12 +90,15 @@ impl TeamSession {
             )));
         }
         store.gateway_seen(gateway, env!("CARGO_PKG_VERSION"))?;
-        let writer = ChainWriter::start(store.clone(), gateway)?;
+        // The chain's appends on a connection of their own: a batch's commit (its WAL flush)
+        // never holds up the credential reads every request makes.
+        let writer = ChainWriter::start(Arc::new(PgState::connect(url)?), gateway)?;
         Ok(TeamSession {
             store,
             writer,
             team_id: status.team_id,
             gateway: gateway.to_owned(),
+            generation: SharedRead::default(),
         })
     }
 
@@ -60,7 +118,9 @@ impl TeamState for TeamSession {
     }
 
     fn credential_generation(&self) -> Result<i64, GatewayError> {
-        self.store.credential_generation()
+        // SECURITY(T-TEAM4): read after the request arrived, shared with those that arrived
+        // with it.
+        self.generation.read(|| self.store.credential_generation())
     }
 
     fn credential(&self, id: &str) -> Result<Option<Credential>, GatewayError> {
@@ -102,5 +162,71 @@ impl TeamState for TeamSession {
 
     fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError> {
         self.store.remove_team_vault(&self.gateway, actor, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::mpsc;
+
+    #[test]
+    fn a_request_never_takes_a_read_that_started_before_it_arrived() {
+        let shared = Arc::new(SharedRead::default());
+        let calls = Arc::new(AtomicI64::new(0));
+        let (release, held) = mpsc::channel::<()>();
+        let held = Arc::new(Mutex::new(held));
+        let fresh = {
+            let (calls, held) = (calls.clone(), held.clone());
+            move || {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                held.lock().unwrap().recv().unwrap();
+                Ok(n)
+            }
+        };
+        let reader = |fresh: _| {
+            let shared = shared.clone();
+            std::thread::spawn(move || shared.read(fresh).unwrap())
+        };
+        let a = reader(fresh.clone());
+        while calls.load(Ordering::SeqCst) < 1 {
+            std::thread::yield_now();
+        }
+        // B arrives while A's read (1) is in flight: that read may predate a change B must see.
+        let b = reader(fresh);
+        release.send(()).unwrap();
+        assert_eq!(a.join().unwrap(), 1);
+        // B either starts a read of its own (2) or, wrongly, answered with A's.
+        while calls.load(Ordering::SeqCst) < 2 && !b.is_finished() {
+            std::thread::yield_now();
+        }
+        release.send(()).unwrap();
+        assert_eq!(b.join().unwrap(), 2, "B took a read that started before it arrived");
+    }
+
+    #[test]
+    fn requests_arriving_together_share_reads() {
+        let shared = Arc::new(SharedRead::default());
+        let calls = Arc::new(AtomicI64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (shared, calls) = (shared.clone(), calls.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        shared
+                            .read(|| {
+                                std::thread::sleep(std::time::Duration::from_millis(1));
+                                Ok(calls.fetch_add(1, Ordering::SeqCst))
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(calls.load(Ordering::SeqCst) < 8 * 50 / 2, "{calls:?}");
     }
 }

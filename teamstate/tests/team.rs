@@ -87,7 +87,7 @@ fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database
     g2.gateway_seen("g2", "0.1.1").unwrap();
     let status = g2.team_status().unwrap().expect("a team");
     assert_eq!(status.team_id, id);
-    assert_eq!(status.schema_version, 5);
+    assert_eq!(status.schema_version, 6);
     let seen: Vec<(&str, &str, &str)> = status
         .gateways
         .iter()
@@ -147,6 +147,30 @@ fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database
             &[&next, &hash, &forged],
         )
         .is_err()
+    );
+    // A record sealed on another prev, or a batch whose second record does not follow its
+    // first, is refused whole, though each line hashes to its own hash.
+    let sealed = |seq: u64, prev: &str| {
+        let mut e = Entry::new("tool_call", Actor::Cli { user: "bo".into() }, Outcome::Ok);
+        e.gateway = Some("g2".into());
+        let (r, line) = audit::seal(e, seq, prev, OffsetDateTime::now_utc()).unwrap();
+        (i64::try_from(r.seq).unwrap(), r.hash, line.trim_end().to_owned())
+    };
+    let insert = "INSERT INTO vaultgate.audit (seq, hash, gateway, line) VALUES ($1, $2, 'g2', $3)";
+    let (n, h, l) = sealed(before.0, &"00".repeat(32));
+    assert!(
+        g2.query(insert, &[&n, &h, &l]).is_err(),
+        "a record on another prev"
+    );
+    let (n1, h1, l1) = sealed(before.0, &before.1);
+    let (n2, h2, l2) = sealed(before.0 + 1, &"11".repeat(32));
+    assert!(
+        g2.query(
+            "INSERT INTO vaultgate.audit (seq, hash, gateway, line) VALUES ($1, $2, 'g2', $3), ($4, $5, 'g2', $6)",
+            &[&n1, &h1, &l1, &n2, &h2, &l2],
+        )
+        .is_err(),
+        "a batch that does not chain"
     );
     denied(g2.query(
         "UPDATE vaultgate.gateways SET role = 'admin' WHERE name = 'g2'",
