@@ -166,6 +166,7 @@ impl TeamState for TeamSession {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicI64, Ordering};
@@ -202,7 +203,11 @@ mod tests {
             std::thread::yield_now();
         }
         release.send(()).unwrap();
-        assert_eq!(b.join().unwrap(), 2, "B took a read that started before it arrived");
+        assert_eq!(
+            b.join().unwrap(),
+            2,
+            "B took a read that started before it arrived"
+        );
     }
 
     #[test]
