@@ -159,6 +159,28 @@ pub fn branch_exists(program: &Program, remote: &str, branch: &str) -> Result<bo
     Ok(!out.is_empty())
 }
 
+/// The commit the remote's branch is at now (`None`: the branch is gone).
+pub fn remote_head(program: &Program, vault: &TeamVault) -> Result<Option<String>, GatewayError> {
+    check_remote_url(&vault.remote)?;
+    check_branch(program, &vault.branch)?;
+    let mut cmd = networked(program, Path::new("/"));
+    cmd.args(["ls-remote", "--heads", "--", &vault.remote])
+        .arg(format!("refs/heads/{}", vault.branch));
+    let out = crate::git::run(cmd, "ls-remote", None).map_err(git_error)?;
+    Ok(String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .next()
+        .map(str::to_owned))
+}
+
+/// The commit a clone at `dir` is at (`None`: no clone there).
+pub fn clone_head(program: &Program, dir: &Path) -> Option<String> {
+    dir.join(".git")
+        .is_dir()
+        .then(|| head(program, dir).ok())
+        .flatten()
+}
+
 /// What one [`sync`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Synced {

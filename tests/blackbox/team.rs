@@ -544,8 +544,14 @@ async fn a_team_vault_added_on_one_gateway_is_read_on_every_gateway_and_a_person
             .contains("Ship the first version."),
         "{note}"
     );
-    // Each gateway reads its own clone.
+    // Each gateway reads its own clone; its status shows the remote's head and its own.
     assert!(team.g(1).home.join("vaults/notes/z/plan.md").is_file());
+    let status: Value = serde_json::from_str(&team.g(1).ok(&["team", "status", "--json"])).unwrap();
+    let head = git(&remote, &["rev-parse", "main"]).trim().to_owned();
+    assert_eq!(
+        status["vaults"],
+        json!([{"vault": "notes", "applier": null, "remoteHead": head, "localHead": head, "pendingJobs": 0}])
+    );
     assert!(team.g(0).ok(&["vault", "list"]).contains("notes"));
 
     // A person's push reaches g2's reads and its index within a few seconds.

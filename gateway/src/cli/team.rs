@@ -262,7 +262,18 @@ struct Status {
     database: DatabaseStatus,
     gateway: GatewayStatus,
     gateways: Vec<teamstate::GatewaySeen>,
-    vaults: Vec<serde_json::Value>,
+    vaults: Vec<VaultStatus>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct VaultStatus {
+    vault: String,
+    /// No applier yet: team applies are not built.
+    applier: Option<serde_json::Value>,
+    remote_head: Option<String>,
+    local_head: Option<String>,
+    pending_jobs: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -290,12 +301,24 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
     let seen = PgState::connect(&team.database).and_then(|store| {
         let status = store.team_status()?;
         let role = store.gateway_role(&team.name)?;
-        Ok((status, role))
+        Ok((status, role, store.team_vaults()?))
     });
-    let (status, role, failure) = match seen {
-        Ok((status, role)) => (status, role, None),
-        Err(e) => (None, None, Some(e)),
+    let (status, role, vaults, failure) = match seen {
+        Ok((status, role, vaults)) => (status, role, vaults, None),
+        Err(e) => (None, None, Vec::new(), Some(e)),
     };
+    let git = engine::git::Program::default();
+    let vaults: Vec<VaultStatus> = vaults
+        .iter()
+        .map(|v| VaultStatus {
+            vault: v.id.clone(),
+            applier: None,
+            // Unreachable: shown as unknown, the status goes on.
+            remote_head: engine::remote::remote_head(&git, v).ok().flatten(),
+            local_head: engine::remote::clone_head(&git, &home.dir.join("vaults").join(&v.id)),
+            pending_jobs: 0,
+        })
+        .collect();
     let reachable = failure.is_none();
     let report = Status {
         database: DatabaseStatus {
@@ -309,7 +332,7 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
             role,
         },
         gateways: status.map(|s| s.gateways).unwrap_or_default(),
-        vaults: Vec::new(),
+        vaults,
     };
     if json {
         json_out(&report)?;
@@ -331,6 +354,24 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
             out(&format!(
                 "  {}\t{}\tlast seen {}\t{}",
                 g.name, g.role, g.last_seen, g.version
+            ));
+        }
+        let short = |h: &Option<String>| {
+            h.as_deref()
+                .map_or("unknown".into(), |h| h.chars().take(12).collect::<String>())
+        };
+        for v in &report.vaults {
+            let note = match (&v.remote_head, &v.local_head) {
+                (Some(r), Some(l)) if r == l => "up to date",
+                (_, None) => "not cloned here yet",
+                (None, _) => "remote unreachable",
+                _ => "behind (fetched within fetch_seconds while serving)",
+            };
+            out(&format!(
+                "vault {}: remote {}, here {} ({note})",
+                v.vault,
+                short(&v.remote_head),
+                short(&v.local_head)
             ));
         }
     }
