@@ -1,6 +1,6 @@
 //! A serving team gateway keeps its team vaults' clones fresh (docs/contract.md#team-mode): it
 //! fetches every `[team] fetch_seconds` (15 s) to see people's pushes, and at once when the
-//! team's database announces a vault added or removed. A fetched change reaches the index
+//! team's database announces a vault added or removed; each round also notes the gateway alive. A fetched change reaches the index
 //! through the vault's watcher, note by note.
 
 use std::sync::Arc;
@@ -37,6 +37,11 @@ pub(crate) fn start(core: &Arc<Core>) {
                         return;
                     };
                     core.settings().sync_team_vaults();
+                    if let Some(team) = core.team()
+                        && let Err(e) = team.heartbeat()
+                    {
+                        tracing::warn!(error = %e, "noting this gateway alive in the team failed");
+                    }
                     drop(core);
                     if heard == Heard::Lost {
                         break;

@@ -152,6 +152,10 @@ impl TeamState for TeamSession {
         self.writer.append(entry)
     }
 
+    fn heartbeat(&self) -> Result<(), GatewayError> {
+        self.store.gateway_seen(&self.gateway, env!("CARGO_PKG_VERSION"))
+    }
+
     fn vaults(&self) -> Result<Vec<engine::remote::TeamVault>, GatewayError> {
         self.store.team_vaults()
     }

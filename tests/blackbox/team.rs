@@ -554,6 +554,14 @@ async fn a_team_vault_added_on_one_gateway_is_read_on_every_gateway_and_a_person
     );
     assert!(team.g(0).ok(&["vault", "list"]).contains("notes"));
 
+    let seen_at = |status: &Value| {
+        status["gateways"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["name"] == json!("g2")))
+            .map(|g| g["lastSeen"].as_str().unwrap().to_owned())
+    };
+    let first_seen = seen_at(&status).expect("g2 is listed");
+
     // A person's push reaches g2's reads and its index within a few seconds.
     std::fs::write(
         person.join("z/plan.md"),
@@ -574,6 +582,13 @@ async fn a_team_vault_added_on_one_gateway_is_read_on_every_gateway_and_a_person
             .ok()["hits"]
             .as_array()
             .is_some_and(|h| h.len() == 1)
+    })
+    .await;
+
+    // A serving gateway notes itself alive at each round of fetching.
+    eventually("g2 is seen again", || async {
+        let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
+        seen_at(&status).is_some_and(|at| at > first_seen)
     })
     .await;
 

@@ -36,6 +36,8 @@ pub trait TeamState: Send + Sync {
     fn set_credential_tier(&self, actor: &audit::Actor, id: &str, tier: Tier) -> Result<(), GatewayError>;
     /// Appends one record to the team's chain; answers once it is committed.
     fn append_audit(&self, entry: audit::Entry) -> Result<audit::AuditRecord, GatewayError>;
+    /// Notes that this gateway is alive (`team status` lists gateways seen in ten minutes).
+    fn heartbeat(&self) -> Result<(), GatewayError>;
     /// The team's vaults, by id.
     fn vaults(&self) -> Result<Vec<crate::remote::TeamVault>, GatewayError>;
     /// Registers `vault` for every gateway, with its `vault.add` record, in one commit.
