@@ -111,9 +111,13 @@ pub fn doctor(home: &Home, now: time::OffsetDateTime) -> Report {
         checks.push(Check::fail("state.sqlite is missing", "run vaultgate init"));
         None
     };
+    // A team gateway's vaults and audit chain are the team's: the edge checks them.
+    let team = home.load_config().is_ok_and(|c| c.team.is_some());
     match home.load_config() {
         Ok(config) => {
-            check_vaults(&config, state.as_ref(), &mut checks);
+            if !team {
+                check_vaults(&config, state.as_ref(), &mut checks);
+            }
             if let Some(state) = &state {
                 check_jobs(home, &config, state, &mut checks);
             }
@@ -123,7 +127,9 @@ pub fn doctor(home: &Home, now: time::OffsetDateTime) -> Report {
             format!("fix {}", home.config_path().display()),
         )),
     }
-    check_audit(home, state.as_ref(), now, &mut checks);
+    if !team {
+        check_audit(home, state.as_ref(), now, &mut checks);
+    }
     Report::new(checks)
 }
 

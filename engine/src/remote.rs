@@ -181,6 +181,41 @@ pub fn clone_head(program: &Program, dir: &Path) -> Option<String> {
         .flatten()
 }
 
+/// How a clone stands against its remote's head `remote`, from what the clone holds (nothing
+/// is fetched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    UpToDate,
+    /// The remote moved on; the next fetch brings it.
+    Behind,
+    /// The remote's head is known here and does not descend from the clone's.
+    Rewritten,
+}
+
+/// [`Standing`] of the clone at `dir` against `remote` (a commit id).
+pub fn standing(program: &Program, dir: &Path, remote: &str) -> Result<Standing, GatewayError> {
+    let ours = head(program, dir)?;
+    if ours == remote {
+        return Ok(Standing::UpToDate);
+    }
+    let mut known = local(program, dir);
+    known.args([
+        "cat-file",
+        "-e",
+        "--end-of-options",
+        &format!("{remote}^{{commit}}"),
+    ]);
+    if crate::git::run(known, "cat-file", None).is_err() {
+        return Ok(Standing::Behind);
+    }
+    let mut ancestor = local(program, dir);
+    ancestor.args(["merge-base", "--is-ancestor", &ours, remote]);
+    Ok(match crate::git::run(ancestor, "merge-base", None) {
+        Ok(_) => Standing::Behind,
+        Err(_) => Standing::Rewritten,
+    })
+}
+
 /// What one [`sync`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Synced {

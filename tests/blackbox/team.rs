@@ -680,3 +680,61 @@ fn a_team_vault_refuses_transports_and_options_it_must_not_run_and_a_branch_the_
     assert!(team.chain(0).iter().all(|r| r["event"] != json!("vault.add")));
     assert!(!team.g(0).ok(&["vault", "list"]).contains('x'));
 }
+
+#[test]
+fn doctor_tells_a_clone_behind_from_a_remote_whose_history_was_rewritten_and_the_clone_is_kept() {
+    let mut team = Team::start(&["g1"]);
+    let (remote, person) = remote_with_notes(team.root.path());
+    // This remote lets a person rewrite history (its protection is off): the clone must not follow.
+    git(&remote, &["config", "receive.denyNonFastForwards", "false"]);
+    let g = team.g(0);
+    g.ok(&[
+        "vault",
+        "add",
+        "--remote",
+        remote.to_str().unwrap(),
+        "--id",
+        "notes",
+    ]);
+    let doctor = |g: &Env| {
+        let out = g.run(&["doctor"]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, said) = doctor(g);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("vault notes: clone up to date") && said.contains("team database"),
+        "{said}"
+    );
+    assert!(!said.contains("no vault is registered"), "{said}");
+
+    std::fs::write(person.join("welcome.md"), "# Welcome\n\nMoved on.\n").unwrap();
+    git(&person, &["commit", "--quiet", "-am", "on"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let (code, said) = doctor(g);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("vault notes: clone behind its remote"), "{said}");
+    g.ok(&["vault", "list"]); // fetches: up to date again
+    assert!(doctor(g).1.contains("clone up to date"));
+
+    // A rewritten branch: fetched, never followed; doctor fails naming it.
+    git(&person, &["commit", "--quiet", "--amend", "-m", "rewritten"]);
+    git(&person, &["push", "--quiet", "--force", "origin", "main"]);
+    g.ok(&["vault", "list"]);
+    let (code, said) = doctor(g);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("history was rewritten"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(g.home.join("vaults/notes/welcome.md")).unwrap(),
+        "# Welcome\n\nMoved on.\n"
+    );
+
+    // The database gone: doctor says so and fails.
+    team.cluster.stop();
+    let (code, said) = doctor(team.g(0));
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("fail  team database"), "{said}");
+}

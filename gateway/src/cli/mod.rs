@@ -264,6 +264,15 @@ fn man(dir: Option<&std::path::Path>) -> Result<(), GatewayError> {
 fn doctor_cmd(home: &Home, json: bool, env: &BTreeMap<String, String>) -> Result<ExitCode, GatewayError> {
     let mut report = engine::doctor::doctor(home, time::OffsetDateTime::now_utc());
     engine::doctor::check_pdf_sandbox(&mut report, home, &crate::pdf::WorkerProcess::new());
+    // A team gateway's database, chain and vaults (docs/contract.md#team-mode).
+    if let Ok(config) = home.load_config()
+        && let Some(team) = &config.team
+    {
+        for check in doctor_checks(home, team) {
+            report.ok &= check.status != engine::doctor::Status::Fail;
+            report.checks.push(check);
+        }
+    }
     // The tunnel's line (docs/contract.md#the-command-line, docs/contract.md#the-chatgpt-tunnel) needs PATH, which only the edge reads.
     if let Ok(config) = home.load_config()
         && config.tunnel.tunnel_id.is_some()

@@ -450,3 +450,118 @@ pub(crate) fn team_audit_cmd(home: &Home, team: &TeamConfig, cmd: AuditCmd) -> R
         )),
     }
 }
+
+/// `vaultgate doctor` on a team gateway: the team's database, its chain and each team vault's
+/// clone against its remote. Reads only (nothing is fetched or written).
+pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::doctor::Check> {
+    use engine::doctor::{Check, Status};
+    let check = |status, what: String, next: &str| Check {
+        status,
+        what,
+        next: next.to_owned(),
+    };
+    let store = match PgState::connect(&team.database) {
+        Ok(s) => s,
+        Err(e) => {
+            return vec![check(
+                Status::Fail,
+                format!(
+                    "team database {}: {}",
+                    shown_url(&team.database),
+                    e.client_message()
+                ),
+                "start it, or fix [team] database in gateway.toml; every call is refused (AUDIT_UNAVAILABLE) until it answers",
+            )];
+        }
+    };
+    let mut checks = Vec::new();
+    let role = store.gateway_role(&team.name).ok().flatten();
+    checks.push(match &role {
+        Some(role) => check(
+            Status::Ok,
+            format!(
+                "team database {}: reachable, this gateway is '{}' ({role})",
+                shown_url(&team.database),
+                team.name
+            ),
+            "",
+        ),
+        None => check(
+            Status::Fail,
+            format!("the team has no gateway named '{}'", team.name),
+            "an admin removed it, or this home joined another database: join again from a fresh home",
+        ),
+    });
+    if let Ok((seq, _)) = store.audit_chain_head() {
+        checks.push(check(
+            Status::Ok,
+            format!("the team's audit chain: head at seq {seq}"),
+            "vaultgate audit verify checks it whole",
+        ));
+    }
+    let vaults = match store.team_vaults() {
+        Ok(v) => v,
+        Err(e) => {
+            checks.push(check(
+                Status::Fail,
+                format!("team vaults: {}", e.client_message()),
+                "",
+            ));
+            return checks;
+        }
+    };
+    if vaults.is_empty() {
+        checks.push(check(
+            Status::Warn,
+            "no team vault is registered".into(),
+            "vaultgate vault add --remote URL --id ID (on an admin gateway)",
+        ));
+    }
+    let git = engine::git::Program::default();
+    for v in &vaults {
+        let dir = home.dir.join("vaults").join(&v.id);
+        let id = &v.id;
+        let c = match (
+            engine::remote::clone_head(&git, &dir),
+            engine::remote::remote_head(&git, v),
+        ) {
+            (None, _) => check(
+                Status::Warn,
+                format!("vault {id}: not cloned here yet"),
+                "vaultgate vault list (or serve) clones it",
+            ),
+            (Some(_), Err(e)) => check(
+                Status::Warn,
+                format!("vault {id}: its remote cannot be reached: {}", e.client_message()),
+                "check the URL, the network and your git credentials; reads use the clone meanwhile",
+            ),
+            (Some(_), Ok(None)) => check(
+                Status::Fail,
+                format!("vault {id}: the remote has no branch '{}'", v.branch),
+                "ask the team what happened to the branch",
+            ),
+            (Some(_), Ok(Some(remote))) => match engine::remote::standing(&git, &dir, &remote) {
+                Ok(engine::remote::Standing::UpToDate) => check(
+                    Status::Ok,
+                    format!("vault {id}: clone up to date with its remote"),
+                    "",
+                ),
+                Ok(engine::remote::Standing::Behind) => check(
+                    Status::Ok,
+                    format!("vault {id}: clone behind its remote"),
+                    "a serving gateway fetches within [team] fetch_seconds",
+                ),
+                Ok(engine::remote::Standing::Rewritten) => check(
+                    Status::Fail,
+                    format!(
+                        "vault {id}: the remote's history was rewritten (its head does not descend from this clone's)"
+                    ),
+                    "ask the team what happened; the clone stays as it is until someone decides",
+                ),
+                Err(e) => check(Status::Fail, format!("vault {id}: {}", e.client_message()), ""),
+            },
+        };
+        checks.push(c);
+    }
+    checks
+}
