@@ -87,6 +87,16 @@ pub fn chain_status(home: &Home) -> Result<ChainStatus, GatewayError> {
     })
 }
 
+/// The home log's last record (seq and hash), the whole log verified first (against the state
+/// database's head too): what `team init --import` names as where the home's chain ended.
+/// `None` for a log with no record.
+pub fn verified_head(home: &Home) -> Result<Option<(u64, String)>, GatewayError> {
+    if let ChainStatus::Broken(problem) = chain_status(home)? {
+        return Err(GatewayError::AuditBroken(problem));
+    }
+    Ok(tail(&home.audit_path(), 1)?.pop().map(|r| (r.seq, r.hash)))
+}
+
 /// `vaultgate audit export`: every record after `since` written to `out` as JSON Lines in the
 /// log's own format, each checked as `audit verify` checks it (the head against the state
 /// database first). The export stops at a broken line, which is an error naming its seq; the

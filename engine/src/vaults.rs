@@ -28,6 +28,16 @@ pub struct VaultAdd {
 
 impl ResultIds for VaultConfig {}
 
+/// Proposals still pending in the home's vaults (`team init --import` moves none yet).
+pub fn pending_proposals(home: &crate::home::Home) -> Result<u64, GatewayError> {
+    let state = inbox::State::open(&home.state_path())?;
+    let mut n = 0;
+    for v in &home.load_config()?.vaults {
+        n += state.count_pending(&v.id)?;
+    }
+    Ok(n)
+}
+
 fn not_a_team() -> GatewayError {
     GatewayError::InvalidArgument("this home is not a team gateway".into())
 }

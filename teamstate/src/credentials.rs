@@ -271,3 +271,40 @@ async fn changed(tx: &tokio_postgres::Transaction<'_>, id: &str) -> Result<(), G
         .map_err(db)?;
     Ok(())
 }
+
+/// Moves a home's `credentials` into the team inside `tx` (`team init --import`): same ids and
+/// rows, the SHA-256 of each `jti` (SECURITY(T-TEAM3)), and one move of the generation.
+pub(crate) async fn import(
+    tx: &tokio_postgres::Transaction<'_>,
+    credentials: &[Credential],
+) -> Result<(), GatewayError> {
+    for c in credentials {
+        let vaults = serde_json::to_value(&c.vaults).map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let jti_sha256 = hex::encode(sha2::Sha256::digest(c.jti.as_bytes()));
+        tx.execute(
+            &format!(
+                "INSERT INTO vaultgate.credentials ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            ),
+            &[
+                &c.id.as_str(),
+                &c.name,
+                &c.tier.as_str(),
+                &vaults,
+                &jti_sha256,
+                &c.created_at,
+                &c.expires_at,
+                &c.revoked_at,
+                &c.approve_in_client,
+            ],
+        )
+        .await
+        .map_err(db)?;
+    }
+    tx.execute(
+        "UPDATE vaultgate.credential_generation SET n = n + 1 WHERE one",
+        &[],
+    )
+    .await
+    .map_err(db)?;
+    Ok(())
+}

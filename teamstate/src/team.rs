@@ -102,6 +102,51 @@ impl PgState {
         Ok(id)
     }
 
+    /// `team init --import`: makes this database the team `team_id` (the importing home's
+    /// token audience, so its tokens stay valid) with `gateway` as its first admin, and moves
+    /// `credentials` in (same ids; the SHA-256 of each `jti`), the chain opening with a
+    /// `team.import` record naming where the home's own chain ended — one commit, or nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn import_team(
+        &self,
+        secret: &[u8],
+        gateway: &str,
+        version: &str,
+        team_id: &str,
+        credentials: &[inbox::Credential],
+        local_head: Option<(u64, String)>,
+        actor: &audit::Actor,
+    ) -> Result<(), GatewayError> {
+        check_name(gateway)?;
+        let mut entry = audit::Entry::new("team.import", actor.clone(), audit::Outcome::Ok);
+        entry.target = Some(match &local_head {
+            Some((seq, hash)) => format!("seq {seq} {hash}"),
+            None => "an empty log".into(),
+        });
+        entry.count = Some(credentials.len() as u64);
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let made = tx
+                .execute(
+                    "INSERT INTO vaultgate.team (one, id, key_check) VALUES (true, $1, $2)
+                     ON CONFLICT DO NOTHING",
+                    &[&team_id, &key_check(secret)],
+                )
+                .await
+                .map_err(db)?;
+            if made == 0 {
+                return Err(refused(
+                    "this database already holds a team: join it with `vaultgate team join`",
+                ));
+            }
+            add_gateway(&tx, gateway, Role::Admin, version).await?;
+            crate::credentials::import(&tx, credentials).await?;
+            crate::chain::seal_in(&tx, gateway, vec![entry], time::OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+
     /// `team join`: adds `gateway` with `role` to the team whose secret `secret` is (checked
     /// against the key check value). Answers the team's id.
     pub fn join_team(

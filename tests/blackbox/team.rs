@@ -738,3 +738,98 @@ fn doctor_tells_a_clone_behind_from_a_remote_whose_history_was_rewritten_and_the
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("fail  team database"), "{said}");
 }
+
+#[tokio::test]
+async fn a_local_home_imported_into_a_team_keeps_its_tokens_and_its_chain_names_where_the_home_ended() {
+    let cluster = pg::Cluster::start();
+    drop(cluster.store("team"));
+    let url = format!("postgres://postgres@127.0.0.1:{}/team", cluster.port);
+    let home = Env::new();
+    let (id, token) = home.token("agent", "read");
+    let (_, revoked) = home.token("old", "read");
+    home.ok(&["token", "revoke", "old"]);
+    let c = home.stdio(&token).await;
+    call(&c, "read_note", json!({"path": "welcome.md"})).await.ok();
+    c.close().await;
+
+    // A pending proposal is not moved: refused, and nothing changes anywhere.
+    let (_, writer) = home.token("writer", "propose");
+    let w = home.stdio(&writer).await;
+    let proposal = crate::util::propose_new(&w, "z/new.md", "# New\n", "try").await;
+    w.close().await;
+    let before = std::fs::read(home.home.join("gateway.toml")).unwrap();
+    let e = refused(
+        home.run(&["team", "init", "--import", "--database", &url, "--name", "g1"]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("1 proposals are pending"), "{e}");
+    assert_eq!(std::fs::read(home.home.join("gateway.toml")).unwrap(), before);
+    home.ok(&[
+        "inbox",
+        "reject",
+        proposal["id"].as_str().unwrap(),
+        "--reason",
+        "not now",
+    ]);
+
+    let local_head = crate::util::audit_lines(&home).pop().unwrap();
+    let said = home.ok(&["team", "init", "--import", "--database", &url, "--name", "g1"]);
+    assert!(
+        said.contains("3 credentials moved in") && said.contains("vaults basic"),
+        "{said}"
+    );
+
+    // The same token works on the imported home and on a gateway that joins; the revoked one
+    // stays revoked.
+    let c = home.stdio(&token).await;
+    assert_eq!(call(&c, "vault_list", json!({})).await.ok()["vaults"], json!([]));
+    c.close().await;
+    let secret = home.tmp.path().join("team.secret");
+    home.ok(&["team", "secret", "export", "--out", secret.to_str().unwrap()]);
+    let root = tempfile::tempdir().unwrap();
+    let g2 = gateway(root.path());
+    g2.ok(&[
+        "team",
+        "join",
+        "--database",
+        &url,
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--name",
+        "g2",
+    ]);
+    let c = g2.stdio(&token).await;
+    call(&c, "vault_list", json!({})).await.ok();
+    c.close().await;
+    let out = Command::new(bin())
+        .args(["--home", g2.home.to_str().unwrap(), "stdio"])
+        .env("VAULTGATE_TOKEN", &revoked)
+        .env_remove("VAULTGATE_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    refused(out, "CREDENTIAL_REVOKED");
+    assert!(g2.ok(&["token", "list"]).contains(&id));
+
+    // The team's chain opens with the import, naming the home's last record; the home's own log
+    // stays, and still verifies offline.
+    let chain: Vec<Value> = serde_json::from_str(&g2.ok(&["audit", "tail", "-n", "100", "--json"])).unwrap();
+    assert_eq!(chain[0]["event"], json!("team.import"));
+    assert_eq!(chain[0]["seq"], json!(1));
+    assert_eq!(
+        chain[0]["target"],
+        json!(format!(
+            "seq {} {}",
+            local_head["seq"],
+            local_head["hash"].as_str().unwrap()
+        ))
+    );
+    let log = home.home.join("audit.jsonl");
+    assert!(
+        home.ok(&["audit", "verify", "--file", log.to_str().unwrap()])
+            .contains("export ok")
+    );
+    // The vault's folder is untouched; the home no longer serves it.
+    assert!(home.vault.join("welcome.md").is_file());
+    assert!(!home.ok(&["vault", "list"]).contains("basic"));
+}

@@ -498,6 +498,11 @@ pub(crate) enum TeamCmd {
         /// This gateway's name in the team (default USER@HOST): 1-64 of A-Za-z0-9._@-.
         #[arg(long)]
         name: Option<String>,
+        /// Bring this home's credentials into the team (same ids: issued tokens stay valid); the
+        /// team's chain opens naming where this home's log ended. Its vaults are registered again
+        /// with `vault add --remote`; the home's log stays here.
+        #[arg(long = "import")]
+        import: bool,
     },
     /// Put a fresh home (created when absent) in an existing team, with the secret an admin
     /// exported.

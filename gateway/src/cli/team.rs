@@ -102,23 +102,85 @@ fn refuse_used_home(home: &Home, command: &str) -> Result<(), GatewayError> {
     Ok(())
 }
 
-/// Puts the home in team mode (`[team]` in `gateway.toml`, under its lock), then records
-/// `event` (on `target`) in the team's chain as this gateway's first record.
+/// Puts the home in team mode (`[team]` in `gateway.toml`, under its lock; its folder vaults
+/// forgotten, their files untouched), then records `event` (on `target`) in the team's chain as
+/// this gateway's first record, unless the team's setup recorded it already.
 fn enter(
     home: &Home,
     database: &str,
     name: &str,
     user: &str,
-    (event, target): (&str, &str),
+    record: Option<(&str, &str)>,
 ) -> Result<(), GatewayError> {
     {
         let _lock = home.lock_config()?;
         let mut config = home.load_config()?;
         config.team = Some(TeamConfig::new(database, name));
+        config.vaults.clear();
+        config.default_vault = None;
         home.save_config(&config)?;
     }
     let core = open_core(home)?;
-    audit_team(&core, event, user, Some(target))
+    match record {
+        Some((event, target)) => audit_team(&core, event, user, Some(target)),
+        None => Ok(()),
+    }
+}
+
+/// `team init --import`: a local home becomes the team's first gateway, with its credentials.
+fn import(home: &Home, database: &str, name: Option<String>, user: &str) -> Result<(), GatewayError> {
+    check_database_url(database)?;
+    let name = gateway_name(name, user)?;
+    if !home.exists() {
+        return Err(GatewayError::NoHome(home.dir.clone()));
+    }
+    let config = home.load_config()?;
+    if config.team.is_some() {
+        return refuse_used_home(home, "team init --import");
+    }
+    let pending = engine::vaults::pending_proposals(home)?;
+    if pending > 0 {
+        return Err(GatewayError::InvalidArgument(format!(
+            "{pending} proposals are pending in this home's vaults: apply or reject them first \
+             (`vaultgate inbox list`); this version moves credentials into a team, not proposals"
+        )));
+    }
+    let credentials = engine::credentials::list_credentials(home)?;
+    // The whole log verified: the team's chain names where a sound chain ended.
+    let head = engine::audit_log::verified_head(home)?;
+    let secret = home.load_secret()?;
+    let store = PgState::connect(database)?;
+    store.import_team(
+        secret.bytes(),
+        &name,
+        env!("CARGO_PKG_VERSION"),
+        &config.gateway_id,
+        &credentials,
+        head.clone(),
+        &Operator::cli(user).audit_actor(),
+    )?;
+    drop(store);
+    enter(home, database, &name, user, None)?;
+    let vaults: Vec<&str> = config.vaults.iter().map(|v| v.id.as_str()).collect();
+    out(&format!(
+        "team {} created in {} with this home as its admin gateway '{name}'; {} credentials moved \
+         in (their tokens stay valid)\nthe team's chain opens naming this home's last record ({})\n{}\
+         next: vaultgate team secret export --out FILE for the others",
+        config.gateway_id,
+        shown_url(database),
+        credentials.len(),
+        head.map_or("none".into(), |(seq, hash)| format!("seq {seq}, {hash}")),
+        if vaults.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "vaults {} are no longer served here (their folders are untouched): put each in a git \
+                 remote and run vaultgate vault add --remote URL --id ID\n",
+                vaults.join(", ")
+            )
+        }
+    ));
+    Ok(())
 }
 
 fn team_config(home: &Home) -> Result<TeamConfig, GatewayError> {
@@ -146,7 +208,16 @@ run `vaultgate team grant-reviewer reviewer_ana` here; the reviewer joins with \
 
 pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), GatewayError> {
     match cmd {
-        TeamCmd::Init { database, name } => {
+        TeamCmd::Init {
+            database,
+            name,
+            import: true,
+        } => import(home, &database, name, user),
+        TeamCmd::Init {
+            database,
+            name,
+            import: false,
+        } => {
             check_database_url(&database)?;
             let name = gateway_name(name, user)?;
             refuse_used_home(home, "team init")?;
@@ -155,7 +226,7 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
             let store = PgState::connect(&database)?;
             let team_id = store.init_team(secret.bytes(), &name, env!("CARGO_PKG_VERSION"))?;
             drop(store);
-            enter(home, &database, &name, user, ("team.init", &team_id))?;
+            enter(home, &database, &name, user, Some(("team.init", &team_id)))?;
             out(&format!(
                 "team {team_id} created in {}; this home is its admin gateway '{name}'\n\
                  next: vaultgate team secret export --out FILE, then on another machine:\n  \
@@ -185,7 +256,7 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
             drop(store);
             home.init()?;
             home.replace_secret(&secret)?;
-            enter(home, &database, &name, user, ("team.join", &name))?;
+            enter(home, &database, &name, user, Some(("team.join", &name)))?;
             out(&format!(
                 "joined team {team_id} as the {} gateway '{name}' ({})\nnext: vaultgate token issue --name NAME (on an admin gateway), then vaultgate serve",
                 role.as_str(),
