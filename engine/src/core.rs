@@ -206,10 +206,10 @@ impl Core {
     }
 
     /// The audience of this home's tokens: the team's id in team mode, else the home's id.
-    pub fn audience(&self) -> String {
+    pub fn audience(&self) -> Result<String, GatewayError> {
         match &self.team {
-            Some(t) => t.team_id().to_owned(),
-            None => self.config().gateway_id.clone(),
+            Some(t) => t.team_id(),
+            None => Ok(self.config().gateway_id.clone()),
         }
     }
 

@@ -102,9 +102,9 @@ impl Credentials<'_> {
     /// The caller a token names, checked fresh, and whether its last use is due to be noted.
     fn check_credential(&self, token: &Token, transport: Transport) -> Result<(Caller, bool), GatewayError> {
         let now = now_unix();
-        let claims = self
-            .auth_cache
-            .claims(&self.core.secret, &self.core.audience(), token.expose(), now)?;
+        let claims =
+            self.auth_cache
+                .claims(&self.core.secret, &self.core.audience()?, token.expose(), now)?;
         // SECURITY(T-AUTH3): the row as the table holds it now (the generation is read on every
         // request; a cached row is used only while it has not moved).
         let credential = match self.core.team() {
@@ -244,7 +244,7 @@ impl Credentials<'_> {
                 &self.core.secret,
                 &auth::Claims {
                     iss: auth::ISSUER.into(),
-                    aud: self.core.audience(),
+                    aud: self.core.audience()?,
                     sub: id.as_str().to_owned(),
                     jti,
                     iat: now,
@@ -264,7 +264,7 @@ impl Credentials<'_> {
                     &self.core.secret,
                     &auth::Claims {
                         iss: auth::ISSUER.into(),
-                        aud: self.core.audience(),
+                        aud: self.core.audience()?,
                         sub: cred.id.as_str().to_owned(),
                         jti: jti.clone(),
                         iat: now,

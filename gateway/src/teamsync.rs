@@ -28,8 +28,10 @@ pub(crate) fn start(core: &Arc<Core>) {
                 loop {
                     let heard = match &listener {
                         Some(l) => l.next(every),
+                        // The database away: try again soon, so its vaults are served
+                        // shortly after it is back.
                         None => {
-                            std::thread::sleep(every);
+                            std::thread::sleep(every.min(Duration::from_secs(2)));
                             Heard::Lost
                         }
                     };

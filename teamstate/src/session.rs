@@ -10,13 +10,32 @@ use inbox::{Credential, CredentialId, NewCredential};
 
 use crate::{ChainWriter, PgState};
 
-/// A gateway of a team, as the engine uses it.
+/// A gateway of a team, as the engine uses it. Its seat (the connections, the chain's writer,
+/// the team's id) is taken at the first call that finds the database: a gateway started while
+/// the database is away serves once it is back, refusing every call meanwhile.
 pub struct TeamSession {
+    url: String,
+    gateway: String,
+    seat: Mutex<Seating>,
+    generation: SharedRead,
+}
+
+#[derive(Default)]
+struct Seating {
+    seat: Option<Arc<Seat>>,
+    /// When the last attempt failed: calls within [`RETRY`] of it fail at once instead of each
+    /// waiting for a connection of its own to time out.
+    failed_at: Option<std::time::Instant>,
+}
+
+/// How long after a failed attempt to connect calls are refused without a new attempt.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a connected session holds.
+struct Seat {
     store: Arc<PgState>,
     writer: ChainWriter,
     team_id: String,
-    gateway: String,
-    generation: SharedRead,
 }
 
 /// Reads of the credentials' generation that requests arriving together share: a request may
@@ -74,9 +93,55 @@ impl SharedRead {
 }
 
 impl TeamSession {
-    /// Connects as `gateway` to the team in `url`. Refused when the database holds no team, or
-    /// no gateway of that name (the home was not set up with `team init` or `team join` there).
+    /// The session of `gateway` in the team at `url`. A database that cannot be reached now
+    /// leaves the session unseated (every call `AUDIT_UNAVAILABLE` until it is back); one that
+    /// answers but holds no team, or no gateway of that name, is refused.
     pub fn open(url: &str, gateway: &str) -> Result<TeamSession, GatewayError> {
+        crate::check_database_url(url)?;
+        let session = TeamSession {
+            url: url.to_owned(),
+            gateway: gateway.to_owned(),
+            seat: Mutex::default(),
+            generation: SharedRead::default(),
+        };
+        match session.seat() {
+            Ok(_) => {}
+            Err(GatewayError::AuditUnavailable) => {
+                tracing::warn!("the team database cannot be reached; calls are refused until it answers");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(session)
+    }
+
+    fn seat(&self) -> Result<Arc<Seat>, GatewayError> {
+        let mut seating = self
+            .seat
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(seat) = &seating.seat {
+            return Ok(seat.clone());
+        }
+        if seating.failed_at.is_some_and(|at| at.elapsed() < RETRY) {
+            return Err(GatewayError::AuditUnavailable);
+        }
+        match Seat::connect(&self.url, &self.gateway) {
+            Ok(seat) => {
+                let seat = Arc::new(seat);
+                seating.seat = Some(seat.clone());
+                seating.failed_at = None;
+                Ok(seat)
+            }
+            Err(e) => {
+                seating.failed_at = Some(std::time::Instant::now());
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Seat {
+    fn connect(url: &str, gateway: &str) -> Result<Seat, GatewayError> {
         let store = Arc::new(PgState::connect(url)?);
         let status = store.team_status()?.ok_or_else(|| {
             GatewayError::Config(
@@ -93,24 +158,17 @@ impl TeamSession {
         // The chain's appends on a connection of their own: a batch's commit (its WAL flush)
         // never holds up the credential reads every request makes.
         let writer = ChainWriter::start(Arc::new(PgState::connect(url)?), gateway)?;
-        Ok(TeamSession {
+        Ok(Seat {
             store,
             writer,
             team_id: status.team_id,
-            gateway: gateway.to_owned(),
-            generation: SharedRead::default(),
         })
-    }
-
-    /// The store underneath (status, exports, grants).
-    pub fn store(&self) -> &PgState {
-        &self.store
     }
 }
 
 impl TeamState for TeamSession {
-    fn team_id(&self) -> &str {
-        &self.team_id
+    fn team_id(&self) -> Result<String, GatewayError> {
+        Ok(self.seat()?.team_id.clone())
     }
 
     fn gateway(&self) -> &str {
@@ -120,15 +178,16 @@ impl TeamState for TeamSession {
     fn credential_generation(&self) -> Result<i64, GatewayError> {
         // SECURITY(T-TEAM4): read after the request arrived, shared with those that arrived
         // with it.
-        self.generation.read(|| self.store.credential_generation())
+        self.generation
+            .read(|| self.seat()?.store.credential_generation())
     }
 
     fn credential(&self, id: &str) -> Result<Option<Credential>, GatewayError> {
-        Ok(self.store.credential(id)?.map(|t| t.with_hashed_jti()))
+        Ok(self.seat()?.store.credential(id)?.map(|t| t.with_hashed_jti()))
     }
 
     fn credentials(&self) -> Result<Vec<Credential>, GatewayError> {
-        self.store.list_credentials()
+        self.seat()?.store.list_credentials()
     }
 
     fn issue_credential(
@@ -137,35 +196,43 @@ impl TeamState for TeamSession {
         id: CredentialId,
         new: NewCredential,
     ) -> Result<Credential, GatewayError> {
-        self.store.issue_credential_as(&self.gateway, actor, id, new)
+        self.seat()?
+            .store
+            .issue_credential_as(&self.gateway, actor, id, new)
     }
 
     fn revoke_credential(&self, actor: &audit::Actor, id: &str, now: i64) -> Result<(), GatewayError> {
-        self.store.revoke_credential(&self.gateway, actor, id, now)
+        self.seat()?
+            .store
+            .revoke_credential(&self.gateway, actor, id, now)
     }
 
     fn set_credential_tier(&self, actor: &audit::Actor, id: &str, tier: Tier) -> Result<(), GatewayError> {
-        self.store.set_credential_tier(&self.gateway, actor, id, tier)
+        self.seat()?
+            .store
+            .set_credential_tier(&self.gateway, actor, id, tier)
     }
 
     fn append_audit(&self, entry: audit::Entry) -> Result<audit::AuditRecord, GatewayError> {
-        self.writer.append(entry)
+        self.seat()?.writer.append(entry)
     }
 
     fn heartbeat(&self) -> Result<(), GatewayError> {
-        self.store.gateway_seen(&self.gateway, env!("CARGO_PKG_VERSION"))
+        self.seat()?
+            .store
+            .gateway_seen(&self.gateway, env!("CARGO_PKG_VERSION"))
     }
 
     fn vaults(&self) -> Result<Vec<engine::remote::TeamVault>, GatewayError> {
-        self.store.team_vaults()
+        self.seat()?.store.team_vaults()
     }
 
     fn add_vault(&self, actor: &audit::Actor, vault: &engine::remote::TeamVault) -> Result<(), GatewayError> {
-        self.store.add_team_vault(&self.gateway, actor, vault)
+        self.seat()?.store.add_team_vault(&self.gateway, actor, vault)
     }
 
     fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError> {
-        self.store.remove_team_vault(&self.gateway, actor, id)
+        self.seat()?.store.remove_team_vault(&self.gateway, actor, id)
     }
 }
 

@@ -833,3 +833,65 @@ async fn a_local_home_imported_into_a_team_keeps_its_tokens_and_its_chain_names_
     assert!(home.vault.join("welcome.md").is_file());
     assert!(!home.ok(&["vault", "list"]).contains("basic"));
 }
+
+#[tokio::test]
+async fn a_gateway_started_while_the_database_is_away_refuses_calls_and_serves_once_it_is_back() {
+    let mut team = Team::start(&["g1"]);
+    let (remote, _) = remote_with_notes(team.root.path());
+    team.g(0).ok(&[
+        "vault",
+        "add",
+        "--remote",
+        remote.to_str().unwrap(),
+        "--id",
+        "notes",
+    ]);
+    let (_, token) = team.g(0).token("agent", "read");
+    team.cluster.stop();
+
+    // It starts, and refuses every call meanwhile (503, retry).
+    let srv = Server::start(team.g(0));
+    let auth = bearer(&token);
+    let read = |id| {
+        request(
+            id,
+            "tools/call",
+            json!({"name": "read_note", "arguments": {"path": "z/plan.md"}}),
+        )
+    };
+    let stateless = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "read_note"),
+    ];
+    let body = |id| {
+        let mut r = read(id);
+        r["params"]["_meta"] = crate::http::stateless_meta();
+        r
+    };
+    let resp = post(&srv, Some(&auth), &stateless, &body(2)).await;
+    assert_eq!(refusal(resp, 503).await, "AUDIT_UNAVAILABLE");
+
+    // Back: the same server authenticates, learns its vaults and reads them.
+    team.cluster.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = post(&srv, Some(&auth), &stateless, &body(3)).await;
+        if resp.status().as_u16() == 200 {
+            let v = reply(resp, 3).await;
+            if v["result"]["isError"] == json!(false) {
+                let text = v["result"]["structuredContent"]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                assert!(text.contains("Ship the first version."), "{v}");
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not serving 30 s after the database came back"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

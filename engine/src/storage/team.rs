@@ -13,8 +13,8 @@ use crate::error::GatewayError;
 /// A team's shared state, as one gateway of it sees it. Every method reads or writes the team's
 /// database now (no cache here): an unreachable database is `AUDIT_UNAVAILABLE`.
 pub trait TeamState: Send + Sync {
-    /// The team's id: the audience of every token of the team.
-    fn team_id(&self) -> &str;
+    /// The team's id: the audience of every token of the team (known once the database answered).
+    fn team_id(&self) -> Result<String, GatewayError>;
     /// This gateway's name in the team (records carry it).
     fn gateway(&self) -> &str;
     /// Moves in the commit of every credential change.
