@@ -247,6 +247,7 @@ pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, 
         cmd.args([
             "clone",
             "--quiet",
+            "--no-checkout",
             "--no-tags",
             "--single-branch",
             "--branch",
@@ -256,8 +257,21 @@ pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, 
         ])
         .arg(&partial);
         crate::git::run(cmd, "clone", None).map_err(git_error)?;
-        // The index and anything of vaultgate's stay out of git's view.
+        // SECURITY(T-TEAM7): vaultgate's own folder (the index) is never written by a checkout,
+        // whatever the remote tracks there; and it stays out of git's view.
+        std::fs::write(partial.join(".git/info/sparse-checkout"), "/*\n!/.vaultgate/\n")?;
         std::fs::write(partial.join(".git/info/exclude"), ".vaultgate/\n")?;
+        for (key, value) in [
+            ("core.sparseCheckout", "true"),
+            ("core.sparseCheckoutCone", "false"),
+        ] {
+            let mut set = local(program, &partial);
+            set.args(["config", key, value]);
+            crate::git::run(set, "config", None).map_err(git_error)?;
+        }
+        let mut fill = local(program, &partial);
+        fill.args(["reset", "--quiet", "--hard", "HEAD"]);
+        crate::git::run(fill, "reset", None).map_err(git_error)?;
         std::fs::rename(&partial, dir)?;
         return Ok(Synced::Cloned(head(program, dir)?));
     }

@@ -678,7 +678,38 @@ fn a_team_vault_refuses_transports_and_options_it_must_not_run_and_a_branch_the_
     assert!(!canary.exists());
     // Nothing was registered.
     assert!(team.chain(0).iter().all(|r| r["event"] != json!("vault.add")));
-    assert!(!team.g(0).ok(&["vault", "list"]).contains('x'));
+    assert!(
+        team.g(0)
+            .ok(&["vault", "list"])
+            .lines()
+            .all(|l| !l.starts_with("x\t"))
+    );
+
+    // A remote that tracks files in vaultgate's own folder cannot write them into the clone.
+    let person = team.root.path().join("person");
+    std::fs::create_dir_all(person.join(".vaultgate")).unwrap();
+    std::fs::write(person.join(".vaultgate/index.sqlite"), "not an index").unwrap();
+    std::fs::write(person.join(".vaultgate/planted.md"), "# planted\n").unwrap();
+    git(&person, &["add", "-f", ".vaultgate"]);
+    git(&person, &["commit", "--quiet", "-m", "plant"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    team.g(0).ok(&[
+        "vault",
+        "add",
+        "--remote",
+        remote.to_str().unwrap(),
+        "--id",
+        "planted",
+    ]);
+    let clone = team.g(0).home.join("vaults/planted");
+    assert!(clone.join("z/plan.md").is_file());
+    assert!(!clone.join(".vaultgate/planted.md").exists());
+    assert_ne!(
+        std::fs::read(clone.join(".vaultgate/index.sqlite"))
+            .ok()
+            .as_deref(),
+        Some(&b"not an index"[..])
+    );
 }
 
 #[test]
