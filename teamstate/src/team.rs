@@ -181,6 +181,39 @@ impl PgState {
         })?
     }
 
+    /// `team remove NAME` (an admin, as `gateway`): forgets the gateway `name`, with its
+    /// `team.remove` record. Its role's records are refused from then on (the chain accepts a
+    /// record only from the role of a gateway it knows); the admin then drops that role.
+    pub fn remove_gateway(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        name: &str,
+    ) -> Result<(), GatewayError> {
+        if name == gateway {
+            return Err(refused(
+                "a gateway cannot remove itself: run `vaultgate team remove` on another admin gateway",
+            ));
+        }
+        let mut entry = audit::Entry::new("team.remove", actor.clone(), audit::Outcome::Ok);
+        entry.target = Some(name.to_owned());
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let gone = tx
+                .execute("DELETE FROM vaultgate.gateways WHERE name = $1", &[&name])
+                .await
+                .map_err(db)?;
+            if gone == 0 {
+                return Err(refused(
+                    "the team has no gateway of that name (see `vaultgate team status`)",
+                ));
+            }
+            crate::chain::seal_in(&tx, gateway, vec![entry], time::OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+
     /// Whether the team has a gateway named `gateway`.
     pub fn gateway_known(&self, gateway: &str) -> Result<bool, GatewayError> {
         let client = self.client()?;

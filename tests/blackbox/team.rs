@@ -255,6 +255,19 @@ fn a_reviewer_gateway_uses_the_teams_credentials_but_its_database_role_cannot_ad
     let last = team.chain(0).pop().unwrap();
     assert_eq!(last["gateway"], json!("ana"), "{last}");
     rev.ok(&["audit", "verify"]);
+
+    // Removing gateways is an admin's: the reviewer cannot; an admin cannot remove itself; once
+    // removed, the reviewer's gateway no longer opens (its role's records would be refused).
+    refused(rev.run(&["team", "remove", "g1"]), "CAPABILITY_DENIED");
+    refused(team.g(0).run(&["team", "remove", "g1"]), "INVALID_ARGUMENT");
+    team.g(0).ok(&["team", "remove", "ana"]);
+    let e = refused(rev.run(&["token", "list"]), "INVALID_ARGUMENT");
+    assert!(e.contains("no gateway named 'ana'"), "{e}");
+    let last = team.chain(0).pop().unwrap();
+    assert_eq!(
+        (&last["event"], &last["target"], &last["gateway"]),
+        (&json!("team.remove"), &json!("ana"), &json!("g1"))
+    );
 }
 
 #[tokio::test]

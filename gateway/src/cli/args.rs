@@ -531,6 +531,12 @@ pub(crate) enum TeamCmd {
     /// The team secret.
     #[command(subcommand)]
     Secret(TeamSecretCmd),
+    /// As an admin: forget the gateway NAME (a lost or retired machine); its database role's
+    /// records are refused from then on. Drop that PostgreSQL role afterwards.
+    Remove {
+        /// The gateway's name, as `team status` lists it.
+        name: String,
+    },
     /// As an admin: let the PostgreSQL role ROLE run reviewer gateways (list, apply, reject, undo;
     /// never credentials, vaults or settings).
     GrantReviewer {

@@ -277,6 +277,16 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
             ));
             Ok(())
         }
+        TeamCmd::Remove { name } => {
+            let team = team_config(home)?;
+            let store = PgState::connect(&team.database)?;
+            store.remove_gateway(&team.name, &Operator::cli(user).audit_actor(), &name)?;
+            out(&format!(
+                "removed the gateway '{name}' from the team; drop its PostgreSQL role now (DROP ROLE …), \
+                 and issue new tokens if that machine held any"
+            ));
+            Ok(())
+        }
         TeamCmd::GrantReviewer { role } => {
             let team = team_config(home)?;
             check_database_url(&team.database)?;
