@@ -26,9 +26,12 @@ fn shown_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "(not a URL)".into();
     };
-    let (auth, tail) = match rest.find('@') {
-        Some(at) if rest[..at].find('/').is_none() => (&rest[..at], &rest[at..]),
-        _ => ("", rest),
+    // The authority ends at the first '/' or '?'; its user part at its last '@' (a password may
+    // hold an unescaped '@').
+    let authority = rest.find(['/', '?']).map_or(rest, |end| &rest[..end]);
+    let (auth, tail) = match authority.rfind('@') {
+        Some(at) => (&rest[..at], &rest[at..]),
+        None => ("", rest),
     };
     let user = auth.split(':').next().unwrap_or("");
     let mut shown = format!("{scheme}://{user}{tail}");
@@ -645,4 +648,35 @@ pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::docto
         checks.push(c);
     }
     checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn a_database_url_is_shown_without_its_password() {
+        for (url, shown) in [
+            (
+                "postgres://ana:hunter2@127.0.0.1:5432/team",
+                "postgres://ana@127.0.0.1:5432/team",
+            ),
+            ("postgres://ana@127.0.0.1/team", "postgres://ana@127.0.0.1/team"),
+            (
+                "postgres://127.0.0.1/team?user=ana&password=hunter2&sslmode=disable",
+                "postgres://127.0.0.1/team?user=ana&sslmode=disable",
+            ),
+            (
+                "postgres://ana:p%40ss@localhost/team",
+                "postgres://ana@localhost/team",
+            ),
+            (
+                "postgres://ana:pa@ss@localhost/team",
+                "postgres://ana@localhost/team",
+            ),
+            ("postgres://localhost/team", "postgres://localhost/team"),
+        ] {
+            assert_eq!(shown_url(url), shown, "{url}");
+        }
+    }
 }
