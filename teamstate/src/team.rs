@@ -83,20 +83,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
-            let made = tx
-                .execute(
-                    "INSERT INTO vaultgate.team (one, id, key_check) VALUES (true, $1, $2)
-                     ON CONFLICT DO NOTHING",
-                    &[&id, &key_check(secret)],
-                )
-                .await
-                .map_err(db)?;
-            if made == 0 {
-                return Err(refused(
-                    "this database already holds a team: join it with `vaultgate team join`",
-                ));
-            }
-            add_gateway(&tx, gateway, Role::Admin, version).await?;
+            found_team(&tx, &id, secret, gateway, version).await?;
             tx.commit().await.map_err(db)
         })??;
         Ok(id)
@@ -127,20 +114,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
-            let made = tx
-                .execute(
-                    "INSERT INTO vaultgate.team (one, id, key_check) VALUES (true, $1, $2)
-                     ON CONFLICT DO NOTHING",
-                    &[&team_id, &key_check(secret)],
-                )
-                .await
-                .map_err(db)?;
-            if made == 0 {
-                return Err(refused(
-                    "this database already holds a team: join it with `vaultgate team join`",
-                ));
-            }
-            add_gateway(&tx, gateway, Role::Admin, version).await?;
+            found_team(&tx, team_id, secret, gateway, version).await?;
             crate::credentials::import(&tx, credentials).await?;
             crate::chain::seal_in(&tx, gateway, vec![entry], time::OffsetDateTime::now_utc()).await?;
             tx.commit().await.map_err(db)
@@ -368,6 +342,30 @@ fn check_name(gateway: &str) -> Result<(), GatewayError> {
             "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -",
         ))
     }
+}
+
+/// Makes the database the team `id` (refused when it holds one already) with `gateway` as its
+/// first admin, inside `tx`.
+async fn found_team(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: &str,
+    secret: &[u8],
+    gateway: &str,
+    version: &str,
+) -> Result<(), GatewayError> {
+    let made = tx
+        .execute(
+            "INSERT INTO vaultgate.team (one, id, key_check) VALUES (true, $1, $2) ON CONFLICT DO NOTHING",
+            &[&id, &key_check(secret)],
+        )
+        .await
+        .map_err(db)?;
+    if made == 0 {
+        return Err(refused(
+            "this database already holds a team: join it with `vaultgate team join`",
+        ));
+    }
+    add_gateway(tx, gateway, Role::Admin, version).await
 }
 
 async fn add_gateway(
