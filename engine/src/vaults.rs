@@ -199,6 +199,14 @@ impl Settings<'_> {
         let mut configs = Vec::new();
         let mut outcomes = Vec::new();
         for v in listed {
+            // SECURITY(T-TEAM7): a row's id becomes a folder name under the home: one that is
+            // not a vault id (written into the database behind vaultgate's back) is skipped.
+            if !valid_id(&v.id) {
+                tracing::error!(
+                    "the team database holds a vault whose id is not a vault id; it is not served"
+                );
+                continue;
+            }
             let dir = self.core.home.dir.join("vaults").join(&v.id);
             let synced = crate::remote::sync(&self.core.git, &dir, &v);
             match &synced {

@@ -23,6 +23,22 @@ fn gateway(root: &std::path::Path) -> Env {
     Env { tmp, home, vault }
 }
 
+/// `team join` of `g` with `secret`, as `name`, plus `extra` (a role): its output.
+fn join(g: &Env, url: &str, secret: &std::path::Path, name: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "team",
+        "join",
+        "--database",
+        url,
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--name",
+        name,
+    ];
+    args.extend_from_slice(extra);
+    g.run(&args)
+}
+
 /// A team on a fresh database: g1 (admin, from `team init`), and the others joined with the
 /// secret g1 exported.
 struct Team {
@@ -47,16 +63,7 @@ impl Team {
                 assert!(said.contains(&format!("admin gateway '{name}'")), "{said}");
                 g.ok(&["team", "secret", "export", "--out", secret.to_str().unwrap()]);
             } else {
-                g.ok(&[
-                    "team",
-                    "join",
-                    "--database",
-                    &url,
-                    "--secret-file",
-                    secret.to_str().unwrap(),
-                    "--name",
-                    name,
-                ]);
+                assert_eq!(join(&g, &url, &secret, name, &[]).status.code(), Some(0));
             }
             gateways.push(g);
         }
@@ -199,18 +206,8 @@ fn a_reviewer_gateway_uses_the_teams_credentials_but_its_database_role_cannot_ad
     let secret = team.root.path().join("team.secret");
     let rev = gateway(team.root.path());
     let url = format!("postgres://reviewer_ana@127.0.0.1:{}/team", team.cluster.port);
-    rev.ok(&[
-        "team",
-        "join",
-        "--database",
-        &url,
-        "--secret-file",
-        secret.to_str().unwrap(),
-        "--name",
-        "ana",
-        "--role",
-        "reviewer",
-    ]);
+    let out = join(&rev, &url, &secret, "ana", &["--role", "reviewer"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let status: Value = serde_json::from_str(&rev.ok(&["team", "status", "--json"])).unwrap();
     assert_eq!(
         status["gateway"],
@@ -356,21 +353,15 @@ fn team_setup_refuses_a_used_home_a_wrong_secret_a_remote_host_and_folder_vaults
     let wrong = team.root.path().join("wrong.secret");
     std::fs::write(&wrong, [7u8; 32]).unwrap();
     let g = gateway(team.root.path());
-    let e = refused(
-        g.run(&[
-            "team",
-            "join",
-            "--database",
-            &team.url,
-            "--secret-file",
-            wrong.to_str().unwrap(),
-            "--name",
-            "g2",
-        ]),
-        "INVALID_ARGUMENT",
-    );
+    let e = refused(join(&g, &team.url, &wrong, "g2", &[]), "INVALID_ARGUMENT");
     assert!(e.contains("not the team's"), "{e}");
     assert!(!g.home.join("gateway.toml").exists());
+    // A secret file that never ends is refused unread (bounded, not read to the end).
+    let e = refused(
+        join(&g, &team.url, std::path::Path::new("/dev/zero"), "g2", &[]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("is not a team secret"), "{e}");
 
     // A second team in the same database: refused (join it instead).
     let other = gateway(team.root.path());
@@ -711,6 +702,15 @@ fn a_team_vault_refuses_transports_and_options_it_must_not_run_and_a_branch_the_
             .lines()
             .all(|l| !l.starts_with("x\t"))
     );
+    // A row written behind vaultgate's back whose id is a path is never served or cloned.
+    pg::connect_retrying(&team.url)
+        .query(
+            "INSERT INTO vaultgate.vaults (id, name, remote, branch) VALUES ($1, 'x', $2, 'main')",
+            &[&"../escaped", &remote.to_str().unwrap()],
+        )
+        .unwrap();
+    assert!(!team.g(0).ok(&["vault", "list"]).contains("escaped"));
+    assert!(!team.g(0).home.join("escaped").exists());
 
     // A remote that tracks files in vaultgate's own folder cannot write them into the clone.
     let person = team.root.path().join("person");
@@ -846,16 +846,8 @@ async fn a_local_home_imported_into_a_team_keeps_its_tokens_and_its_chain_names_
     home.ok(&["team", "secret", "export", "--out", secret.to_str().unwrap()]);
     let root = tempfile::tempdir().unwrap();
     let g2 = gateway(root.path());
-    g2.ok(&[
-        "team",
-        "join",
-        "--database",
-        &url,
-        "--secret-file",
-        secret.to_str().unwrap(),
-        "--name",
-        "g2",
-    ]);
+    let out = join(&g2, &url, &secret, "g2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let c = g2.stdio(&token).await;
     call(&c, "vault_list", json!({})).await.ok();
     c.close().await;

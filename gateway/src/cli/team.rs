@@ -308,8 +308,14 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
 }
 
 fn read_secret_file(file: &std::path::Path) -> Result<[u8; 32], GatewayError> {
-    let bytes = std::fs::read(file)
-        .map_err(|e| GatewayError::InvalidArgument(format!("cannot read {}: {e}", file.display())))?;
+    use std::io::Read;
+    let cannot =
+        |e: std::io::Error| GatewayError::InvalidArgument(format!("cannot read {}: {e}", file.display()));
+    // Bounded: one byte more than a secret, so `/dev/zero` or a large file is refused unread.
+    let mut bytes = Vec::with_capacity(33);
+    std::fs::File::open(file)
+        .and_then(|f| f.take(33).read_to_end(&mut bytes))
+        .map_err(cannot)?;
     bytes.try_into().map_err(|_| {
         GatewayError::InvalidArgument(format!(
             "{} is not a team secret (32 bytes, written by `vaultgate team secret export`)",
