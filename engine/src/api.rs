@@ -431,6 +431,8 @@ pub struct GetProposalOut {
 #[serde(rename_all = "camelCase")]
 pub struct RejectOut {
     pub rejected: bool,
+    /// A team vault has no inbox folder (docs/contract.md#team-mode).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub archived_to: String,
 }
 
@@ -440,6 +442,8 @@ pub struct ApplyOut {
     pub applied: bool,
     pub target: String,
     pub history_entry_id: String,
+    /// Where the proposal's files went; a team vault has no inbox folder (docs/contract.md#team-mode).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub archived_to: String,
     pub audit_seq: u64,
     /// "updated" or "failed" (the note is written either way).
@@ -448,6 +452,9 @@ pub struct ApplyOut {
     #[serde(default = "git_off")]
     pub git: String,
     pub replayed: bool,
+    /// A team vault: the commit on the remote (docs/contract.md#team-mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 fn git_off() -> String {

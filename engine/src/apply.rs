@@ -28,7 +28,7 @@ pub(crate) fn hash_mismatch() -> GatewayError {
 }
 
 /// The wire refusal of each decision.
-fn refused(d: Decision, p: &Proposal) -> GatewayError {
+pub(crate) fn refused(d: Decision, p: &Proposal) -> GatewayError {
     match d {
         Decision::Path(e) => GatewayError::Path(e),
         Decision::Refused(Refusal::HashMismatch) => hash_mismatch(),
@@ -73,6 +73,9 @@ impl Writes<'_> {
         idempotency_key: &str,
         approval: &ClientApproval<'_>,
     ) -> Result<ApplyOut, GatewayError> {
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            return crate::teamwrite::apply(self.core, team, call, v, id, given_hash, idempotency_key);
+        }
         let (mut out, settle) = self.write(
             call,
             v,

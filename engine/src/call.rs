@@ -229,6 +229,15 @@ impl<'a> Call<'a> {
                 self.tool
             )));
         }
+        let entry = self.entry_for(r);
+        let head = self.core.append_audit_record(entry, durability)?;
+        self.recorded = Some(head.seq);
+        Ok(head)
+    }
+
+    /// The record of this call as `r` describes it, for a store that seals it in the commit of
+    /// the change itself (a team's database); nothing is written here.
+    pub(crate) fn entry_for(&self, r: TxnRecord) -> Entry {
         let mut entry = self.entry(
             r.event.unwrap_or_else(|| self.event.to_owned()),
             r.outcome,
@@ -244,9 +253,27 @@ impl<'a> Call<'a> {
             entry.challenge_id = r.challenge_id;
         }
         entry.approval = r.approval;
-        let head = self.core.append_audit_record(entry, durability)?;
-        self.recorded = Some(head.seq);
-        Ok(head)
+        entry
+    }
+
+    /// The call's record, sealed by `commit` together with its change (`None`: the change did
+    /// not commit, and the call's own record is written when it ends). At most once per call.
+    pub(crate) fn record_in(
+        &mut self,
+        r: TxnRecord,
+        commit: impl FnOnce(Entry) -> Result<Option<audit::AuditRecord>, GatewayError>,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        if self.recorded.is_some() {
+            return Err(GatewayError::Internal(format!(
+                "{} tried to write a second audit record",
+                self.tool
+            )));
+        }
+        let done = commit(self.entry_for(r))?;
+        if let Some(rec) = &done {
+            self.recorded = Some(rec.seq);
+        }
+        Ok(done)
     }
 
     /// Ends the call: writes its record unless a transaction did, and answers.

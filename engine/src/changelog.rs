@@ -283,6 +283,45 @@ fn credential_trailer(actor: &audit::Actor) -> String {
     }
 }
 
+/// The commit of an apply to a team vault (docs/contract.md#team-mode): the author, subject,
+/// body and trailers of a local commit, the audit trailer naming the apply's `apply.intent`
+/// record (written before the push), and the gateway and job that pushed it.
+pub(crate) fn team_apply_commit(
+    p: &proposals::Proposal,
+    actor: &audit::Actor,
+    history_id: &str,
+    intent: &audit::AuditRecord,
+    gateway: &str,
+    job: &str,
+    date: &str,
+) -> (String, Identity) {
+    let who = identity_of(actor, Some(&p.created_by), date);
+    let commit = PendingCommit {
+        subject: cut(
+            &policy::text::escape_line(&format!("{} {}", p.kind.as_str(), p.target)),
+            SUBJECT_CHARS,
+        ),
+        body: body_of(&p.reason),
+        trailers: vec![
+            ("Vaultgate-Proposal".into(), p.id.clone()),
+            ("Vaultgate-Proposal-Hash".into(), p.proposal_hash.clone()),
+            ("Vaultgate-History-Entry".into(), history_id.to_owned()),
+            (
+                "Vaultgate-Audit".into(),
+                format!("{} {}", intent.seq, intent.hash),
+            ),
+            ("Vaultgate-Credential".into(), credential_trailer(actor)),
+            ("Vaultgate-Gateway".into(), crate::git::clean_name(gateway)),
+            ("Vaultgate-Job".into(), job.to_owned()),
+        ],
+        author_name: who.author_name.clone(),
+        author_email: who.author_email.clone(),
+        date: date.to_owned(),
+        files: Vec::new(),
+    };
+    (commit.message(), who)
+}
+
 impl History<'_> {
     /// The change's row (and its commit, when git is on), built at the commit point.
     pub(crate) fn change_row(

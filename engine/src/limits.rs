@@ -313,63 +313,97 @@ impl Proposals<'_> {
         let l = &self.core.config().limits;
         check_proposal_bytes(incoming, l)?;
         let me = actor.principal_id();
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            // docs/contract.md#team-mode: counted across the team's gateways.
+            let sizes = team.pending_sizes(&v.id)?;
+            return check_pending(&me, v, &sizes, incoming, l);
+        }
         let pending = self.core.state.pending_refs(&v.id)?;
-        let mine = len(pending.iter().filter(|p| p.created_by == me).count());
-        let next_step =
-            "ask a reviewer to apply or reject pending proposals (list_proposals), then propose again";
-        if mine >= l.max_pending_per_credential {
-            return Err(quota(
-                Quota::PendingPerCredential,
-                format!(
-                    "this credential holds {mine} pending proposals in vault '{}'; the limit is {} (limits.max_pending_per_credential): {next_step}",
-                    v.id, l.max_pending_per_credential
-                ),
-            ));
-        }
         let (sizes, unlisted) = inbox_sizes(v);
-        let (mut mine_bytes, mut all_bytes) = (0u64, 0u64);
-        for p in &pending {
-            let Ok(kind) = p.kind.parse::<proposals::Kind>() else {
-                continue;
-            };
-            // A file in a folder that could not be listed counts as large as a proposal may be:
-            // an unreadable inbox narrows the quota, never lifts it.
-            let bytes = InboxFiles::of(kind, &p.slug)
-                .files
-                .iter()
-                .filter_map(|(_, rel)| match sizes.get(rel.as_str()) {
-                    Some(n) => Some(*n),
-                    None => unlisted
-                        .iter()
-                        .any(|f| rel.starts_with(&format!("{f}/")))
-                        .then_some(l.max_proposal_bytes),
-                })
-                .fold(0u64, u64::saturating_add);
-            all_bytes = all_bytes.saturating_add(bytes);
-            if p.created_by == me {
-                mine_bytes = mine_bytes.saturating_add(bytes);
-            }
-        }
-        if mine_bytes.saturating_add(incoming) > l.max_pending_bytes_per_credential {
-            return Err(quota(
-                Quota::PendingBytesPerCredential,
-                format!(
-                    "this credential's pending proposals in vault '{}' hold {mine_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_pending_bytes_per_credential): {next_step}",
-                    v.id, l.max_pending_bytes_per_credential
-                ),
-            ));
-        }
-        if all_bytes.saturating_add(incoming) > l.max_inbox_bytes {
-            return Err(quota(
-                Quota::InboxBytes,
-                format!(
-                    "the pending proposals of vault '{}' hold {all_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_inbox_bytes): {next_step}",
-                    v.id, l.max_inbox_bytes
-                ),
-            ));
-        }
-        Ok(())
+        let sized: Vec<(String, u64)> = pending
+            .iter()
+            .filter_map(|p| {
+                let kind = p.kind.parse::<proposals::Kind>().ok()?;
+                // A file in a folder that could not be listed counts as large as a proposal may
+                // be: an unreadable inbox narrows the quota, never lifts it.
+                let bytes = InboxFiles::of(kind, &p.slug)
+                    .files
+                    .iter()
+                    .filter_map(|(_, rel)| match sizes.get(rel.as_str()) {
+                        Some(n) => Some(*n),
+                        None => unlisted
+                            .iter()
+                            .any(|f| rel.starts_with(&format!("{f}/")))
+                            .then_some(l.max_proposal_bytes),
+                    })
+                    .fold(0u64, u64::saturating_add);
+                Some((p.created_by.clone(), bytes))
+            })
+            .collect();
+        let mine = len(pending.iter().filter(|p| p.created_by == me).count());
+        check_pending_counted(&me, v, mine, &sized, incoming, l)
     }
+}
+
+/// The inbox quotas, given every pending proposal's maker and size.
+fn check_pending(
+    me: &str,
+    v: &VaultHandle,
+    pending: &[(String, u64)],
+    incoming: u64,
+    l: &Limits,
+) -> Result<(), GatewayError> {
+    let mine = len(pending.iter().filter(|(by, _)| by == me).count());
+    check_pending_counted(me, v, mine, pending, incoming, l)
+}
+
+/// [`check_pending`] with this credential's count given (a local inbox counts a proposal whose
+/// kind it cannot read too).
+fn check_pending_counted(
+    me: &str,
+    v: &VaultHandle,
+    mine: u64,
+    pending: &[(String, u64)],
+    incoming: u64,
+    l: &Limits,
+) -> Result<(), GatewayError> {
+    let next_step =
+        "ask a reviewer to apply or reject pending proposals (list_proposals), then propose again";
+    if mine >= l.max_pending_per_credential {
+        return Err(quota(
+            Quota::PendingPerCredential,
+            format!(
+                "this credential holds {mine} pending proposals in vault '{}'; the limit is {} (limits.max_pending_per_credential): {next_step}",
+                v.id, l.max_pending_per_credential
+            ),
+        ));
+    }
+    let (mut mine_bytes, mut all_bytes) = (0u64, 0u64);
+    for (by, bytes) in pending {
+        all_bytes = all_bytes.saturating_add(*bytes);
+        if by == me {
+            mine_bytes = mine_bytes.saturating_add(*bytes);
+        }
+    }
+    if mine_bytes.saturating_add(incoming) > l.max_pending_bytes_per_credential {
+        return Err(quota(
+            Quota::PendingBytesPerCredential,
+            format!(
+                "this credential's pending proposals in vault '{}' hold {mine_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_pending_bytes_per_credential): {next_step}",
+                v.id, l.max_pending_bytes_per_credential
+            ),
+        ));
+    }
+    if all_bytes.saturating_add(incoming) > l.max_inbox_bytes {
+        return Err(quota(
+            Quota::InboxBytes,
+            format!(
+                "the pending proposals of vault '{}' hold {all_bytes} bytes and this one {incoming} more; the limit is {} (limits.max_inbox_bytes): {next_step}",
+                v.id, l.max_inbox_bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Sizes of the files in the inbox folders that hold proposal text (`new/`, `patch/`), by path

@@ -122,6 +122,9 @@ impl Proposals<'_> {
     /// (docs/contract.md#applying-a-proposal check 1): the one answer of apply, reject and the
     /// in-client question alike.
     pub(crate) fn pending(&self, v: &VaultHandle, id: &str) -> Result<inbox::StoredProposal, GatewayError> {
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            return crate::teamwrite::pending(team, v, id).map(|p| p.row);
+        }
         let row = self
             .core
             .state
@@ -170,12 +173,18 @@ impl Proposals<'_> {
             Some(_) => return Err(not_this_cursor()),
             None => None,
         };
-        let mut rows = self.core.state.list_proposals_page(
-            &v.id,
-            Some(status),
-            limit + 1,
-            after_at.as_ref().map(|(a, r)| (a.as_str(), *r)),
-        )?;
+        let after_at = after_at.as_ref().map(|(a, r)| (a.as_str(), *r));
+        let mut rows = match crate::teamwrite::team_of(self.core, v) {
+            Some(team) => team
+                .list_proposals(&v.id, status, limit + 1, after_at)?
+                .into_iter()
+                .map(|p| (p.n, p.row))
+                .collect(),
+            None => self
+                .core
+                .state
+                .list_proposals_page(&v.id, Some(status), limit + 1, after_at)?,
+        };
         let truncated = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         let next_cursor = match (rows.last(), page) {
@@ -225,6 +234,12 @@ impl Proposals<'_> {
     ) -> Result<Proposal, GatewayError> {
         let id = uuid::Uuid::now_v7().to_string();
         let p = proposals::seal(draft, id, self.core.secret().bytes());
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            // docs/contract.md#team-mode: the proposal lives in the team's database, not in files.
+            let meta = serde_json::to_value(&p).map_err(|e| GatewayError::Internal(e.to_string()))?;
+            crate::teamwrite::store(team, call, &p, &meta, content, diff)?;
+            return Ok(p);
+        }
         let files = InboxFiles::of(p.kind, &p.slug);
         // No write lock: a proposal writes only its own new inbox files (created exclusively)
         // and its row, so it never waits for an apply (docs/contract.md#proposals: the lock is held only as long
@@ -473,6 +488,9 @@ impl Proposals<'_> {
         to: &str,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
+        if crate::teamwrite::team_of(self.core, v).is_some() {
+            return Err(crate::teamwrite::not_yet("proposing a move"));
+        }
         self.check_quota(call.actor(), v, 0)?;
         require_reason(reason)?;
         let from = target_path(v, from)?;
@@ -542,6 +560,10 @@ impl Proposals<'_> {
     /// Every pending proposal's id, in `list_proposals` order: what the CLI's `apply` without
     /// `--only` works through (all of them, not one page).
     pub fn pending_proposal_ids(&self, v: &VaultHandle) -> Result<Vec<String>, GatewayError> {
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            let rows = team.list_proposals(&v.id, inbox::ProposalStatus::Pending, u32::MAX, None)?;
+            return Ok(rows.into_iter().map(|p| p.row.id).collect());
+        }
         let rows = self
             .core
             .state
@@ -642,16 +664,24 @@ impl Proposals<'_> {
 
     pub fn get_proposal(&self, v: &VaultHandle, id: &ProposalId) -> Result<GetProposalOut, GatewayError> {
         let id = id.as_str();
-        let row = self
-            .core
-            .state
-            .proposal(&v.id, id)?
-            .ok_or_else(|| proposal_not_found(id))?;
+        let team = crate::teamwrite::team_of(self.core, v)
+            .map(|team| crate::teamwrite::proposal(team, v, id))
+            .transpose()?;
+        let row = match &team {
+            Some(t) => t.row.clone(),
+            None => self
+                .core
+                .state
+                .proposal(&v.id, id)?
+                .ok_or_else(|| proposal_not_found(id))?,
+        };
         let p: Proposal = serde_json::from_value(row.meta.clone())
             .map_err(|e| GatewayError::Internal(format!("stored proposal {id}: {e}")))?;
         let files = InboxFiles::of(p.kind, &p.slug);
-        // Pending proposals' content is read from the inbox as a reviewer would see it.
+        // Pending proposals' content is read from the inbox as a reviewer would see it (a team's
+        // from its database).
         let content = match (files.get("content"), row.status.as_str()) {
+            _ if team.is_some() => team.and_then(|t| t.content),
             (Some(rel), "pending") => v
                 .reader
                 .fs()
@@ -700,6 +730,9 @@ impl Proposals<'_> {
         reason: &str,
     ) -> Result<RejectOut, GatewayError> {
         require_reason(reason)?;
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            return crate::teamwrite::reject(self.core, team, call, v, id.as_str(), reason);
+        }
         self.core.writes().write(
             call,
             v,

@@ -1,7 +1,7 @@
 //! Team vaults (docs/contract.md#team-mode): notes that live in a git remote, each gateway keeping
 //! its own clone under `<home>/vaults/<id>/` as a cache it reads and indexes. This module checks a
-//! remote's URL and branch, clones, and fetches forward; it never pushes (writes to a team vault
-//! are not built yet) and never lets git prompt.
+//! remote's URL and branch, clones, fetches forward and pushes an apply's commit by
+//! compare-and-swap on the branch; it never lets git prompt.
 //!
 //! It must never run a transport other than `file`, `https` and `ssh`, take a URL or branch that
 //! git could read as an option, or move a clone's branch backwards (a remote whose new head does
@@ -233,6 +233,8 @@ pub enum Synced {
 pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, GatewayError> {
     check_remote_url(&vault.remote)?;
     check_branch(program, &vault.branch)?;
+    // One git at a time in a clone of this process (the fetch round and an apply's own sync).
+    let _held = hold(dir);
     if !dir.join(".git").is_dir() {
         let parent = dir
             .parent()
@@ -302,6 +304,131 @@ pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, 
     reset.args(["reset", "--quiet", "--hard", &theirs]);
     crate::git::run(reset, "reset", None).map_err(git_error)?;
     Ok(Synced::At(theirs))
+}
+
+/// The lock of the clone at `dir` in this process.
+fn hold(dir: &Path) -> std::sync::MutexGuard<'static, ()> {
+    type Locks = std::sync::Mutex<std::collections::HashMap<PathBuf, &'static std::sync::Mutex<()>>>;
+    static LOCKS: std::sync::OnceLock<Locks> = std::sync::OnceLock::new();
+    let lock: &'static std::sync::Mutex<()> = {
+        let mut all = LOCKS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // One small lock per clone folder for the process's life (a handful of vaults).
+        all.entry(dir.to_path_buf())
+            .or_insert_with(|| Box::leak(Box::default()))
+    };
+    lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Moves the clone at `dir` forward to `commit`, which it holds already (an apply's own commit,
+/// pushed): no fetch. The remote-tracking branch moves with it; a clone not behind `commit` is
+/// left as it is.
+pub fn advance(
+    program: &Program,
+    dir: &Path,
+    vault: &TeamVault,
+    commit: &str,
+) -> Result<Synced, GatewayError> {
+    check_branch(program, &vault.branch)?;
+    let _held = hold(dir);
+    let ours = head(program, dir)?;
+    if ours == commit {
+        return Ok(Synced::At(ours));
+    }
+    let mut ancestor = local(program, dir);
+    ancestor.args(["merge-base", "--is-ancestor", &ours, commit]);
+    if crate::git::run(ancestor, "merge-base", None).is_err() {
+        return Ok(Synced::Diverged {
+            clone: ours,
+            remote: commit.to_owned(),
+        });
+    }
+    let mut track = local(program, dir);
+    track.args([
+        "update-ref",
+        &format!("refs/remotes/origin/{}", vault.branch),
+        commit,
+    ]);
+    crate::git::run(track, "update-ref", None).map_err(git_error)?;
+    let mut reset = local(program, dir);
+    reset.args(["reset", "--quiet", "--hard", commit]);
+    crate::git::run(reset, "reset", None).map_err(git_error)?;
+    Ok(Synced::At(commit.to_owned()))
+}
+
+/// What became of a push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// The branch is at the commit now.
+    Landed,
+    /// The remote refused it (its branch is not at the base any more, or a rule said no);
+    /// nothing changed there.
+    Refused(String),
+    /// No answer (a time-out, a broken connection): settled by reading the remote ([`settle`]).
+    Unknown(String),
+}
+
+/// Pushes `commit` to the branch of `vault` if and only if the branch is at `base`
+/// (`--force-with-lease`: compare-and-swap, never a force over someone's work; a rewind is
+/// refused by the remote's own fast-forward rule too). No hook runs here.
+pub fn push(
+    program: &Program,
+    dir: &Path,
+    vault: &TeamVault,
+    commit: &str,
+    base: &str,
+) -> Result<Pushed, GatewayError> {
+    check_remote_url(&vault.remote)?;
+    check_branch(program, &vault.branch)?;
+    let target = format!("refs/heads/{}", vault.branch);
+    let mut cmd = networked(program, dir);
+    cmd.args([
+        "push",
+        "--no-verify",
+        "--no-signed",
+        &format!("--force-with-lease={target}:{base}"),
+        "--",
+        &vault.remote,
+        &format!("{commit}:{target}"),
+    ]);
+    match crate::git::run(cmd, "push", None) {
+        Ok(_) => Ok(Pushed::Landed),
+        Err(GitError::Failed { detail, .. }) => {
+            // git names a refused ref ("[rejected] … (stale info)", "(fetch first)", a
+            // remote's "[remote rejected]"); anything else (no answer) is unknown.
+            let refused = [
+                "[rejected]",
+                "[remote rejected]",
+                "stale info",
+                "non-fast-forward",
+            ]
+            .iter()
+            .any(|m| detail.contains(m));
+            Ok(if refused {
+                Pushed::Refused(detail)
+            } else {
+                Pushed::Unknown(detail)
+            })
+        }
+        Err(e) => Ok(Pushed::Unknown(e.to_string())),
+    }
+}
+
+/// Whether `commit` is on the remote's branch now (at its head or behind it), read from the
+/// remote itself: how a push without an answer is settled, never by guessing.
+pub fn landed(program: &Program, dir: &Path, vault: &TeamVault, commit: &str) -> Result<bool, GatewayError> {
+    let Some(head) = remote_head(program, vault)? else {
+        return Ok(false);
+    };
+    if head == commit {
+        return Ok(true);
+    }
+    sync(program, dir, vault)?;
+    let mut ancestor = local(program, dir);
+    ancestor.args(["merge-base", "--is-ancestor", commit, &head]);
+    Ok(crate::git::run(ancestor, "merge-base", None).is_ok())
 }
 
 fn rev(program: &Program, dir: &Path, name: &str) -> Result<String, GatewayError> {

@@ -849,6 +849,7 @@ impl Writes<'_> {
                     index: "updated".into(),
                     git: row.git_at_commit().into(),
                     replayed: false,
+                    commit: None,
                 };
                 let result = serde_json::to_value(&result).map_err(internal)?;
                 let label = format!("{} {target}", proposal_kind.as_str());

@@ -45,9 +45,10 @@ fn not_a_team() -> GatewayError {
 /// What a write to a team vault answers until team applies exist (docs/contract.md#team-mode).
 pub(crate) fn team_writes_refused() -> GatewayError {
     GatewayError::CapabilityDenied(
-        "this gateway serves team vaults, whose notes change through their git remote; \
-         proposals, applies, undo and deletions on team vaults are not available in this version \
-         yet: change the notes in your own clone and push"
+        "this gateway serves team vaults, whose notes change through their git remote: this \
+         version proposes new notes, patches, frontmatter updates and deletions and applies or \
+         rejects them; moves, undo and redo, in-client decisions and permanent deletions are not \
+         available on team vaults yet: make those in your own clone and push"
             .into(),
     )
 }
@@ -474,6 +475,7 @@ pub(crate) fn open_vaults(
                     reader,
                     group: Arc::default(),
                     lease: crate::storage::FolderLease::default(),
+                    remote: v.remote.clone(),
                 })
             }
         };

@@ -23,6 +23,7 @@ mod chain;
 mod credentials;
 mod listen;
 mod migrations;
+mod proposals;
 mod session;
 mod team;
 mod vaults;
@@ -30,6 +31,7 @@ mod vaults;
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
 pub use listen::{Heard, Listener, QUEUE};
+pub use proposals::VaultLock;
 pub use session::TeamSession;
 pub use team::{GatewaySeen, Role, TeamStatus};
 pub use vaults::VAULTS_CHANNEL;
@@ -55,6 +57,8 @@ pub struct PgState {
     rt: Option<tokio::runtime::Runtime>,
     config: tokio_postgres::Config,
     client: Mutex<Conn>,
+    /// Idle connections of vault locks (proposals.rs), kept for the next apply.
+    lock_conns: Mutex<Vec<Conn>>,
     /// Set when a call passed [`DB_DEADLINE`]: the connection may be stuck mid-answer, so the
     /// next call opens another.
     stale: AtomicBool,
@@ -271,6 +275,7 @@ impl PgState {
             rt: Some(rt),
             config,
             client: Mutex::new(client),
+            lock_conns: Mutex::default(),
             stale: AtomicBool::new(false),
         };
         state.migrate()?;

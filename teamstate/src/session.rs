@@ -5,7 +5,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use engine::Tier;
 use engine::error::GatewayError;
-use engine::storage::TeamState;
+use engine::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
 use inbox::{Credential, CredentialId, NewCredential};
 
 use crate::{ChainWriter, PgState};
@@ -233,6 +233,80 @@ impl TeamState for TeamSession {
 
     fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError> {
         self.seat()?.store.remove_team_vault(&self.gateway, actor, id)
+    }
+
+    fn insert_proposal(
+        &self,
+        p: &NewTeamProposal<'_>,
+        entry: audit::Entry,
+    ) -> Result<audit::AuditRecord, GatewayError> {
+        self.seat()?.store.insert_proposal(&self.gateway, p, entry)
+    }
+
+    fn proposal(&self, vault: &str, id: &str) -> Result<Option<TeamProposal>, GatewayError> {
+        self.seat()?.store.proposal(vault, id)
+    }
+
+    fn list_proposals(
+        &self,
+        vault: &str,
+        status: inbox::ProposalStatus,
+        limit: u32,
+        after: Option<(&str, i64)>,
+    ) -> Result<Vec<TeamProposal>, GatewayError> {
+        self.seat()?.store.list_proposals(vault, status, limit, after)
+    }
+
+    fn pending_sizes(&self, vault: &str) -> Result<Vec<(String, u64)>, GatewayError> {
+        self.seat()?.store.pending_sizes(vault)
+    }
+
+    fn reject_proposal(
+        &self,
+        id: &str,
+        by: &str,
+        at: &str,
+        reason: &str,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        self.seat()?
+            .store
+            .reject_proposal(&self.gateway, id, (by, at, reason), entry)
+    }
+
+    fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn Send>, GatewayError> {
+        Ok(Box::new(self.seat()?.store.lock_vault(vault, wait)?))
+    }
+
+    fn begin_job(
+        &self,
+        id: &str,
+        job: &TeamJob,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        self.seat()?.store.begin_job(id, job, entry)
+    }
+
+    fn job_attempt(&self, id: &str, job: &str, base: &str, commit: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.job_attempt(id, job, base, commit)
+    }
+
+    fn finish_job(
+        &self,
+        id: &str,
+        job: &str,
+        done: &TeamDone<'_>,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        self.seat()?.store.finish_job(&self.gateway, id, job, done, entry)
+    }
+
+    fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.drop_job(id, job)
+    }
+
+    fn idempotency(&self, principal: &str, key: &str) -> Result<Option<inbox::IdemRecord>, GatewayError> {
+        self.seat()?.store.idempotency(principal, key)
     }
 }
 

@@ -13,7 +13,7 @@ use crate::http::{Server, bearer, open_session, post, refusal, reply, request, u
 use crate::util::{Env, Reply, bin, call};
 
 #[path = "../../teamstate/tests/common/mod.rs"]
-mod pg;
+pub(crate) mod pg;
 
 /// A gateway's home (no vault: a team's vaults live in a git remote).
 fn gateway(root: &std::path::Path) -> Env {
@@ -41,15 +41,15 @@ fn join(g: &Env, url: &str, secret: &std::path::Path, name: &str, extra: &[&str]
 
 /// A team on a fresh database: g1 (admin, from `team init`), and the others joined with the
 /// secret g1 exported.
-struct Team {
-    cluster: pg::Cluster,
-    url: String,
-    root: tempfile::TempDir,
-    gateways: Vec<Env>,
+pub(crate) struct Team {
+    pub(crate) cluster: pg::Cluster,
+    pub(crate) url: String,
+    pub(crate) root: tempfile::TempDir,
+    pub(crate) gateways: Vec<Env>,
 }
 
 impl Team {
-    fn start(names: &[&str]) -> Team {
+    pub(crate) fn start(names: &[&str]) -> Team {
         let cluster = pg::Cluster::start();
         drop(cluster.store("team"));
         let url = format!("postgres://postgres@127.0.0.1:{}/team", cluster.port);
@@ -75,12 +75,12 @@ impl Team {
         }
     }
 
-    fn g(&self, i: usize) -> &Env {
+    pub(crate) fn g(&self, i: usize) -> &Env {
         &self.gateways[i]
     }
 
     /// The team's chain, as `audit tail` on gateway `i` shows it.
-    fn chain(&self, i: usize) -> Vec<Value> {
+    pub(crate) fn chain(&self, i: usize) -> Vec<Value> {
         serde_json::from_str(&self.g(i).ok(&["audit", "tail", "-n", "10000", "--json"])).unwrap()
     }
 }
@@ -449,7 +449,7 @@ async fn an_open_stream_of_a_credential_revoked_on_another_gateway_closes_at_onc
 }
 
 /// `git …` in `dir`, as a person runs it (a fixed identity); asserts success, answers stdout.
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -470,7 +470,7 @@ fn git(dir: &std::path::Path, args: &[&str]) -> String {
 }
 
 /// A bare remote that only moves forward, and a person's clone of it with two notes pushed.
-fn remote_with_notes(root: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn remote_with_notes(root: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let remote = root.join("notes.git");
     let person = root.join("person");
     git(
@@ -509,7 +509,7 @@ fn remote_with_notes(root: &std::path::Path) -> (std::path::PathBuf, std::path::
 }
 
 /// Waits (at most 15 s) until `check` holds, calling it again every 200 ms.
-async fn eventually<F, Fut>(what: &str, mut check: F)
+pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -610,11 +610,11 @@ async fn a_team_vault_added_on_one_gateway_is_read_on_every_gateway_and_a_person
     })
     .await;
 
-    // Writes to a team vault are refused (not built yet), and nothing lands in the clone.
+    // The writes not built for team vaults yet are refused, and nothing lands in the clone.
     let r = call(
         &on_g2,
-        "propose_new_note",
-        json!({"path": "z/new.md", "content": "# New\n", "reason": "try"}),
+        "propose_move",
+        json!({"from": "z/plan.md", "to": "z/moved.md", "reason": "try"}),
     )
     .await;
     assert_eq!(r.code(), "CAPABILITY_DENIED");

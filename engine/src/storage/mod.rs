@@ -25,7 +25,7 @@ pub mod state_conformance;
 pub mod team;
 
 pub use state::{StateStore, StateTx};
-pub use team::TeamState;
+pub use team::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
 
 /// The result of one compare-and-swap step.
 #[derive(Debug, PartialEq, Eq)]
@@ -248,6 +248,7 @@ mod tests {
             reader,
             group: Arc::default(),
             lease: FolderLease::default(),
+            remote: None,
         };
         Folder {
             tmp,

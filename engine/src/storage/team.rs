@@ -44,6 +44,102 @@ pub trait TeamState: Send + Sync {
     fn add_vault(&self, actor: &audit::Actor, vault: &crate::remote::TeamVault) -> Result<(), GatewayError>;
     /// Forgets the vault `id` (its remote is not touched), with its `vault.remove` record.
     fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError>;
+
+    /// Stores a new pending proposal, its content and its record (`entry`), in one commit.
+    fn insert_proposal(
+        &self,
+        p: &NewTeamProposal<'_>,
+        entry: audit::Entry,
+    ) -> Result<audit::AuditRecord, GatewayError>;
+    /// The proposal `id` of `vault`, with its content and its job.
+    fn proposal(&self, vault: &str, id: &str) -> Result<Option<TeamProposal>, GatewayError>;
+    /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, row)`
+    /// (content not read).
+    fn list_proposals(
+        &self,
+        vault: &str,
+        status: inbox::ProposalStatus,
+        limit: u32,
+        after: Option<(&str, i64)>,
+    ) -> Result<Vec<TeamProposal>, GatewayError>;
+    /// Every pending proposal of `vault`: who made it and how many bytes it holds (quotas).
+    fn pending_sizes(&self, vault: &str) -> Result<Vec<(String, u64)>, GatewayError>;
+    /// Rejects a pending proposal with no job running, with its record. `None`: it was not.
+    fn reject_proposal(
+        &self,
+        id: &str,
+        by: &str,
+        at: &str,
+        reason: &str,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError>;
+    /// The right to write `vault`'s remote, one gateway of the team at a time (waits at most
+    /// `wait`, else `VAULT_BUSY`); released when the returned hold is dropped or its connection
+    /// ends.
+    fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn Send>, GatewayError>;
+    /// Gives a pending proposal with no job the job `job`, with its `apply.intent` record.
+    /// `None`: the proposal is decided, or has a job already.
+    fn begin_job(
+        &self,
+        id: &str,
+        job: &TeamJob,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError>;
+    /// Notes the commit `job` is about to push, and the base it builds on (what recovery reads).
+    fn job_attempt(&self, id: &str, job: &str, base: &str, commit: &str) -> Result<(), GatewayError>;
+    /// The job landed: the proposal applied, its answer kept under the key, with the call's
+    /// record. `None`: the proposal no longer has this job.
+    fn finish_job(
+        &self,
+        id: &str,
+        job: &str,
+        done: &TeamDone<'_>,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError>;
+    /// The job did not land: the proposal is pending again with no job.
+    fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError>;
+    /// The first answer kept under a key of `principal`.
+    fn idempotency(&self, principal: &str, key: &str) -> Result<Option<inbox::IdemRecord>, GatewayError>;
+}
+
+/// A proposal as the team's database keeps it: the row a local inbox would hold, its content,
+/// and the job applying it, if one is.
+#[derive(Debug, Clone)]
+pub struct TeamProposal {
+    pub row: inbox::StoredProposal,
+    /// Its place in the listing order (the cursor's tie-breaker).
+    pub n: i64,
+    /// new and patch: the proposed text.
+    pub content: Option<String>,
+    pub job: Option<TeamJob>,
+}
+
+/// A proposal to store.
+pub struct NewTeamProposal<'a> {
+    pub row: inbox::NewProposal<'a>,
+    pub content: Option<&'a str>,
+    pub diff: Option<&'a str>,
+    /// What the proposal holds, as the quotas count it.
+    pub bytes: u64,
+}
+
+/// An apply in progress on the team's remote: who runs it, and the commit it pushes on which
+/// base once built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamJob {
+    pub id: String,
+    pub gateway: String,
+    pub base: Option<String>,
+    pub commit: Option<String>,
+}
+
+/// A job that landed.
+pub struct TeamDone<'a> {
+    pub by: &'a str,
+    pub at: &'a str,
+    /// The answer, given the seq of the record sealed with it.
+    pub result: &'a (dyn Fn(u64) -> serde_json::Value + Sync),
+    pub key: Option<inbox::IdemKey<'a>>,
 }
 
 /// Whether `jti` (from a token whose signature verified) is the one whose SHA-256 a team row holds.

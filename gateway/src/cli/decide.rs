@@ -281,7 +281,11 @@ pub(crate) fn inbox_cmd(home: &Home, cmd: InboxCmd, user: &str) -> Result<(), Ga
             let r = core
                 .decisions()
                 .operator_reject(&Operator::cli(user), &v, &id, &reason)?;
-            out(&format!("rejected {id}; archived to {}", r.archived_to));
+            if r.archived_to.is_empty() {
+                out(&format!("rejected {id}"));
+            } else {
+                out(&format!("rejected {id}; archived to {}", r.archived_to));
+            }
             Ok(())
         }
     }
@@ -361,9 +365,10 @@ pub(crate) fn apply_cmd(
                     String::new()
                 };
                 // Where git is on, whether the commit was made or waits (`vault git ID status`).
-                let git = match a.git.as_str() {
-                    "off" => String::new(),
-                    state => format!(", git {state}"),
+                let git = match (a.git.as_str(), &a.commit) {
+                    (_, Some(commit)) => format!(", pushed {commit}"),
+                    ("off", None) => String::new(),
+                    (state, None) => format!(", git {state}"),
                 };
                 out(&format!(
                     "applied {} -> {} (history {}, audit seq {}{git}){reason}",

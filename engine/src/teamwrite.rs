@@ -1,0 +1,558 @@
+//! Writes to a team vault (docs/contract.md#team-mode): proposals live in the team's database
+//! (content included), and an apply is one commit pushed to the vault's remote by
+//! compare-and-swap. The gateway that receives `apply_proposal` applies while it holds the
+//! vault's lock in the team's database: it gives the proposal a job (with its `apply.intent`
+//! record), fetches, decides with the same [`proposals::plan::decide`] as a local apply against
+//! the remote's head, builds one commit with the trailers of docs/contract.md#git-history plus
+//! `Vaultgate-Gateway` and `Vaultgate-Job`, pushes it with `--force-with-lease` to the verified
+//! base (first the clone's head, which the compare-and-swap proves current or refuses), records the apply with its answer and record in one commit, and answers once its own
+//! clone holds the commit. A remote that moved is fetched again and the proposal checked again:
+//! a change to the note itself is `PROPOSAL_STALE_BASE`, a change elsewhere gets the commit
+//! rebuilt on top (fast-forward only).
+//!
+//! It must never push but by compare-and-swap, answer an apply whose push it has not seen land
+//! (an unknown outcome is settled by reading the remote), or decide a check itself.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proposals::ops::{FileOp, Zone};
+use proposals::plan::{ApplyFacts, TargetState};
+use proposals::{Kind, Proposal};
+use serde_json::Value;
+
+use crate::api::ApplyOut;
+use crate::call::{Call, TxnRecord};
+use crate::core::{Core, VaultHandle, rfc3339};
+use crate::error::{GatewayError, Refused};
+use crate::git::{FILE_MODE, Repo, TreeEntry};
+use crate::ids::{ProposalHash, ProposalId};
+use crate::remote::{Pushed, Synced, TeamVault};
+use crate::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
+use crate::txn::internal;
+
+/// How many times an apply builds its commit again on a remote that moved meanwhile.
+const ATTEMPTS: usize = 3;
+/// The largest note an apply reads from the remote's history to check its base.
+const MAX_NOTE: usize = 64 << 20;
+
+/// The writes a team gateway serves (docs/contract.md#team-mode); the others are refused.
+pub(crate) const BUILT: &[&str] = &[
+    "propose_new_note",
+    "propose_note_patch",
+    "propose_frontmatter_update",
+    "propose_delete",
+    "apply_proposal",
+    "reject_proposal",
+];
+
+/// The team's state when `v` is a team vault (its notes in a remote).
+pub(crate) fn team_of<'c>(core: &'c Core, v: &VaultHandle) -> Option<&'c dyn TeamState> {
+    v.remote.as_ref().and(core.team())
+}
+
+/// What a team vault refuses that this version does not build yet.
+pub(crate) fn not_yet(what: &str) -> GatewayError {
+    GatewayError::CapabilityDenied(format!(
+        "{what} on a team vault is not available in this version: propose new notes, patches, \
+         frontmatter updates and deletions, and apply or reject them; change the rest in your own \
+         clone and push"
+    ))
+}
+
+/// Stores a sealed proposal in the team's database with the call's record (one commit).
+pub(crate) fn store(
+    team: &dyn TeamState,
+    call: &mut Call<'_>,
+    p: &Proposal,
+    meta: &Value,
+    content: Option<&str>,
+    diff: Option<&str>,
+) -> Result<(), GatewayError> {
+    let bytes = [content, diff]
+        .iter()
+        .flatten()
+        .map(|s| s.len() as u64)
+        .sum::<u64>()
+        .saturating_add(meta.to_string().len() as u64);
+    let new = NewTeamProposal {
+        row: inbox::NewProposal {
+            vault: &p.vault,
+            id: &p.id,
+            slug: &p.slug,
+            kind: p.kind.as_str(),
+            target: &p.target,
+            created_by: &p.created_by.credential_id,
+            created_at: &p.created_at,
+            meta,
+        },
+        content,
+        diff,
+        bytes,
+    };
+    let record = TxnRecord {
+        event: None,
+        outcome: audit::Outcome::Ok,
+        code: None,
+        target: None,
+        proposal_id: Some(p.id.clone()),
+        challenge_id: None,
+        approval: None,
+    };
+    call.record_in(record, |entry| team.insert_proposal(&new, entry).map(Some))?;
+    Ok(())
+}
+
+/// The proposal `id` of `v` (docs/contract.md#applying-a-proposal check 1 reads its status).
+pub(crate) fn proposal(
+    team: &dyn TeamState,
+    v: &VaultHandle,
+    id: &str,
+) -> Result<TeamProposal, GatewayError> {
+    team.proposal(&v.id, id)?
+        .ok_or_else(|| crate::proposing::proposal_not_found(id))
+}
+
+/// Check 1: the proposal exists and is pending.
+pub(crate) fn pending(team: &dyn TeamState, v: &VaultHandle, id: &str) -> Result<TeamProposal, GatewayError> {
+    let p = proposal(team, v, id)?;
+    match p.row.status {
+        inbox::ProposalStatus::Applied => Err(crate::proposing::already_applied(id)),
+        inbox::ProposalStatus::Rejected => Err(crate::proposing::rejected(id)),
+        inbox::ProposalStatus::Pending => Ok(p),
+    }
+}
+
+/// `reject_proposal` on a team vault: one winner among the gateways (a proposal being applied
+/// cannot be rejected meanwhile), with the call's record.
+pub(crate) fn reject(
+    core: &Core,
+    team: &dyn TeamState,
+    call: &mut Call<'_>,
+    v: &VaultHandle,
+    id: &str,
+    reason: &str,
+) -> Result<crate::api::RejectOut, GatewayError> {
+    let p = pending(team, v, id)?;
+    core.approvals()
+        .authorize_decision(call.actor(), &p.row.created_by)?;
+    let at = rfc3339(time::OffsetDateTime::now_utc());
+    let by = call.actor().label();
+    let record = TxnRecord {
+        event: None,
+        outcome: audit::Outcome::Ok,
+        code: None,
+        target: Some(p.row.target.clone()),
+        proposal_id: Some(p.row.id.clone()),
+        challenge_id: None,
+        approval: None,
+    };
+    let done = call.record_in(record, |entry| team.reject_proposal(id, &by, &at, reason, entry))?;
+    if done.is_none() {
+        return Err(match p.job {
+            Some(_) => GatewayError::VaultBusy(format!(
+                "proposal {id} is being applied by a gateway of the team; list it again in a moment"
+            )),
+            None => Refused::DecidedMeanwhile.into(),
+        });
+    }
+    Ok(crate::api::RejectOut {
+        rejected: true,
+        archived_to: String::new(),
+    })
+}
+
+/// The answer kept under the caller's key, replayed; a key used for another call is refused.
+fn first_answer(team: &dyn TeamState, call: &Call<'_>, key: &str) -> Result<Option<ApplyOut>, GatewayError> {
+    match team.idempotency(&call.actor().principal_id(), key)? {
+        None => Ok(None),
+        Some(rec) if rec.same_call(call.tool(), &call.args_hash()) => {
+            let mut out: ApplyOut = serde_json::from_value(rec.result).map_err(internal)?;
+            out.replayed = true;
+            Ok(Some(out))
+        }
+        Some(_) => Err(Refused::IdempotencyConflict { what: "apply" }.into()),
+    }
+}
+
+/// The vault's registration (its remote and branch), as the team's database holds it now.
+fn registration(team: &dyn TeamState, v: &VaultHandle) -> Result<TeamVault, GatewayError> {
+    team.vaults()?
+        .into_iter()
+        .find(|t| t.id == v.id)
+        .ok_or_else(|| GatewayError::VaultNotFound(v.id.clone()))
+}
+
+/// `apply_proposal` on a team vault.
+pub(crate) fn apply(
+    core: &Core,
+    team: &dyn TeamState,
+    call: &mut Call<'_>,
+    v: &Arc<VaultHandle>,
+    id: &ProposalId,
+    given_hash: &ProposalHash,
+    key: &str,
+) -> Result<ApplyOut, GatewayError> {
+    if key.trim().is_empty() {
+        return Err(GatewayError::InvalidArgument(
+            "idempotencyKey must not be empty".into(),
+        ));
+    }
+    if let Some(first) = first_answer(team, call, key)? {
+        return Ok(first);
+    }
+    // Checks 1–3 before waiting for the lock (and again under it).
+    let tp = pending(team, v, id.as_str())?;
+    core.approvals()
+        .authorize_decision(call.actor(), &tp.row.created_by)?;
+    let p: Proposal = serde_json::from_value(tp.row.meta.clone()).map_err(internal)?;
+    proposals::plan::check_given_hash(&p.proposal_hash, given_hash.as_str())
+        .map_err(|_| crate::apply::hash_mismatch())?;
+    if p.kind == Kind::Move {
+        return Err(not_yet("applying a move"));
+    }
+    let vault = registration(team, v)?;
+    let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
+    // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
+    let _lock = team.lock_vault(&v.id, wait)?;
+    // Whoever held the lock before may have applied it (or answered this very key).
+    if let Some(first) = first_answer(team, call, key)? {
+        return Ok(first);
+    }
+    let mut tp = pending(team, v, id.as_str())?;
+    if let Some(job) = tp.job.clone() {
+        // A job whose gateway stopped before it finished: settled from the remote.
+        settle_left_job(core, team, v, &vault, &tp, &job)?;
+        tp = pending(team, v, id.as_str())?;
+    }
+    let job = TeamJob {
+        id: uuid::Uuid::now_v7().to_string(),
+        gateway: team.gateway().to_owned(),
+        base: None,
+        commit: None,
+    };
+    let intent = call.entry_for(TxnRecord {
+        event: Some("apply.intent".into()),
+        outcome: audit::Outcome::Ok,
+        code: None,
+        target: Some(p.target.clone()),
+        proposal_id: Some(p.id.clone()),
+        challenge_id: None,
+        approval: None,
+    });
+    let intent = team
+        .begin_job(&p.id, &job, intent)?
+        .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))?;
+    let run = Job {
+        core,
+        team,
+        v,
+        vault: &vault,
+        p: &p,
+        content: tp.content.as_deref(),
+        job: &job,
+        intent: &intent,
+        given_hash,
+        key,
+    };
+    let out = run.run(call);
+    if let Err(e) = &out
+        && !matches!(e, GatewayError::AuditUnavailable)
+        && let Err(dropped) = team.drop_job(&p.id, &job.id)
+    {
+        // Left with its job: the next apply of it settles it from the remote.
+        tracing::warn!(error = %dropped, "a failed team apply kept its job");
+    }
+    out
+}
+
+/// A job left by a gateway that stopped mid-apply: landed (its commit on the remote) → the
+/// proposal is recorded applied; not landed → the proposal is free again. Runs under the lock,
+/// so the job's gateway no longer pushes (its lock ended with it).
+fn settle_left_job(
+    core: &Core,
+    team: &dyn TeamState,
+    v: &VaultHandle,
+    vault: &TeamVault,
+    tp: &TeamProposal,
+    job: &TeamJob,
+) -> Result<(), GatewayError> {
+    let dir = v.reader.fs().root();
+    let landed = match &job.commit {
+        Some(commit) => crate::remote::landed(&core.git, dir, vault, commit)?,
+        None => false,
+    };
+    if !landed {
+        return team.drop_job(&tp.row.id, &job.id);
+    }
+    let at = rfc3339(time::OffsetDateTime::now_utc());
+    let result = |_| serde_json::json!({"applied": true, "target": tp.row.target, "commit": job.commit});
+    let mut entry = audit::Entry::new(
+        "apply.recovered",
+        audit::Actor::Cli {
+            user: "recovery".into(),
+        },
+        audit::Outcome::Ok,
+    );
+    entry.vault = Some(v.id.clone());
+    entry.proposal_id = Some(tp.row.id.clone());
+    entry.target = Some(tp.row.target.clone());
+    let done = TeamDone {
+        by: &job.gateway,
+        at: &at,
+        result: &result,
+        key: None,
+    };
+    team.finish_job(&tp.row.id, &job.id, &done, entry)?;
+    Ok(())
+}
+
+/// One apply's job, from the fetch to the record.
+struct Job<'a> {
+    core: &'a Core,
+    team: &'a dyn TeamState,
+    v: &'a Arc<VaultHandle>,
+    vault: &'a TeamVault,
+    p: &'a Proposal,
+    content: Option<&'a str>,
+    job: &'a TeamJob,
+    intent: &'a audit::AuditRecord,
+    given_hash: &'a ProposalHash,
+    key: &'a str,
+}
+
+impl Job<'_> {
+    fn run(&self, call: &mut Call<'_>) -> Result<ApplyOut, GatewayError> {
+        let dir = self.v.reader.fs().root();
+        let repo = Repo::discover(&self.core.git, dir)
+            .map_err(crate::changelog::git_error)?
+            .ok_or_else(|| GatewayError::Internal(format!("the clone of vault '{}' is gone", self.v.id)))?;
+        // Fixed once: the commit built again on a moved remote has the same author line.
+        let date = rfc3339(time::OffsetDateTime::now_utc());
+        let history_id = crate::ids::HistoryEntryId::new().to_string();
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            // First on what the clone holds (the push's compare-and-swap proves it is the
+            // remote's head, or refuses), then on what a fetch brings.
+            let held = match attempt {
+                0 => crate::remote::clone_head(&self.core.git, dir),
+                _ => None,
+            };
+            let synced = match held {
+                Some(h) => Synced::At(h),
+                None => crate::remote::sync(&self.core.git, dir, self.vault)?,
+            };
+            let base = match synced {
+                Synced::Cloned(h) | Synced::At(h) => h,
+                Synced::Diverged { .. } => {
+                    return Err(GatewayError::Config(format!(
+                        "the remote of vault '{}' no longer descends from what this gateway read: \
+                         its history was rewritten; nothing was applied (ask whoever runs the \
+                         remote, then run `vaultgate doctor`)",
+                        self.v.id
+                    )));
+                }
+            };
+            let (commit, touched) = self.build(&repo, &base, &history_id, &date, call)?;
+            self.team.job_attempt(&self.p.id, &self.job.id, &base, &commit)?;
+            let landed = match crate::remote::push(&self.core.git, dir, self.vault, &commit, &base)? {
+                Pushed::Landed => true,
+                Pushed::Refused(why) => {
+                    last = why;
+                    false
+                }
+                // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
+                Pushed::Unknown(why) => {
+                    last = why;
+                    crate::remote::landed(&self.core.git, dir, self.vault, &commit)?
+                }
+            };
+            if landed {
+                return self.finish(call, &commit, &touched, &history_id);
+            }
+            tracing::info!(vault = %self.v.id, "the remote moved during an apply; checking it again");
+        }
+        Err(GatewayError::VaultBusy(format!(
+            "the remote of vault '{}' kept moving during the apply ({}); nothing was applied: retry \
+             with the same idempotencyKey",
+            self.v.id,
+            policy::text::escape_line(last.lines().last().unwrap_or_default())
+        )))
+    }
+
+    /// The proposal checked against `base` (docs/contract.md#applying-a-proposal checks 3–6)
+    /// and its one commit on it; the note paths it writes or removes.
+    fn build(
+        &self,
+        repo: &Repo,
+        base: &str,
+        history_id: &str,
+        date: &str,
+        call: &Call<'_>,
+    ) -> Result<(String, Vec<String>), GatewayError> {
+        let p = self.p;
+        let git = crate::changelog::git_error;
+        let state_at = |raw: &str| -> Result<TargetState, GatewayError> {
+            let path = policy::VaultPath::parse(raw)?;
+            let blob = repo.blob_id(base, &repo.repo_path(path.as_str())).map_err(git)?;
+            Ok(match blob {
+                Some(id) => {
+                    let bytes = repo.read_blob(&id, MAX_NOTE).map_err(git)?.ok_or_else(|| {
+                        GatewayError::Internal(format!("'{raw}' is unreadable in the remote"))
+                    })?;
+                    TargetState::Present {
+                        hash: proposals::sha256_hex(&bytes),
+                    }
+                }
+                None => match self.v.reader.fs().find_collision(&path)? {
+                    Some(other) => TargetState::Collides {
+                        existing: other.to_string(),
+                    },
+                    None => TargetState::Missing,
+                },
+            })
+        };
+        let current = state_at(&p.target)?;
+        let facts = ApplyFacts {
+            // The remote's history keeps a deleted note; the plan's trash step removes it.
+            trash_path: (p.kind == Kind::Delete).then(|| format!(".vaultgate/trash/{}", p.id)),
+            ..ApplyFacts::default()
+        };
+        let plan = proposals::plan::decide(
+            self.core.secret().bytes(),
+            self.v.reader.layout(),
+            p,
+            self.given_hash.as_str(),
+            self.content.map(str::as_bytes),
+            &current,
+            None,
+            &facts,
+        )
+        .map_err(|d| crate::apply::refused(d, p))?;
+        let mut changes: BTreeMap<String, TreeEntry> = BTreeMap::new();
+        let mut touched = Vec::new();
+        for op in plan.ops.iter().take(plan.note_ops) {
+            match op {
+                FileOp::Put {
+                    zone: Zone::Note,
+                    path,
+                    ..
+                } => {
+                    let bytes = self
+                        .content
+                        .ok_or_else(|| internal("a write without its content"))?;
+                    let blob = repo.write_blob(bytes.as_bytes()).map_err(git)?;
+                    changes.insert(repo.repo_path(path), Some((FILE_MODE.to_owned(), blob)));
+                    touched.push(path.clone());
+                }
+                FileOp::Delete {
+                    zone: Zone::Note,
+                    path,
+                    ..
+                }
+                | FileOp::Rename {
+                    from_zone: Zone::Note,
+                    from: path,
+                    ..
+                } => {
+                    changes.insert(repo.repo_path(path), None);
+                    touched.push(path.clone());
+                }
+                other => return Err(internal(format!("a team apply cannot run {other:?}"))),
+            }
+        }
+        let tree = repo
+            .tree_with(Some(&repo.tree_of(base).map_err(git)?), &changes)
+            .map_err(git)?;
+        let (message, who) = crate::changelog::team_apply_commit(
+            p,
+            &call.actor().audit_actor(),
+            history_id,
+            self.intent,
+            &self.job.gateway,
+            &self.job.id,
+            date,
+        );
+        let commit = repo.commit_tree(&tree, Some(base), &message, &who).map_err(git)?;
+        Ok((commit, touched))
+    }
+
+    /// The push landed: the proposal applied, with its answer under the key and the call's
+    /// record, in one commit; then this gateway's clone and index are brought to the commit.
+    fn finish(
+        &self,
+        call: &mut Call<'_>,
+        commit: &str,
+        touched: &[String],
+        history_id: &str,
+    ) -> Result<ApplyOut, GatewayError> {
+        let at = rfc3339(time::OffsetDateTime::now_utc());
+        let by = call.actor().label();
+        let (principal, args_hash) = (call.actor().principal_id(), call.args_hash());
+        let mut out = ApplyOut {
+            applied: true,
+            target: self.p.target.clone(),
+            history_entry_id: history_id.to_owned(),
+            archived_to: String::new(),
+            audit_seq: 0,
+            index: "updated".into(),
+            git: "committed".into(),
+            replayed: false,
+            commit: Some(commit.to_owned()),
+        };
+        let record = TxnRecord {
+            event: None,
+            outcome: audit::Outcome::Ok,
+            code: None,
+            target: Some(self.p.target.clone()),
+            proposal_id: Some(self.p.id.clone()),
+            challenge_id: None,
+            approval: None,
+        };
+        // The answer names its own record, sealed in the same commit.
+        let answer = |seq: u64| {
+            let mut out = out.clone();
+            out.audit_seq = seq;
+            serde_json::to_value(&out).unwrap_or(Value::Null)
+        };
+        let done = TeamDone {
+            by: &by,
+            at: &at,
+            result: &answer,
+            key: Some(inbox::IdemKey {
+                credential_id: &principal,
+                key: self.key,
+                tool: call.tool(),
+                args_hash: &args_hash,
+            }),
+        };
+        let recorded = call.record_in(record, |entry| {
+            self.team.finish_job(&self.p.id, &self.job.id, &done, entry)
+        })?;
+        let Some(rec) = recorded else {
+            return Err(internal(format!(
+                "proposal {} lost its job while its commit {commit} landed",
+                self.p.id
+            )));
+        };
+        out.audit_seq = rec.seq;
+        // Read-your-writes: the answer waits for this gateway's clone to hold the commit (made
+        // here, so no fetch is needed to move to it).
+        let dir = self.v.reader.fs().root();
+        match crate::remote::advance(&self.core.git, dir, self.vault, commit) {
+            Ok(_) => {
+                let paths: Vec<policy::VaultPath> = touched
+                    .iter()
+                    .filter_map(|p| policy::VaultPath::parse(p).ok())
+                    .collect();
+                self.v.reader.update_paths(&paths);
+            }
+            Err(e) => {
+                tracing::warn!(vault = %self.v.id, error = %e, "the clone did not take the applied commit yet");
+                out.index = "failed".into();
+            }
+        }
+        Ok(out)
+    }
+}

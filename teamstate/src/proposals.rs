@@ -1,0 +1,395 @@
+//! Proposals made through any gateway of the team (docs/contract.md#team-mode): one row each,
+//! content included, with the job that applies it. Every decision is a conditional UPDATE whose
+//! row count names the one winner, committed with its audit record; the right to push a vault's
+//! remote is a session advisory lock held on a connection of its own ([`VaultLock`]).
+//!
+//! It must never decide whether a proposal may be applied (the engine checks it against the
+//! remote's head) or leave a decision without its record.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use engine::error::GatewayError;
+use engine::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal};
+use inbox::{IdemRecord, ProposalStatus, StoredProposal};
+use time::OffsetDateTime;
+use tokio_postgres::Row;
+
+use crate::chain::seal_in;
+use crate::{Conn, PgState, db, open, within};
+
+/// The advisory lock's first key: vaultgate's applies (the second is the vault id's hash).
+const APPLY_LOCK: i32 = 0x7667_6170;
+
+const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
+                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit";
+
+fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, GatewayError> {
+    let status: String = r.get(7);
+    let status: ProposalStatus = status
+        .parse()
+        .map_err(|_| GatewayError::Internal(format!("a team proposal has the status '{status}'")))?;
+    let job = r.get::<_, Option<String>>(14).map(|id| TeamJob {
+        id,
+        gateway: r.get::<_, Option<String>>(15).unwrap_or_default(),
+        base: r.get(16),
+        commit: r.get(17),
+    });
+    Ok(TeamProposal {
+        row: StoredProposal {
+            id: r.get(0),
+            slug: r.get(1),
+            vault: r.get(2),
+            kind: r.get(3),
+            target: r.get(4),
+            created_by: r.get(5),
+            created_at: r.get(6),
+            status,
+            meta: r.get(8),
+            decided_at: r.get(9),
+            decided_by: r.get(10),
+            result: r.get(11),
+            reject_reason: r.get(12),
+        },
+        n: r.get(13),
+        content,
+        job,
+    })
+}
+
+/// A vault's apply lock, held on its own connection until dropped (then unlocked, and the
+/// connection kept for the next); a connection that ends releases it on the server.
+pub struct VaultLock {
+    store: Arc<PgState>,
+    conn: Option<Conn>,
+    vault: String,
+}
+
+impl Drop for VaultLock {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        let unused = AtomicBool::new(false);
+        let unlocked = within(
+            &unused,
+            conn.query_one(
+                "SELECT pg_advisory_unlock($1, hashtext($2))",
+                &[&APPLY_LOCK, &self.vault],
+            ),
+        );
+        match unlocked {
+            Ok(Ok(row)) if row.get::<_, bool>(0) => {
+                if let Ok(mut idle) = self.store.lock_conns.lock() {
+                    idle.push(conn);
+                }
+            }
+            // Not unlocked (the connection broke): dropping the connection releases it.
+            _ => conn.task.abort(),
+        }
+    }
+}
+
+impl PgState {
+    /// Stores a new pending proposal with its record.
+    pub fn insert_proposal(
+        &self,
+        gateway: &str,
+        p: &NewTeamProposal<'_>,
+        entry: audit::Entry,
+    ) -> Result<audit::AuditRecord, GatewayError> {
+        let r = &p.row;
+        let bytes = i64::try_from(p.bytes).unwrap_or(i64::MAX);
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let mut sealed = seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.execute(
+                "INSERT INTO vaultgate.proposals (id, vault, slug, kind, target, created_by, created_at, meta, content, diff, bytes)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &r.id, &r.vault, &r.slug, &r.kind, &r.target, &r.created_by, &r.created_at, r.meta,
+                    &p.content, &p.diff, &bytes,
+                ],
+            )
+            .await
+            .map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            sealed
+                .pop()
+                .ok_or_else(|| GatewayError::Internal("a proposal's record was not sealed".into()))
+        })?
+    }
+
+    /// The proposal `id` of `vault`, with its content.
+    pub fn proposal(&self, vault: &str, id: &str) -> Result<Option<TeamProposal>, GatewayError> {
+        let client = self.client()?;
+        let row = within(
+            &self.stale,
+            client.query_opt(
+                &format!("SELECT {COLUMNS}, content FROM vaultgate.proposals WHERE vault = $1 AND id = $2"),
+                &[&vault, &id],
+            ),
+        )?
+        .map_err(db)?;
+        row.map(|r| proposal_of(&r, r.get(18))).transpose()
+    }
+
+    /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, n)`.
+    pub fn list_proposals(
+        &self,
+        vault: &str,
+        status: ProposalStatus,
+        limit: u32,
+        after: Option<(&str, i64)>,
+    ) -> Result<Vec<TeamProposal>, GatewayError> {
+        let client = self.client()?;
+        let limit = i64::from(limit);
+        let status = status.as_str();
+        let rows = match after {
+            None => within(
+                &self.stale,
+                client.query(
+                    &format!(
+                        "SELECT {COLUMNS} FROM vaultgate.proposals WHERE vault = $1 AND status = $2
+                         ORDER BY created_at DESC, n DESC LIMIT $3"
+                    ),
+                    &[&vault, &status, &limit],
+                ),
+            )?,
+            Some((at, n)) => within(
+                &self.stale,
+                client.query(
+                    &format!(
+                        "SELECT {COLUMNS} FROM vaultgate.proposals WHERE vault = $1 AND status = $2
+                         AND (created_at, n) < ($4, $5)
+                         ORDER BY created_at DESC, n DESC LIMIT $3"
+                    ),
+                    &[&vault, &status, &limit, &at, &n],
+                ),
+            )?,
+        }
+        .map_err(db)?;
+        rows.iter().map(|r| proposal_of(r, None)).collect()
+    }
+
+    /// Who made each pending proposal of `vault` and its size.
+    pub fn pending_sizes(&self, vault: &str) -> Result<Vec<(String, u64)>, GatewayError> {
+        let client = self.client()?;
+        let rows = within(
+            &self.stale,
+            client.query(
+                "SELECT created_by, bytes FROM vaultgate.proposals WHERE vault = $1 AND status = 'pending'",
+                &[&vault],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), u64::try_from(r.get::<_, i64>(1)).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Rejects a pending proposal that no job is applying, with its record.
+    pub fn reject_proposal(
+        &self,
+        gateway: &str,
+        id: &str,
+        (by, at, reason): (&str, &str, &str),
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let moved = tx
+                .execute(
+                    "UPDATE vaultgate.proposals SET status = 'rejected', decided_by = $2, decided_at = $3,
+                     reject_reason = $4 WHERE id = $1 AND status = 'pending' AND job IS NULL",
+                    &[&id, &by, &at, &reason],
+                )
+                .await
+                .map_err(db)?;
+            if moved == 0 {
+                return Ok(None);
+            }
+            let mut sealed = seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)?;
+            Ok(sealed.pop())
+        })?
+    }
+
+    /// Takes `vault`'s apply lock, waiting at most `wait` (then `VAULT_BUSY`).
+    pub fn lock_vault(self: &Arc<Self>, vault: &str, wait: Duration) -> Result<VaultLock, GatewayError> {
+        let idle = self.lock_conns.lock().ok().and_then(|mut c| c.pop());
+        let conn = match idle {
+            Some(c) if !c.is_closed() => c,
+            _ => open(self.runtime()?, &self.config)?,
+        };
+        let mut lock = VaultLock {
+            store: self.clone(),
+            conn: Some(conn),
+            vault: vault.to_owned(),
+        };
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let unused = AtomicBool::new(false);
+            let conn = lock
+                .conn
+                .as_ref()
+                .ok_or_else(|| GatewayError::Internal("a vault lock without its connection".into()))?;
+            let taken = within(
+                &unused,
+                conn.query_one(
+                    "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                    &[&APPLY_LOCK, &vault],
+                ),
+            )
+            .and_then(|r| r.map_err(db));
+            match taken {
+                Ok(row) if row.get::<_, bool>(0) => return Ok(lock),
+                Ok(_) => {}
+                Err(e) => {
+                    if let Some(c) = lock.conn.take() {
+                        c.task.abort();
+                    }
+                    return Err(e);
+                }
+            }
+            if Instant::now() + pause > deadline {
+                // Not held: nothing to unlock, and the connection serves the next lock.
+                if let (Some(c), Ok(mut idle)) = (lock.conn.take(), self.lock_conns.lock()) {
+                    idle.push(c);
+                }
+                return Err(GatewayError::VaultBusy(format!(
+                    "another gateway of the team is applying to vault '{vault}'; retry with the same idempotencyKey"
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Gives a pending proposal without a job the job `job`, with its `apply.intent` record.
+    pub fn begin_job(
+        &self,
+        id: &str,
+        job: &TeamJob,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let took = tx
+                .execute(
+                    "UPDATE vaultgate.proposals SET job = $2, job_gateway = $3, job_base = NULL,
+                     job_commit = NULL, job_at = now() WHERE id = $1 AND status = 'pending' AND job IS NULL",
+                    &[&id, &job.id, &job.gateway],
+                )
+                .await
+                .map_err(db)?;
+            if took == 0 {
+                return Ok(None);
+            }
+            let mut sealed = seal_in(&tx, &job.gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)?;
+            Ok(sealed.pop())
+        })?
+    }
+
+    /// Notes the commit a job is about to push on `base`.
+    pub fn job_attempt(&self, id: &str, job: &str, base: &str, commit: &str) -> Result<(), GatewayError> {
+        let client = self.client()?;
+        let n = within(
+            &self.stale,
+            client.execute(
+                "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4 WHERE id = $1 AND job = $2",
+                &[&id, &job, &base, &commit],
+            ),
+        )?
+        .map_err(db)?;
+        if n == 0 {
+            return Err(GatewayError::Internal(format!(
+                "the apply of {id} lost its job before it pushed; nothing was pushed"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The job landed: the proposal applied, the key's answer kept, with the call's record.
+    pub fn finish_job(
+        &self,
+        gateway: &str,
+        id: &str,
+        job: &str,
+        done: &TeamDone<'_>,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let mut sealed = seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            let record = sealed
+                .pop()
+                .ok_or_else(|| GatewayError::Internal("an apply's record was not sealed".into()))?;
+            let result = (done.result)(record.seq);
+            let moved = tx
+                .execute(
+                    "UPDATE vaultgate.proposals SET status = 'applied', decided_by = $3, decided_at = $4,
+                     result = $5, job = NULL, job_at = NULL WHERE id = $1 AND job = $2 AND status = 'pending'",
+                    &[&id, &job, &done.by, &done.at, &result],
+                )
+                .await
+                .map_err(db)?;
+            if moved == 0 {
+                // Dropped: the record is not committed either.
+                return Ok(None);
+            }
+            if let Some(k) = &done.key {
+                tx.execute(
+                    "INSERT INTO vaultgate.idempotency_keys (credential_id, key, tool, args_hash, result, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    &[&k.credential_id, &k.key, &k.tool, &k.args_hash, &result, &done.at],
+                )
+                .await
+                .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(Some(record))
+        })?
+    }
+
+    /// The job did not land: pending again, with no job.
+    pub fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError> {
+        let client = self.client()?;
+        within(
+            &self.stale,
+            client.execute(
+                "UPDATE vaultgate.proposals SET job = NULL, job_gateway = NULL, job_base = NULL,
+                 job_commit = NULL, job_at = NULL WHERE id = $1 AND job = $2",
+                &[&id, &job],
+            ),
+        )?
+        .map_err(db)
+        .map(drop)
+    }
+
+    /// The first answer under `principal`'s `key`.
+    pub fn idempotency(&self, principal: &str, key: &str) -> Result<Option<IdemRecord>, GatewayError> {
+        let client = self.client()?;
+        let row = within(
+            &self.stale,
+            client.query_opt(
+                "SELECT tool, args_hash, result, created_at FROM vaultgate.idempotency_keys
+                 WHERE credential_id = $1 AND key = $2",
+                &[&principal, &key],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(row.map(|r| IdemRecord {
+            tool: r.get(0),
+            args_hash: r.get(1),
+            result: r.get(2),
+            created_at: r.get(3),
+        }))
+    }
+}

@@ -1,0 +1,407 @@
+//! docs/contract.md#team-mode, writes: a proposal made through any gateway is listed, shown,
+//! applied or rejected through any other; an apply is one commit on the vault's remote with its
+//! trailers, pushed by compare-and-swap on the base it was checked against; a person's push to
+//! the note is `PROPOSAL_STALE_BASE`, to another note the apply lands on top of it; one proposal
+//! or one key sent to three gateways at once has one effect; the database stopped refuses the
+//! apply and leaves the remote as it was.
+
+use serde_json::{Value, json};
+
+use crate::team::{Team, eventually, git, remote_with_notes};
+use crate::util::{Reply, call};
+
+/// A team of `names` with the vault `notes` on a fresh bare remote, every gateway fetching
+/// every second; the remote and a person's clone of it.
+fn team_with_vault(names: &[&str]) -> (Team, std::path::PathBuf, std::path::PathBuf) {
+    let team = Team::start(names);
+    let (remote, person) = remote_with_notes(team.root.path());
+    for g in &team.gateways {
+        crate::http::edit_config(g, "team", |t| {
+            t.insert("fetch_seconds".into(), toml::Value::Integer(1));
+        });
+    }
+    let said = team.g(0).ok(&[
+        "vault",
+        "add",
+        "--remote",
+        remote.to_str().unwrap(),
+        "--id",
+        "notes",
+    ]);
+    assert!(said.contains("added team vault 'notes'"), "{said}");
+    (team, remote, person)
+}
+
+fn head(remote: &std::path::Path) -> String {
+    git(remote, &["rev-parse", "main"]).trim().to_owned()
+}
+
+/// The full message of `rev` on the remote.
+fn message(remote: &std::path::Path, rev: &str) -> String {
+    git(remote, &["log", "-1", "--format=%B", rev])
+}
+
+fn apply_args(p: &Value, key: &str) -> Value {
+    json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key})
+}
+
+#[tokio::test]
+async fn a_proposal_made_on_one_gateway_is_applied_on_another_as_one_commit_pushed_on_the_remote() {
+    let (mut team, remote, person) = team_with_vault(&["g1", "g2", "g3"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let g2 = team.g(1).stdio(&token).await;
+    let g3 = team.g(2).stdio(&token).await;
+
+    // Proposed on g1 …
+    let note = call(&g1, "read_note", json!({"path": "z/plan.md"})).await.ok();
+    let new_text = "---\ntitle: Plan\n---\n# Plan\n\nShip the first version, reviewed.\n";
+    let p = call(
+        &g1,
+        "propose_note_patch",
+        json!({"path": "z/plan.md", "baseHash": note["hash"], "content": new_text, "reason": "review it"}),
+    )
+    .await
+    .ok();
+    // … listed and shown on g2, from the team's database (no inbox folder anywhere) …
+    let listed = call(&g2, "list_proposals", json!({})).await.ok();
+    assert_eq!(listed["proposals"][0]["id"], p["id"], "{listed}");
+    let shown = call(&g2, "get_proposal", json!({"id": p["id"]})).await.ok();
+    assert_eq!(shown["content"], json!(new_text), "{shown}");
+    assert!(
+        shown["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+Ship the first version, reviewed.")
+    );
+    for g in &team.gateways {
+        assert!(!g.home.join("vaults/notes/inbox").exists());
+    }
+    let before = head(&remote);
+
+    // … applied on g3: one commit on the remote, with the trailers, fast-forward from before.
+    let out = call(&g3, "apply_proposal", apply_args(&p, "k1")).await.ok();
+    assert_eq!(
+        (&out["applied"], &out["git"]),
+        (&json!(true), &json!("committed")),
+        "{out}"
+    );
+    let commit = out["commit"].as_str().unwrap().to_owned();
+    assert_eq!(head(&remote), commit);
+    assert_eq!(git(&remote, &["rev-parse", &format!("{commit}^")]).trim(), before);
+    assert_eq!(
+        git(&remote, &["diff", "--name-only", &before, &commit]).trim(),
+        "z/plan.md"
+    );
+    assert_eq!(git(&remote, &["show", &format!("{commit}:z/plan.md")]), new_text);
+    let msg = message(&remote, &commit);
+    for trailer in [
+        format!("Vaultgate-Proposal: {}", p["id"].as_str().unwrap()),
+        format!("Vaultgate-Proposal-Hash: {}", p["proposalHash"].as_str().unwrap()),
+        "Vaultgate-Gateway: g3".to_owned(),
+        "Vaultgate-Job: ".to_owned(),
+        "Vaultgate-Audit: ".to_owned(),
+        "Vaultgate-History-Entry: ".to_owned(),
+        "Vaultgate-Credential: agent (".to_owned(),
+    ] {
+        assert!(msg.contains(&trailer), "{trailer} missing from:\n{msg}");
+    }
+    assert!(msg.starts_with("patch z/plan.md\n\nreview it\n"), "{msg}");
+    // g3 reads it at once (its clone holds the commit); g1 within a few seconds.
+    let now = call(&g3, "read_note", json!({"path": "z/plan.md"})).await.ok();
+    assert_eq!(now["content"], json!(new_text));
+    eventually("g1 reads the applied note", || async {
+        call(&g1, "read_note", json!({"path": "z/plan.md"})).await.ok()["content"] == json!(new_text)
+    })
+    .await;
+
+    // Applied once: from g2 it is PROPOSAL_ALREADY_APPLIED; the same key on g1 replays the answer.
+    let again = call(&g2, "apply_proposal", apply_args(&p, "k2")).await;
+    assert_eq!(again.code(), "PROPOSAL_ALREADY_APPLIED");
+    let replay = call(&g1, "apply_proposal", apply_args(&p, "k1")).await.ok();
+    assert_eq!(
+        (&replay["commit"], &replay["auditSeq"], &replay["replayed"]),
+        (&out["commit"], &out["auditSeq"], &json!(true)),
+        "{replay}"
+    );
+    assert_eq!(head(&remote), commit);
+
+    // A person pushes to the note a pending patch is based on: the apply is PROPOSAL_STALE_BASE
+    // and nothing is pushed.
+    let w = call(&g1, "read_note", json!({"path": "welcome.md"})).await.ok();
+    let stale = call(
+        &g1,
+        "propose_note_patch",
+        json!({"path": "welcome.md", "baseHash": w["hash"], "content": "# Welcome\n\nAn agent's words.\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    git(&person, &["pull", "--quiet", "--ff-only"]);
+    std::fs::write(person.join("welcome.md"), "# Welcome\n\nA person's words.\n").unwrap();
+    git(&person, &["commit", "--quiet", "-am", "person"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let persons = head(&remote);
+    let r = call(&g2, "apply_proposal", apply_args(&stale, "k3")).await;
+    assert_eq!(r.code(), "PROPOSAL_STALE_BASE");
+    assert_eq!(head(&remote), persons);
+
+    // A person's push to another note: the apply lands on top, the person's commit kept.
+    let plan = call(&g3, "read_note", json!({"path": "z/plan.md"})).await.ok();
+    let on_top = call(
+        &g3,
+        "propose_note_patch",
+        json!({"path": "z/plan.md", "baseHash": plan["hash"], "content": "# Plan\n\nOn top.\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    std::fs::write(
+        person.join("welcome.md"),
+        "# Welcome\n\nA person's second words.\n",
+    )
+    .unwrap();
+    git(&person, &["commit", "--quiet", "-am", "person again"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let persons = head(&remote);
+    let out = call(&g2, "apply_proposal", apply_args(&on_top, "k4")).await.ok();
+    let commit = out["commit"].as_str().unwrap();
+    assert_eq!(head(&remote), commit);
+    assert_eq!(
+        git(&remote, &["rev-parse", &format!("{commit}^")]).trim(),
+        persons
+    );
+    assert_eq!(
+        git(&remote, &["show", "main:welcome.md"]),
+        "# Welcome\n\nA person's second words.\n"
+    );
+
+    // A new note proposed on g2, rejected on g3: applying it is refused, the remote untouched.
+    let new = call(
+        &g2,
+        "propose_new_note",
+        json!({"path": "ideas/one.md", "content": "# One\n", "reason": "idea"}),
+    )
+    .await
+    .ok();
+    let r = call(
+        &g3,
+        "reject_proposal",
+        json!({"id": new["id"], "reason": "not now"}),
+    )
+    .await
+    .ok();
+    assert_eq!(r, json!({"rejected": true}));
+    assert_eq!(
+        call(&g1, "apply_proposal", apply_args(&new, "k5")).await.code(),
+        "PROPOSAL_REJECTED"
+    );
+    let rejected = call(&g1, "list_proposals", json!({"status": "rejected"}))
+        .await
+        .ok();
+    assert_eq!(rejected["proposals"][0]["id"], new["id"]);
+
+    // A deletion, proposed on g3 (once its fetch brought the person's push) and applied with
+    // the CLI of g1: one commit removing the note.
+    eventually("g3 reads the person's push", || async {
+        call(&g3, "read_note", json!({"path": "welcome.md"})).await.ok()["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("second words"))
+    })
+    .await;
+    let w = call(&g3, "read_note", json!({"path": "welcome.md"})).await.ok();
+    let del = call(
+        &g3,
+        "propose_delete",
+        json!({"path": "welcome.md", "baseHash": w["hash"], "reason": "old"}),
+    )
+    .await
+    .ok();
+    let said = team.g(0).ok(&[
+        "apply",
+        "--vault",
+        "notes",
+        "--only",
+        del["id"].as_str().unwrap(),
+        "--yes",
+    ]);
+    assert!(said.contains("pushed "), "{said}");
+    assert!(!git(&remote, &["ls-tree", "--name-only", "main"]).contains("welcome.md"));
+    let msg = message(&remote, "main");
+    assert!(
+        msg.contains("Vaultgate-Gateway: g1") && msg.contains("Vaultgate-Credential: cli:"),
+        "{msg}"
+    );
+
+    // The database stopped: the apply is refused as AUDIT_UNAVAILABLE and the remote unchanged.
+    let plan = call(&g1, "read_note", json!({"path": "z/plan.md"})).await.ok();
+    let late = call(
+        &g1,
+        "propose_note_patch",
+        json!({"path": "z/plan.md", "baseHash": plan["hash"], "content": "# Plan\n\nLate.\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let before = head(&remote);
+    team.cluster.stop();
+    let r = call(&g2, "apply_proposal", apply_args(&late, "k6")).await;
+    assert_eq!(r.code(), "AUDIT_UNAVAILABLE");
+    assert_eq!(head(&remote), before);
+    team.cluster.start_again();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let out = loop {
+        match call(&g2, "apply_proposal", apply_args(&late, "k6")).await {
+            Reply::Ok(v) => break v,
+            Reply::Err(e) => {
+                assert_eq!(e["code"], "AUDIT_UNAVAILABLE", "{e}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no apply worked after the restart"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        }
+    };
+    assert_eq!(head(&remote), out["commit"].as_str().unwrap());
+
+    // One chain: every proposal, intent and apply recorded by the gateway that took the call;
+    // every gateway verifies it, and every pushed commit's audit trailer names a record of it.
+    let chain = team.chain(0);
+    let by = |event: &str, tool: &str, gw: &str| {
+        chain
+            .iter()
+            .any(|r| r["event"] == json!(event) && r["tool"] == json!(tool) && r["gateway"] == json!(gw))
+    };
+    assert!(by("tool_call", "propose_note_patch", "g1"));
+    assert!(by("apply.intent", "apply_proposal", "g3") && by("tool_call", "apply_proposal", "g3"));
+    assert!(by("tool_call", "reject_proposal", "g3"));
+    for line in git(
+        &remote,
+        &[
+            "log",
+            "--format=%(trailers:key=Vaultgate-Audit,valueonly)",
+            "main",
+        ],
+    )
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    {
+        let (seq, hash) = line.trim().split_once(' ').unwrap();
+        let rec = chain
+            .iter()
+            .find(|r| r["seq"].as_u64() == Some(seq.parse().unwrap()))
+            .unwrap_or_else(|| panic!("no record {seq}"));
+        assert_eq!(
+            (&rec["hash"], &rec["event"]),
+            (&json!(hash), &json!("apply.intent"))
+        );
+    }
+    for g in &team.gateways {
+        let said = g.ok(&["audit", "verify"]);
+        assert!(said.starts_with("audit chain ok: "), "{said}");
+    }
+    // Every commit on the remote moved the branch forward (the bare remote refuses anything else).
+    assert!(git(&remote, &["config", "receive.denyNonFastForwards"]).trim() == "true");
+    for c in [g1, g2, g3] {
+        c.close().await;
+    }
+}
+
+#[tokio::test]
+async fn one_proposal_or_one_key_sent_to_three_gateways_at_once_has_one_effect_and_quotas_count_across_them()
+{
+    let (team, remote, _person) = team_with_vault(&["g1", "g2", "g3"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let mut clients = Vec::new();
+    for g in &team.gateways {
+        clients.push(g.stdio(&token).await);
+    }
+    let propose = |path: &'static str| {
+        let c = &clients[0];
+        async move {
+            call(
+                c,
+                "propose_new_note",
+                json!({"path": path, "content": format!("# {path}\n"), "reason": "race"}),
+            )
+            .await
+            .ok()
+        }
+    };
+
+    // One proposal, three gateways, three keys: applied once; the others are told it was.
+    let p = propose("race/a.md").await;
+    let before = head(&remote);
+    let (a0, a1, a2) = tokio::join!(
+        call(&clients[0], "apply_proposal", apply_args(&p, "a0")),
+        call(&clients[1], "apply_proposal", apply_args(&p, "a1")),
+        call(&clients[2], "apply_proposal", apply_args(&p, "a2")),
+    );
+    let answers = vec![a0, a1, a2];
+    let (ok, refused): (Vec<Reply>, Vec<Reply>) =
+        answers.into_iter().partition(|r| matches!(r, Reply::Ok(_)));
+    assert_eq!(ok.len(), 1, "{ok:?} {refused:?}");
+    for r in refused {
+        assert_eq!(r.code(), "PROPOSAL_ALREADY_APPLIED");
+    }
+    let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(log.lines().count(), 1, "{log}");
+
+    // One key, the same call, three gateways: one effect, the same commit and record in every answer.
+    let q = propose("race/b.md").await;
+    let before = head(&remote);
+    let (a0, a1, a2) = tokio::join!(
+        call(&clients[0], "apply_proposal", apply_args(&q, "shared")),
+        call(&clients[1], "apply_proposal", apply_args(&q, "shared")),
+        call(&clients[2], "apply_proposal", apply_args(&q, "shared")),
+    );
+    let answers: Vec<Value> = [a0, a1, a2].into_iter().map(Reply::ok).collect();
+    for a in &answers {
+        assert_eq!(
+            (&a["commit"], &a["auditSeq"]),
+            (&answers[0]["commit"], &answers[0]["auditSeq"]),
+            "{answers:?}"
+        );
+    }
+    assert_eq!(
+        answers.iter().filter(|a| a["replayed"] == json!(false)).count(),
+        1
+    );
+    assert_eq!(
+        git(&remote, &["log", "--format=%H", &format!("{before}..main")])
+            .lines()
+            .count(),
+        1
+    );
+    // The key used for another call is refused on any gateway.
+    let other = propose("race/c.md").await;
+    assert_eq!(
+        call(&clients[1], "apply_proposal", apply_args(&other, "shared"))
+            .await
+            .code(),
+        "IDEMPOTENCY_CONFLICT"
+    );
+
+    // Quotas count the team's pending proposals, whichever gateway took them: with a limit of 2
+    // on g3, two pending made on g1 and g2 leave g3 no room.
+    crate::http::edit_config(team.g(2), "limits", |t| {
+        t.insert("max_pending_per_credential".into(), toml::Value::Integer(2));
+    });
+    call(
+        &clients[1],
+        "propose_new_note",
+        json!({"path": "race/d.md", "content": "# d\n", "reason": "q"}),
+    )
+    .await
+    .ok();
+    let on_g3 = team.g(2).stdio(&token).await;
+    let r = call(
+        &on_g3,
+        "propose_new_note",
+        json!({"path": "race/e.md", "content": "# e\n", "reason": "q"}),
+    )
+    .await;
+    assert_eq!(r.code(), "QUOTA_EXCEEDED");
+    on_g3.close().await;
+    for c in clients {
+        c.close().await;
+    }
+}
