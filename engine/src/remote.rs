@@ -323,15 +323,9 @@ fn hold(dir: &Path) -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Moves the clone at `dir` forward to `commit`, which it holds already (an apply's own commit,
-/// pushed): no fetch. The remote-tracking branch moves with it; a clone not behind `commit` is
-/// left as it is.
-pub fn advance(
-    program: &Program,
-    dir: &Path,
-    vault: &TeamVault,
-    commit: &str,
-) -> Result<Synced, GatewayError> {
-    check_branch(program, &vault.branch)?;
+/// pushed): no fetch (the next one moves the remote-tracking branch). A clone not behind
+/// `commit` is left as it is.
+pub fn advance(program: &Program, dir: &Path, commit: &str) -> Result<Synced, GatewayError> {
     let _held = hold(dir);
     let ours = head(program, dir)?;
     if ours == commit {
@@ -345,13 +339,6 @@ pub fn advance(
             remote: commit.to_owned(),
         });
     }
-    let mut track = local(program, dir);
-    track.args([
-        "update-ref",
-        &format!("refs/remotes/origin/{}", vault.branch),
-        commit,
-    ]);
-    crate::git::run(track, "update-ref", None).map_err(git_error)?;
     let mut reset = local(program, dir);
     reset.args(["reset", "--quiet", "--hard", commit]);
     crate::git::run(reset, "reset", None).map_err(git_error)?;

@@ -308,6 +308,25 @@ fn settle_left_job(
     Ok(())
 }
 
+/// The repository of the clone at `dir`, found once per process (a clone deleted and made again
+/// is at the same place).
+fn repo_of(core: &Core, dir: &std::path::Path) -> Result<Repo, GatewayError> {
+    type Found = std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Repo>>;
+    static FOUND: std::sync::OnceLock<Found> = std::sync::OnceLock::new();
+    let found = FOUND.get_or_init(Default::default);
+    if let Some(repo) = found.lock().ok().and_then(|f| f.get(dir).cloned()) {
+        return Ok(repo);
+    }
+    let repo = Repo::discover(&core.git, dir)
+        .map_err(crate::changelog::git_error)?
+        .filter(|r| r.top() == dir)
+        .ok_or_else(|| GatewayError::Internal(format!("no clone at {}", dir.display())))?;
+    if let Ok(mut f) = found.lock() {
+        f.insert(dir.to_path_buf(), repo.clone());
+    }
+    Ok(repo)
+}
+
 /// One apply's job, from the fetch to the record.
 struct Job<'a> {
     core: &'a Core,
@@ -325,9 +344,7 @@ struct Job<'a> {
 impl Job<'_> {
     fn run(&self, call: &mut Call<'_>) -> Result<ApplyOut, GatewayError> {
         let dir = self.v.reader.fs().root();
-        let repo = Repo::discover(&self.core.git, dir)
-            .map_err(crate::changelog::git_error)?
-            .ok_or_else(|| GatewayError::Internal(format!("the clone of vault '{}' is gone", self.v.id)))?;
+        let repo = repo_of(self.core, dir)?;
         // Fixed once: the commit built again on a moved remote has the same author line.
         let date = rfc3339(time::OffsetDateTime::now_utc());
         let history_id = crate::ids::HistoryEntryId::new().to_string();
@@ -462,9 +479,8 @@ impl Job<'_> {
                 other => return Err(internal(format!("a team apply cannot run {other:?}"))),
             }
         }
-        let tree = repo
-            .tree_with(Some(&repo.tree_of(base).map_err(git)?), &changes)
-            .map_err(git)?;
+        // A commit names its tree: `base` is listed as it.
+        let tree = repo.tree_with(Some(base), &changes).map_err(git)?;
         let (message, who) = crate::changelog::team_apply_commit(
             p,
             &call.actor().audit_actor(),
@@ -540,7 +556,7 @@ impl Job<'_> {
         // Read-your-writes: the answer waits for this gateway's clone to hold the commit (made
         // here, so no fetch is needed to move to it).
         let dir = self.v.reader.fs().root();
-        match crate::remote::advance(&self.core.git, dir, self.vault, commit) {
+        match crate::remote::advance(&self.core.git, dir, commit) {
             Ok(_) => {
                 let paths: Vec<policy::VaultPath> = touched
                     .iter()

@@ -16,7 +16,8 @@
 //! `audit_chain_head`; `audit_head` is what [`StateTx::append_audit`] registers until the
 //! transaction seals its record in that chain. The team's credentials (credentials.rs) are the
 //! third: read fresh by every request, each change committed with its generation and its record
-//! and announced to [`Listener`]s. Proposals' content, jobs and the leases follow.
+//! and announced to [`Listener`]s. Proposals made through any gateway, with their content and the
+//! job applying each (proposals.rs), are the fourth; the elected applier's lease follows.
 #![forbid(unsafe_code)]
 
 mod chain;

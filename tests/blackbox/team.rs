@@ -16,7 +16,7 @@ use crate::util::{Env, Reply, bin, call};
 pub(crate) mod pg;
 
 /// A gateway's home (no vault: a team's vaults live in a git remote).
-fn gateway(root: &std::path::Path) -> Env {
+pub(crate) fn gateway(root: &std::path::Path) -> Env {
     let tmp = tempfile::tempdir_in(root).unwrap();
     let home = tmp.path().join("home");
     let vault = tmp.path().join("no-vault");
@@ -24,7 +24,13 @@ fn gateway(root: &std::path::Path) -> Env {
 }
 
 /// `team join` of `g` with `secret`, as `name`, plus `extra` (a role): its output.
-fn join(g: &Env, url: &str, secret: &std::path::Path, name: &str, extra: &[&str]) -> std::process::Output {
+pub(crate) fn join(
+    g: &Env,
+    url: &str,
+    secret: &std::path::Path,
+    name: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let mut args = vec![
         "team",
         "join",

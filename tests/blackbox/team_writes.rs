@@ -405,3 +405,84 @@ async fn one_proposal_or_one_key_sent_to_three_gateways_at_once_has_one_effect_a
         c.close().await;
     }
 }
+
+#[tokio::test]
+async fn a_reviewer_gateway_applies_and_rejects_proposals_made_on_another() {
+    let (team, remote, _person) = team_with_vault(&["g1"]);
+    let admin = crate::team::pg::connect_retrying(&team.url);
+    admin.query("CREATE ROLE reviewer_ana LOGIN", &[]).unwrap();
+    team.g(0).ok(&["team", "grant-reviewer", "reviewer_ana"]);
+    let rev = crate::team::gateway(team.root.path());
+    let url = format!("postgres://reviewer_ana@127.0.0.1:{}/team", team.cluster.port);
+    let secret = team.root.path().join("team.secret");
+    let out = crate::team::join(&rev, &url, &secret, "ana", &["--role", "reviewer"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (_, token) = team.g(0).token("agent", "propose");
+    let g1 = team.g(0).stdio(&token).await;
+    let p = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "ideas/two.md", "content": "# Two\n", "reason": "idea"}),
+    )
+    .await
+    .ok();
+    let q = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "ideas/three.md", "content": "# Three\n", "reason": "idea"}),
+    )
+    .await
+    .ok();
+    // A `propose` credential may not apply what it proposed.
+    assert_eq!(
+        call(&g1, "apply_proposal", apply_args(&p, "k")).await.code(),
+        "CAPABILITY_DENIED"
+    );
+    let listed = rev.ok(&["inbox", "list", "--vault", "notes"]);
+    assert!(
+        listed.contains("ideas/two.md") && listed.contains("ideas/three.md"),
+        "{listed}"
+    );
+
+    // The reviewer applies one and rejects the other, from its own gateway.
+    let said = rev.ok(&[
+        "apply",
+        "--vault",
+        "notes",
+        "--only",
+        p["id"].as_str().unwrap(),
+        "--yes",
+    ]);
+    assert!(said.contains("pushed "), "{said}");
+    assert_eq!(git(&remote, &["show", "main:ideas/two.md"]), "# Two\n");
+    let msg = message(&remote, "main");
+    assert!(msg.contains("Vaultgate-Gateway: ana"), "{msg}");
+    assert!(msg.contains("Vaultgate-Proposal: "), "{msg}");
+    rev.ok(&[
+        "inbox",
+        "reject",
+        q["id"].as_str().unwrap(),
+        "--vault",
+        "notes",
+        "--reason",
+        "later",
+    ]);
+    let status = call(&g1, "get_proposal", json!({"id": q["id"]})).await.ok();
+    assert_eq!(status["status"], json!("rejected"), "{status}");
+    // Its records are the reviewer's, in the one chain every gateway verifies.
+    let chain = team.chain(0);
+    assert!(
+        chain.iter().any(|r| r["event"] == json!("cli")
+            && r["tool"] == json!("apply_proposal")
+            && r["gateway"] == json!("ana")),
+        "{chain:?}"
+    );
+    rev.ok(&["audit", "verify"]);
+    g1.close().await;
+}
