@@ -222,8 +222,12 @@ pub(crate) fn apply(
     }
     let mut tp = pending(team, v, id.as_str())?;
     if let Some(job) = tp.job.clone() {
-        // A job whose gateway stopped before it finished: settled from the remote.
+        // A job whose gateway stopped before it finished: settled from the remote (its caller's
+        // key then answers, this retry of it too).
         settle_left_job(core, team, v, &vault, &tp, &job)?;
+        if let Some(first) = first_answer(team, call, key)? {
+            return Ok(first);
+        }
         tp = pending(team, v, id.as_str())?;
     }
     let job = TeamJob {
@@ -231,6 +235,12 @@ pub(crate) fn apply(
         gateway: team.gateway().to_owned(),
         base: None,
         commit: None,
+        key: Some(serde_json::json!({
+            "credentialId": call.actor().principal_id(),
+            "key": key,
+            "tool": call.tool(),
+            "argsHash": call.args_hash(),
+        })),
     };
     let intent = call.entry_for(TxnRecord {
         event: Some("apply.intent".into()),
@@ -244,6 +254,7 @@ pub(crate) fn apply(
     let intent = team
         .begin_job(&p.id, &job, intent)?
         .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))?;
+    core.failpoints.hit("team_apply.after_intent");
     let run = Job {
         core,
         team,
@@ -255,13 +266,15 @@ pub(crate) fn apply(
         intent: &intent,
         given_hash,
         key,
+        uncertain: std::cell::Cell::new(false),
     };
     let out = run.run(call);
+    // A push whose outcome is unknown keeps its job: the next apply settles it from the remote.
     if let Err(e) = &out
+        && !run.uncertain.get()
         && !matches!(e, GatewayError::AuditUnavailable)
         && let Err(dropped) = team.drop_job(&p.id, &job.id)
     {
-        // Left with its job: the next apply of it settles it from the remote.
         tracing::warn!(error = %dropped, "a failed team apply kept its job");
     }
     out
@@ -287,7 +300,24 @@ fn settle_left_job(
         return team.drop_job(&tp.row.id, &job.id);
     }
     let at = rfc3339(time::OffsetDateTime::now_utc());
-    let result = |_| serde_json::json!({"applied": true, "target": tp.row.target, "commit": job.commit});
+    // The answer its caller would have had, kept under the caller's key.
+    let answer = ApplyOut {
+        applied: true,
+        target: tp.row.target.clone(),
+        history_entry_id: String::new(),
+        archived_to: String::new(),
+        audit_seq: 0,
+        index: "updated".into(),
+        git: "committed".into(),
+        replayed: false,
+        commit: job.commit.clone(),
+    };
+    let result = |seq: u64| {
+        let mut out = answer.clone();
+        out.audit_seq = seq;
+        serde_json::to_value(&out).unwrap_or(Value::Null)
+    };
+    let key: Option<JobKey> = job.key.clone().and_then(|k| serde_json::from_value(k).ok());
     let mut entry = audit::Entry::new(
         "apply.recovered",
         audit::Actor::Cli {
@@ -302,10 +332,25 @@ fn settle_left_job(
         by: &job.gateway,
         at: &at,
         result: &result,
-        key: None,
+        key: key.as_ref().map(|k| inbox::IdemKey {
+            credential_id: &k.credential_id,
+            key: &k.key,
+            tool: &k.tool,
+            args_hash: &k.args_hash,
+        }),
     };
     team.finish_job(&tp.row.id, &job.id, &done, entry)?;
     Ok(())
+}
+
+/// A job's caller's key, as [`TeamJob::key`] keeps it.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JobKey {
+    credential_id: String,
+    key: String,
+    tool: String,
+    args_hash: String,
 }
 
 /// The repository of the clone at `dir`, found once per process (a clone deleted and made again
@@ -339,6 +384,8 @@ struct Job<'a> {
     intent: &'a audit::AuditRecord,
     given_hash: &'a ProposalHash,
     key: &'a str,
+    /// A push was made whose outcome is not known: the job must stay for recovery.
+    uncertain: std::cell::Cell<bool>,
 }
 
 impl Job<'_> {
@@ -373,6 +420,8 @@ impl Job<'_> {
             };
             let (commit, touched) = self.build(&repo, &base, &history_id, &date, call)?;
             self.team.job_attempt(&self.p.id, &self.job.id, &base, &commit)?;
+            self.core.failpoints.hit("team_apply.before_push");
+            self.uncertain.set(true);
             let landed = match crate::remote::push(&self.core.git, dir, self.vault, &commit, &base)? {
                 Pushed::Landed => true,
                 Pushed::Refused(why) => {
@@ -386,8 +435,12 @@ impl Job<'_> {
                 }
             };
             if landed {
-                return self.finish(call, &commit, &touched, &history_id);
+                self.core.failpoints.hit("team_apply.after_push");
+                let out = self.finish(call, &commit, &touched, &history_id)?;
+                self.uncertain.set(false);
+                return Ok(out);
             }
+            self.uncertain.set(false);
             tracing::info!(vault = %self.v.id, "the remote moved during an apply; checking it again");
         }
         Err(GatewayError::VaultBusy(format!(
@@ -553,6 +606,7 @@ impl Job<'_> {
             )));
         };
         out.audit_seq = rec.seq;
+        self.core.failpoints.hit("team_apply.after_record");
         // Read-your-writes: the answer waits for this gateway's clone to hold the commit (made
         // here, so no fetch is needed to move to it).
         let dir = self.v.reader.fs().root();

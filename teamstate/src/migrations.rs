@@ -215,7 +215,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         FOR EACH STATEMENT EXECUTE FUNCTION vaultgate.audit_follows_batch();
     REVOKE EXECUTE ON FUNCTION vaultgate.audit_follows_batch() FROM PUBLIC;",
     // 7: proposals made through any gateway (proposals.rs): the content lives in the row (a team
-    // has no inbox folder), and the job applying one, if any (who, on which base, which commit).
+    // has no inbox folder), and the job applying one, if any (who, on which base, which commit,
+    // for whose idempotency key).
     // `n` orders the listing (an identity: inserting needs no right on its sequence).
     "ALTER TABLE vaultgate.proposals
         ADD COLUMN n bigint GENERATED ALWAYS AS IDENTITY,
@@ -227,6 +228,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         ADD COLUMN job_gateway text,
         ADD COLUMN job_base text,
         ADD COLUMN job_commit text,
+        ADD COLUMN job_key jsonb,
         ADD COLUMN job_at timestamptz;
     CREATE INDEX proposals_listing ON vaultgate.proposals (vault, status, created_at DESC, n DESC);",
 ];

@@ -23,7 +23,7 @@ use crate::{Conn, PgState, db, open, within};
 const APPLY_LOCK: i32 = 0x7667_6170;
 
 const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
-                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit";
+                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key";
 
 fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, GatewayError> {
     let status: String = r.get(7);
@@ -35,6 +35,7 @@ fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, Gateway
         gateway: r.get::<_, Option<String>>(15).unwrap_or_default(),
         base: r.get(16),
         commit: r.get(17),
+        key: r.get(18),
     });
     Ok(TeamProposal {
         row: StoredProposal {
@@ -131,7 +132,7 @@ impl PgState {
             ),
         )?
         .map_err(db)?;
-        row.map(|r| proposal_of(&r, r.get(18))).transpose()
+        row.map(|r| proposal_of(&r, r.get(19))).transpose()
     }
 
     /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, n)`.
@@ -282,8 +283,9 @@ impl PgState {
             let took = tx
                 .execute(
                     "UPDATE vaultgate.proposals SET job = $2, job_gateway = $3, job_base = NULL,
-                     job_commit = NULL, job_at = now() WHERE id = $1 AND status = 'pending' AND job IS NULL",
-                    &[&id, &job.id, &job.gateway],
+                     job_commit = NULL, job_key = $4, job_at = now()
+                     WHERE id = $1 AND status = 'pending' AND job IS NULL",
+                    &[&id, &job.id, &job.gateway, &job.key],
                 )
                 .await
                 .map_err(db)?;
@@ -365,7 +367,7 @@ impl PgState {
             &self.stale,
             client.execute(
                 "UPDATE vaultgate.proposals SET job = NULL, job_gateway = NULL, job_base = NULL,
-                 job_commit = NULL, job_at = NULL WHERE id = $1 AND job = $2",
+                 job_commit = NULL, job_key = NULL, job_at = NULL WHERE id = $1 AND job = $2",
                 &[&id, &job],
             ),
         )?

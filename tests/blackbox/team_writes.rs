@@ -486,3 +486,89 @@ async fn a_reviewer_gateway_applies_and_rejects_proposals_made_on_another() {
     rev.ok(&["audit", "verify"]);
     g1.close().await;
 }
+
+/// A stdio server of `g` for `token` that aborts (as `kill -9` would) at the team apply's `step`.
+async fn stdio_dying_at(g: &crate::util::Env, token: &str, step: &str) -> crate::util::Client {
+    use rmcp::ServiceExt;
+    let mut cmd = tokio::process::Command::new(crate::util::bin());
+    cmd.arg("stdio")
+        .arg("--home")
+        .arg(&g.home)
+        .env_remove("VAULTGATE_HOME")
+        .env("VAULTGATE_TOKEN", token)
+        .env("VAULTGATE_TEST_FAILPOINT", step)
+        .stderr(std::process::Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    crate::util::Client {
+        inner: ().serve(transport).await.unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the_callers_retry_answers_it() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    for (i, step) in [
+        "team_apply.after_intent",
+        "team_apply.before_push",
+        "team_apply.after_push",
+        "team_apply.after_record",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = call(
+            &g2,
+            "propose_new_note",
+            json!({"path": format!("crash/{i}.md"), "content": format!("# {i}\n"), "reason": step}),
+        )
+        .await
+        .ok();
+        let before = head(&remote);
+        // g1 dies at `step` while applying it: the call gets no answer.
+        let dying = stdio_dying_at(team.g(0), &token, step).await;
+        let key = format!("key-{i}");
+        let lost = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dying.try_call("apply_proposal", apply_args(&p, &key)),
+        )
+        .await
+        .expect("the dying gateway neither answered nor died");
+        assert!(lost.is_err(), "{step}: the dying gateway answered {lost:?}");
+        // The caller retries with its key on g2: the apply is the one answer, made exactly once.
+        let out = call(&g2, "apply_proposal", apply_args(&p, &key)).await.ok();
+        assert_eq!(
+            (&out["applied"], &out["git"]),
+            (&json!(true), &json!("committed")),
+            "{step}: {out}"
+        );
+        let commit = out["commit"].as_str().unwrap();
+        assert_eq!(head(&remote), commit, "{step}");
+        let landed = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+        assert_eq!(landed.lines().count(), 1, "{step}: {landed}");
+        assert!(
+            message(&remote, commit).contains(&format!("Vaultgate-Proposal: {}", p["id"].as_str().unwrap()))
+        );
+        assert_eq!(
+            call(&g2, "get_proposal", json!({"id": p["id"]})).await.ok()["status"],
+            json!("applied"),
+            "{step}"
+        );
+        // And again: the same answer.
+        let again = call(&g2, "apply_proposal", apply_args(&p, &key)).await.ok();
+        assert_eq!(
+            (&again["commit"], &again["replayed"]),
+            (&out["commit"], &json!(true)),
+            "{step}"
+        );
+    }
+    // The pushes the dying gateway made were settled from the remote and recorded as such.
+    let chain = team.chain(1);
+    assert!(
+        chain.iter().any(|r| r["event"] == json!("apply.recovered")),
+        "no recovery recorded"
+    );
+    team.g(1).ok(&["audit", "verify"]);
+    g2.close().await;
+}

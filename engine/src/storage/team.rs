@@ -131,6 +131,9 @@ pub struct TeamJob {
     pub gateway: String,
     pub base: Option<String>,
     pub commit: Option<String>,
+    /// The caller's key (`{credentialId, key, tool, argsHash}`): whoever settles a job its
+    /// gateway left keeps the answer under it, so the caller's retry gets it.
+    pub key: Option<serde_json::Value>,
 }
 
 /// A job that landed.
