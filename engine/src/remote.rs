@@ -418,6 +418,34 @@ pub fn landed(program: &Program, dir: &Path, vault: &TeamVault, commit: &str) ->
     Ok(crate::git::run(ancestor, "merge-base", None).is_ok())
 }
 
+/// The `Vaultgate-Audit` trailers of the commits the clone at `dir` holds on its branch, newest
+/// first: `(commit, seq, hash)` (a trailer that is not `<seq> <hash>` comes with seq 0, which no
+/// record has). Commits without one (a person's) are left out.
+pub fn audit_trailers(program: &Program, dir: &Path) -> Result<Vec<(String, u64, String)>, GatewayError> {
+    let mut cmd = local(program, dir);
+    cmd.args([
+        "log",
+        "--no-show-signature",
+        "--format=%H%x09%(trailers:key=Vaultgate-Audit,valueonly,separator=%x09)",
+        "HEAD",
+    ]);
+    let out = crate::git::run(cmd, "log", None).map_err(git_error)?;
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out).lines() {
+        let mut parts = line.split('\t');
+        let Some(commit) = parts.next() else { continue };
+        for value in parts.filter(|v| !v.trim().is_empty()) {
+            let (seq, hash) = value.trim().split_once(' ').unwrap_or((value, ""));
+            found.push((
+                commit.to_owned(),
+                seq.parse().unwrap_or(0),
+                hash.trim().to_owned(),
+            ));
+        }
+    }
+    Ok(found)
+}
+
 fn rev(program: &Program, dir: &Path, name: &str) -> Result<String, GatewayError> {
     let mut cmd = local(program, dir);
     cmd.args(["rev-parse", "--verify", "--quiet", "--end-of-options", name]);

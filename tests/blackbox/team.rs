@@ -96,7 +96,7 @@ fn stderr_of(out: &std::process::Output) -> String {
 }
 
 /// Exit 1 and the contract's code in the error line.
-fn refused(out: std::process::Output, code: &str) -> String {
+pub(crate) fn refused(out: std::process::Output, code: &str) -> String {
     let e = stderr_of(&out);
     assert_eq!(out.status.code(), Some(1), "{e}");
     assert!(e.contains(&format!("error[{code}]")), "wanted {code}: {e}");

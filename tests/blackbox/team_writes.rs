@@ -300,6 +300,28 @@ async fn a_proposal_made_on_one_gateway_is_applied_on_another_as_one_commit_push
     }
     // Every commit on the remote moved the branch forward (the bare remote refuses anything else).
     assert!(git(&remote, &["config", "receive.denyNonFastForwards"]).trim() == "true");
+
+    // A commit pushed with a trailer naming a record the chain does not hold fails `audit verify`
+    // once a gateway's clone holds it, naming the commit.
+    git(&person, &["pull", "--quiet", "--ff-only"]);
+    std::fs::write(person.join("forged.md"), "# Forged\n").unwrap();
+    git(&person, &["add", "forged.md"]);
+    let fake = format!("Vaultgate-Audit: 3 {}", "ab".repeat(32));
+    git(
+        &person,
+        &["commit", "--quiet", "-m", "looks applied", "-m", &fake],
+    );
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let forged = head(&remote);
+    eventually("g1's clone holds the forged commit", || async {
+        matches!(
+            call(&g1, "read_note", json!({"path": "forged.md"})).await,
+            Reply::Ok(_)
+        )
+    })
+    .await;
+    let e = crate::team::refused(team.g(0).run(&["audit", "verify"]), "AUDIT_UNAVAILABLE");
+    assert!(e.contains(&forged) && e.contains("does not hold"), "{e}");
     for c in [g1, g2, g3] {
         c.close().await;
     }

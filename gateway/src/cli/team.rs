@@ -503,8 +503,10 @@ pub(crate) fn team_audit_cmd(home: &Home, team: &TeamConfig, cmd: AuditCmd) -> R
                      records are missing or were replaced"
                 )));
             }
+            let commits = check_trailers(home, &store, copy.path())?;
             out(&format!(
-                "audit chain ok: {} records in the team database (seq 1 to {last_seq}); the last's hash: {last_hash}",
+                "audit chain ok: {} records in the team database (seq 1 to {last_seq}); the last's hash: {last_hash}; \
+                 {commits} commits of the team vaults' clones name records of it",
                 r.records
             ));
             Ok(())
@@ -539,6 +541,41 @@ pub(crate) fn team_audit_cmd(home: &Home, team: &TeamConfig, cmd: AuditCmd) -> R
                 .into(),
         )),
     }
+}
+
+/// docs/contract.md#team-mode: every `Vaultgate-Audit` trailer on a team vault's branch (as this
+/// gateway's clone holds it) names a record of the chain, by seq and hash. `export` is the chain
+/// just verified; answers how many commits were checked.
+fn check_trailers(home: &Home, store: &PgState, export: &std::path::Path) -> Result<usize, GatewayError> {
+    use std::io::BufRead;
+    let mut hashes = std::collections::HashMap::new();
+    for line in std::io::BufReader::new(std::fs::File::open(export)?).lines() {
+        let rec: serde_json::Value = serde_json::from_str(&line?)
+            .map_err(|e| GatewayError::AuditBroken(format!("the team's chain: {e}")))?;
+        if let (Some(seq), Some(hash)) = (rec["seq"].as_u64(), rec["hash"].as_str()) {
+            hashes.insert(seq, hash.to_owned());
+        }
+    }
+    let program = engine::git::Program::default();
+    let mut checked = 0;
+    for v in store.team_vaults()? {
+        let dir = home.dir.join("vaults").join(&v.id);
+        if !engine::vaults::valid_id(&v.id) || !dir.join(".git").is_dir() {
+            continue;
+        }
+        for (commit, seq, hash) in engine::remote::audit_trailers(&program, &dir)? {
+            if hashes.get(&seq) != Some(&hash) {
+                return Err(GatewayError::AuditBroken(format!(
+                    "commit {commit} of team vault '{}' names audit record {seq} {}, which the \
+                     team's chain does not hold: the trailer was forged, or the chain lost a record",
+                    v.id,
+                    policy::text::escape_line(&hash)
+                )));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
 }
 
 /// `vaultgate doctor` on a team gateway: the team's database, its chain and each team vault's
