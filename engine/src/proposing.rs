@@ -488,9 +488,6 @@ impl Proposals<'_> {
         to: &str,
         reason: &str,
     ) -> Result<ProposedOut, GatewayError> {
-        if crate::teamwrite::team_of(self.core, v).is_some() {
-            return Err(crate::teamwrite::not_yet("proposing a move"));
-        }
         self.check_quota(call.actor(), v, 0)?;
         require_reason(reason)?;
         let from = target_path(v, from)?;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proposals::ops::{FileOp, Zone};
-use proposals::plan::{ApplyFacts, TargetState};
+use proposals::plan::{ApplyFacts, PlannedRewrite, TargetState};
 use proposals::{Kind, Proposal};
 use serde_json::Value;
 
@@ -42,6 +42,7 @@ pub(crate) const BUILT: &[&str] = &[
     "propose_new_note",
     "propose_note_patch",
     "propose_frontmatter_update",
+    "propose_move",
     "propose_delete",
     "apply_proposal",
     "reject_proposal",
@@ -50,15 +51,6 @@ pub(crate) const BUILT: &[&str] = &[
 /// The team's state when `v` is a team vault (its notes in a remote).
 pub(crate) fn team_of<'c>(core: &'c Core, v: &VaultHandle) -> Option<&'c dyn TeamState> {
     v.remote.as_ref().and(core.team())
-}
-
-/// What a team vault refuses that this version does not build yet.
-pub(crate) fn not_yet(what: &str) -> GatewayError {
-    GatewayError::CapabilityDenied(format!(
-        "{what} on a team vault is not available in this version: propose new notes, patches, \
-         frontmatter updates and deletions, and apply or reject them; change the rest in your own \
-         clone and push"
-    ))
 }
 
 /// Stores a sealed proposal in the team's database with the call's record (one commit).
@@ -209,9 +201,6 @@ pub(crate) fn apply(
     let p: Proposal = serde_json::from_value(tp.row.meta.clone()).map_err(internal)?;
     proposals::plan::check_given_hash(&p.proposal_hash, given_hash.as_str())
         .map_err(|_| crate::apply::hash_mismatch())?;
-    if p.kind == Kind::Move {
-        return Err(not_yet("applying a move"));
-    }
     let vault = registration(team, v)?;
     let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
     // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
@@ -463,19 +452,27 @@ impl Job<'_> {
     ) -> Result<(String, Vec<String>), GatewayError> {
         let p = self.p;
         let git = crate::changelog::git_error;
-        let state_at = |raw: &str| -> Result<TargetState, GatewayError> {
+        // The facts, from the head's tree (never the clone's files, which a fetch may move).
+        let read_at = |raw: &str| -> Result<Option<Vec<u8>>, GatewayError> {
             let path = policy::VaultPath::parse(raw)?;
-            let blob = repo.blob_id(base, &repo.repo_path(path.as_str())).map_err(git)?;
-            Ok(match blob {
-                Some(id) => {
-                    let bytes = repo.read_blob(&id, MAX_NOTE).map_err(git)?.ok_or_else(|| {
-                        GatewayError::Internal(format!("'{raw}' is unreadable in the remote"))
-                    })?;
-                    TargetState::Present {
-                        hash: proposals::sha256_hex(&bytes),
-                    }
-                }
-                None => match self.v.reader.fs().find_collision(&path)? {
+            match repo.blob_id(base, &repo.repo_path(path.as_str())).map_err(git)? {
+                Some(id) => Ok(Some(repo.read_blob(&id, MAX_NOTE).map_err(git)?.ok_or_else(
+                    || GatewayError::Internal(format!("'{raw}' is unreadable in the remote")),
+                )?)),
+                None => Ok(None),
+            }
+        };
+        let state_of = |raw: &str, bytes: &Option<Vec<u8>>| -> Result<TargetState, GatewayError> {
+            Ok(match bytes {
+                Some(b) => TargetState::Present {
+                    hash: proposals::sha256_hex(b),
+                },
+                None => match self
+                    .v
+                    .reader
+                    .fs()
+                    .find_collision(&policy::VaultPath::parse(raw)?)?
+                {
                     Some(other) => TargetState::Collides {
                         existing: other.to_string(),
                     },
@@ -483,12 +480,59 @@ impl Job<'_> {
                 },
             })
         };
-        let current = state_at(&p.target)?;
-        let facts = ApplyFacts {
+        let source = p.from.as_deref().unwrap_or(&p.target);
+        let source_bytes = read_at(source)?;
+        let current = state_of(source, &source_bytes)?;
+        let destination = match p.kind {
+            Kind::Move => Some(state_of(&p.target, &read_at(&p.target)?)?),
+            _ => None,
+        };
+        // Every text a step writes, by its hash.
+        let mut texts: std::collections::HashMap<String, Vec<u8>> = std::collections::HashMap::new();
+        for b in [self.content.map(|c| c.as_bytes().to_vec()), source_bytes.clone()]
+            .into_iter()
+            .flatten()
+        {
+            texts.insert(proposals::sha256_hex(&b), b);
+        }
+        let mut facts = ApplyFacts {
             // The remote's history keeps a deleted note; the plan's trash step removes it.
             trash_path: (p.kind == Kind::Delete).then(|| format!(".vaultgate/trash/{}", p.id)),
             ..ApplyFacts::default()
         };
+        if let (Kind::Move, Some(moved)) = (p.kind, &source_bytes)
+            && matches!(
+                destination,
+                Some(TargetState::Missing | TargetState::Collides { .. })
+            )
+        {
+            let from = policy::VaultPath::parse(source)?;
+            let mut moved = moved.clone();
+            for r in self
+                .v
+                .reader
+                .plan_move(&from, &policy::VaultPath::parse(&p.target)?)?
+            {
+                if r.path == from {
+                    moved = r.new_text.into_bytes();
+                    continue;
+                }
+                // SECURITY(T-PROP7): each rewrite replaces exactly the bytes it was computed
+                // from, as the head holds them (plan::decide refuses it otherwise).
+                let now = read_at(r.path.as_str())?.map(|b| proposals::sha256_hex(&b));
+                let after = proposals::sha256_hex(r.new_text.as_bytes());
+                texts.insert(after.clone(), r.new_text.into_bytes());
+                facts.rewrites.push(PlannedRewrite {
+                    path: r.path.to_string(),
+                    before: r.base_hash,
+                    now,
+                    after,
+                });
+            }
+            let moved_hash = proposals::sha256_hex(&moved);
+            texts.insert(moved_hash.clone(), moved);
+            facts.moved_hash = Some(moved_hash);
+        }
         let plan = proposals::plan::decide(
             self.core.secret().bytes(),
             self.v.reader.layout(),
@@ -496,7 +540,7 @@ impl Job<'_> {
             self.given_hash.as_str(),
             self.content.map(str::as_bytes),
             &current,
-            None,
+            destination.as_ref(),
             &facts,
         )
         .map_err(|d| crate::apply::refused(d, p))?;
@@ -507,12 +551,13 @@ impl Job<'_> {
                 FileOp::Put {
                     zone: Zone::Note,
                     path,
+                    after,
                     ..
                 } => {
-                    let bytes = self
-                        .content
-                        .ok_or_else(|| internal("a write without its content"))?;
-                    let blob = repo.write_blob(bytes.as_bytes()).map_err(git)?;
+                    let bytes = texts
+                        .get(after)
+                        .ok_or_else(|| internal("a write without its text"))?;
+                    let blob = repo.write_blob(bytes).map_err(git)?;
                     changes.insert(repo.repo_path(path), Some((FILE_MODE.to_owned(), blob)));
                     touched.push(path.clone());
                 }

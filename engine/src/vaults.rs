@@ -46,8 +46,8 @@ fn not_a_team() -> GatewayError {
 pub(crate) fn team_writes_refused() -> GatewayError {
     GatewayError::CapabilityDenied(
         "this gateway serves team vaults, whose notes change through their git remote: this \
-         version proposes new notes, patches, frontmatter updates and deletions and applies or \
-         rejects them; moves, undo and redo, in-client decisions and permanent deletions are not \
+         version proposes new notes, patches, frontmatter updates, moves and deletions and applies \
+         or rejects them; undo and redo, in-client decisions and permanent deletions are not \
          available on team vaults yet: make those in your own clone and push"
             .into(),
     )

@@ -594,3 +594,66 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
     team.g(1).ok(&["audit", "verify"]);
     g2.close().await;
 }
+
+#[tokio::test]
+async fn a_move_applied_through_another_gateway_is_one_commit_with_its_links_rewritten() {
+    let (team, remote, person) = team_with_vault(&["g1", "g2"]);
+    std::fs::write(person.join("links.md"), "# Links\n\nSee [[plan]] first.\n").unwrap();
+    git(&person, &["add", "links.md"]);
+    git(&person, &["commit", "--quiet", "-m", "links"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let g2 = team.g(1).stdio(&token).await;
+    eventually("g1 finds the linking note", || async {
+        matches!(
+            call(&g1, "read_note", json!({"path": "links.md"})).await,
+            Reply::Ok(_)
+        )
+    })
+    .await;
+    let p = call(
+        &g1,
+        "propose_move",
+        json!({"from": "z/plan.md", "to": "z/roadmap.md", "reason": "rename"}),
+    )
+    .await
+    .ok();
+    assert_eq!(
+        p["linkRewrites"],
+        json!([{"path": "links.md", "count": 1}]),
+        "{p}"
+    );
+    let before = head(&remote);
+    let out = call(&g2, "apply_proposal", apply_args(&p, "m1")).await.ok();
+    let commit = out["commit"].as_str().unwrap();
+    assert_eq!(git(&remote, &["rev-parse", &format!("{commit}^")]).trim(), before);
+    let changed = git(
+        &remote,
+        &["diff", "--name-status", "--no-renames", &before, commit],
+    );
+    assert_eq!(
+        changed.lines().collect::<Vec<_>>(),
+        ["M\tlinks.md", "D\tz/plan.md", "A\tz/roadmap.md"],
+        "{changed}"
+    );
+    assert_eq!(
+        git(&remote, &["show", "main:links.md"]),
+        "# Links\n\nSee [[roadmap]] first.\n"
+    );
+    assert_eq!(
+        git(&remote, &["show", &format!("{before}:z/plan.md")]),
+        git(&remote, &["show", "main:z/roadmap.md"])
+    );
+    assert!(message(&remote, commit).starts_with("move z/roadmap.md\n"));
+    // g2 reads the moved note at once.
+    let moved = call(&g2, "read_note", json!({"path": "z/roadmap.md"})).await.ok();
+    assert!(
+        moved["content"]
+            .as_str()
+            .unwrap()
+            .contains("Ship the first version.")
+    );
+    g1.close().await;
+    g2.close().await;
+}
