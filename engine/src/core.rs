@@ -99,8 +99,8 @@ pub struct Core {
     pub(crate) jobs_owner: std::sync::OnceLock<crate::jobs::Owner>,
     /// A home in team mode: the team's credentials and audit chain (docs/contract.md#team-mode).
     pub(crate) team: Option<Arc<dyn crate::storage::TeamState>>,
-    /// The team's vaults, as last synced (crate::vaults::Settings::sync_team_vaults).
-    pub(crate) team_vaults: std::sync::Mutex<Vec<crate::home::VaultConfig>>,
+    /// The team's vaults and settings, as last synced (crate::vaults::Settings::sync_team_vaults).
+    pub(crate) team_vaults: std::sync::Mutex<crate::vaults::TeamView>,
 }
 
 /// `gateway.toml` as it was read, and the vaults it names, opened.
@@ -252,8 +252,7 @@ impl Core {
             return;
         }
         let reloaded = self.home.load_config().and_then(|mut config| {
-            let team = self.team_vaults.lock().map(|t| t.clone()).unwrap_or_default();
-            config.vaults.extend(team);
+            crate::vaults::team_overlay(self, &mut config)?;
             let vaults = if self.with_vaults {
                 crate::vaults::open_vaults(&config, Some(&before))?
             } else {

@@ -53,6 +53,45 @@ pub(crate) fn team_writes_refused() -> GatewayError {
     )
 }
 
+/// What a team gateway takes from the team's database over its own `gateway.toml`
+/// (docs/contract.md#team-mode): the team's vaults and its settings (`limits.*`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct TeamView {
+    pub vaults: Vec<VaultConfig>,
+    /// `limits` field → value, set by `team set`.
+    pub limits: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Adds the team's vaults to `config` and lays the team's limits over its own.
+pub(crate) fn team_overlay(
+    core: &crate::core::Core,
+    config: &mut crate::home::Config,
+) -> Result<(), GatewayError> {
+    let team = core.team_vaults.lock().map(|t| t.clone()).unwrap_or_default();
+    config.vaults.extend(team.vaults);
+    if !team.limits.is_empty() {
+        config.limits = limits_with(&config.limits, &team.limits)?;
+    }
+    Ok(())
+}
+
+/// `limits` with `set` laid over it; a field that is not a limit, or a value it cannot take, is
+/// refused.
+fn limits_with(
+    limits: &crate::home::LimitsConfig,
+    set: &serde_json::Map<String, serde_json::Value>,
+) -> Result<crate::home::LimitsConfig, GatewayError> {
+    let mut all = match serde_json::to_value(limits) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => return Err(GatewayError::Internal("the limits are not an object".into())),
+    };
+    for (k, v) in set {
+        all.insert(k.clone(), v.clone());
+    }
+    serde_json::from_value(serde_json::Value::Object(all))
+        .map_err(|e| GatewayError::InvalidArgument(format!("team setting: {e}")))
+}
+
 /// A vault id: 1–64 of `a-z`, `0-9`, `-`, `_` (the CLI's argument parser asks this too).
 pub fn valid_id(id: &str) -> bool {
     !id.is_empty()
@@ -183,6 +222,29 @@ impl Settings<'_> {
         Ok(())
     }
 
+    /// `team set KEY VALUE` (admin): a team setting, the same on every gateway. KEY is
+    /// `limits.<name>` of docs/contract.md#limits-and-pagination; VALUE `default` removes it.
+    pub fn team_set(&self, operator: &Operator, key: &str, value: &str) -> Result<(), GatewayError> {
+        let team = self.core.team().ok_or_else(not_a_team)?;
+        let Some(name) = key.strip_prefix("limits.") else {
+            return Err(GatewayError::InvalidArgument(format!(
+                "'{key}' is not a team setting: this version takes limits.<name> (see `vaultgate doctor`'s limits)"
+            )));
+        };
+        let parsed = match value {
+            "default" => None,
+            v => Some(serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_owned()))),
+        };
+        if let Some(v) = &parsed {
+            let mut one = serde_json::Map::new();
+            one.insert(name.to_owned(), v.clone());
+            limits_with(&crate::home::LimitsConfig::default(), &one)?;
+        }
+        team.set_setting(&operator.audit_actor(), key, parsed.as_ref())?;
+        self.sync_team_vaults();
+        Ok(())
+    }
+
     /// Brings every team vault's clone up to its remote (cloning new ones) and makes the set the
     /// one requests see. A vault whose remote cannot be reached keeps its clone (served as it
     /// is) or, never cloned, is left out; each outcome is answered by vault id.
@@ -232,9 +294,21 @@ impl Settings<'_> {
             }
             outcomes.push((v.id, synced));
         }
+        let mut limits = serde_json::Map::new();
+        match team.settings() {
+            Ok(set) => {
+                for (k, v) in set {
+                    if let Some(name) = k.strip_prefix("limits.") {
+                        limits.insert(name.to_owned(), v);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the team's settings cannot be read; keeping the last ones"),
+        }
         let changed = match self.core.team_vaults.lock() {
-            Ok(mut t) if *t != configs => {
-                *t = configs;
+            Ok(mut t) if t.vaults != configs || t.limits != limits => {
+                t.vaults = configs;
+                t.limits = limits;
                 true
             }
             _ => false,

@@ -235,6 +235,21 @@ impl TeamState for TeamSession {
         self.seat()?.store.remove_team_vault(&self.gateway, actor, id)
     }
 
+    fn settings(&self) -> Result<Vec<(String, serde_json::Value)>, GatewayError> {
+        self.seat()?.store.team_settings()
+    }
+
+    fn set_setting(
+        &self,
+        actor: &audit::Actor,
+        key: &str,
+        value: Option<&serde_json::Value>,
+    ) -> Result<(), GatewayError> {
+        self.seat()?
+            .store
+            .set_team_setting(&self.gateway, actor, key, value)
+    }
+
     fn insert_proposal(
         &self,
         p: &NewTeamProposal<'_>,

@@ -115,6 +115,55 @@ impl PgState {
     }
 }
 
+impl PgState {
+    /// The team's settings, by key.
+    pub fn team_settings(&self) -> Result<Vec<(String, serde_json::Value)>, GatewayError> {
+        let client = self.client()?;
+        let rows = within(
+            &self.stale,
+            client.query("SELECT key, value FROM vaultgate.settings ORDER BY key", &[]),
+        )?
+        .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Sets (`None`: removes) the team setting `key` as `gateway` did, with its `team.set` record,
+    /// announced like a vault change so every gateway reads it again. Admins only (T-TEAM1).
+    pub fn set_team_setting(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        key: &str,
+        value: Option<&serde_json::Value>,
+    ) -> Result<(), GatewayError> {
+        let mut entry = audit::Entry::new("team.set", actor.clone(), audit::Outcome::Ok);
+        entry.target = Some(key.to_owned());
+        entry.args_hash = Some(audit::args_hash(&serde_json::json!({"key": key, "value": value})));
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            match value {
+                Some(v) => {
+                    tx.execute(
+                        "INSERT INTO vaultgate.settings (key, value) VALUES ($1, $2)
+                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        &[&key, v],
+                    )
+                    .await
+                }
+                None => {
+                    tx.execute("DELETE FROM vaultgate.settings WHERE key = $1", &[&key])
+                        .await
+                }
+            }
+            .map_err(db)?;
+            announced(&tx, "").await?;
+            seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+}
+
 /// Announces `id` at the commit of `tx`.
 async fn announced(tx: &tokio_postgres::Transaction<'_>, id: &str) -> Result<(), GatewayError> {
     tx.execute("SELECT pg_notify($1, $2)", &[&VAULTS_CHANNEL, &id])

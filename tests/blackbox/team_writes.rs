@@ -657,3 +657,68 @@ async fn a_move_applied_through_another_gateway_is_one_commit_with_its_links_rew
     g1.close().await;
     g2.close().await;
 }
+
+#[tokio::test]
+async fn a_team_setting_made_by_an_admin_holds_on_every_gateway_and_a_reviewer_cannot_make_one() {
+    let (team, _remote, _person) = team_with_vault(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "propose");
+    let g2 = team.g(1).stdio(&token).await;
+    let propose = |i: usize| {
+        let g2 = &g2;
+        async move {
+            call(
+                g2,
+                "propose_new_note",
+                json!({"path": format!("q/{i}.md"), "content": "# q\n", "reason": "quota"}),
+            )
+            .await
+        }
+    };
+    assert!(matches!(propose(0).await, Reply::Ok(_)));
+    // Set on g1: g2, already serving, holds it once it has heard.
+    let said = team
+        .g(0)
+        .ok(&["team", "set", "limits.max_pending_per_credential", "1"]);
+    assert!(said.contains("limits.max_pending_per_credential = 1"), "{said}");
+    eventually("g2 holds the team's limit", || async {
+        matches!(propose(1).await, Reply::Err(e) if e["code"] == json!("QUOTA_EXCEEDED"))
+    })
+    .await;
+    // Not a limit, or not a value it takes: refused, nothing set.
+    crate::team::refused(
+        team.g(0).run(&["team", "set", "fetch_seconds", "1"]),
+        "INVALID_ARGUMENT",
+    );
+    crate::team::refused(
+        team.g(0)
+            .run(&["team", "set", "limits.max_pending_per_credential", "many"]),
+        "INVALID_ARGUMENT",
+    );
+    // A reviewer's database role may not change team settings.
+    let admin = crate::team::pg::connect_retrying(&team.url);
+    admin.query("CREATE ROLE reviewer_cy LOGIN", &[]).unwrap();
+    team.g(0).ok(&["team", "grant-reviewer", "reviewer_cy"]);
+    let rev = crate::team::gateway(team.root.path());
+    let url = format!("postgres://reviewer_cy@127.0.0.1:{}/team", team.cluster.port);
+    let secret = team.root.path().join("team.secret");
+    let out = crate::team::join(&rev, &url, &secret, "cy", &["--role", "reviewer"]);
+    assert_eq!(out.status.code(), Some(0));
+    crate::team::refused(
+        rev.run(&["team", "set", "limits.max_pending_per_credential", "500"]),
+        "CAPABILITY_DENIED",
+    );
+    // Back to each gateway's own limit: `default` removes the team's.
+    team.g(0)
+        .ok(&["team", "set", "limits.max_pending_per_credential", "default"]);
+    eventually("g2 drops the team's limit", || async {
+        matches!(propose(2).await, Reply::Ok(_))
+    })
+    .await;
+    let chain = team.chain(0);
+    let sets = chain
+        .iter()
+        .filter(|r| r["event"] == json!("team.set") && r["gateway"] == json!("g1"))
+        .count();
+    assert_eq!(sets, 2, "{chain:?}");
+    g2.close().await;
+}

@@ -45,6 +45,16 @@ pub trait TeamState: Send + Sync {
     /// Forgets the vault `id` (its remote is not touched), with its `vault.remove` record.
     fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError>;
 
+    /// The team's settings (`limits.<name>` → value), by key.
+    fn settings(&self) -> Result<Vec<(String, serde_json::Value)>, GatewayError>;
+    /// Sets (or, `None`, removes) a team setting, with its `team.set` record, in one commit.
+    fn set_setting(
+        &self,
+        actor: &audit::Actor,
+        key: &str,
+        value: Option<&serde_json::Value>,
+    ) -> Result<(), GatewayError>;
+
     /// Stores a new pending proposal, its content and its record (`entry`), in one commit.
     fn insert_proposal(
         &self,

@@ -543,6 +543,14 @@ pub(crate) enum TeamCmd {
         /// An existing PostgreSQL role (CREATE ROLE ... LOGIN), not a superuser.
         role: String,
     },
+    /// As an admin: a team setting, the same on every gateway (over each gateway.toml's own):
+    /// limits.<name> of the limits (e.g. limits.max_pending_per_credential 100).
+    Set {
+        /// limits.<name>.
+        key: String,
+        /// The value; `default` removes the team's setting.
+        value: String,
+    },
 }
 
 #[derive(Subcommand)]

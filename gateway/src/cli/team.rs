@@ -290,6 +290,15 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
             ));
             Ok(())
         }
+        TeamCmd::Set { key, value } => {
+            let core = open_core(home)?;
+            core.settings()
+                .team_set(&engine::Operator::cli(user), &key, &value)?;
+            out(&format!(
+                "team setting {key} = {value} (every gateway reads it at its next sync)"
+            ));
+            Ok(())
+        }
         TeamCmd::GrantReviewer { role } => {
             let team = team_config(home)?;
             check_database_url(&team.database)?;
