@@ -722,3 +722,118 @@ async fn a_team_setting_made_by_an_admin_holds_on_every_gateway_and_a_reviewer_c
     assert_eq!(sets, 2, "{chain:?}");
     g2.close().await;
 }
+
+#[tokio::test]
+async fn a_storm_of_applies_through_three_gateways_while_a_person_pushes_lands_each_once_and_keeps_every_push()
+ {
+    let (team, remote, person) = team_with_vault(&["g1", "g2", "g3"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let mut clients = Vec::new();
+    for g in &team.gateways {
+        clients.push(g.stdio(&token).await);
+    }
+    const EACH: usize = 6;
+    // Each gateway's agent proposes its own notes, then applies them (retrying a busy vault with
+    // the same key, as the contract says), while a person pushes edits to another note.
+    let agent = |i: usize| {
+        let c = &clients[i];
+        async move {
+            let mut applied = Vec::new();
+            for n in 0..EACH {
+                let p = call(
+                    c,
+                    "propose_new_note",
+                    json!({"path": format!("storm/g{i}-{n}.md"), "content": format!("# {i} {n}\n"), "reason": "storm"}),
+                )
+                .await
+                .ok();
+                let key = format!("s{i}-{n}");
+                let out = loop {
+                    match call(c, "apply_proposal", apply_args(&p, &key)).await {
+                        Reply::Ok(v) => break v,
+                        Reply::Err(e) if e["code"] == json!("VAULT_BUSY") => continue,
+                        Reply::Err(e) => panic!("g{i} apply {n}: {e}"),
+                    }
+                };
+                applied.push((
+                    p["id"].as_str().unwrap().to_owned(),
+                    out["commit"].as_str().unwrap().to_owned(),
+                ));
+            }
+            applied
+        }
+    };
+    let pushes = async {
+        let mut mine = Vec::new();
+        for k in 0..4 {
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            // A person's edit, pushed the way obsidian-git does: pull (rebase), commit, push.
+            loop {
+                git(&person, &["pull", "--quiet", "--rebase"]);
+                std::fs::write(person.join("welcome.md"), format!("# Welcome\n\nEdit {k}.\n")).unwrap();
+                git(&person, &["commit", "--quiet", "-am", &format!("person {k}")]);
+                let pushed = std::process::Command::new("git")
+                    .arg("-C")
+                    .arg(&person)
+                    .args(["push", "--quiet", "origin", "main"])
+                    .output()
+                    .unwrap();
+                if pushed.status.success() {
+                    break;
+                }
+                // Rejected (an apply landed first): undo the local commit and try again.
+                git(&person, &["reset", "--quiet", "--hard", "HEAD~1"]);
+            }
+            mine.push(git(&person, &["rev-parse", "HEAD"]).trim().to_owned());
+        }
+        mine
+    };
+    let (a0, a1, a2, mine) = tokio::join!(agent(0), agent(1), agent(2), pushes);
+
+    // Every proposal landed once, in its own commit, and is applied; every person's push is kept.
+    let log = git(
+        &remote,
+        &[
+            "log",
+            "--format=%H %(trailers:key=Vaultgate-Proposal,valueonly,separator=)",
+            "main",
+        ],
+    );
+    for (id, commit) in a0.iter().chain(&a1).chain(&a2) {
+        let lines: Vec<&str> = log.lines().filter(|l| l.ends_with(id.as_str())).collect();
+        assert_eq!(lines.len(), 1, "{id}: {lines:?}");
+        assert!(
+            lines[0].starts_with(commit.as_str()),
+            "{id}: {lines:?} vs {commit}"
+        );
+    }
+    assert_eq!(
+        log.lines().filter(|l| l.trim().len() > 41).count(),
+        3 * EACH,
+        "{log}"
+    );
+    for c in &mine {
+        assert!(
+            std::process::Command::new("git")
+                .arg("-C")
+                .arg(&remote)
+                .args(["merge-base", "--is-ancestor", c, "main"])
+                .status()
+                .unwrap()
+                .success(),
+            "the person's commit {c} was lost"
+        );
+    }
+    assert_eq!(
+        git(&remote, &["show", "main:welcome.md"]),
+        "# Welcome\n\nEdit 3.\n"
+    );
+    let pending = call(&clients[1], "list_proposals", json!({})).await.ok();
+    assert_eq!(pending["proposals"], json!([]), "{pending}");
+    for g in &team.gateways {
+        g.ok(&["audit", "verify"]);
+    }
+    for c in clients {
+        c.close().await;
+    }
+}
