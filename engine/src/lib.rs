@@ -42,6 +42,7 @@ mod refusals;
 pub mod remote;
 pub mod review;
 pub mod storage;
+mod teamhistory;
 mod teamwrite;
 pub mod tunnel;
 mod txn;

@@ -446,6 +446,136 @@ pub fn audit_trailers(program: &Program, dir: &Path) -> Result<Vec<(String, u64,
     Ok(found)
 }
 
+/// One commit vaultgate pushed that touched a path, as [`vaultgate_commits`] reads it.
+#[derive(Debug, Clone)]
+pub struct PushedChange {
+    pub commit: String,
+    /// RFC 3339 (the author date, fixed when the apply began).
+    pub date: String,
+    pub subject: String,
+    /// The message's body, trailers left out.
+    pub body: String,
+    /// `(key, value)` of the `Vaultgate-*` trailers.
+    pub trailers: Vec<(String, String)>,
+    /// `(status, path)` of every file it changed (`A`, `M`, `D`; renames as a delete and an add).
+    pub files: Vec<(char, String)>,
+}
+
+/// The commits carrying a `Vaultgate-Proposal` trailer from `rev` back that touched any of
+/// `paths`, newest first, at most `limit` (people's own commits are not vaultgate's changes).
+pub fn vaultgate_commits(
+    program: &Program,
+    dir: &Path,
+    rev: &str,
+    paths: &[String],
+    limit: usize,
+) -> Result<Vec<PushedChange>, GatewayError> {
+    let mut cmd = local(program, dir);
+    cmd.args([
+        "log",
+        "-z",
+        "--no-renames",
+        "--name-status",
+        // Every file of a commit that touched the path (a move's source too), not the path alone.
+        "--full-diff",
+        "--no-show-signature",
+        "--grep=^Vaultgate-Proposal: ",
+        &format!("--max-count={limit}"),
+        "--format=%x1e%H%x1f%aI%x1f%s%x1f%b",
+        "--end-of-options",
+        rev,
+        "--",
+    ]);
+    cmd.args(paths);
+    let out = crate::git::run(cmd, "log", None).map_err(git_error)?;
+    let text = String::from_utf8_lossy(&out);
+    let mut found = Vec::new();
+    for rec in text.split('\u{1e}').filter(|r| !r.trim_matches('\0').is_empty()) {
+        let mut f = rec.splitn(4, '\u{1f}');
+        let (Some(commit), Some(date), Some(subject), Some(rest)) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        // The body ends at the first NUL; name-status fields follow, NUL-separated.
+        let (message, names) = rest.split_once('\0').unwrap_or((rest, ""));
+        let mut trailers = Vec::new();
+        let mut body = Vec::new();
+        for line in message.lines() {
+            match line.split_once(": ") {
+                Some((k, v)) if k.starts_with("Vaultgate-") => {
+                    trailers.push((k.to_owned(), v.trim().to_owned()))
+                }
+                _ => body.push(line),
+            }
+        }
+        let mut files = Vec::new();
+        let mut it = names
+            .split('\0')
+            .map(|s| s.trim_start_matches('\n'))
+            .filter(|s| !s.is_empty());
+        while let (Some(status), Some(path)) = (it.next(), it.next()) {
+            files.push((status.chars().next().unwrap_or('M'), path.to_owned()));
+        }
+        found.push(PushedChange {
+            commit: commit.trim().to_owned(),
+            date: date.to_owned(),
+            subject: subject.to_owned(),
+            body: body.join("\n").trim().to_owned(),
+            trailers,
+            files,
+        });
+    }
+    Ok(found)
+}
+
+/// The blobs at `specs` (`<commit>:<path>`, `<commit>^:<path>`) in one `git cat-file --batch`,
+/// each at most `limit` bytes; `None` where there is none.
+pub fn blobs(
+    program: &Program,
+    dir: &Path,
+    specs: &[String],
+    limit: usize,
+) -> Result<Vec<Option<Vec<u8>>>, GatewayError> {
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut input = Vec::new();
+    for s in specs {
+        if s.contains('\n') {
+            return Err(GatewayError::InvalidArgument("a path with a line break".into()));
+        }
+        input.extend_from_slice(s.as_bytes());
+        input.push(b'\n');
+    }
+    let mut cmd = local(program, dir);
+    cmd.args(["cat-file", "--batch"]);
+    let out = crate::git::run(cmd, "cat-file", Some(&input)).map_err(git_error)?;
+    let mut found = Vec::with_capacity(specs.len());
+    let mut at = 0;
+    for _ in specs {
+        let Some(end) = out[at..].iter().position(|b| *b == b'\n') else {
+            break;
+        };
+        let header = String::from_utf8_lossy(&out[at..at + end]).into_owned();
+        at += end + 1;
+        let mut parts = header.split(' ');
+        match (
+            parts.next(),
+            parts.next(),
+            parts.next().and_then(|n| n.parse::<usize>().ok()),
+        ) {
+            (Some(_), Some(kind), Some(size)) => {
+                let bytes = out.get(at..at + size).map(<[u8]>::to_vec);
+                at += size + 1;
+                found.push(bytes.filter(|b| kind == "blob" && b.len() <= limit));
+            }
+            _ => found.push(None),
+        }
+    }
+    found.resize(specs.len(), None);
+    Ok(found)
+}
+
 fn rev(program: &Program, dir: &Path, name: &str) -> Result<String, GatewayError> {
     let mut cmd = local(program, dir);
     cmd.args(["rev-parse", "--verify", "--quiet", "--end-of-options", name]);

@@ -34,6 +34,9 @@ impl History<'_> {
                 )));
             }
         };
+        if v.remote.is_some() {
+            return crate::teamhistory::note_history(self.core, v, path, limit, cursor);
+        }
         let start = policy::VaultPath::parse(path)?;
         v.layout().check_read(&start)?;
         let (mut cur, mut before) = match self.core.open_cursor(v, page, cursor)? {
@@ -156,6 +159,9 @@ impl History<'_> {
             return Err(GatewayError::InvalidArgument(
                 "hash is a note's lowercase hex SHA-256 (64 characters)".into(),
             ));
+        }
+        if v.remote.is_some() {
+            return crate::teamhistory::read_version(self.core, v, path, hash)?.ok_or_else(not_found);
         }
         let start = policy::VaultPath::parse(path)?;
         v.layout().check_read(&start)?;

@@ -41,6 +41,12 @@ fn message(remote: &std::path::Path, rev: &str) -> String {
     git(remote, &["log", "-1", "--format=%B", rev])
 }
 
+/// The lowercase hex SHA-256 of `text`, as note hashes are written.
+fn proposals_sha256(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
 fn apply_args(p: &Value, key: &str) -> Value {
     json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key})
 }
@@ -653,6 +659,78 @@ async fn a_move_applied_through_another_gateway_is_one_commit_with_its_links_rew
             .as_str()
             .unwrap()
             .contains("Ship the first version.")
+    );
+
+    // Patched after the move: its history (from the remote's commits) lists the patch and the
+    // move, newest first, not the person's commit that made it; each listed version reads back.
+    let patch = call(
+        &g2,
+        "propose_note_patch",
+        json!({"path": "z/roadmap.md", "baseHash": moved["hash"], "content": "# Roadmap\n", "reason": "short"}),
+    )
+    .await
+    .ok();
+    let patched = call(&g2, "apply_proposal", apply_args(&patch, "m2")).await.ok();
+    let h = call(&g2, "get_note_history", json!({"path": "z/roadmap.md"}))
+        .await
+        .ok();
+    let entries = h["entries"].as_array().unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["patch", "move"], "{h}");
+    assert_eq!(h["truncated"], json!(false));
+    assert_eq!(entries[0]["commit"], patched["commit"]);
+    assert_eq!(entries[0]["reason"], json!("short"));
+    assert_eq!(entries[0]["hashBefore"], moved["hash"]);
+    assert_eq!(entries[1]["hashAfter"], moved["hash"]);
+    assert_eq!(entries[1]["hashBefore"], moved["hash"], "{h}");
+    assert!(
+        entries[1]["actor"].as_str().unwrap().starts_with("agent ("),
+        "{h}"
+    );
+    let old = call(
+        &g2,
+        "read_note",
+        json!({"path": "z/roadmap.md", "hash": entries[1]["hashBefore"]}),
+    )
+    .await
+    .ok();
+    assert!(
+        old["content"]
+            .as_str()
+            .unwrap()
+            .contains("Ship the first version."),
+        "{old}"
+    );
+    // A version no listed change holds (only people's commits touched welcome.md) is not found,
+    // whatever the repository keeps; the linking note's version before the move's rewrite is.
+    let persons = call(
+        &g2,
+        "read_note",
+        json!({"path": "welcome.md", "hash": proposals_sha256("# Welcome\n\nThe team's notes.\n")}),
+    )
+    .await;
+    let rewritten = call(
+        &g2,
+        "read_note",
+        json!({"path": "links.md", "hash": proposals_sha256("# Links\n\nSee [[plan]] first.\n")}),
+    )
+    .await
+    .ok();
+    assert_eq!(rewritten["content"], json!("# Links\n\nSee [[plan]] first.\n"));
+    assert_eq!(persons.code(), "NOT_FOUND");
+    let limited = call(
+        &g2,
+        "get_note_history",
+        json!({"path": "z/roadmap.md", "limit": 1}),
+    )
+    .await
+    .ok();
+    assert_eq!(
+        (
+            limited["entries"].as_array().unwrap().len(),
+            &limited["truncated"]
+        ),
+        (1, &json!(true))
     );
     g1.close().await;
     g2.close().await;
