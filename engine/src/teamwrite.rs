@@ -126,9 +126,24 @@ pub(crate) fn reject(
     id: &str,
     reason: &str,
 ) -> Result<crate::api::RejectOut, GatewayError> {
-    let p = pending(team, v, id)?;
+    let mut p = pending(team, v, id)?;
     core.approvals()
         .authorize_decision(call.actor(), &p.row.created_by)?;
+    let _lock = match &p.job {
+        // A job in flight finishes first; one its gateway left is settled from the remote (it
+        // may have landed: then the proposal is applied, not rejected).
+        Some(_) => {
+            let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
+            let lock = team.lock_vault(&v.id, wait)?;
+            p = pending(team, v, id)?;
+            if let Some(job) = p.job.clone() {
+                settle_left_job(core, team, v, &registration(team, v)?, &p, &job)?;
+                p = pending(team, v, id)?;
+            }
+            Some(lock)
+        }
+        None => None,
+    };
     let at = rfc3339(time::OffsetDateTime::now_utc());
     let by = call.actor().label();
     let record = TxnRecord {

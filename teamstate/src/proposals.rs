@@ -375,6 +375,21 @@ impl PgState {
         .map(drop)
     }
 
+    /// How many of `vault`'s proposals have a job: applies in flight, or left by a gateway that
+    /// stopped (the next apply of each settles it).
+    pub fn pending_jobs(&self, vault: &str) -> Result<u64, GatewayError> {
+        let client = self.client()?;
+        let row = within(
+            &self.stale,
+            client.query_one(
+                "SELECT count(*) FROM vaultgate.proposals WHERE vault = $1 AND job IS NOT NULL",
+                &[&vault],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
     /// The first answer under `principal`'s `key`.
     pub fn idempotency(&self, principal: &str, key: &str) -> Result<Option<IdemRecord>, GatewayError> {
         let client = self.client()?;

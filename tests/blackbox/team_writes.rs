@@ -591,6 +591,44 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
             "{step}"
         );
     }
+    // A reject meets a job left behind: it settles it first. Landed: the proposal is applied,
+    // not rejected; not landed: rejected, nothing pushed. `team status` counts left jobs.
+    let jobs = |g: &crate::util::Env| -> u64 {
+        let s: Value = serde_json::from_str(&g.ok(&["team", "status", "--json"])).unwrap();
+        s["vaults"][0]["pendingJobs"].as_u64().unwrap()
+    };
+    for (step, code) in [
+        ("team_apply.after_push", Some("PROPOSAL_ALREADY_APPLIED")),
+        ("team_apply.before_push", None),
+    ] {
+        let p = call(
+            &g2,
+            "propose_new_note",
+            json!({"path": format!("crash/{step}.md"), "content": "# r\n", "reason": "reject"}),
+        )
+        .await
+        .ok();
+        let dying = stdio_dying_at(team.g(0), &token, step).await;
+        let lost = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dying.try_call("apply_proposal", apply_args(&p, step)),
+        )
+        .await
+        .unwrap();
+        assert!(lost.is_err(), "{step}: {lost:?}");
+        assert_eq!(jobs(team.g(1)), 1, "{step}");
+        let before = head(&remote);
+        let r = call(&g2, "reject_proposal", json!({"id": p["id"], "reason": "no"})).await;
+        match code {
+            Some(code) => assert_eq!(r.code(), code, "{step}"),
+            None => {
+                assert_eq!(r.ok(), json!({"rejected": true}), "{step}");
+                assert_eq!(head(&remote), before);
+            }
+        }
+        assert_eq!(jobs(team.g(1)), 0, "{step}");
+    }
+
     // The pushes the dying gateway made were settled from the remote and recorded as such.
     let chain = team.chain(1);
     assert!(

@@ -368,7 +368,7 @@ struct Status {
 #[serde(rename_all = "camelCase")]
 struct VaultStatus {
     vault: String,
-    /// No applier yet: team applies are not built.
+    /// No elected applier yet: the gateway that receives an apply makes it.
     applier: Option<serde_json::Value>,
     remote_head: Option<String>,
     local_head: Option<String>,
@@ -400,7 +400,12 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
     let seen = PgState::connect(&team.database).and_then(|store| {
         let status = store.team_status()?;
         let role = store.gateway_role(&team.name)?;
-        Ok((status, role, store.team_vaults()?))
+        let mut vaults = Vec::new();
+        for v in store.team_vaults()? {
+            let jobs = store.pending_jobs(&v.id)?;
+            vaults.push((v, jobs));
+        }
+        Ok((status, role, vaults))
     });
     let (status, role, vaults, failure) = match seen {
         Ok((status, role, vaults)) => (status, role, vaults, None),
@@ -409,13 +414,13 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
     let git = engine::git::Program::default();
     let vaults: Vec<VaultStatus> = vaults
         .iter()
-        .map(|v| VaultStatus {
+        .map(|(v, jobs)| VaultStatus {
             vault: v.id.clone(),
             applier: None,
             // Unreachable: shown as unknown, the status goes on.
             remote_head: engine::remote::remote_head(&git, v).ok().flatten(),
             local_head: engine::remote::clone_head(&git, &home.dir.join("vaults").join(&v.id)),
-            pending_jobs: 0,
+            pending_jobs: *jobs,
         })
         .collect();
     let reachable = failure.is_none();
