@@ -68,6 +68,10 @@ pub enum GatewayError {
     /// (docs/contract.md#applying-a-proposal); the write goes on, and the same key answers it.
     #[error("{0}")]
     VaultBusy(String),
+    /// A team vault's remote no longer descends from the head the team registered
+    /// (docs/contract.md#team-mode); nothing is applied there until `vault resync`.
+    #[error("{0}")]
+    HistoryRewritten(String),
     /// Not a refusal: on 2026-07-28 the apply waits for a person's answer, which the client
     /// collects from an input-required result. The edge turns it into that result; it is
     /// audited as `approval.asked`.
@@ -154,6 +158,7 @@ impl GatewayError {
             GatewayError::AuditUnavailable => ErrorCode::AUDIT_UNAVAILABLE,
             GatewayError::ApprovalDeclined(_) => ErrorCode::APPROVAL_DECLINED,
             GatewayError::VaultBusy(_) => ErrorCode::VAULT_BUSY,
+            GatewayError::HistoryRewritten(_) => ErrorCode::VAULT_HISTORY_REWRITTEN,
             // Never answered as an error; were it ever, it must not look like success.
             GatewayError::ApprovalAsked(_) => ErrorCode::INTERNAL,
             GatewayError::Internal(_) => ErrorCode::INTERNAL,

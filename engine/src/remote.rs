@@ -345,6 +345,27 @@ pub fn advance(program: &Program, dir: &Path, commit: &str) -> Result<Synced, Ga
     Ok(Synced::At(commit.to_owned()))
 }
 
+/// Whether `newer` is `older` or descends from it, in the clone at `dir` (a commit the clone
+/// does not hold is not an ancestor: a clone of the branch holds all of its history).
+pub fn descends(program: &Program, dir: &Path, older: &str, newer: &str) -> bool {
+    if older == newer {
+        return true;
+    }
+    let mut ancestor = local(program, dir);
+    ancestor.args(["merge-base", "--is-ancestor", "--end-of-options", older, newer]);
+    crate::git::run(ancestor, "merge-base", None).is_ok()
+}
+
+/// Moves the clone at `dir` to `commit` (which it holds), whatever its own history: only for a
+/// history the team accepted (`vault resync`).
+pub fn reset_to(program: &Program, dir: &Path, commit: &str) -> Result<Synced, GatewayError> {
+    let _held = hold(dir);
+    let mut reset = local(program, dir);
+    reset.args(["reset", "--quiet", "--hard", commit]);
+    crate::git::run(reset, "reset", None).map_err(git_error)?;
+    Ok(Synced::At(commit.to_owned()))
+}
+
 /// What became of a push.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pushed {

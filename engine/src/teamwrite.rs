@@ -53,6 +53,66 @@ pub(crate) fn team_of<'c>(core: &'c Core, v: &VaultHandle) -> Option<&'c dyn Tea
     v.remote.as_ref().and(core.team())
 }
 
+/// Marks `vault`'s history rewritten (its branch seen at `seen`), logged the first time.
+fn mark(team: &dyn TeamState, vault: &str, seen: &str) -> Result<(), GatewayError> {
+    if team.mark_rewritten(vault, seen)? {
+        tracing::error!(
+            vault,
+            "the remote's history was rewritten; applies to it stop until `vaultgate vault resync`"
+        );
+    }
+    Ok(())
+}
+
+/// Fetches the clone of `vault` at `dir` forward (cloning it when absent) and checks that the
+/// branch only moved forward (docs/contract.md#team-mode): from the head the team registered
+/// before the fetch began — every registered head was on the remote by then, so a branch that
+/// does not descend from it was rewritten — and from the clone's own. Forward: the head is
+/// registered (compare-and-swap on the one read, so a slower fetch never moves it back).
+/// Rewritten: marked, audited once, and applies to the vault are refused until `vault resync`;
+/// a clone left behind by a history the team accepted (`vault resync`: the registered head is
+/// in the remote's) is moved onto it in place (its watcher sees the files change).
+pub(crate) fn sync_checked(
+    core: &Core,
+    team: &dyn TeamState,
+    vault: &TeamVault,
+    dir: &std::path::Path,
+) -> Result<Synced, GatewayError> {
+    let (registered, marked) = team.vault_head(&vault.id)?;
+    let mut synced = crate::remote::sync(&core.git, dir, vault)?;
+    if let Synced::Diverged { remote, .. } = &synced
+        && marked.is_none()
+        && let Some(r) = &registered
+        && crate::remote::descends(&core.git, dir, r, remote)
+    {
+        tracing::info!(vault = %vault.id, "the team resynced this vault: the clone follows its new history");
+        synced = crate::remote::reset_to(&core.git, dir, remote)?;
+    }
+    let head = match &synced {
+        Synced::Cloned(h) | Synced::At(h) => h,
+        Synced::Diverged { remote, .. } => {
+            mark(team, &vault.id, remote)?;
+            return Ok(synced);
+        }
+    };
+    match (registered.as_deref(), marked) {
+        (_, Some(_)) => {}
+        (Some(r), None) if r == head.as_str() => {}
+        (Some(r), None) if !crate::remote::descends(&core.git, dir, r, head) => mark(team, &vault.id, head)?,
+        (r, None) => team.register_head(&vault.id, r, head)?,
+    }
+    Ok(synced)
+}
+
+/// `VAULT_HISTORY_REWRITTEN` for `vault`.
+fn rewritten(vault: &str) -> GatewayError {
+    GatewayError::HistoryRewritten(format!(
+        "the remote of team vault '{vault}' no longer descends from the head the team registered: \
+         its history was rewritten, so nothing is applied to it; once a person decided the new \
+         history is right, an operator runs `vaultgate vault resync {vault} --yes`"
+    ))
+}
+
 /// Stores a sealed proposal in the team's database with the call's record (one commit).
 pub(crate) fn store(
     team: &dyn TeamState,
@@ -223,6 +283,9 @@ pub(crate) fn apply(
     // Whoever held the lock before may have applied it (or answered this very key).
     if let Some(first) = first_answer(team, call, key)? {
         return Ok(first);
+    }
+    if team.vault_head(&v.id)?.1.is_some() {
+        return Err(rewritten(&v.id));
     }
     let mut tp = pending(team, v, id.as_str())?;
     if let Some(job) = tp.job.clone() {
@@ -407,20 +470,17 @@ impl Job<'_> {
                 0 => crate::remote::clone_head(&self.core.git, dir),
                 _ => None,
             };
+            let fetched = held.is_none();
             let synced = match held {
                 Some(h) => Synced::At(h),
-                None => crate::remote::sync(&self.core.git, dir, self.vault)?,
+                None => sync_checked(self.core, self.team, self.vault, dir)?,
             };
+            if fetched && self.team.vault_head(&self.v.id)?.1.is_some() {
+                return Err(rewritten(&self.v.id));
+            }
             let base = match synced {
                 Synced::Cloned(h) | Synced::At(h) => h,
-                Synced::Diverged { .. } => {
-                    return Err(GatewayError::Config(format!(
-                        "the remote of vault '{}' no longer descends from what this gateway read: \
-                         its history was rewritten; nothing was applied (ask whoever runs the \
-                         remote, then run `vaultgate doctor`)",
-                        self.v.id
-                    )));
-                }
+                Synced::Diverged { .. } => return Err(rewritten(&self.v.id)),
             };
             let (commit, touched) = self.build(&repo, &base, &history_id, &date, call)?;
             self.team.job_attempt(&self.p.id, &self.job.id, &base, &commit)?;
@@ -667,6 +727,10 @@ impl Job<'_> {
         };
         out.audit_seq = rec.seq;
         self.core.failpoints.hit("team_apply.after_record");
+        if let Err(e) = self.team.register_head(&self.v.id, None, commit) {
+            // The next fetch registers it (it descends from the registered head).
+            tracing::warn!(vault = %self.v.id, error = %e, "the applied commit was not registered as the head yet");
+        }
         // Read-your-writes: the answer waits for this gateway's clone to hold the commit (made
         // here, so no fetch is needed to move to it).
         let dir = self.v.reader.fs().root();

@@ -222,6 +222,28 @@ impl Settings<'_> {
         Ok(())
     }
 
+    /// `vault resync ID --yes` on a team gateway: the remote's branch head as it is now becomes
+    /// the registered head (its rewritten history accepted), every gateway is told and its clone
+    /// follows. Answers the head.
+    pub fn team_vault_resync(&self, operator: &Operator, id: &str) -> Result<String, GatewayError> {
+        let team = self.core.team().ok_or_else(not_a_team)?;
+        let vault = team
+            .vaults()?
+            .into_iter()
+            .find(|v| v.id == id)
+            .ok_or_else(|| GatewayError::VaultNotFound(id.to_owned()))?;
+        let head = crate::remote::remote_head(&self.core.git, &vault)?.ok_or_else(|| {
+            GatewayError::Config(format!(
+                "the remote of vault '{id}' has no branch '{}' now",
+                vault.branch
+            ))
+        })?;
+        team.resync_vault(&operator.audit_actor(), id, &head)?;
+        // The clone follows the accepted history at its next fetch (this one).
+        self.sync_team_vaults();
+        Ok(head)
+    }
+
     /// `team set KEY VALUE` (admin): a team setting, the same on every gateway. KEY is
     /// `limits.<name>` of docs/contract.md#limits-and-pagination; VALUE `default` removes it.
     pub fn team_set(&self, operator: &Operator, key: &str, value: &str) -> Result<(), GatewayError> {
@@ -271,7 +293,7 @@ impl Settings<'_> {
                 continue;
             }
             let dir = self.core.home.dir.join("vaults").join(&v.id);
-            let synced = crate::remote::sync(&self.core.git, &dir, &v);
+            let synced = crate::teamwrite::sync_checked(self.core, team, &v, &dir);
             match &synced {
                 Ok(crate::remote::Synced::Diverged { clone, remote }) => {
                     tracing::error!(vault = %v.id, %clone, %remote, "the remote's history does not descend from this clone's; the clone is kept as it is");

@@ -56,6 +56,7 @@ codes!(
     AUDIT_UNAVAILABLE,
     APPROVAL_DECLINED,
     VAULT_BUSY,
+    VAULT_HISTORY_REWRITTEN,
     INTERNAL,
 );
 
@@ -149,6 +150,9 @@ impl ErrorCode {
             VAULT_BUSY => {
                 "The vault's writer did not finish this apply, reject, undo/redo or challenge within `apply_wait_seconds`; it goes on, and happens once."
             }
+            VAULT_HISTORY_REWRITTEN => {
+                "A team vault's remote branch no longer descends from the head the team registered: someone rewrote its history, so nothing is applied there."
+            }
             INTERNAL => "Something failed inside the gateway; the operator's log (stderr) says what.",
         }
     }
@@ -227,6 +231,9 @@ impl ErrorCode {
             VAULT_BUSY => {
                 "Send the same call again with the same idempotencyKey: it answers the result once the write is done."
             }
+            VAULT_HISTORY_REWRITTEN => {
+                "A person finds out why the history was rewritten; then an operator runs `vaultgate vault resync ID --yes`."
+            }
             INTERNAL => "Retry later; the owner reads the server's log and runs `vaultgate doctor`.",
         }
     }
@@ -254,7 +261,7 @@ INVALID_ARGUMENT,EDIT_NOT_UNIQUE,PROPOSAL_NOT_FOUND,PROPOSAL_ALREADY_APPLIED,PRO
 PROPOSAL_HASH_MISMATCH,PROPOSAL_TAMPERED,PROPOSAL_STALE_BASE,PROPOSAL_TARGET_EXISTS,\
 IDEMPOTENCY_CONFLICT,CHALLENGE_REQUIRED,CHALLENGE_MISMATCH,CHALLENGE_EXPIRED,CHALLENGE_CONSUMED,\
 CHALLENGE_STALE,HISTORY_NOT_TOP,HISTORY_STALE,OUTPUT_LIMIT_EXCEEDED,QUOTA_EXCEEDED,\
-AUDIT_UNAVAILABLE,APPROVAL_DECLINED,VAULT_BUSY,INTERNAL"
+AUDIT_UNAVAILABLE,APPROVAL_DECLINED,VAULT_BUSY,VAULT_HISTORY_REWRITTEN,INTERNAL"
         );
     }
 

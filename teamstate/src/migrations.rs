@@ -231,4 +231,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         ADD COLUMN job_key jsonb,
         ADD COLUMN job_at timestamptz;
     CREATE INDEX proposals_listing ON vaultgate.proposals (vault, status, created_at DESC, n DESC);",
+    // 8: each team vault's registered head (the newest commit the team knows its branch at) and,
+    // once a fetch found the branch not descending from it, the head seen then. Every gateway
+    // role writes it (applies and fetches move it): granted to the roles already granted the
+    // proposals.
+    "CREATE TABLE vaultgate.vault_heads (
+        vault text PRIMARY KEY,
+        head text,
+        rewritten text,
+        at timestamptz NOT NULL DEFAULT now()
+    );
+    DO $$
+    DECLARE r record;
+    BEGIN
+        FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+                 WHERE table_schema = 'vaultgate' AND table_name = 'proposals'
+                   AND privilege_type = 'INSERT' AND grantee <> current_user
+        LOOP
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.vault_heads TO %I', r.grantee);
+        END LOOP;
+    END $$;",
 ];

@@ -235,6 +235,36 @@ impl TeamState for TeamSession {
         self.seat()?.store.remove_team_vault(&self.gateway, actor, id)
     }
 
+    fn vault_head(&self, vault: &str) -> Result<(Option<String>, Option<String>), GatewayError> {
+        self.seat()?.store.vault_head(vault)
+    }
+
+    fn register_head(&self, vault: &str, expected: Option<&str>, head: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.register_head(vault, expected, head)
+    }
+
+    fn mark_rewritten(&self, vault: &str, seen: &str) -> Result<bool, GatewayError> {
+        let mut entry = audit::Entry::new(
+            "vault.history_rewritten",
+            audit::Actor::Cli {
+                user: format!("gateway:{}", self.gateway),
+            },
+            audit::Outcome::Denied,
+        );
+        entry.vault = Some(vault.to_owned());
+        entry.target = Some(seen.to_owned());
+        self.seat()?
+            .store
+            .mark_rewritten(&self.gateway, vault, seen, entry)
+    }
+
+    fn resync_vault(&self, actor: &audit::Actor, vault: &str, head: &str) -> Result<(), GatewayError> {
+        let mut entry = audit::Entry::new("vault.resync", actor.clone(), audit::Outcome::Ok);
+        entry.vault = Some(vault.to_owned());
+        entry.target = Some(head.to_owned());
+        self.seat()?.store.resync_vault(&self.gateway, vault, head, entry)
+    }
+
     fn settings(&self) -> Result<Vec<(String, serde_json::Value)>, GatewayError> {
         self.seat()?.store.team_settings()
     }

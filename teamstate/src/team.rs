@@ -72,6 +72,7 @@ const REVIEWER_WRITES: &[&str] = &[
     "jobs",
     "challenges",
     "audit_head",
+    "vault_heads",
 ];
 
 impl PgState {

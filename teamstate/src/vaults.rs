@@ -164,6 +164,95 @@ impl PgState {
     }
 }
 
+impl PgState {
+    /// `vault`'s registered head and, when its history was found rewritten, the head seen then.
+    pub fn vault_head(&self, vault: &str) -> Result<(Option<String>, Option<String>), GatewayError> {
+        let client = self.client()?;
+        let row = within(
+            &self.stale,
+            client.query_opt(
+                "SELECT head, rewritten FROM vaultgate.vault_heads WHERE vault = $1",
+                &[&vault],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(row.map_or((None, None), |r| (r.get(0), r.get(1))))
+    }
+
+    /// Registers `head` as `vault`'s if its registered head is still `expected` (`None`:
+    /// whatever it is); never while its history is marked rewritten.
+    pub fn register_head(&self, vault: &str, expected: Option<&str>, head: &str) -> Result<(), GatewayError> {
+        let client = self.client()?;
+        within(
+            &self.stale,
+            client.execute(
+                "INSERT INTO vaultgate.vault_heads (vault, head) VALUES ($1, $2)
+                 ON CONFLICT (vault) DO UPDATE SET head = EXCLUDED.head, at = now()
+                 WHERE vault_heads.rewritten IS NULL AND vault_heads.head IS DISTINCT FROM EXCLUDED.head
+                   AND ($3::text IS NULL OR vault_heads.head = $3)",
+                &[&vault, &head, &expected],
+            ),
+        )?
+        .map_err(db)
+        .map(drop)
+    }
+
+    /// Marks `vault`'s history rewritten (its branch at `seen`), with `entry`, the first time
+    /// only: true when this call marked it.
+    pub fn mark_rewritten(
+        &self,
+        gateway: &str,
+        vault: &str,
+        seen: &str,
+        entry: audit::Entry,
+    ) -> Result<bool, GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let marked = tx
+                .execute(
+                    "INSERT INTO vaultgate.vault_heads (vault, rewritten) VALUES ($1, $2)
+                     ON CONFLICT (vault) DO UPDATE SET rewritten = EXCLUDED.rewritten, at = now()
+                     WHERE vault_heads.rewritten IS NULL",
+                    &[&vault, &seen],
+                )
+                .await
+                .map_err(db)?;
+            if marked == 0 {
+                return Ok(false);
+            }
+            seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)?;
+            Ok(true)
+        })?
+    }
+
+    /// `vault resync`: `head` is `vault`'s registered head again and its history is no longer
+    /// marked rewritten, with `entry`, announced so every gateway clones again.
+    pub fn resync_vault(
+        &self,
+        gateway: &str,
+        vault: &str,
+        head: &str,
+        entry: audit::Entry,
+    ) -> Result<(), GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            tx.execute(
+                "INSERT INTO vaultgate.vault_heads (vault, head) VALUES ($1, $2)
+                 ON CONFLICT (vault) DO UPDATE SET head = EXCLUDED.head, rewritten = NULL, at = now()",
+                &[&vault, &head],
+            )
+            .await
+            .map_err(db)?;
+            announced(&tx, vault).await?;
+            seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+}
+
 /// Announces `id` at the commit of `tx`.
 async fn announced(tx: &tokio_postgres::Transaction<'_>, id: &str) -> Result<(), GatewayError> {
     tx.execute("SELECT pg_notify($1, $2)", &[&VAULTS_CHANNEL, &id])

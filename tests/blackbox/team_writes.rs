@@ -953,3 +953,88 @@ async fn a_storm_of_applies_through_three_gateways_while_a_person_pushes_lands_e
         c.close().await;
     }
 }
+
+#[tokio::test]
+async fn a_rewritten_remote_history_stops_applies_until_an_operator_resyncs_the_vault() {
+    let (team, remote, person) = team_with_vault(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    let new_note = |path: &'static str| {
+        let g2 = &g2;
+        async move {
+            call(
+                g2,
+                "propose_new_note",
+                json!({"path": path, "content": "# n\n", "reason": "r"}),
+            )
+            .await
+            .ok()
+        }
+    };
+    let p = new_note("kept.md").await;
+    let applied = call(&g2, "apply_proposal", apply_args(&p, "w1")).await.ok();
+
+    // Someone rewrites the branch (the remote allowed it for a moment): the applied commit is gone.
+    git(&remote, &["config", "receive.denyNonFastForwards", "false"]);
+    git(&person, &["pull", "--quiet", "--ff-only"]);
+    git(&person, &["reset", "--quiet", "--hard", "HEAD~1"]);
+    std::fs::write(person.join("other.md"), "# Other\n").unwrap();
+    git(&person, &["add", "other.md"]);
+    git(&person, &["commit", "--quiet", "-m", "rewritten"]);
+    git(&person, &["push", "--quiet", "--force", "origin", "main"]);
+    git(&remote, &["config", "receive.denyNonFastForwards", "true"]);
+    let rewritten = head(&remote);
+    assert_ne!(
+        git(
+            &remote,
+            &["merge-base", "main", applied["commit"].as_str().unwrap()]
+        )
+        .trim(),
+        applied["commit"].as_str().unwrap()
+    );
+
+    // Every apply to the vault is refused, nothing is pushed, and the chain says so once.
+    let q = new_note("after.md").await;
+    assert_eq!(
+        call(&g2, "apply_proposal", apply_args(&q, "w2")).await.code(),
+        "VAULT_HISTORY_REWRITTEN"
+    );
+    let said = team.g(0).run(&[
+        "apply",
+        "--vault",
+        "notes",
+        "--only",
+        q["id"].as_str().unwrap(),
+        "--yes",
+    ]);
+    assert!(String::from_utf8_lossy(&said.stderr).contains("error[VAULT_HISTORY_REWRITTEN]"));
+    assert_eq!(head(&remote), rewritten);
+    let marks = team
+        .chain(0)
+        .iter()
+        .filter(|r| r["event"] == json!("vault.history_rewritten"))
+        .count();
+    assert_eq!(marks, 1);
+
+    // An operator accepts the new history: applies work again, on top of it, on every gateway.
+    crate::team::refused(team.g(0).run(&["vault", "resync", "notes"]), "INVALID_ARGUMENT");
+    let said = team.g(0).ok(&["vault", "resync", "notes", "--yes"]);
+    assert!(said.contains(&rewritten), "{said}");
+    let out = call(&g2, "apply_proposal", apply_args(&q, "w3")).await.ok();
+    let commit = out["commit"].as_str().unwrap();
+    assert_eq!(head(&remote), commit);
+    assert_eq!(
+        git(&remote, &["rev-parse", &format!("{commit}^")]).trim(),
+        rewritten
+    );
+    let read = call(&g2, "read_note", json!({"path": "other.md"})).await.ok();
+    assert_eq!(read["content"], json!("# Other\n"));
+    let chain = team.chain(1);
+    assert!(
+        chain
+            .iter()
+            .any(|r| r["event"] == json!("vault.resync") && r["gateway"] == json!("g1"))
+    );
+    team.g(1).ok(&["audit", "verify"]);
+    g2.close().await;
+}

@@ -45,6 +45,17 @@ pub trait TeamState: Send + Sync {
     /// Forgets the vault `id` (its remote is not touched), with its `vault.remove` record.
     fn remove_vault(&self, actor: &audit::Actor, id: &str) -> Result<(), GatewayError>;
 
+    /// `vault`'s registered head and, once its history was found rewritten, the head seen then.
+    fn vault_head(&self, vault: &str) -> Result<(Option<String>, Option<String>), GatewayError>;
+    /// Registers `head` as `vault`'s if the registered head is still `expected` (`None`: whatever
+    /// it is); ignored while the vault is marked rewritten.
+    fn register_head(&self, vault: &str, expected: Option<&str>, head: &str) -> Result<(), GatewayError>;
+    /// Marks `vault`'s history rewritten (its branch seen at `seen`) with its
+    /// `vault.history_rewritten` record, once: true when this call marked it.
+    fn mark_rewritten(&self, vault: &str, seen: &str) -> Result<bool, GatewayError>;
+    /// `vault resync`: `head` is registered again and the mark cleared, with its record.
+    fn resync_vault(&self, actor: &audit::Actor, vault: &str, head: &str) -> Result<(), GatewayError>;
+
     /// The team's settings (`limits.<name>` → value), by key.
     fn settings(&self) -> Result<Vec<(String, serde_json::Value)>, GatewayError>;
     /// Sets (or, `None`, removes) a team setting, with its `team.set` record, in one commit.

@@ -147,6 +147,16 @@ pub(crate) enum VaultCmd {
         /// The vault id.
         id: String,
     },
+    /// Team mode: accept a team vault's rewritten remote history (after a person decided it is
+    /// right): its branch head becomes the registered head, every gateway clones it again, and
+    /// applies to it work again.
+    Resync {
+        /// The vault id.
+        id: String,
+        /// Accept the rewritten history (required: changes applied since may be gone from it).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Make a vault the default for clients that do not name one.
     SetDefault {
         /// The vault id.

@@ -122,6 +122,22 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
             ));
             Ok(())
         }
+        VaultCmd::Resync { id, yes } => {
+            if !yes {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "`vault resync {id}` accepts the remote's rewritten history as the team's: \
+                     changes applied before it may be gone from it. Pass --yes once a person \
+                     decided that is right"
+                )));
+            }
+            let head = open_core(home)?
+                .settings()
+                .team_vault_resync(&Operator::cli(user), &id)?;
+            out(&format!(
+                "team vault '{id}' follows its remote again from {head}; every gateway clones it again"
+            ));
+            Ok(())
+        }
         VaultCmd::Remove { id } => {
             configuration_core(home)?
                 .settings()
