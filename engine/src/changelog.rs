@@ -322,6 +322,47 @@ pub(crate) fn team_apply_commit(
     (commit.message(), who)
 }
 
+/// The commit of an undo or redo on a team vault: `<undo|redo> <the entry's subject>`, the
+/// trailers of docs/contract.md#git-history (no proposal), the intent's record, the gateway and
+/// the job.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn team_history_commit(
+    transition: &str,
+    label: &str,
+    entry: &str,
+    actor: &audit::Actor,
+    intent: &audit::AuditRecord,
+    gateway: &str,
+    job: &str,
+    date: &str,
+) -> (String, Identity) {
+    let who = identity_of(actor, None, date);
+    let commit = PendingCommit {
+        subject: cut(
+            &policy::text::escape_line(&format!("{transition} {label}")),
+            SUBJECT_CHARS,
+        ),
+        body: String::new(),
+        trailers: vec![
+            ("Vaultgate-Proposal".into(), "none".into()),
+            ("Vaultgate-Proposal-Hash".into(), "none".into()),
+            ("Vaultgate-History-Entry".into(), entry.to_owned()),
+            (
+                "Vaultgate-Audit".into(),
+                format!("{} {}", intent.seq, intent.hash),
+            ),
+            ("Vaultgate-Credential".into(), credential_trailer(actor)),
+            ("Vaultgate-Gateway".into(), crate::git::clean_name(gateway)),
+            ("Vaultgate-Job".into(), job.to_owned()),
+        ],
+        author_name: who.author_name.clone(),
+        author_email: who.author_email.clone(),
+        date: date.to_owned(),
+        files: Vec::new(),
+    };
+    (commit.message(), who)
+}
+
 impl History<'_> {
     /// The change's row (and its commit, when git is on), built at the commit point.
     pub(crate) fn change_row(

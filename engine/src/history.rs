@@ -207,7 +207,7 @@ pub fn tool_name(t: Transition) -> &'static str {
     }
 }
 
-fn not_top(t: Transition, expected: &str, tops: &HistoryTops) -> GatewayError {
+pub(crate) fn not_top(t: Transition, expected: &str, tops: &HistoryTops) -> GatewayError {
     let top = match t {
         Transition::Undo => &tops.undo,
         Transition::Redo => &tops.redo,
@@ -226,7 +226,7 @@ fn not_top(t: Transition, expected: &str, tops: &HistoryTops) -> GatewayError {
     .into()
 }
 
-fn stale(t: Transition, entry: &str, path: &str, why: &str) -> GatewayError {
+pub(crate) fn stale(t: Transition, entry: &str, path: &str, why: &str) -> GatewayError {
     Refused::HistoryStale {
         message: format!(
             "cannot {} {entry}: {path} {why}; nothing was written. Read the note and propose the change instead",
@@ -247,6 +247,9 @@ impl History<'_> {
     /// `history_status`: the tops, whether the undo top went stale, and whether a transition was
     /// interrupted. Takes no lock: a read.
     pub fn history_status(&self, v: &VaultHandle) -> Result<HistoryStatusOut, GatewayError> {
+        if v.remote.is_some() {
+            return crate::teamundo::status(self.core, v);
+        }
         let tops = self.core.state.history_tops(&v.id)?;
         Ok(HistoryStatusOut {
             stale_top: self.stale_top(v, tops.undo.as_deref())?,
@@ -264,6 +267,9 @@ impl History<'_> {
         v: &Arc<VaultHandle>,
         t: Transition,
     ) -> Result<Option<HistoryEntryView>, GatewayError> {
+        if v.remote.is_some() {
+            return crate::teamundo::top(self.core, v, t);
+        }
         self.recover_interrupted(v)?;
         let tops = self.core.state.history_tops(&v.id)?;
         let id = match t {
@@ -342,6 +348,17 @@ impl History<'_> {
         expected: &HistoryEntryId,
         idempotency_key: &str,
     ) -> Result<HistoryStatusOut, GatewayError> {
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            return crate::teamundo::transition(
+                self.core,
+                team,
+                call,
+                v,
+                t,
+                expected.as_str(),
+                idempotency_key,
+            );
+        }
         let first: fn(serde_json::Value) -> Result<HistoryStatusOut, GatewayError> =
             |result| serde_json::from_value(result).map_err(internal);
         self.core.writes().write(

@@ -43,6 +43,7 @@ pub mod remote;
 pub mod review;
 pub mod storage;
 mod teamhistory;
+mod teamundo;
 mod teamwrite;
 pub mod tunnel;
 mod txn;

@@ -46,6 +46,8 @@ pub(crate) const BUILT: &[&str] = &[
     "propose_delete",
     "apply_proposal",
     "reject_proposal",
+    "history_undo",
+    "history_redo",
 ];
 
 /// The team's state when `v` is a team vault (its notes in a remote).
@@ -105,7 +107,7 @@ pub(crate) fn sync_checked(
 }
 
 /// `VAULT_HISTORY_REWRITTEN` for `vault`.
-fn rewritten(vault: &str) -> GatewayError {
+pub(crate) fn rewritten(vault: &str) -> GatewayError {
     GatewayError::HistoryRewritten(format!(
         "the remote of team vault '{vault}' no longer descends from the head the team registered: \
          its history was rewritten, so nothing is applied to it; once a person decided the new \

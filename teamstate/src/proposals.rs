@@ -360,6 +360,39 @@ impl PgState {
         })?
     }
 
+    /// An answer kept under `key` (the first stays) with its record, in one commit.
+    pub fn keep_answer(
+        &self,
+        gateway: &str,
+        key: &inbox::IdemKey<'_>,
+        result: &(dyn Fn(u64) -> serde_json::Value + Sync),
+        entry: audit::Entry,
+    ) -> Result<audit::AuditRecord, GatewayError> {
+        let at = time::format_description::well_known::Rfc3339;
+        let now = OffsetDateTime::now_utc();
+        let created = now
+            .format(&at)
+            .map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            let mut sealed = seal_in(&tx, gateway, vec![entry], now).await?;
+            let record = sealed
+                .pop()
+                .ok_or_else(|| GatewayError::Internal("a record was not sealed".into()))?;
+            let answer = result(record.seq);
+            tx.execute(
+                "INSERT INTO vaultgate.idempotency_keys (credential_id, key, tool, args_hash, result, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[&key.credential_id, &key.key, &key.tool, &key.args_hash, &answer, &created],
+            )
+            .await
+            .map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(record)
+        })?
+    }
+
     /// The job did not land: pending again, with no job.
     pub fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError> {
         let client = self.client()?;

@@ -346,6 +346,15 @@ impl TeamState for TeamSession {
         self.seat()?.store.finish_job(&self.gateway, id, job, done, entry)
     }
 
+    fn keep_answer(
+        &self,
+        key: &inbox::IdemKey<'_>,
+        result: &(dyn Fn(u64) -> serde_json::Value + Sync),
+        entry: audit::Entry,
+    ) -> Result<audit::AuditRecord, GatewayError> {
+        self.seat()?.store.keep_answer(&self.gateway, key, result, entry)
+    }
+
     fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError> {
         self.seat()?.store.drop_job(id, job)
     }

@@ -1038,3 +1038,109 @@ async fn a_rewritten_remote_history_stops_applies_until_an_operator_resyncs_the_
     team.g(1).ok(&["audit", "verify"]);
     g2.close().await;
 }
+
+#[tokio::test]
+async fn undo_and_redo_on_a_team_vault_push_one_commit_each_and_refuse_a_note_a_person_changed() {
+    let (team, remote, person) = team_with_vault(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let g2 = team.g(1).stdio(&token).await;
+    let plan = call(&g1, "read_note", json!({"path": "z/plan.md"})).await.ok();
+    let p = call(
+        &g1,
+        "propose_note_patch",
+        json!({"path": "z/plan.md", "baseHash": plan["hash"], "content": "# Plan\n\nPatched.\n", "reason": "p"}),
+    )
+    .await
+    .ok();
+    let patched = call(&g1, "apply_proposal", apply_args(&p, "u1")).await.ok();
+    let n = call(
+        &g2,
+        "propose_new_note",
+        json!({"path": "ideas/n.md", "content": "# N\n", "reason": "n"}),
+    )
+    .await
+    .ok();
+    let created = call(&g2, "apply_proposal", apply_args(&n, "u2")).await.ok();
+
+    // One history for the team: g1 sees g2's apply on top (once its fetch brought it).
+    eventually("g1 sees g2's apply on top", || async {
+        call(&g1, "history_status", json!({})).await.ok()["undoTop"] == created["historyEntryId"]
+    })
+    .await;
+    let r = call(
+        &g1,
+        "history_undo",
+        json!({"expectedHistoryEntryId": patched["historyEntryId"], "idempotencyKey": "x"}),
+    )
+    .await;
+    assert_eq!(r.code(), "HISTORY_NOT_TOP");
+
+    // Undone on g1: one commit removing the note, the status moves, the same key replays.
+    let before = head(&remote);
+    let undo = json!({"expectedHistoryEntryId": created["historyEntryId"], "idempotencyKey": "undo-1"});
+    let s = call(&g1, "history_undo", undo.clone()).await.ok();
+    assert_eq!(
+        (&s["undoTop"], &s["redoTop"], &s["git"]),
+        (
+            &patched["historyEntryId"],
+            &created["historyEntryId"],
+            &json!("committed")
+        ),
+        "{s}"
+    );
+    let commit = head(&remote);
+    assert_eq!(git(&remote, &["rev-parse", &format!("{commit}^")]).trim(), before);
+    assert_eq!(
+        git(&remote, &["diff", "--name-status", &before, &commit]).trim(),
+        "D\tideas/n.md"
+    );
+    let msg = message(&remote, &commit);
+    assert!(msg.starts_with("undo new ideas/n.md\n"), "{msg}");
+    assert!(msg.contains("Vaultgate-Gateway: g1"), "{msg}");
+    assert_eq!(call(&g1, "history_undo", undo).await.ok(), s);
+    assert_eq!(head(&remote), commit);
+
+    // Redone on g2: the note is back.
+    let r = call(
+        &g2,
+        "history_redo",
+        json!({"expectedHistoryEntryId": created["historyEntryId"], "idempotencyKey": "redo-1"}),
+    )
+    .await
+    .ok();
+    assert_eq!(r["undoTop"], created["historyEntryId"], "{r}");
+    assert_eq!(git(&remote, &["show", "main:ideas/n.md"]), "# N\n");
+    assert!(message(&remote, "main").starts_with("redo new ideas/n.md\n"));
+
+    // Undo the new note again, then a person edits the patched note: its undo is stale.
+    call(
+        &g2,
+        "history_undo",
+        json!({"expectedHistoryEntryId": created["historyEntryId"], "idempotencyKey": "undo-2"}),
+    )
+    .await
+    .ok();
+    git(&person, &["pull", "--quiet", "--ff-only"]);
+    std::fs::write(person.join("z/plan.md"), "# Plan\n\nA person's edit.\n").unwrap();
+    git(&person, &["commit", "--quiet", "-am", "person"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let persons = head(&remote);
+    eventually("g2 sees the undo top stale", || async {
+        call(&g2, "history_status", json!({})).await.ok()["staleTop"] == patched["historyEntryId"]
+    })
+    .await;
+    let r = call(
+        &g2,
+        "history_undo",
+        json!({"expectedHistoryEntryId": patched["historyEntryId"], "idempotencyKey": "undo-3"}),
+    )
+    .await;
+    assert_eq!(r.code(), "HISTORY_STALE");
+    assert_eq!(head(&remote), persons);
+    for g in &team.gateways {
+        g.ok(&["audit", "verify"]);
+    }
+    g1.close().await;
+    g2.close().await;
+}

@@ -119,6 +119,14 @@ pub trait TeamState: Send + Sync {
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
     /// The job did not land: the proposal is pending again with no job.
     fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError>;
+    /// A change that is not an apply (an undo or redo pushed): its answer kept under `key` (the
+    /// first one stays) with the call's record, in one commit.
+    fn keep_answer(
+        &self,
+        key: &inbox::IdemKey<'_>,
+        result: &(dyn Fn(u64) -> serde_json::Value + Sync),
+        entry: audit::Entry,
+    ) -> Result<audit::AuditRecord, GatewayError>;
     /// The first answer kept under a key of `principal`.
     fn idempotency(&self, principal: &str, key: &str) -> Result<Option<inbox::IdemRecord>, GatewayError>;
 }
