@@ -233,6 +233,9 @@ pub enum Synced {
 pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, GatewayError> {
     check_remote_url(&vault.remote)?;
     check_branch(program, &vault.branch)?;
+    // git runs in the clone's parent (`-C`): a relative home (`--home homes/ana`) would name the
+    // clone twice over.
+    let dir = &std::path::absolute(dir)?;
     // One git at a time in a clone of this process (the fetch round and an apply's own sync).
     let _held = hold(dir);
     if !dir.join(".git").is_dir() {
@@ -316,7 +319,7 @@ fn hold(dir: &Path) -> std::sync::MutexGuard<'static, ()> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // One small lock per clone folder for the process's life (a handful of vaults).
-        all.entry(dir.to_path_buf())
+        all.entry(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()))
             .or_insert_with(|| Box::leak(Box::default()))
     };
     lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -292,7 +292,9 @@ impl Settings<'_> {
                 );
                 continue;
             }
-            let dir = self.core.home.dir.join("vaults").join(&v.id);
+            // Absolute: the clone is read, watched and handed to git from wherever the process is.
+            let relative = self.core.home.dir.join("vaults").join(&v.id);
+            let dir = std::path::absolute(&relative).unwrap_or(relative);
             let synced = crate::teamwrite::sync_checked(self.core, team, &v, &dir);
             match &synced {
                 Ok(crate::remote::Synced::Diverged { clone, remote }) => {

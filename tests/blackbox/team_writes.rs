@@ -1144,3 +1144,22 @@ async fn undo_and_redo_on_a_team_vault_push_one_commit_each_and_refuse_a_note_a_
     g1.close().await;
     g2.close().await;
 }
+
+#[test]
+fn a_home_named_by_a_relative_path_clones_its_team_vaults_where_it_is() {
+    let (team, _remote, _person) = team_with_vault(&["g1", "g2"]);
+    // g2 has not cloned yet; its CLI runs from the home's parent with `--home home`.
+    let g2 = team.g(1);
+    std::fs::remove_dir_all(g2.home.join("vaults")).ok();
+    let out = std::process::Command::new(crate::util::bin())
+        .current_dir(g2.home.parent().unwrap())
+        .args(["--home", "home", "vault", "list"])
+        .env_remove("VAULTGATE_HOME")
+        .env("USER", "tester")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("notes"));
+    assert!(g2.home.join("vaults/notes/z/plan.md").is_file());
+    assert!(!g2.home.join("vaults/.notes.cloning").exists());
+}
