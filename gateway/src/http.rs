@@ -472,10 +472,14 @@ async fn guard(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> R
     }
     let closing = req.method() == axum::http::Method::DELETE;
     req.extensions_mut().insert(caller);
-    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+    let mut resp = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
         Err(_) => return (StatusCode::GATEWAY_TIMEOUT, Body::from("request timed out")).into_response(),
     };
+    // A session ended answers 204, as clients expect of a DELETE (the transport says 202).
+    if closing && resp.status() == StatusCode::ACCEPTED {
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+    }
     let mut close = Vec::new();
     if let Ok(mut m) = gate.sessions.lock() {
         match &session {

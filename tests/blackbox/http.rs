@@ -938,6 +938,18 @@ async fn session_opened_by_one_credential_is_refused_to_another() {
     // Without any credential the session id is worth nothing.
     let resp = post(&srv, None, &h, &request(5, "tools/list", json!({}))).await;
     unauthorized(resp).await;
+    // Its owner ends it: 204 (what clients expect of a DELETE), and it is gone.
+    let delete = http()
+        .delete(srv.url())
+        .header("Authorization", &a)
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status().as_u16(), 204);
+    let resp = post(&srv, Some(&a), &h, &request(6, "tools/list", json!({}))).await;
+    assert_eq!(resp.status().as_u16(), 404);
 }
 
 #[tokio::test]
