@@ -361,13 +361,16 @@ fn settle_left_job(
     job: &TeamJob,
 ) -> Result<(), GatewayError> {
     let dir = v.reader.fs().root();
-    let landed = match &job.commit {
-        Some(commit) => crate::remote::landed(&core.git, dir, vault, commit)?,
-        None => false,
-    };
-    if !landed {
+    // Whichever push of the job landed (a rebuilt attempt's commit differs from the first's).
+    sync_checked(core, team, vault, dir)?;
+    let Some((commit, _)) = landed_on_branch(core, dir, &tp.row.id)? else {
         return team.drop_job(&tp.row.id, &job.id);
-    }
+    };
+    let job = TeamJob {
+        commit: Some(commit),
+        ..job.clone()
+    };
+    let job = &job;
     let at = rfc3339(time::OffsetDateTime::now_utc());
     // The answer its caller would have had, kept under the caller's key.
     let answer = ApplyOut {
@@ -410,6 +413,28 @@ fn settle_left_job(
     };
     team.finish_job(&tp.row.id, &job.id, &done, entry)?;
     Ok(())
+}
+
+/// The commit on the clone's branch (as last fetched) that applied proposal `id`, with its
+/// history entry: found by its `Vaultgate-Proposal` trailer among the newest vaultgate commits.
+fn landed_on_branch(
+    core: &Core,
+    dir: &std::path::Path,
+    id: &str,
+) -> Result<Option<(String, String)>, GatewayError> {
+    let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 200)?;
+    Ok(recent.into_iter().find_map(|c| {
+        let has = |k: &str, v: &str| c.trailers.iter().any(|(tk, tv)| tk == k && tv == v);
+        has("Vaultgate-Proposal", id).then(|| {
+            let entry = c
+                .trailers
+                .iter()
+                .find(|(k, _)| k == "Vaultgate-History-Entry")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            (c.commit.clone(), entry)
+        })
+    }))
 }
 
 /// A job's caller's key, as [`TeamJob::key`] keeps it.
@@ -465,6 +490,9 @@ impl Job<'_> {
         let date = rfc3339(time::OffsetDateTime::now_utc());
         let history_id = crate::ids::HistoryEntryId::new().to_string();
         let mut last = String::new();
+        // A push of this job had no answer and was not seen to land: it may land later, so the
+        // job stays until a fetch shows which commit of it (if any) is on the branch.
+        let mut unsettled = false;
         for attempt in 0..ATTEMPTS {
             // First on what the clone holds (the push's compare-and-swap proves it is the
             // remote's head, or refuses), then on what a fetch brings.
@@ -484,11 +512,25 @@ impl Job<'_> {
                 Synced::Cloned(h) | Synced::At(h) => h,
                 Synced::Diverged { .. } => return Err(rewritten(&self.v.id)),
             };
+            // SECURITY(T-TEAM8): an earlier push of this proposal that landed late is its apply.
+            if fetched && let Some((commit, entry)) = landed_on_branch(self.core, dir, &self.p.id)? {
+                let touched: Vec<String> = std::iter::once(self.p.target.clone())
+                    .chain(self.p.from.clone())
+                    .collect();
+                let out = self.finish(call, &commit, &touched, &entry)?;
+                self.uncertain.set(false);
+                return Ok(out);
+            }
             let (commit, touched) = self.build(&repo, &base, &history_id, &date, call)?;
             self.team.job_attempt(&self.p.id, &self.job.id, &base, &commit)?;
             self.core.failpoints.hit("team_apply.before_push");
             self.uncertain.set(true);
-            let landed = match crate::remote::push(&self.core.git, dir, self.vault, &commit, &base)? {
+            let mut pushed = crate::remote::push(&self.core.git, dir, self.vault, &commit, &base)?;
+            if self.core.failpoints.fails("team_apply.push_unanswered") {
+                // As a connection cut after the remote took the push.
+                pushed = Pushed::Unknown("failpoint: the push's answer was lost".into());
+            }
+            let landed = match pushed {
                 Pushed::Landed => true,
                 Pushed::Refused(why) => {
                     last = why;
@@ -497,7 +539,20 @@ impl Job<'_> {
                 // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
                 Pushed::Unknown(why) => {
                     last = why;
-                    crate::remote::landed(&self.core.git, dir, self.vault, &commit)?
+                    match crate::remote::landed(&self.core.git, dir, self.vault, &commit) {
+                        Ok(landed) => {
+                            unsettled |= !landed;
+                            landed
+                        }
+                        // Not settled now: the job stays, and the caller's retry settles it.
+                        Err(e) => {
+                            return Err(GatewayError::VaultBusy(format!(
+                                "the push to the remote of vault '{}' had no answer and the remote \
+                                 cannot be read now ({e}); retry with the same idempotencyKey",
+                                self.v.id
+                            )));
+                        }
+                    }
                 }
             };
             if landed {
@@ -506,7 +561,7 @@ impl Job<'_> {
                 self.uncertain.set(false);
                 return Ok(out);
             }
-            self.uncertain.set(false);
+            self.uncertain.set(unsettled);
             tracing::info!(vault = %self.v.id, "the remote moved during an apply; checking it again");
         }
         Err(GatewayError::VaultBusy(format!(

@@ -1163,3 +1163,29 @@ fn a_home_named_by_a_relative_path_clones_its_team_vaults_where_it_is() {
     assert!(g2.home.join("vaults/notes/z/plan.md").is_file());
     assert!(!g2.home.join("vaults/.notes.cloning").exists());
 }
+
+#[tokio::test]
+async fn a_push_whose_answer_is_lost_is_settled_by_reading_the_remote_and_lands_once() {
+    let (team, remote, _person) = team_with_vault(&["g1"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    // Every push of this gateway "loses" its answer after the remote took it.
+    let g1 = stdio_dying_at(team.g(0), &token, "team_apply.push_unanswered").await;
+    let p = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "lost/answer.md", "content": "# A\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let before = head(&remote);
+    let out = call(&g1, "apply_proposal", apply_args(&p, "l1")).await.ok();
+    assert_eq!(out["applied"], json!(true), "{out}");
+    let landed = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(
+        landed.lines().collect::<Vec<_>>(),
+        [out["commit"].as_str().unwrap()]
+    );
+    let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
+    assert_eq!(status["vaults"][0]["pendingJobs"], json!(0));
+    g1.close().await;
+}
