@@ -363,7 +363,7 @@ fn settle_left_job(
     let dir = v.reader.fs().root();
     // Whichever push of the job landed (a rebuilt attempt's commit differs from the first's).
     sync_checked(core, team, vault, dir)?;
-    let Some((commit, _)) = landed_on_branch(core, dir, &tp.row.id)? else {
+    let Some((commit, _)) = landed_on_branch(core, dir, &tp.row.id, &job.id)? else {
         return team.drop_job(&tp.row.id, &job.id);
     };
     let job = TeamJob {
@@ -415,17 +415,19 @@ fn settle_left_job(
     Ok(())
 }
 
-/// The commit on the clone's branch (as last fetched) that applied proposal `id`, with its
-/// history entry: found by its `Vaultgate-Proposal` trailer among the newest vaultgate commits.
+/// The commit on the clone's branch (as last fetched) that job `job` pushed for proposal `id`,
+/// with its history entry: found by its `Vaultgate-Proposal` and `Vaultgate-Job` trailers among
+/// the newest vaultgate commits (a person's commit naming the proposal is not its apply).
 fn landed_on_branch(
     core: &Core,
     dir: &std::path::Path,
     id: &str,
+    job: &str,
 ) -> Result<Option<(String, String)>, GatewayError> {
     let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 200)?;
     Ok(recent.into_iter().find_map(|c| {
         let has = |k: &str, v: &str| c.trailers.iter().any(|(tk, tv)| tk == k && tv == v);
-        has("Vaultgate-Proposal", id).then(|| {
+        (has("Vaultgate-Proposal", id) && has("Vaultgate-Job", job)).then(|| {
             let entry = c
                 .trailers
                 .iter()
@@ -513,7 +515,9 @@ impl Job<'_> {
                 Synced::Diverged { .. } => return Err(rewritten(&self.v.id)),
             };
             // SECURITY(T-TEAM8): an earlier push of this proposal that landed late is its apply.
-            if fetched && let Some((commit, entry)) = landed_on_branch(self.core, dir, &self.p.id)? {
+            if fetched
+                && let Some((commit, entry)) = landed_on_branch(self.core, dir, &self.p.id, &self.job.id)?
+            {
                 let touched: Vec<String> = std::iter::once(self.p.target.clone())
                     .chain(self.p.from.clone())
                     .collect();
