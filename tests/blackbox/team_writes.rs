@@ -1189,3 +1189,52 @@ async fn a_push_whose_answer_is_lost_is_settled_by_reading_the_remote_and_lands_
     assert_eq!(status["vaults"][0]["pendingJobs"], json!(0));
     g1.close().await;
 }
+
+#[tokio::test]
+async fn a_team_vaults_proposals_page_through_sealed_cursors_on_any_gateway() {
+    let (team, _remote, _person) = team_with_vault(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "propose");
+    let g1 = team.g(0).stdio(&token).await;
+    let g2 = team.g(1).stdio(&token).await;
+    let mut made = Vec::new();
+    for i in 0..5 {
+        let p = call(
+            &g1,
+            "propose_new_note",
+            json!({"path": format!("page/{i}.md"), "content": "# p\n", "reason": "page"}),
+        )
+        .await
+        .ok();
+        made.push(p["id"].as_str().unwrap().to_owned());
+    }
+    // Newest first, two at a time, every proposal exactly once (listed on another gateway).
+    let mut seen = Vec::new();
+    let mut cursor: Option<Value> = None;
+    loop {
+        let mut args = json!({"limit": 2});
+        if let Some(c) = &cursor {
+            args["cursor"] = c.clone();
+        }
+        let page = call(&g2, "list_proposals", args).await.ok();
+        for p in page["proposals"].as_array().unwrap() {
+            seen.push(p["id"].as_str().unwrap().to_owned());
+        }
+        match page.get("nextCursor") {
+            Some(c) if !c.is_null() => cursor = Some(c.clone()),
+            _ => break,
+        }
+    }
+    made.reverse();
+    assert_eq!(seen, made);
+    // A cursor of g2 is refused on g1's list of another status (sealed to its listing).
+    let first = call(&g2, "list_proposals", json!({"limit": 2})).await.ok();
+    let r = call(
+        &g1,
+        "list_proposals",
+        json!({"limit": 2, "status": "applied", "cursor": first["nextCursor"]}),
+    )
+    .await;
+    assert_eq!(r.code(), "INVALID_ARGUMENT");
+    g1.close().await;
+    g2.close().await;
+}
