@@ -271,6 +271,16 @@ impl Settings<'_> {
     /// one requests see. A vault whose remote cannot be reached keeps its clone (served as it
     /// is) or, never cloned, is left out; each outcome is answered by vault id.
     pub fn sync_team_vaults(&self) -> Vec<(String, Result<crate::remote::Synced, GatewayError>)> {
+        self.team_vaults_now(true)
+    }
+
+    /// The team's vaults as this home's clones hold them (a missing clone is made): what a CLI
+    /// command opens, without waiting for every remote (an apply fetches what it needs itself).
+    pub fn team_vaults_as_cloned(&self) -> Vec<(String, Result<crate::remote::Synced, GatewayError>)> {
+        self.team_vaults_now(false)
+    }
+
+    fn team_vaults_now(&self, fetch: bool) -> Vec<(String, Result<crate::remote::Synced, GatewayError>)> {
         let Some(team) = self.core.team() else {
             return Vec::new();
         };
@@ -295,7 +305,13 @@ impl Settings<'_> {
             // Absolute: the clone is read, watched and handed to git from wherever the process is.
             let relative = self.core.home.dir.join("vaults").join(&v.id);
             let dir = std::path::absolute(&relative).unwrap_or(relative);
-            let synced = crate::teamwrite::sync_checked(self.core, team, &v, &dir);
+            let held = (!fetch)
+                .then(|| crate::remote::clone_head(&self.core.git, &dir))
+                .flatten();
+            let synced = match held {
+                Some(head) => Ok(crate::remote::Synced::At(head)),
+                None => crate::teamwrite::sync_checked(self.core, team, &v, &dir),
+            };
             match &synced {
                 Ok(crate::remote::Synced::Diverged { clone, remote }) => {
                     tracing::error!(vault = %v.id, %clone, %remote, "the remote's history does not descend from this clone's; the clone is kept as it is");

@@ -17,6 +17,9 @@ pub(crate) fn start(core: &Arc<Core>) {
     if core.team().is_none() {
         return;
     }
+    // A gateway starts serving from its remotes as they are now (the CLI opened the clones as
+    // they were).
+    core.settings().sync_team_vaults();
     let every = Duration::from_secs(team.fetch_seconds.max(1));
     let weak = Arc::downgrade(core);
     let started = std::thread::Builder::new()

@@ -150,8 +150,10 @@ pub(crate) fn open_core(home: &Home) -> Result<Core, GatewayError> {
     let core = match core.config().team.clone() {
         Some(team) => {
             let core = attach_team(core, &team)?;
-            // Every command sees the team's vaults as their remotes have them now.
-            core.settings().sync_team_vaults();
+            // Every command sees the team's vaults as this home's clones hold them (a serving
+            // gateway keeps them fresh; an apply fetches what it needs): no command waits for
+            // every remote.
+            core.settings().team_vaults_as_cloned();
             core
         }
         None => core,

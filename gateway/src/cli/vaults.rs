@@ -81,9 +81,13 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
             Ok(())
         }
         VaultCmd::List { json } => {
-            // A team's vaults come from its database, synced into the clones here.
+            // A team's vaults come from its database, each clone fetched from its remote here.
             let config = match home.load_config()?.team {
-                Some(_) => open_core(home)?.config(),
+                Some(_) => {
+                    let core = open_core(home)?;
+                    core.settings().sync_team_vaults();
+                    core.config()
+                }
                 None => Arc::new(home.load_config()?),
             };
             if json {
