@@ -147,7 +147,17 @@ fn base_command(program: &Path, dir: &Path, extra: &[(String, String)]) -> Comma
 }
 
 /// Runs `cmd` with `input` on stdin, bounded in time and output; the stdout on success.
-pub(crate) fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+pub(crate) fn run(cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+    run_within(cmd, what, input, DEADLINE)
+}
+
+/// [`run`] with its own deadline (a push must leave time to settle its outcome).
+pub(crate) fn run_within(
+    mut cmd: Command,
+    what: &str,
+    input: Option<&[u8]>,
+    deadline: Duration,
+) -> Result<Vec<u8>, GitError> {
     cmd.stdin(if input.is_some() {
         Stdio::piped()
     } else {
@@ -186,12 +196,12 @@ pub(crate) fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<
     let status = loop {
         match child.try_wait().map_err(GitError::Spawn)? {
             Some(s) => break s,
-            None if start.elapsed() > DEADLINE => {
+            None if start.elapsed() > deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(GitError::Failed {
                     command: what.into(),
-                    detail: format!("no answer within {}s", DEADLINE.as_secs()),
+                    detail: format!("no answer within {}s", deadline.as_secs_f32()),
                 });
             }
             None => std::thread::sleep(Duration::from_millis(1)),

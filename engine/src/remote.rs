@@ -390,6 +390,7 @@ pub fn push(
     vault: &TeamVault,
     commit: &str,
     base: &str,
+    deadline: std::time::Duration,
 ) -> Result<Pushed, GatewayError> {
     check_remote_url(&vault.remote)?;
     check_branch(program, &vault.branch)?;
@@ -404,7 +405,7 @@ pub fn push(
         &vault.remote,
         &format!("{commit}:{target}"),
     ]);
-    match crate::git::run(cmd, "push", None) {
+    match crate::git::run_within(cmd, "push", None, deadline) {
         Ok(_) => Ok(Pushed::Landed),
         Err(GitError::Failed { detail, .. }) => {
             // git names a refused ref ("[rejected] … (stale info)", "(fetch first)", a

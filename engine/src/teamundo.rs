@@ -286,7 +286,15 @@ pub(crate) fn transition(
         let commit = repo
             .commit_tree(&tree, Some(&base), &message, &who)
             .map_err(crate::changelog::git_error)?;
-        let landed = match crate::remote::push(&core.git, dir, &vault, &commit, &base)? {
+        let pushed = crate::remote::push(
+            &core.git,
+            dir,
+            &vault,
+            &commit,
+            &base,
+            crate::teamwrite::push_deadline(core),
+        )?;
+        let landed = match pushed {
             Pushed::Landed => true,
             Pushed::Refused(why) => {
                 last = why;

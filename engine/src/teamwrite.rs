@@ -331,6 +331,7 @@ pub(crate) fn apply(
         vault: &vault,
         p: &p,
         content: tp.content.as_deref(),
+        pushed: std::cell::RefCell::new(tp.pushed.clone()),
         job: &job,
         intent: &intent,
         given_hash,
@@ -363,7 +364,7 @@ fn settle_left_job(
     let dir = v.reader.fs().root();
     // Whichever push of the job landed (a rebuilt attempt's commit differs from the first's).
     sync_checked(core, team, vault, dir)?;
-    let Some((commit, _)) = landed_on_branch(core, dir, &tp.row.id, &job.id)? else {
+    let Some((commit, _)) = landed_on_branch(core, dir, &tp.pushed)? else {
         return team.drop_job(&tp.row.id, &job.id);
     };
     let job = TeamJob {
@@ -415,19 +416,19 @@ fn settle_left_job(
     Ok(())
 }
 
-/// The commit on the clone's branch (as last fetched) that job `job` pushed for proposal `id`,
-/// with its history entry: found by its `Vaultgate-Proposal` and `Vaultgate-Job` trailers among
-/// the newest vaultgate commits (a person's commit naming the proposal is not its apply).
+/// The commit on the clone's branch (as last fetched) that is one of `pushed` — the commits the
+/// proposal's jobs were about to push, which no one else can make — with its history entry.
 fn landed_on_branch(
     core: &Core,
     dir: &std::path::Path,
-    id: &str,
-    job: &str,
+    pushed: &[String],
 ) -> Result<Option<(String, String)>, GatewayError> {
+    if pushed.is_empty() {
+        return Ok(None);
+    }
     let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 200)?;
     Ok(recent.into_iter().find_map(|c| {
-        let has = |k: &str, v: &str| c.trailers.iter().any(|(tk, tv)| tk == k && tv == v);
-        (has("Vaultgate-Proposal", id) && has("Vaultgate-Job", job)).then(|| {
+        pushed.contains(&c.commit).then(|| {
             let entry = c
                 .trailers
                 .iter()
@@ -437,6 +438,13 @@ fn landed_on_branch(
             (c.commit.clone(), entry)
         })
     }))
+}
+
+/// How long a push may take before its outcome counts as unknown: within `apply_wait_seconds`
+/// with time left to read the remote (at most 15 s).
+pub(crate) fn push_deadline(core: &Core) -> Duration {
+    let wait = core.config().limits.apply_wait_seconds.max(1);
+    Duration::from_millis((wait * 1000 / 2).clamp(500, 15_000))
 }
 
 /// A job's caller's key, as [`TeamJob::key`] keeps it.
@@ -482,6 +490,8 @@ struct Job<'a> {
     key: &'a str,
     /// A push was made whose outcome is not known: the job must stay for recovery.
     uncertain: std::cell::Cell<bool>,
+    /// Every commit the proposal's jobs were about to push, this one's included.
+    pushed: std::cell::RefCell<Vec<String>>,
 }
 
 impl Job<'_> {
@@ -492,9 +502,6 @@ impl Job<'_> {
         let date = rfc3339(time::OffsetDateTime::now_utc());
         let history_id = crate::ids::HistoryEntryId::new().to_string();
         let mut last = String::new();
-        // A push of this job had no answer and was not seen to land: it may land later, so the
-        // job stays until a fetch shows which commit of it (if any) is on the branch.
-        let mut unsettled = false;
         for attempt in 0..ATTEMPTS {
             // First on what the clone holds (the push's compare-and-swap proves it is the
             // remote's head, or refuses), then on what a fetch brings.
@@ -515,9 +522,11 @@ impl Job<'_> {
                 Synced::Diverged { .. } => return Err(rewritten(&self.v.id)),
             };
             // SECURITY(T-TEAM8): an earlier push of this proposal that landed late is its apply.
-            if fetched
-                && let Some((commit, entry)) = landed_on_branch(self.core, dir, &self.p.id, &self.job.id)?
-            {
+            let landed_before = match fetched {
+                true => landed_on_branch(self.core, dir, &self.pushed.borrow())?,
+                false => None,
+            };
+            if let Some((commit, entry)) = landed_before {
                 let touched: Vec<String> = std::iter::once(self.p.target.clone())
                     .chain(self.p.from.clone())
                     .collect();
@@ -525,11 +534,28 @@ impl Job<'_> {
                 self.uncertain.set(false);
                 return Ok(out);
             }
-            let (commit, touched) = self.build(&repo, &base, &history_id, &date, call)?;
+            let (commit, touched) = match self.build(&repo, &base, &history_id, &date, call) {
+                Ok(built) => built,
+                // A refusal decided on an unfetched clone may be the clone's staleness: decided
+                // again on what the remote holds.
+                Err(e) if !fetched && e.code() != policy::ErrorCode::INTERNAL => {
+                    tracing::debug!(vault = %self.v.id, error = %e, "refused on the clone's head; fetching");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             self.team.job_attempt(&self.p.id, &self.job.id, &base, &commit)?;
+            self.pushed.borrow_mut().push(commit.clone());
             self.core.failpoints.hit("team_apply.before_push");
             self.uncertain.set(true);
-            let mut pushed = crate::remote::push(&self.core.git, dir, self.vault, &commit, &base)?;
+            let mut pushed = crate::remote::push(
+                &self.core.git,
+                dir,
+                self.vault,
+                &commit,
+                &base,
+                push_deadline(self.core),
+            )?;
             if self.core.failpoints.fails("team_apply.push_unanswered") {
                 // As a connection cut after the remote took the push.
                 pushed = Pushed::Unknown("failpoint: the push's answer was lost".into());
@@ -543,20 +569,21 @@ impl Job<'_> {
                 // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
                 Pushed::Unknown(why) => {
                     last = why;
-                    match crate::remote::landed(&self.core.git, dir, self.vault, &commit) {
-                        Ok(landed) => {
-                            unsettled |= !landed;
-                            landed
-                        }
-                        // Not settled now: the job stays, and the caller's retry settles it.
-                        Err(e) => {
-                            return Err(GatewayError::VaultBusy(format!(
-                                "the push to the remote of vault '{}' had no answer and the remote \
-                                 cannot be read now ({e}); retry with the same idempotencyKey",
-                                self.v.id
-                            )));
-                        }
+                    // Not seen on the remote (yet): it may still land, so the job stays and no
+                    // other commit is pushed now; the caller's retry settles it.
+                    let seen = crate::remote::landed(&self.core.git, dir, self.vault, &commit);
+                    if !matches!(seen, Ok(true)) {
+                        let why = match seen {
+                            Err(e) => format!("the remote cannot be read now ({e})"),
+                            _ => "it is not on the remote yet".into(),
+                        };
+                        return Err(GatewayError::VaultBusy(format!(
+                            "the push to the remote of vault '{}' had no answer and {why}; retry \
+                             with the same idempotencyKey",
+                            self.v.id
+                        )));
                     }
+                    true
                 }
             };
             if landed {
@@ -565,7 +592,7 @@ impl Job<'_> {
                 self.uncertain.set(false);
                 return Ok(out);
             }
-            self.uncertain.set(unsettled);
+            self.uncertain.set(false);
             tracing::info!(vault = %self.v.id, "the remote moved during an apply; checking it again");
         }
         Err(GatewayError::VaultBusy(format!(

@@ -251,4 +251,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.vault_heads TO %I', r.grantee);
         END LOOP;
     END $$;",
+    // 9: every commit any job of a proposal pushed (kept when a job is dropped): a push that
+    // lands late is recognized as the proposal's apply by its id, which no one else can make.
+    "ALTER TABLE vaultgate.proposals ADD COLUMN pushed jsonb NOT NULL DEFAULT '[]';",
 ];

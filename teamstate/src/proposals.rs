@@ -23,7 +23,7 @@ use crate::{Conn, PgState, db, open, within};
 const APPLY_LOCK: i32 = 0x7667_6170;
 
 const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
-                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key";
+                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key, pushed";
 
 fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, GatewayError> {
     let status: String = r.get(7);
@@ -56,6 +56,7 @@ fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, Gateway
         n: r.get(13),
         content,
         job,
+        pushed: serde_json::from_value(r.get(19)).unwrap_or_default(),
     })
 }
 
@@ -132,7 +133,7 @@ impl PgState {
             ),
         )?
         .map_err(db)?;
-        row.map(|r| proposal_of(&r, r.get(19))).transpose()
+        row.map(|r| proposal_of(&r, r.get(20))).transpose()
     }
 
     /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, n)`.
@@ -304,7 +305,8 @@ impl PgState {
         let n = within(
             &self.stale,
             client.execute(
-                "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4 WHERE id = $1 AND job = $2",
+                "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4,
+                 pushed = pushed || to_jsonb($4::text) WHERE id = $1 AND job = $2",
                 &[&id, &job, &base, &commit],
             ),
         )?

@@ -1238,3 +1238,59 @@ async fn a_team_vaults_proposals_page_through_sealed_cursors_on_any_gateway() {
     g1.close().await;
     g2.close().await;
 }
+
+#[tokio::test]
+async fn a_push_that_lands_after_its_gateway_gave_up_is_the_proposals_one_apply() {
+    let (team, remote, _person) = team_with_vault(&["g1"]);
+    // The remote takes its time (a hook that waits), longer than this gateway waits for a push.
+    let hook = remote.join("hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\nsleep 4\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    crate::http::edit_config(team.g(0), "limits", |t| {
+        t.insert("apply_wait_seconds".into(), toml::Value::Integer(2));
+    });
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let p = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "late/one.md", "content": "# Late\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let before = head(&remote);
+    let r = call(&g1, "apply_proposal", apply_args(&p, "late")).await;
+    assert_eq!(r.code(), "VAULT_BUSY");
+    // The push was taken after all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while head(&remote) == before {
+        assert!(std::time::Instant::now() < deadline, "the slow push never landed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let landed = head(&remote);
+    std::fs::remove_file(&hook).unwrap();
+    // The caller's retry answers it: that commit is the apply, and nothing else is pushed.
+    let out = call(&g1, "apply_proposal", apply_args(&p, "late")).await.ok();
+    assert_eq!(
+        (&out["commit"], &out["applied"]),
+        (&json!(landed), &json!(true)),
+        "{out}"
+    );
+    assert_eq!(
+        git(&remote, &["log", "--format=%H", &format!("{before}..main")])
+            .lines()
+            .count(),
+        1
+    );
+    assert_eq!(
+        call(&g1, "get_proposal", json!({"id": p["id"]})).await.ok()["status"],
+        json!("applied")
+    );
+    let again = call(&g1, "apply_proposal", apply_args(&p, "late")).await.ok();
+    assert_eq!(
+        (&again["commit"], &again["replayed"]),
+        (&json!(landed), &json!(true))
+    );
+    g1.close().await;
+}

@@ -141,6 +141,8 @@ pub struct TeamProposal {
     /// new and patch: the proposed text.
     pub content: Option<String>,
     pub job: Option<TeamJob>,
+    /// Every commit a job of it was about to push (whichever lands is its apply).
+    pub pushed: Vec<String>,
 }
 
 /// A proposal to store.
