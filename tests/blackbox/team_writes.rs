@@ -617,6 +617,11 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
         .unwrap();
         assert!(lost.is_err(), "{step}: {lost:?}");
         assert_eq!(jobs(team.g(1)), 1, "{step}");
+        let said = String::from_utf8_lossy(&team.g(1).run(&["doctor"]).stdout).into_owned();
+        assert!(
+            said.contains("vault notes: 1 apply job(s) in flight or left"),
+            "{said}"
+        );
         let before = head(&remote);
         let r = call(&g2, "reject_proposal", json!({"id": p["id"], "reason": "no"})).await;
         match code {
@@ -1015,6 +1020,10 @@ async fn a_rewritten_remote_history_stops_applies_until_an_operator_resyncs_the_
         .filter(|r| r["event"] == json!("vault.history_rewritten"))
         .count();
     assert_eq!(marks, 1);
+
+    let doctor = team.g(0).run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&doctor.stdout).contains("vault resync notes --yes"));
 
     // An operator accepts the new history: applies work again, on top of it, on every gateway.
     crate::team::refused(team.g(0).run(&["vault", "resync", "notes"]), "INVALID_ARGUMENT");

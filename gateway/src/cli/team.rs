@@ -703,6 +703,22 @@ pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::docto
             },
         };
         checks.push(c);
+        if let Ok((_, Some(seen))) = store.vault_head(id) {
+            checks.push(check(
+                Status::Fail,
+                format!(
+                    "vault {id}: applies are refused: its branch (at {seen}) no longer descends from the head the team registered"
+                ),
+                &format!("once a person decided the new history is right: vaultgate vault resync {id} --yes"),
+            ));
+        }
+        if let Ok(n @ 1..) = store.pending_jobs(id) {
+            checks.push(check(
+                Status::Warn,
+                format!("vault {id}: {n} apply job(s) in flight or left by a gateway that stopped"),
+                "the next apply (or rejection) of each proposal settles it from the remote",
+            ));
+        }
     }
     checks
 }
