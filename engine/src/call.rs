@@ -52,6 +52,22 @@ pub(crate) struct TxnRecord {
     pub approval: Option<String>,
 }
 
+impl TxnRecord {
+    /// A change that succeeded, as the call's own event (`event`: another event, such as an
+    /// intent's), naming its target and proposal.
+    pub(crate) fn ok(event: Option<&str>, target: Option<&str>, proposal_id: Option<&str>) -> TxnRecord {
+        TxnRecord {
+            event: event.map(str::to_owned),
+            outcome: Outcome::Ok,
+            code: None,
+            target: target.map(str::to_owned),
+            proposal_id: proposal_id.map(str::to_owned),
+            challenge_id: None,
+            approval: None,
+        }
+    }
+}
+
 /// One call in progress.
 pub struct Call<'a> {
     core: &'a Core,

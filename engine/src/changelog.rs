@@ -283,69 +283,28 @@ fn credential_trailer(actor: &audit::Actor) -> String {
     }
 }
 
-/// The commit of an apply to a team vault (docs/contract.md#team-mode): the author, subject,
-/// body and trailers of a local commit, the audit trailer naming the apply's `apply.intent`
-/// record (written before the push), and the gateway and job that pushed it.
-pub(crate) fn team_apply_commit(
-    p: &proposals::Proposal,
-    actor: &audit::Actor,
-    history_id: &str,
-    intent: &audit::AuditRecord,
-    gateway: &str,
-    job: &str,
-    date: &str,
-) -> (String, Identity) {
-    let who = identity_of(actor, Some(&p.created_by), date);
-    let commit = PendingCommit {
-        subject: cut(
-            &policy::text::escape_line(&format!("{} {}", p.kind.as_str(), p.target)),
-            SUBJECT_CHARS,
-        ),
-        body: body_of(&p.reason),
-        trailers: vec![
-            ("Vaultgate-Proposal".into(), p.id.clone()),
-            ("Vaultgate-Proposal-Hash".into(), p.proposal_hash.clone()),
-            ("Vaultgate-History-Entry".into(), history_id.to_owned()),
-            (
-                "Vaultgate-Audit".into(),
-                format!("{} {}", intent.seq, intent.hash),
-            ),
-            ("Vaultgate-Credential".into(), credential_trailer(actor)),
-            ("Vaultgate-Gateway".into(), crate::git::clean_name(gateway)),
-            ("Vaultgate-Job".into(), job.to_owned()),
-        ],
-        author_name: who.author_name.clone(),
-        author_email: who.author_email.clone(),
-        date: date.to_owned(),
-        files: Vec::new(),
-    };
-    (commit.message(), who)
-}
-
-/// The commit of an undo or redo on a team vault: `<undo|redo> <the entry's subject>`, the
-/// trailers of docs/contract.md#git-history (no proposal), the intent's record, the gateway and
-/// the job.
+/// The commit of a change to a team vault (docs/contract.md#team-mode): `subject`, `body` and
+/// the trailers of a local commit (`proposal`: its id and hash, or none), `Vaultgate-Audit`
+/// naming the change's intent record (written before the push), and the gateway and job that
+/// pushed it.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn team_history_commit(
-    transition: &str,
-    label: &str,
+fn team_commit(
+    subject: &str,
+    body: &str,
+    proposal: Option<(&str, &str)>,
     entry: &str,
+    who: Identity,
     actor: &audit::Actor,
     intent: &audit::AuditRecord,
-    gateway: &str,
-    job: &str,
-    date: &str,
+    (gateway, job): (&str, &str),
 ) -> (String, Identity) {
-    let who = identity_of(actor, None, date);
+    let (pid, phash) = proposal.unwrap_or(("none", "none"));
     let commit = PendingCommit {
-        subject: cut(
-            &policy::text::escape_line(&format!("{transition} {label}")),
-            SUBJECT_CHARS,
-        ),
-        body: String::new(),
+        subject: cut(&policy::text::escape_line(subject), SUBJECT_CHARS),
+        body: body_of(body),
         trailers: vec![
-            ("Vaultgate-Proposal".into(), "none".into()),
-            ("Vaultgate-Proposal-Hash".into(), "none".into()),
+            ("Vaultgate-Proposal".into(), pid.to_owned()),
+            ("Vaultgate-Proposal-Hash".into(), phash.to_owned()),
             ("Vaultgate-History-Entry".into(), entry.to_owned()),
             (
                 "Vaultgate-Audit".into(),
@@ -357,10 +316,57 @@ pub(crate) fn team_history_commit(
         ],
         author_name: who.author_name.clone(),
         author_email: who.author_email.clone(),
-        date: date.to_owned(),
+        date: who.author_date.clone(),
         files: Vec::new(),
     };
     (commit.message(), who)
+}
+
+/// The commit of an apply to a team vault: the proposal's kind and target, its reason.
+pub(crate) fn team_apply_commit(
+    p: &proposals::Proposal,
+    actor: &audit::Actor,
+    history_id: &str,
+    intent: &audit::AuditRecord,
+    gateway: &str,
+    job: &str,
+    date: &str,
+) -> (String, Identity) {
+    team_commit(
+        &format!("{} {}", p.kind.as_str(), p.target),
+        &p.reason,
+        Some((&p.id, &p.proposal_hash)),
+        history_id,
+        identity_of(actor, Some(&p.created_by), date),
+        actor,
+        intent,
+        (gateway, job),
+    )
+}
+
+/// The commit of an undo or redo on a team vault: `<undo|redo> <the entry's subject>`, by
+/// whoever made it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn team_history_commit(
+    transition: &str,
+    label: &str,
+    entry: &str,
+    actor: &audit::Actor,
+    intent: &audit::AuditRecord,
+    gateway: &str,
+    job: &str,
+    date: &str,
+) -> (String, Identity) {
+    team_commit(
+        &format!("{transition} {label}"),
+        "",
+        None,
+        entry,
+        identity_of(actor, None, date),
+        actor,
+        intent,
+        (gateway, job),
+    )
 }
 
 impl History<'_> {

@@ -261,15 +261,7 @@ pub(crate) fn transition(
             }
             changes.insert(repo.repo_path(&path), to.map(|id| (FILE_MODE.to_owned(), id)));
         }
-        let intent = team.append_audit(call.entry_for(TxnRecord {
-            event: Some("history.intent".into()),
-            outcome: audit::Outcome::Ok,
-            code: None,
-            target: None,
-            proposal_id: None,
-            challenge_id: None,
-            approval: None,
-        }))?;
+        let intent = team.append_audit(call.entry_for(TxnRecord::ok(Some("history.intent"), None, None)))?;
         let tree = repo
             .tree_with(Some(&base), &changes)
             .map_err(crate::changelog::git_error)?;
@@ -347,15 +339,7 @@ fn finish(
         args_hash: &args_hash,
     };
     let answer = |_: u64| serde_json::to_value(&out).unwrap_or(serde_json::Value::Null);
-    let record = TxnRecord {
-        event: None,
-        outcome: audit::Outcome::Ok,
-        code: None,
-        target: Some(expected.to_owned()),
-        proposal_id: None,
-        challenge_id: None,
-        approval: None,
-    };
+    let record = TxnRecord::ok(None, Some(expected), None);
     call.record_in(record, |entry| team.keep_answer(&idem, &answer, entry).map(Some))?;
     // The notes the transition wrote are searchable at once.
     let _ = t;

@@ -145,15 +145,7 @@ pub(crate) fn store(
         diff,
         bytes,
     };
-    let record = TxnRecord {
-        event: None,
-        outcome: audit::Outcome::Ok,
-        code: None,
-        target: None,
-        proposal_id: Some(p.id.clone()),
-        challenge_id: None,
-        approval: None,
-    };
+    let record = TxnRecord::ok(None, None, Some(&p.id));
     call.record_in(record, |entry| team.insert_proposal(&new, entry).map(Some))?;
     Ok(())
 }
@@ -208,15 +200,7 @@ pub(crate) fn reject(
     };
     let at = rfc3339(time::OffsetDateTime::now_utc());
     let by = call.actor().label();
-    let record = TxnRecord {
-        event: None,
-        outcome: audit::Outcome::Ok,
-        code: None,
-        target: Some(p.row.target.clone()),
-        proposal_id: Some(p.row.id.clone()),
-        challenge_id: None,
-        approval: None,
-    };
+    let record = TxnRecord::ok(None, Some(&p.row.target), Some(&p.row.id));
     let done = call.record_in(record, |entry| team.reject_proposal(id, &by, &at, reason, entry))?;
     if done.is_none() {
         return Err(match p.job {
@@ -311,15 +295,7 @@ pub(crate) fn apply(
             "argsHash": call.args_hash(),
         })),
     };
-    let intent = call.entry_for(TxnRecord {
-        event: Some("apply.intent".into()),
-        outcome: audit::Outcome::Ok,
-        code: None,
-        target: Some(p.target.clone()),
-        proposal_id: Some(p.id.clone()),
-        challenge_id: None,
-        approval: None,
-    });
+    let intent = call.entry_for(TxnRecord::ok(Some("apply.intent"), Some(&p.target), Some(&p.id)));
     let intent = team
         .begin_job(&p.id, &job, intent)?
         .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))?;
@@ -778,15 +754,7 @@ impl Job<'_> {
             replayed: false,
             commit: Some(commit.to_owned()),
         };
-        let record = TxnRecord {
-            event: None,
-            outcome: audit::Outcome::Ok,
-            code: None,
-            target: Some(self.p.target.clone()),
-            proposal_id: Some(self.p.id.clone()),
-            challenge_id: None,
-            approval: None,
-        };
+        let record = TxnRecord::ok(None, Some(&self.p.target), Some(&self.p.id));
         // The answer names its own record, sealed in the same commit.
         let answer = |seq: u64| {
             let mut out = out.clone();
