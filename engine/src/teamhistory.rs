@@ -58,6 +58,10 @@ fn walk(core: &Core, v: &VaultHandle, path: &str, want: usize) -> Result<(Vec<St
                 'D' => (Some(cur.clone()), None),
                 _ => (Some(cur.clone()), Some(cur.clone())),
             };
+            // SECURITY(T-TEAM8): a move's source the layout does not let clients read (a commit
+            // made to look like vaultgate's) ends the walk; its bytes are never listed.
+            let from =
+                from.filter(|f| policy::VaultPath::parse(f).is_ok_and(|p| v.layout().check_read(&p).is_ok()));
             let began = status == 'A' && from.is_none();
             steps.push(Step {
                 change,

@@ -183,20 +183,41 @@ pub(crate) fn reject(
     let mut p = pending(team, v, id)?;
     core.approvals()
         .authorize_decision(call.actor(), &p.row.created_by)?;
-    let _lock = match &p.job {
-        // A job in flight finishes first; one its gateway left is settled from the remote (it
-        // may have landed: then the proposal is applied, not rejected).
-        Some(_) => {
+    // A job in flight finishes first; one its gateway left, or a commit an earlier job pushed,
+    // is settled from the remote first (it may have landed: then the proposal is applied, not
+    // rejected).
+    let _lock = match p.job.is_some() || !p.pushed.is_empty() {
+        true => {
             let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
             let lock = team.lock_vault(&v.id, wait)?;
             p = pending(team, v, id)?;
-            if let Some(job) = p.job.clone() {
+            let job = match p.job.clone() {
+                Some(job) => Some(job),
+                // A job of its own to settle under (its intent recorded like an apply's).
+                None if !p.pushed.is_empty() => {
+                    let job = TeamJob {
+                        id: uuid::Uuid::now_v7().to_string(),
+                        gateway: team.gateway().to_owned(),
+                        base: None,
+                        commit: None,
+                        key: None,
+                    };
+                    let intent = call.entry_for(TxnRecord::ok(
+                        Some("apply.intent"),
+                        Some(&p.row.target),
+                        Some(&p.row.id),
+                    ));
+                    team.begin_job(id, &job, intent)?.map(|_| job)
+                }
+                None => None,
+            };
+            if let Some(job) = job {
                 settle_left_job(core, team, v, &registration(team, v)?, &p, &job)?;
                 p = pending(team, v, id)?;
             }
             Some(lock)
         }
-        None => None,
+        false => None,
     };
     let at = rfc3339(time::OffsetDateTime::now_utc());
     let by = call.actor().label();
@@ -499,7 +520,18 @@ impl Job<'_> {
             };
             // SECURITY(T-TEAM8): an earlier push of this proposal that landed late is its apply.
             let landed_before = match fetched {
-                true => landed_on_branch(self.core, dir, &self.pushed.borrow())?,
+                true => {
+                    // With the commits any job of the proposal recorded since it was read (a job
+                    // of a gateway whose lock ended under it may have pushed one).
+                    let recorded = proposal(self.team, self.v, &self.p.id)?.pushed;
+                    let mut all = self.pushed.borrow_mut();
+                    for c in recorded {
+                        if !all.contains(&c) {
+                            all.push(c);
+                        }
+                    }
+                    landed_on_branch(self.core, dir, &all)?
+                }
                 false => None,
             };
             if let Some((commit, entry)) = landed_before {

@@ -485,6 +485,14 @@ impl Settings<'_> {
         self.core
             .operator_call(operator, "vault_git", &args, |call| {
                 call.set_vault(&v.id);
+                // docs/contract.md#team-mode: every change to a team vault is a commit already.
+                if v.remote.is_some() {
+                    return Err(GatewayError::InvalidArgument(format!(
+                        "vault '{}' is a team vault: every change vaultgate makes to it is a commit \
+                         pushed to its remote; `vault git` is for local vaults",
+                        v.id
+                    )));
+                }
                 let _lock = v.reader.fs().write_lock()?;
                 if on {
                     let status = self.core.history().git_on(v)?;

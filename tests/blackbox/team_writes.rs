@@ -761,6 +761,12 @@ async fn a_move_applied_through_another_gateway_is_one_commit_with_its_links_rew
     .ok();
     assert_eq!(rewritten["content"], json!("# Links\n\nSee [[plan]] first.\n"));
     assert_eq!(persons.code(), "NOT_FOUND");
+    // Every change to a team vault is a commit already: `vault git` is for local vaults.
+    let e = crate::team::refused(
+        team.g(0).run(&["vault", "git", "notes", "on"]),
+        "INVALID_ARGUMENT",
+    );
+    assert!(e.contains("team vault"), "{e}");
     let limited = call(
         &g2,
         "get_note_history",
@@ -1300,6 +1306,47 @@ async fn a_push_that_lands_after_its_gateway_gave_up_is_the_proposals_one_apply(
     assert_eq!(
         (&again["commit"], &again["replayed"]),
         (&json!(landed), &json!(true))
+    );
+
+    // The same, but the job is gone from its row (as when a gateway's lock ended under it and
+    // another dropped its job): a reject still finds the late commit and does not reject.
+    std::fs::write(&hook, "#!/bin/sh\nsleep 4\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let q = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "late/two.md", "content": "# Two\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let before = head(&remote);
+    assert_eq!(
+        call(&g1, "apply_proposal", apply_args(&q, "late-2")).await.code(),
+        "VAULT_BUSY"
+    );
+    let db = crate::team::pg::connect_retrying(&team.url);
+    db.query(
+        "UPDATE vaultgate.proposals SET job = NULL, job_gateway = NULL, job_key = NULL WHERE id = $1",
+        &[&q["id"].as_str().unwrap()],
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while head(&remote) == before {
+        assert!(std::time::Instant::now() < deadline, "the slow push never landed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    std::fs::remove_file(&hook).unwrap();
+    let r = call(&g1, "reject_proposal", json!({"id": q["id"], "reason": "late"})).await;
+    assert_eq!(r.code(), "PROPOSAL_ALREADY_APPLIED");
+    assert_eq!(
+        call(&g1, "get_proposal", json!({"id": q["id"]})).await.ok()["status"],
+        json!("applied")
+    );
+    assert_eq!(
+        git(&remote, &["log", "--format=%H", &format!("{before}..main")])
+            .lines()
+            .count(),
+        1
     );
     g1.close().await;
 }
