@@ -19,7 +19,7 @@ use crate::core::{Core, VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused};
 use crate::git::{FILE_MODE, TreeEntry};
 use crate::history::HistoryStatusOut;
-use crate::remote::{Pushed, PushedChange};
+use crate::remote::PushedChange;
 use crate::storage::TeamState;
 use crate::txn::internal;
 
@@ -278,25 +278,8 @@ pub(crate) fn transition(
         let commit = repo
             .commit_tree(&tree, Some(&base), &message, &who)
             .map_err(crate::changelog::git_error)?;
-        let pushed = crate::remote::push(
-            &core.git,
-            dir,
-            &vault,
-            &commit,
-            &base,
-            crate::teamwrite::push_deadline(core),
-        )?;
-        let landed = match pushed {
-            Pushed::Landed => true,
-            Pushed::Refused(why) => {
-                last = why;
-                false
-            }
-            Pushed::Unknown(why) => {
-                last = why;
-                crate::remote::landed(&core.git, dir, &vault, &commit)?
-            }
-        };
+        // Not settled: VAULT_BUSY; the retry finds this key's job on the branch if it landed.
+        let landed = crate::teamwrite::push_settled(core, dir, &vault, &commit, &base, &mut last)?;
         if landed {
             return finish(core, team, call, v, t, expected, key, Some(&commit));
         }

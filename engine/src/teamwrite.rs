@@ -437,6 +437,50 @@ fn landed_on_branch(
     }))
 }
 
+/// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why);
+/// an unanswered push is settled by reading the remote — there, `true`; not there yet (it may
+/// still land) or the remote unreadable, `VAULT_BUSY` (the caller keeps what recovery needs and
+/// pushes nothing else now; the retry with the same key settles it).
+pub(crate) fn push_settled(
+    core: &Core,
+    dir: &std::path::Path,
+    vault: &TeamVault,
+    commit: &str,
+    base: &str,
+    last: &mut String,
+) -> Result<bool, GatewayError> {
+    let mut pushed = crate::remote::push(&core.git, dir, vault, commit, base, push_deadline(core))?;
+    if core.failpoints.fails("team_apply.push_unanswered") {
+        // As a connection cut after the remote took the push.
+        pushed = Pushed::Unknown("failpoint: the push's answer was lost".into());
+    }
+    match pushed {
+        Pushed::Landed => Ok(true),
+        Pushed::Refused(why) => {
+            *last = why;
+            Ok(false)
+        }
+        // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
+        Pushed::Unknown(why) => {
+            *last = why;
+            match crate::remote::landed(&core.git, dir, vault, commit) {
+                Ok(true) => Ok(true),
+                seen => {
+                    let why = match seen {
+                        Err(e) => format!("the remote cannot be read now ({e})"),
+                        _ => "it is not on the remote yet".into(),
+                    };
+                    Err(GatewayError::VaultBusy(format!(
+                        "the push to the remote of vault '{}' had no answer and {why}; retry with \
+                         the same idempotencyKey",
+                        vault.id
+                    )))
+                }
+            }
+        }
+    }
+}
+
 /// How long a push may take before its outcome counts as unknown: within `apply_wait_seconds`
 /// with time left to read the remote (at most 15 s).
 pub(crate) fn push_deadline(core: &Core) -> Duration {
@@ -556,44 +600,7 @@ impl Job<'_> {
             self.pushed.borrow_mut().push(commit.clone());
             self.core.failpoints.hit("team_apply.before_push");
             self.uncertain.set(true);
-            let mut pushed = crate::remote::push(
-                &self.core.git,
-                dir,
-                self.vault,
-                &commit,
-                &base,
-                push_deadline(self.core),
-            )?;
-            if self.core.failpoints.fails("team_apply.push_unanswered") {
-                // As a connection cut after the remote took the push.
-                pushed = Pushed::Unknown("failpoint: the push's answer was lost".into());
-            }
-            let landed = match pushed {
-                Pushed::Landed => true,
-                Pushed::Refused(why) => {
-                    last = why;
-                    false
-                }
-                // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
-                Pushed::Unknown(why) => {
-                    last = why;
-                    // Not seen on the remote (yet): it may still land, so the job stays and no
-                    // other commit is pushed now; the caller's retry settles it.
-                    let seen = crate::remote::landed(&self.core.git, dir, self.vault, &commit);
-                    if !matches!(seen, Ok(true)) {
-                        let why = match seen {
-                            Err(e) => format!("the remote cannot be read now ({e})"),
-                            _ => "it is not on the remote yet".into(),
-                        };
-                        return Err(GatewayError::VaultBusy(format!(
-                            "the push to the remote of vault '{}' had no answer and {why}; retry \
-                             with the same idempotencyKey",
-                            self.v.id
-                        )));
-                    }
-                    true
-                }
-            };
+            let landed = push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
             if landed {
                 self.core.failpoints.hit("team_apply.after_push");
                 let out = self.finish(call, &commit, &touched, &history_id)?;
