@@ -344,21 +344,19 @@ pub(crate) fn team_apply_commit(
     )
 }
 
-/// The commit of an undo or redo on a team vault: `<undo|redo> <the entry's subject>`, by
-/// whoever made it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn team_history_commit(
-    transition: &str,
-    label: &str,
+/// The commit of a change on a team vault that is no proposal's — an undo or redo (`<undo|redo>
+/// <the entry's subject>`) or an executed critical call (`delete_permanent <paths>`, a history
+/// barrier) — by whoever made it.
+pub(crate) fn team_change_commit(
+    subject: &str,
     entry: &str,
     actor: &audit::Actor,
     intent: &audit::AuditRecord,
-    gateway: &str,
-    job: &str,
+    (gateway, job): (&str, &str),
     date: &str,
 ) -> (String, Identity) {
     team_commit(
-        &format!("{transition} {label}"),
+        subject,
         "",
         None,
         entry,

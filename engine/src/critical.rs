@@ -128,18 +128,21 @@ pub struct CriticalOut {
     /// Once executed: "committed", "queued" or "off", its git commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<String>,
+    /// On a team vault: the commit that made the change (on the remote's branch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 // ---- the execution -------------------------------------------------------------------------------
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Which {
+pub(crate) enum Which {
     DeletePermanent,
     EmptyTrash,
 }
 
 impl Which {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Which::DeletePermanent => DELETE_PERMANENT,
             Which::EmptyTrash => EMPTY_TRASH,
@@ -155,6 +158,20 @@ impl Which {
     }
 }
 
+impl CriticalOut {
+    /// A first call's answer: the challenge, nothing executed.
+    pub(crate) fn issued(c: ChallengeOut) -> CriticalOut {
+        CriticalOut {
+            status: CriticalStatus::Challenge,
+            challenge: Some(c),
+            deleted: None,
+            removed: None,
+            git: None,
+            commit: None,
+        }
+    }
+}
+
 /// The answer of an executed critical call.
 pub(crate) fn executed(tool: &str, paths: &[String]) -> CriticalOut {
     if tool == DELETE_PERMANENT {
@@ -164,6 +181,7 @@ pub(crate) fn executed(tool: &str, paths: &[String]) -> CriticalOut {
             deleted: Some(paths.to_vec()),
             removed: None,
             git: None,
+            commit: None,
         }
     } else {
         CriticalOut {
@@ -172,6 +190,7 @@ pub(crate) fn executed(tool: &str, paths: &[String]) -> CriticalOut {
             deleted: None,
             removed: Some(paths.len() as u64),
             git: None,
+            commit: None,
         }
     }
 }
@@ -191,11 +210,18 @@ fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, GatewayError> {
     T::deserialize(args).map_err(|e| GatewayError::InvalidArgument(format!("bad arguments: {e}")))
 }
 
-fn to_value<T: Serialize>(v: T) -> Result<Value, GatewayError> {
+pub(crate) fn to_value<T: Serialize>(v: T) -> Result<Value, GatewayError> {
     serde_json::to_value(v).map_err(|e| internal(format!("serializing a result: {e}")))
 }
 
 // ---- the tools ----------------------------------------------------------------------------------
+
+/// Where a challenge is kept: the home's state, or (a team vault) the team's database.
+#[derive(Clone, Copy)]
+pub(crate) enum Keep<'t> {
+    Local,
+    Team(&'t dyn crate::storage::TeamState),
+}
 
 /// Two-phase challenges for critical operations.
 pub struct Challenges<'a> {
@@ -246,6 +272,9 @@ impl Challenges<'_> {
                 "idempotencyKey must not be empty".into(),
             ));
         }
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            return crate::teamcritical::critical(self, team, call, caller, v, which, args);
+        }
         // SECURITY(T-CRIT2): one decision and one execution at a time per vault, across
         // processes (the challenge row keys a repeat); the revision is read from the disk itself
         // under the lock, so a change the watcher has not reported yet still makes the challenge
@@ -270,42 +299,22 @@ impl Challenges<'_> {
         args: &Value,
     ) -> Result<Value, GatewayError> {
         let revision = self.revision_now(v)?;
-        let refuse = |refusal, stored| self.refuse(caller, v, which, args, revision, refusal, stored);
+        let refuse =
+            |refusal, stored| self.refuse(Keep::Local, caller, v, which, args, revision, refusal, stored);
 
         let stored = match challenge::phase(args) {
             Phase::First => {
-                let c = self.issue(caller, v, which, args, revision)?;
-                return to_value(CriticalOut {
-                    status: CriticalStatus::Challenge,
-                    challenge: Some(c),
-                    deleted: None,
-                    removed: None,
-                    git: None,
-                });
+                let c = self.issue(Keep::Local, caller, v, which, args, revision)?;
+                return to_value(CriticalOut::issued(c));
             }
             Phase::Incomplete => return Err(refuse(Refusal::Required, None)),
             Phase::Second { challenge_id, .. } => self.core.state.challenge(challenge_id)?,
         };
-        let issued = match &stored {
-            Some(s) => Some(Issued {
-                plan: serde_json::from_value::<Plan>(s.plan.clone()).map_err(internal)?,
-                expires_at: s.expires_at,
-                consumed: s.consumed_at.is_some(),
-            }),
-            None => None,
+        let issued = match self.decide(stored.as_ref(), caller, v, which, args, revision)? {
+            Ok(issued) => issued,
+            Err(refusal) => return Err(refuse(refusal, stored.as_ref())),
         };
-        let attempt = Attempt {
-            tool: which.name(),
-            vault: &v.id,
-            credential_id: caller.credential.id.as_str(),
-            arguments: args,
-            now: now_unix(),
-            revision,
-        };
-        if let Err(refusal) = challenge::decide(self.core.secret().bytes(), issued.as_ref(), &attempt) {
-            return Err(refuse(refusal, stored.as_ref()));
-        }
-        let (Some(stored), Some(issued)) = (stored, issued) else {
+        let Some(stored) = stored else {
             return Err(internal("a challenge was accepted without a stored plan"));
         };
         // The files must be those the plan was shown with: the revision covers the notes; the
@@ -373,9 +382,46 @@ impl Challenges<'_> {
         Ok(committed.result)
     }
 
-    /// Records a challenge for the call as sent (challenge fields ignored) and returns it.
-    fn issue(
+    /// A second call decided against its stored challenge (docs/contract.md#critical-operations):
+    /// the challenge as issued, or why the call does not execute.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn decide(
         &self,
+        stored: Option<&inbox::StoredChallenge>,
+        caller: &Caller,
+        v: &VaultHandle,
+        which: Which,
+        args: &Value,
+        revision: u64,
+    ) -> Result<Result<Issued, Refusal>, GatewayError> {
+        let issued = match stored {
+            Some(s) => Some(Issued {
+                plan: serde_json::from_value::<Plan>(s.plan.clone()).map_err(internal)?,
+                expires_at: s.expires_at,
+                consumed: s.consumed_at.is_some(),
+            }),
+            None => None,
+        };
+        let attempt = Attempt {
+            tool: which.name(),
+            vault: &v.id,
+            credential_id: caller.credential.id.as_str(),
+            arguments: args,
+            now: now_unix(),
+            revision,
+        };
+        Ok(
+            match challenge::decide(self.core.secret().bytes(), issued.as_ref(), &attempt) {
+                Err(refusal) => Err(refusal),
+                Ok(()) => issued.ok_or(Refusal::Mismatch(challenge::Mismatch::Unknown)),
+            },
+        )
+    }
+
+    /// Records a challenge for the call as sent (challenge fields ignored) and returns it.
+    pub(crate) fn issue(
+        &self,
+        keep: Keep<'_>,
         caller: &Caller,
         v: &VaultHandle,
         which: Which,
@@ -387,18 +433,28 @@ impl Challenges<'_> {
                 let a: DeletePermanentArgs = parse(args)?;
                 self.planned_deletions(v, &a.paths)?
             }
-            Which::EmptyTrash => trash_files(v)?,
+            // A team vault's trash is its remote's history, which vaultgate never rewrites.
+            Which::EmptyTrash => match keep {
+                Keep::Local => trash_files(v)?,
+                Keep::Team(_) => Vec::new(),
+            },
         };
         let key = args
             .get("idempotencyKey")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let now = now_unix();
-        if let Err(e) = self
-            .core
-            .state
-            .prune_challenges(now.saturating_sub(KEEP_EXPIRED_SECONDS))
-        {
+        let before = now.saturating_sub(KEEP_EXPIRED_SECONDS);
+        let pruned = match keep {
+            Keep::Local => self
+                .core
+                .state
+                .prune_challenges(before)
+                .map(drop)
+                .map_err(GatewayError::from),
+            Keep::Team(team) => team.prune_challenges(before),
+        };
+        if let Err(e) = pruned {
             tracing::warn!(error = %e, "pruning old challenges failed");
         }
         let ttl = i64::try_from(self.core.config().limits.challenge_ttl_seconds).unwrap_or(i64::MAX);
@@ -419,7 +475,7 @@ impl Challenges<'_> {
             expires_at: &expires_at,
         });
         let plan_hash = challenge::plan_hash(self.core.secret().bytes(), &plan);
-        self.core.state.create_challenge(&inbox::NewChallenge {
+        let new = inbox::NewChallenge {
             id: &id,
             vault: &v.id,
             credential_id,
@@ -431,7 +487,11 @@ impl Challenges<'_> {
             revision,
             expires_at: expires,
             created_at: now,
-        })?;
+        };
+        match keep {
+            Keep::Local => self.core.state.create_challenge(&new)?,
+            Keep::Team(team) => team.create_challenge(&new)?,
+        }
         let mut affected = plan.affected;
         let truncated = affected.len() > vault::MAX_LIST_ITEMS;
         affected.truncate(vault::MAX_LIST_ITEMS);
@@ -444,17 +504,23 @@ impl Challenges<'_> {
             recoverability: RECOVERABILITY.into(),
             revision,
             expires_at,
-            git_history: self.core.state.git_enabled(&v.id)?.then(|| {
-                "this vault's git history keeps earlier versions of these notes; vaultgate does not rewrite it (the deletion itself is committed)".to_owned()
-            }),
+            git_history: match keep {
+                Keep::Local => self.core.state.git_enabled(&v.id)?.then(|| {
+                    "this vault's git history keeps earlier versions of these notes; vaultgate does not rewrite it (the deletion itself is committed)".to_owned()
+                }),
+                Keep::Team(_) => Some(
+                    "this team vault's remote keeps earlier versions of these notes in its git history, which vaultgate never rewrites (the deletion itself is one commit; vaultgate no longer reads those versions)".to_owned(),
+                ),
+            },
         })
     }
 
     /// The refusal of a second call, with a fresh challenge for the call as sent when one can be
     /// issued (not, for example, when the notes it names are already gone).
     #[allow(clippy::too_many_arguments)]
-    fn refuse(
+    pub(crate) fn refuse(
         &self,
+        keep: Keep<'_>,
         caller: &Caller,
         v: &VaultHandle,
         which: Which,
@@ -469,7 +535,7 @@ impl Challenges<'_> {
         {
             message.push_str(&format!(" It executed once, answering {done}."));
         }
-        let fresh = match self.issue(caller, v, which, args, revision) {
+        let fresh = match self.issue(keep, caller, v, which, args, revision) {
             Ok(c) => {
                 message.push_str(
                     " Nothing was executed by this call. To go ahead, show the user `challenge` (in this \
@@ -490,7 +556,11 @@ impl Challenges<'_> {
 
     /// Checks each path as a deletable note that exists: every path syntactically first, so
     /// `PATH_INVALID` and `PATH_DENIED` reveal nothing about what exists.
-    fn planned_deletions(&self, v: &VaultHandle, paths: &[String]) -> Result<Vec<String>, GatewayError> {
+    pub(crate) fn planned_deletions(
+        &self,
+        v: &VaultHandle,
+        paths: &[String],
+    ) -> Result<Vec<String>, GatewayError> {
         let mut parsed = Vec::with_capacity(paths.len());
         for raw in paths {
             let p = VaultPath::parse(raw)?;
@@ -641,6 +711,7 @@ mod tests {
             deleted: None,
             removed: Some(0),
             git: None,
+            commit: None,
         };
         assert_eq!(
             serde_json::to_value(&out).unwrap(),

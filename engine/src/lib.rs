@@ -42,6 +42,7 @@ mod refusals;
 pub mod remote;
 pub mod review;
 pub mod storage;
+mod teamcritical;
 mod teamhistory;
 mod teamundo;
 mod teamwrite;

@@ -359,6 +359,18 @@ pub fn descends(program: &Program, dir: &Path, older: &str, newer: &str) -> bool
     crate::git::run(ancestor, "merge-base", None).is_ok()
 }
 
+/// How many commits `rev` holds in the clone at `dir`: a team vault's revision. The branch only
+/// moves forward, so every push makes it grow, and every gateway counts the same at one head.
+pub fn commit_count(program: &Program, dir: &Path, rev: &str) -> Result<u64, GatewayError> {
+    let mut count = local(program, dir);
+    count.args(["rev-list", "--count", "--end-of-options", rev]);
+    let out = crate::git::run(count, "rev-list", None).map_err(git_error)?;
+    String::from_utf8_lossy(&out)
+        .trim()
+        .parse()
+        .map_err(|e| GatewayError::Internal(format!("git rev-list --count answered oddly: {e}")))
+}
+
 /// Moves the clone at `dir` to `commit` (which it holds), whatever its own history: only for a
 /// history the team accepted (`vault resync`).
 pub fn reset_to(program: &Program, dir: &Path, commit: &str) -> Result<Synced, GatewayError> {

@@ -1,7 +1,8 @@
 //! A team vault's note history (docs/contract.md#team-mode): `get_note_history` and
 //! `read_note {hash}` answer from the commits vaultgate pushed to the remote (those with a
 //! `Vaultgate-Proposal` trailer), as this gateway's clone holds them, following a note back
-//! across its moves. A person's own commits are not vaultgate's changes and are not listed.
+//! across its moves. A person's own commits are not vaultgate's changes and are not listed; a
+//! permanent deletion ends a note's history (nothing before it is read).
 //!
 //! It must never read a version that the listing does not name (no arbitrary walk of the
 //! repository), or read a path the layout does not let a client read.
@@ -53,6 +54,16 @@ fn walk(core: &Core, v: &VaultHandle, path: &str, want: usize) -> Result<(Vec<St
                     .map(|(_, p)| p.clone()),
                 _ => None,
             };
+            // docs/contract.md#critical-operations: a permanent deletion ends the note's history
+            // here; no version before it is listed or read.
+            if status == 'D' && kind == crate::critical::DELETE_PERMANENT {
+                steps.push(Step {
+                    change,
+                    before: None,
+                    after: None,
+                });
+                break 'walk;
+            }
             let (before, after) = match status {
                 'A' => (from.clone(), Some(cur.clone())),
                 'D' => (Some(cur.clone()), None),

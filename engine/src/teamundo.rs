@@ -58,6 +58,11 @@ fn stacks(core: &Core, v: &VaultHandle) -> Result<(Vec<Entry>, Vec<Entry>), Gate
                     done.push(e);
                 }
             }
+            // A permanent deletion is a barrier: nothing before it can be undone or redone.
+            crate::critical::DELETE_PERMANENT => {
+                done.clear();
+                undone.clear();
+            }
             _ => {
                 undone.clear();
                 done.push(Entry { id, change });
@@ -265,14 +270,12 @@ pub(crate) fn transition(
         let tree = repo
             .tree_with(Some(&base), &changes)
             .map_err(crate::changelog::git_error)?;
-        let (message, who) = crate::changelog::team_history_commit(
-            t.as_str(),
-            &entry.change.subject,
+        let (message, who) = crate::changelog::team_change_commit(
+            &format!("{} {}", t.as_str(), entry.change.subject),
             &entry.id,
             &call.actor().audit_actor(),
             &intent,
-            team.gateway(),
-            &job,
+            (team.gateway(), &job),
             &date,
         );
         let commit = repo

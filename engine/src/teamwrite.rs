@@ -48,6 +48,8 @@ pub(crate) const BUILT: &[&str] = &[
     "reject_proposal",
     "history_undo",
     "history_redo",
+    "delete_permanent",
+    "empty_trash",
 ];
 
 /// The team's state when `v` is a team vault (its notes in a remote).
@@ -251,7 +253,7 @@ fn first_answer(team: &dyn TeamState, call: &Call<'_>, key: &str) -> Result<Opti
 }
 
 /// The vault's registration (its remote and branch), as the team's database holds it now.
-fn registration(team: &dyn TeamState, v: &VaultHandle) -> Result<TeamVault, GatewayError> {
+pub(crate) fn registration(team: &dyn TeamState, v: &VaultHandle) -> Result<TeamVault, GatewayError> {
     team.vaults()?
         .into_iter()
         .find(|t| t.id == v.id)
@@ -415,7 +417,7 @@ fn settle_left_job(
 
 /// The commit on the clone's branch (as last fetched) that is one of `pushed` — the commits the
 /// proposal's jobs were about to push, which no one else can make — with its history entry.
-fn landed_on_branch(
+pub(crate) fn landed_on_branch(
     core: &Core,
     dir: &std::path::Path,
     pushed: &[String],

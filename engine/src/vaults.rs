@@ -46,9 +46,10 @@ fn not_a_team() -> GatewayError {
 pub(crate) fn team_writes_refused() -> GatewayError {
     GatewayError::CapabilityDenied(
         "this gateway serves team vaults, whose notes change through their git remote: this \
-         version proposes new notes, patches, frontmatter updates, moves and deletions and applies \
-         or rejects them; undo and redo, in-client decisions and permanent deletions are not \
-         available on team vaults yet: make those in your own clone and push"
+         version proposes, applies and rejects changes, undoes and redoes them and runs the \
+         critical tools there; decisions made in the client (approve_proposal_in_app, \
+         reject_proposal_in_app) are not available on team vaults yet: decide with \
+         apply_proposal or reject_proposal, or `vaultgate apply` / `vaultgate inbox reject`"
             .into(),
     )
 }

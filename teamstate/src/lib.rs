@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod chain;
+mod challenges;
 mod credentials;
 mod listen;
 mod migrations;

@@ -254,4 +254,19 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 9: every commit any job of a proposal pushed (kept when a job is dropped): a push that
     // lands late is recognized as the proposal's apply by its id, which no one else can make.
     "ALTER TABLE vaultgate.proposals ADD COLUMN pushed jsonb NOT NULL DEFAULT '[]';",
+    // 10: a critical tool's challenge, issued by any gateway and executed once by whichever
+    // receives its second call (challenges.rs): the plan its hash covers, who may execute it,
+    // and every commit an execution was about to push (a late landing is recognized by its id).
+    "ALTER TABLE vaultgate.challenges
+        ADD COLUMN credential_id text NOT NULL DEFAULT '',
+        ADD COLUMN tool text NOT NULL DEFAULT '',
+        ADD COLUMN args_hash text NOT NULL DEFAULT '',
+        ADD COLUMN idempotency_key text NOT NULL DEFAULT '',
+        ADD COLUMN plan jsonb NOT NULL DEFAULT 'null',
+        ADD COLUMN plan_hash text NOT NULL DEFAULT '',
+        ADD COLUMN revision bigint NOT NULL DEFAULT 0,
+        ADD COLUMN expires_at bigint NOT NULL DEFAULT 0,
+        ADD COLUMN created_at bigint NOT NULL DEFAULT 0,
+        ADD COLUMN gateway text,
+        ADD COLUMN pushed jsonb NOT NULL DEFAULT '[]';",
 ];

@@ -5,7 +5,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use engine::Tier;
 use engine::error::GatewayError;
-use engine::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
+use engine::storage::{NewTeamProposal, TeamChallenge, TeamDone, TeamJob, TeamProposal, TeamState};
 use inbox::{Credential, CredentialId, NewCredential};
 
 use crate::{ChainWriter, PgState};
@@ -361,6 +361,49 @@ impl TeamState for TeamSession {
 
     fn idempotency(&self, principal: &str, key: &str) -> Result<Option<inbox::IdemRecord>, GatewayError> {
         self.seat()?.store.idempotency(principal, key)
+    }
+
+    fn create_challenge(&self, c: &inbox::NewChallenge<'_>) -> Result<(), GatewayError> {
+        self.seat()?.store.create_challenge(c)
+    }
+
+    fn challenge(&self, id: &str) -> Result<Option<TeamChallenge>, GatewayError> {
+        self.seat()?.store.challenge(id)
+    }
+
+    fn consume_challenge(
+        &self,
+        id: &str,
+        at: i64,
+        intent: &serde_json::Value,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        self.seat()?
+            .store
+            .consume_challenge(&self.gateway, id, at, intent, entry)
+    }
+
+    fn challenge_attempt(&self, id: &str, commit: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.challenge_attempt(id, commit)
+    }
+
+    fn finish_challenge(
+        &self,
+        id: &str,
+        result: &(dyn Fn(u64) -> serde_json::Value + Sync),
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError> {
+        self.seat()?
+            .store
+            .finish_challenge(&self.gateway, id, result, entry)
+    }
+
+    fn release_challenge(&self, id: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.release_challenge(id)
+    }
+
+    fn prune_challenges(&self, before: i64) -> Result<(), GatewayError> {
+        self.seat()?.store.prune_challenges(before)
     }
 }
 

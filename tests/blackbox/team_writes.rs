@@ -12,7 +12,7 @@ use crate::util::{Reply, call};
 
 /// A team of `names` with the vault `notes` on a fresh bare remote, every gateway fetching
 /// every second; the remote and a person's clone of it.
-fn team_with_vault(names: &[&str]) -> (Team, std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn team_with_vault(names: &[&str]) -> (Team, std::path::PathBuf, std::path::PathBuf) {
     let team = Team::start(names);
     let (remote, person) = remote_with_notes(team.root.path());
     for g in &team.gateways {
@@ -32,12 +32,12 @@ fn team_with_vault(names: &[&str]) -> (Team, std::path::PathBuf, std::path::Path
     (team, remote, person)
 }
 
-fn head(remote: &std::path::Path) -> String {
+pub(crate) fn head(remote: &std::path::Path) -> String {
     git(remote, &["rev-parse", "main"]).trim().to_owned()
 }
 
 /// The full message of `rev` on the remote.
-fn message(remote: &std::path::Path, rev: &str) -> String {
+pub(crate) fn message(remote: &std::path::Path, rev: &str) -> String {
     git(remote, &["log", "-1", "--format=%B", rev])
 }
 
@@ -516,7 +516,7 @@ async fn a_reviewer_gateway_applies_and_rejects_proposals_made_on_another() {
 }
 
 /// A stdio server of `g` for `token` that aborts (as `kill -9` would) at the team apply's `step`.
-async fn stdio_dying_at(g: &crate::util::Env, token: &str, step: &str) -> crate::util::Client {
+pub(crate) async fn stdio_dying_at(g: &crate::util::Env, token: &str, step: &str) -> crate::util::Client {
     use rmcp::ServiceExt;
     let mut cmd = tokio::process::Command::new(crate::util::bin());
     cmd.arg("stdio")

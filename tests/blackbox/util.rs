@@ -122,7 +122,7 @@ pub struct Client {
 }
 
 /// A tool call's outcome, as a client sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Reply {
     Ok(Value),
     /// `isError: true`: the parsed docs/contract.md#the-mcp-surface error JSON.
@@ -137,10 +137,17 @@ impl Reply {
         }
     }
     pub fn code(self) -> String {
+        self.err_json()["code"].as_str().unwrap().to_owned()
+    }
+    /// The error JSON of a call that must have failed.
+    pub fn err_json(self) -> Value {
         match self {
             Reply::Ok(v) => panic!("expected an error, got {v}"),
-            Reply::Err(e) => e["code"].as_str().unwrap().to_owned(),
+            Reply::Err(e) => e,
         }
+    }
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Reply::Ok(_))
     }
 }
 

@@ -129,6 +129,42 @@ pub trait TeamState: Send + Sync {
     ) -> Result<audit::AuditRecord, GatewayError>;
     /// The first answer kept under a key of `principal`.
     fn idempotency(&self, principal: &str, key: &str) -> Result<Option<inbox::IdemRecord>, GatewayError>;
+
+    /// Records a critical call's challenge for every gateway of the team.
+    fn create_challenge(&self, c: &inbox::NewChallenge<'_>) -> Result<(), GatewayError>;
+    /// The challenge `id`, with the commits an execution of it was about to push.
+    fn challenge(&self, id: &str) -> Result<Option<TeamChallenge>, GatewayError>;
+    /// The one execution: consumes an unused challenge with its intent and the intent's record,
+    /// in one commit. `None`: it was used already.
+    fn consume_challenge(
+        &self,
+        id: &str,
+        at: i64,
+        intent: &serde_json::Value,
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError>;
+    /// Notes a commit the execution of `id` is about to push.
+    fn challenge_attempt(&self, id: &str, commit: &str) -> Result<(), GatewayError>;
+    /// The execution landed: its answer kept with the record, in one commit. `None`: finished
+    /// already.
+    fn finish_challenge(
+        &self,
+        id: &str,
+        result: &(dyn Fn(u64) -> serde_json::Value + Sync),
+        entry: audit::Entry,
+    ) -> Result<Option<audit::AuditRecord>, GatewayError>;
+    /// Nothing the execution pushed landed: the challenge is unused again.
+    fn release_challenge(&self, id: &str) -> Result<(), GatewayError>;
+    /// Forgets unused challenges that expired before `before`.
+    fn prune_challenges(&self, before: i64) -> Result<(), GatewayError>;
+}
+
+/// A challenge as the team's database keeps it.
+#[derive(Debug, Clone)]
+pub struct TeamChallenge {
+    pub row: inbox::StoredChallenge,
+    /// Every commit an execution of it was about to push (whichever lands is its execution).
+    pub pushed: Vec<String>,
 }
 
 /// A proposal as the team's database keeps it: the row a local inbox would hold, its content,
