@@ -56,13 +56,46 @@ impl PgState {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
+        let guess = self.chain_guess.lock().ok().and_then(|g| g.clone());
         let mut client = self.client()?;
-        within(&self.stale, async {
+        let sealed = within(&self.stale, async {
+            // Two round trips when the head is where this store left it: BEGIN and the rows
+            // (written only if the head, locked first, is still the guessed one) sent together,
+            // then COMMIT. Not one statement on its own: a call that gave up waiting must leave
+            // nothing behind, and a transaction not committed is rolled back with its
+            // connection. A head that moved writes nothing and falls back to reading it.
+            if let Some((seq, prev)) = guess {
+                let rows = Rows::seal(gateway, entries.clone(), seq, &prev, now)?;
+                let c: &deadpool_postgres::ClientWrapper = &client;
+                let (began, written) =
+                    tokio::join!(c.batch_execute("BEGIN"), rows.insert_after(c, seq, &prev));
+                let end = match (began, written) {
+                    (Ok(()), Ok(true)) => "COMMIT",
+                    (Err(e), _) | (Ok(()), Err(e)) => {
+                        let _ = c.batch_execute("ROLLBACK").await;
+                        return Err(db(e));
+                    }
+                    (Ok(()), Ok(false)) => "ROLLBACK",
+                };
+                c.batch_execute(end).await.map_err(db)?;
+                if end == "COMMIT" {
+                    return Ok(rows.sealed);
+                }
+                tracing::debug!("the team's chain moved since this gateway's last append");
+            }
             let tx = client.transaction().await.map_err(db)?;
             let sealed = seal_in(&tx, gateway, entries, now).await?;
             tx.commit().await.map_err(db)?;
             Ok(sealed)
-        })?
+        })?;
+        let guessed = match &sealed {
+            Ok(records) => records.last().map(|r| (r.seq, r.hash.clone())),
+            Err(_) => None,
+        };
+        if let Ok(mut g) = self.chain_guess.lock() {
+            *g = guessed;
+        }
+        sealed
     }
 
     /// The chain's head: the last record's `seq` and `hash` (0 and `GENESIS` before any).
@@ -158,39 +191,101 @@ pub(crate) async fn seal_in(
         .query_typed_one("SELECT seq, hash FROM vaultgate.audit_head_locked()", &[])
         .await
         .map_err(db)?;
-    let mut seq = u64::try_from(head.get::<_, i64>(0))
+    let seq = u64::try_from(head.get::<_, i64>(0))
         .map_err(|_| GatewayError::Internal("the team's audit head has a negative seq".into()))?;
-    let mut prev: String = head.get(1);
-    let mut sealed = Vec::with_capacity(entries.len());
-    let (mut seqs, mut hashes, mut lines) = (Vec::new(), Vec::new(), Vec::new());
-    for mut entry in entries {
-        entry.gateway = Some(gateway.to_owned());
-        let (record, line) = audit::seal(entry, seq, &prev, now)?;
-        seqs.push(
-            i64::try_from(record.seq)
-                .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?,
-        );
-        hashes.push(record.hash.clone());
-        lines.push(line.trim_end_matches('\n').to_owned());
-        seq = record.seq;
-        prev.clone_from(&record.hash);
-        sealed.push(record);
+    let prev: String = head.get(1);
+    let rows = Rows::seal(gateway, entries, seq, &prev, now)?;
+    rows.insert(tx).await.map_err(db)?;
+    Ok(rows.sealed)
+}
+
+/// Records sealed after a head, as the rows of one INSERT.
+struct Rows {
+    sealed: Vec<audit::AuditRecord>,
+    seqs: Vec<i64>,
+    hashes: Vec<String>,
+    gateways: Vec<String>,
+    lines: Vec<String>,
+}
+
+impl Rows {
+    /// Seals `entries` of `gateway` after the record `(seq, prev)`.
+    fn seal(
+        gateway: &str,
+        entries: Vec<audit::Entry>,
+        mut seq: u64,
+        prev: &str,
+        now: OffsetDateTime,
+    ) -> Result<Rows, GatewayError> {
+        let mut prev = prev.to_owned();
+        let mut rows = Rows {
+            sealed: Vec::with_capacity(entries.len()),
+            seqs: Vec::new(),
+            hashes: Vec::new(),
+            gateways: vec![gateway.to_owned(); entries.len()],
+            lines: Vec::new(),
+        };
+        for mut entry in entries {
+            entry.gateway = Some(gateway.to_owned());
+            let (record, line) = audit::seal(entry, seq, &prev, now)?;
+            rows.seqs.push(
+                i64::try_from(record.seq)
+                    .map_err(|_| GatewayError::Internal("the team's audit seq overflows".into()))?,
+            );
+            rows.hashes.push(record.hash.clone());
+            rows.lines.push(line.trim_end_matches('\n').to_owned());
+            seq = record.seq;
+            prev.clone_from(&record.hash);
+            rows.sealed.push(record);
+        }
+        Ok(rows)
     }
-    let gateways = vec![gateway.to_owned(); seqs.len()];
-    tx.query_typed(
-        "INSERT INTO vaultgate.audit (seq, hash, gateway, line)
-         SELECT s, h, g, l FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(s, h, g, l)
-         ORDER BY s",
-        &[
-            (&seqs, Type::INT8_ARRAY),
-            (&hashes, Type::TEXT_ARRAY),
-            (&gateways, Type::TEXT_ARRAY),
-            (&lines, Type::TEXT_ARRAY),
-        ],
-    )
-    .await
-    .map_err(db)?;
-    Ok(sealed)
+
+    /// The rows, only if the chain's head is still `(seq, hash)`: the head is locked before any
+    /// row is written (as every append locks it first, so two
+    /// appends never wait on each other's rows), and a head that moved writes nothing (false).
+    async fn insert_after(
+        &self,
+        c: &deadpool_postgres::ClientWrapper,
+        seq: u64,
+        hash: &str,
+    ) -> Result<bool, tokio_postgres::Error> {
+        let seq = i64::try_from(seq).unwrap_or(-1);
+        // Prepared once per connection: this runs for every batch.
+        let insert = c
+            .prepare_cached(
+                "INSERT INTO vaultgate.audit (seq, hash, gateway, line)
+                 SELECT s, h, g, l FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(s, h, g, l)
+                 WHERE (SELECT hd.seq = $5::bigint AND hd.hash = $6::text FROM vaultgate.audit_head_locked() hd)
+                 ORDER BY s
+                 RETURNING seq",
+            )
+            .await?;
+        let inserted = c
+            .query(
+                &insert,
+                &[&self.seqs, &self.hashes, &self.gateways, &self.lines, &seq, &hash],
+            )
+            .await?;
+        Ok(inserted.len() == self.seqs.len())
+    }
+
+    /// The rows in one statement (the chain's guard checks them against the head it locks).
+    async fn insert<C: tokio_postgres::GenericClient>(&self, c: &C) -> Result<(), tokio_postgres::Error> {
+        c.query_typed(
+            "INSERT INTO vaultgate.audit (seq, hash, gateway, line)
+             SELECT s, h, g, l FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(s, h, g, l)
+             ORDER BY s",
+            &[
+                (&self.seqs, Type::INT8_ARRAY),
+                (&self.hashes, Type::TEXT_ARRAY),
+                (&self.gateways, Type::TEXT_ARRAY),
+                (&self.lines, Type::TEXT_ARRAY),
+            ],
+        )
+        .await
+        .map(drop)
+    }
 }
 
 /// A record waiting for its batch, and where its answer goes.

@@ -182,11 +182,13 @@ impl PgState {
     /// rows read at an unchanged generation is still what the table holds.
     pub fn credential_generation(&self) -> Result<i64, GatewayError> {
         let client = self.client()?;
-        within(
-            &self.stale,
-            // Typed: one round trip, on every request.
-            client.query_typed_one("SELECT n FROM vaultgate.credential_generation WHERE one", &[]),
-        )?
+        within(&self.stale, async {
+            // Prepared once per connection: one round trip on every request, nothing to plan.
+            let read = client
+                .prepare_cached("SELECT n FROM vaultgate.credential_generation WHERE one")
+                .await?;
+            client.query_one(&read, &[]).await
+        })?
         .map(|r| r.get(0))
         .map_err(db)
     }

@@ -47,22 +47,26 @@ use engine::error::GatewayError;
 use engine::storage::{StateStore, StateTx};
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, NoTls};
 
 use migrations::MIGRATIONS;
 
-/// The team's state: one connection, driven by this store's own runtime, opened again on the
-/// first call after it was lost.
+/// The team's state: a pool of connections (each call takes one, its statements prepared once per
+/// connection), driven by this store's own runtime; a connection that was lost is replaced at the
+/// next call.
 pub struct PgState {
-    /// Runs the connection's I/O; callers (blocking threads) wait on their queries' answers.
+    /// Runs the connections' I/O; callers (blocking threads) wait on their queries' answers.
     /// Always `Some` until dropped (taken in `Drop`, which must not block inside a runtime).
     rt: Option<tokio::runtime::Runtime>,
     config: tokio_postgres::Config,
-    client: Mutex<Conn>,
+    pool: deadpool_postgres::Pool,
     /// Idle connections of vault locks (proposals.rs), kept for the next apply.
     lock_conns: Mutex<Vec<Conn>>,
-    /// Set when a call passed [`DB_DEADLINE`]: the connection may be stuck mid-answer, so the
-    /// next call opens another.
+    /// The chain's head as this store's last append left it (chain.rs): the next append is
+    /// sealed after it and sent as one statement, right while no one else appended.
+    chain_guess: Mutex<Option<(u64, String)>>,
+    /// Set when a call passed [`DB_DEADLINE`]: a connection may be stuck mid-answer, so the next
+    /// call drops every idle one and opens another.
     stale: AtomicBool,
 }
 
@@ -90,6 +94,9 @@ impl std::ops::DerefMut for Conn {
 /// before the database counts as unreachable: a server that accepts and then stalls must not
 /// hold a call (docs/contract.md#team-mode, fail closed).
 pub(crate) const DB_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Connections one store opens at most (each call holds one while it runs).
+const POOL_SIZE: usize = 4;
 
 /// How long opening a connection may take before the database counts as unreachable.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -266,18 +273,27 @@ impl PgState {
             .enable_all()
             .build()
             .map_err(GatewayError::Io)?;
-        let client = match open(&rt, &config) {
-            Ok(c) => c,
-            Err(e) => {
-                rt.shutdown_background();
-                return Err(e);
-            }
-        };
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            NoTls,
+            deadpool_postgres::ManagerConfig {
+                // A closed connection is replaced; a stalled one is dropped by `stale`.
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(DB_DEADLINE))
+            .create_timeout(Some(DB_DEADLINE))
+            .build()
+            .map_err(|e| GatewayError::Internal(format!("the team database's pool: {e}")))?;
         let state = PgState {
             rt: Some(rt),
             config,
-            client: Mutex::new(client),
+            pool,
             lock_conns: Mutex::default(),
+            chain_guess: Mutex::default(),
             stale: AtomicBool::new(false),
         };
         state.migrate()?;
@@ -290,23 +306,25 @@ impl PgState {
             .ok_or_else(|| GatewayError::Internal("the team database's runtime is gone".into()))
     }
 
-    /// The connection, opened again first if it was lost (the server restarted, the network
-    /// came back): a call after an outage works without a new store.
-    fn client(&self) -> Result<std::sync::MutexGuard<'_, Conn>, GatewayError> {
-        // A call that panicked mid-transaction poisons the lock: its connection is dropped
-        // (the server rolls the transaction back) and a new one opened.
-        let (mut client, poisoned) = match self.client.lock() {
-            Ok(c) => (c, false),
-            Err(p) => (p.into_inner(), true),
-        };
-        if poisoned {
-            self.client.clear_poison();
+    /// A connection of the pool, opened first if none is idle (after an outage, a new one): a call
+    /// after an outage works without a new store.
+    fn client(&self) -> Result<deadpool_postgres::Object, GatewayError> {
+        let rt = self.runtime()?;
+        if self.stale.swap(false, Ordering::SeqCst) {
+            // The one that stalled is among them (or still in a caller's hands, then closed).
+            self.pool.retain(|_, _| false);
         }
-        if poisoned || self.stale.swap(false, Ordering::SeqCst) || client.is_closed() {
-            client.task.abort();
-            *client = open(self.runtime()?, &self.config)?;
-        }
-        Ok(client)
+        // Connecting spawns the connection's task: on this store's runtime.
+        let _entered = rt.enter();
+        let unused = AtomicBool::new(false);
+        within(&unused, self.pool.get())?.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => db(e),
+            deadpool_postgres::PoolError::Timeout(_) => {
+                tracing::warn!("the team database did not answer a connection in time");
+                GatewayError::AuditUnavailable
+            }
+            other => GatewayError::Internal(format!("the team database's pool: {other}")),
+        })
     }
 
     fn migrate(&self) -> Result<(), GatewayError> {
@@ -378,7 +396,7 @@ impl PgState {
 
 /// One transaction of the team's database.
 struct PgTx<'c> {
-    tx: Transaction<'c>,
+    tx: deadpool_postgres::Transaction<'c>,
     stale: &'c AtomicBool,
 }
 
