@@ -74,7 +74,16 @@ impl Writes<'_> {
         approval: &ClientApproval<'_>,
     ) -> Result<ApplyOut, GatewayError> {
         if let Some(team) = crate::teamwrite::team_of(self.core, v) {
-            return crate::teamwrite::apply(self.core, team, call, v, id, given_hash, idempotency_key);
+            return crate::teamwrite::apply(
+                self.core,
+                team,
+                call,
+                v,
+                id,
+                given_hash,
+                idempotency_key,
+                approval,
+            );
         }
         let (mut out, settle) = self.write(
             call,

@@ -169,8 +169,8 @@ impl Approvals<'_> {
         // again, so a revocation, a lower tier or a withdrawn opt-in meanwhile wins.
         let fresh = self
             .core
-            .state
-            .credential(c.credential.id.as_str())?
+            .credentials()
+            .by_id(c.credential.id.as_str())?
             .ok_or(GatewayError::CredentialRevoked)?;
         if fresh.is_revoked() {
             return Err(GatewayError::CredentialRevoked);
@@ -296,7 +296,7 @@ impl Approvals<'_> {
                 let expires = self.open_approval(state, cred.id.as_str(), &call.args_hash())?;
                 // SECURITY(T-APPROVE2): a sealed state carries one answer, whatever it is, in any
                 // process: a decline cannot be resent as an accept.
-                if !self.core.state.use_approval(&expires.1, expires.0)? {
+                if !self.use_once(v, &expires.1, expires.0)? {
                     return Err(GatewayError::ApprovalDeclined(
                         "this approval was already used; call apply_proposal again to be asked again".into(),
                     ));
@@ -382,6 +382,15 @@ impl Approvals<'_> {
         Ok(s)
     }
 
+    /// Uses a person's approval (its nonce) once: in any process, and on a team vault across the
+    /// team (docs/contract.md#team-mode). False when it was used already.
+    fn use_once(&self, v: &VaultHandle, nonce: &str, expires_at: i64) -> Result<bool, GatewayError> {
+        match crate::teamwrite::team_of(self.core, v) {
+            Some(team) => team.use_approval(nonce, expires_at),
+            None => Ok(self.core.state.use_approval(nonce, expires_at)?),
+        }
+    }
+
     /// An Approve or Reject click on the card: the sealed approval opened, in time, for a
     /// credential that (still) opted in and may decide this proposal one step up, used once.
     fn use_app_approval(
@@ -405,7 +414,7 @@ impl Approvals<'_> {
         }
         // SECURITY(T-APPROVE2): one click, one decision, in any process; used before the
         // proposal is looked at, so a replayed approval is refused as one whatever became of it.
-        if !self.core.state.use_approval(&s.n, s.e)? {
+        if !self.use_once(v, &s.n, s.e)? {
             return Err(GatewayError::CapabilityDenied(
                 "this approval was already used; the card asks get_proposal for a fresh one".into(),
             ));

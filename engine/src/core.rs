@@ -521,27 +521,24 @@ impl Core {
         let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
         // docs/contract.md#proposals: a tier that cannot apply at all is refused before any state is read, unless
         // a person's approval in the client may lift it one step (docs/contract.md#the-review-page-and-in-client-approval).
-        let result =
-            if spec.is_mutating() && self.team.is_some() && !crate::teamwrite::BUILT.contains(&spec.name) {
-                Err(crate::vaults::team_writes_refused())
-            } else if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
-                // Reads too: a line written into the last free bytes could be cut short, so every
-                // call is refused while the log's disk is (almost) full, not only the unlucky one. A
-                // read changes nothing, so its record makes the check (one lock, not two).
-                if spec.is_mutating() {
-                    self.audit_preflight()
-                        .and_then(|()| op(&mut call))
-                        .and_then(to_value)
-                } else {
-                    call.check_space_at_record();
-                    op(&mut call).and_then(to_value)
-                }
+        let result = if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
+            // Reads too: a line written into the last free bytes could be cut short, so every
+            // call is refused while the log's disk is (almost) full, not only the unlucky one. A
+            // read changes nothing, so its record makes the check (one lock, not two).
+            if spec.is_mutating() {
+                self.audit_preflight()
+                    .and_then(|()| op(&mut call))
+                    .and_then(to_value)
             } else {
-                Err(GatewayError::CapabilityDenied(format!(
-                    "the '{}' tier may not call {}; ask the vault owner for a higher tier",
-                    caller.credential.tier, spec.name
-                )))
-            };
+                call.check_space_at_record();
+                op(&mut call).and_then(to_value)
+            }
+        } else {
+            Err(GatewayError::CapabilityDenied(format!(
+                "the '{}' tier may not call {}; ask the vault owner for a higher tier",
+                caller.credential.tier, spec.name
+            )))
+        };
         // Reads are flushed; refusals and mutations are made durable before the answer.
         let durability = if spec.is_mutating() || result.is_err() {
             Durability::Sync

@@ -44,6 +44,7 @@ pub mod review;
 pub mod storage;
 mod teamcritical;
 mod teamhistory;
+mod teampush;
 mod teamundo;
 mod teamwrite;
 pub mod tunnel;

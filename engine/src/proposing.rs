@@ -728,7 +728,7 @@ impl Proposals<'_> {
     ) -> Result<RejectOut, GatewayError> {
         require_reason(reason)?;
         if let Some(team) = crate::teamwrite::team_of(self.core, v) {
-            return crate::teamwrite::reject(self.core, team, call, v, id.as_str(), reason);
+            return crate::teamwrite::reject(self.core, team, call, v, id.as_str(), reason, None);
         }
         self.core.writes().write(
             call,
@@ -753,6 +753,10 @@ impl Proposals<'_> {
         idempotency_key: &str,
     ) -> Result<RejectOut, GatewayError> {
         require_reason(reason)?;
+        if let Some(team) = crate::teamwrite::team_of(self.core, v) {
+            let card = Some((approval, idempotency_key));
+            return crate::teamwrite::reject(self.core, team, call, v, id.as_str(), reason, card);
+        }
         self.core.writes().write(
             call,
             v,

@@ -72,7 +72,7 @@ pub(crate) fn critical(
     // team's gateways.
     let _lock = team.lock_vault(&v.id, wait)?;
     if team.vault_head(&v.id)?.1.is_some() {
-        return Err(crate::teamwrite::rewritten(&v.id));
+        return Err(crate::teampush::rewritten(&v.id));
     }
     let base = head_of(core, team, &vault, dir)?;
     let mut stored = team.challenge(&challenge_id)?;
@@ -145,9 +145,9 @@ fn head_of(
     vault: &TeamVault,
     dir: &std::path::Path,
 ) -> Result<String, GatewayError> {
-    match crate::teamwrite::sync_checked(core, team, vault, dir)? {
+    match crate::teampush::sync_checked(core, team, vault, dir)? {
         Synced::Cloned(h) | Synced::At(h) => Ok(h),
-        Synced::Diverged { .. } => Err(crate::teamwrite::rewritten(&vault.id)),
+        Synced::Diverged { .. } => Err(crate::teampush::rewritten(&vault.id)),
     }
 }
 
@@ -196,7 +196,7 @@ fn settle(
         _ => Which::EmptyTrash,
     };
     // SECURITY(T-TEAM8): a push of the execution that landed (late, perhaps) is the execution.
-    let Some((commit, _)) = crate::teamwrite::landed_on_branch(core, dir, &s.pushed)? else {
+    let Some((commit, _)) = crate::teampush::landed_on_branch(core, dir, &s.pushed)? else {
         if s.row.consumed_at.is_some() {
             team.release_challenge(&s.row.id)?;
         }
@@ -288,7 +288,7 @@ impl Execution<'_> {
             self.core.failpoints.hit("team_critical.before_push");
             self.uncertain.set(true);
             let landed =
-                crate::teamwrite::push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
+                crate::teampush::push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
             if landed {
                 self.core.failpoints.hit("team_critical.after_push");
                 crate::remote::advance(&self.core.git, dir, &commit)?;

@@ -223,7 +223,7 @@ pub(crate) fn transition(
         return Ok(out);
     }
     if team.vault_head(&v.id)?.1.is_some() {
-        return Err(crate::teamwrite::rewritten(&v.id));
+        return Err(crate::teampush::rewritten(&v.id));
     }
     let dir = v.reader.fs().root();
     let job = job_of(&call.actor().principal_id(), key);
@@ -231,9 +231,9 @@ pub(crate) fn transition(
     let date = rfc3339(time::OffsetDateTime::now_utc());
     let mut last = String::new();
     for _ in 0..3 {
-        let base = match crate::teamwrite::sync_checked(core, team, &vault, dir)? {
+        let base = match crate::teampush::sync_checked(core, team, &vault, dir)? {
             crate::remote::Synced::Cloned(h) | crate::remote::Synced::At(h) => h,
-            crate::remote::Synced::Diverged { .. } => return Err(crate::teamwrite::rewritten(&v.id)),
+            crate::remote::Synced::Diverged { .. } => return Err(crate::teampush::rewritten(&v.id)),
         };
         // SECURITY(T-TEAM8): this key's transition landed before its gateway recorded it.
         let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 64)?;
@@ -282,7 +282,7 @@ pub(crate) fn transition(
             .commit_tree(&tree, Some(&base), &message, &who)
             .map_err(crate::changelog::git_error)?;
         // Not settled: VAULT_BUSY; the retry finds this key's job on the branch if it landed.
-        let landed = crate::teamwrite::push_settled(core, dir, &vault, &commit, &base, &mut last)?;
+        let landed = crate::teampush::push_settled(core, dir, &vault, &commit, &base, &mut last)?;
         if landed {
             return finish(core, team, call, v, t, expected, key, Some(&commit));
         }

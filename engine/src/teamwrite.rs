@@ -28,7 +28,7 @@ use crate::core::{Core, VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused};
 use crate::git::{FILE_MODE, Repo, TreeEntry};
 use crate::ids::{ProposalHash, ProposalId};
-use crate::remote::{Pushed, Synced, TeamVault};
+use crate::remote::{Synced, TeamVault};
 use crate::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
 use crate::txn::internal;
 
@@ -37,84 +37,9 @@ const ATTEMPTS: usize = 3;
 /// The largest note an apply reads from the remote's history to check its base.
 const MAX_NOTE: usize = 64 << 20;
 
-/// The writes a team gateway serves (docs/contract.md#team-mode); the others are refused.
-pub(crate) const BUILT: &[&str] = &[
-    "propose_new_note",
-    "propose_note_patch",
-    "propose_frontmatter_update",
-    "propose_move",
-    "propose_delete",
-    "apply_proposal",
-    "reject_proposal",
-    "history_undo",
-    "history_redo",
-    "delete_permanent",
-    "empty_trash",
-];
-
 /// The team's state when `v` is a team vault (its notes in a remote).
 pub(crate) fn team_of<'c>(core: &'c Core, v: &VaultHandle) -> Option<&'c dyn TeamState> {
     v.remote.as_ref().and(core.team())
-}
-
-/// Marks `vault`'s history rewritten (its branch seen at `seen`), logged the first time.
-fn mark(team: &dyn TeamState, vault: &str, seen: &str) -> Result<(), GatewayError> {
-    if team.mark_rewritten(vault, seen)? {
-        tracing::error!(
-            vault,
-            "the remote's history was rewritten; applies to it stop until `vaultgate vault resync`"
-        );
-    }
-    Ok(())
-}
-
-/// Fetches the clone of `vault` at `dir` forward (cloning it when absent) and checks that the
-/// branch only moved forward (docs/contract.md#team-mode): from the head the team registered
-/// before the fetch began — every registered head was on the remote by then, so a branch that
-/// does not descend from it was rewritten — and from the clone's own. Forward: the head is
-/// registered (compare-and-swap on the one read, so a slower fetch never moves it back).
-/// Rewritten: marked, audited once, and applies to the vault are refused until `vault resync`;
-/// a clone left behind by a history the team accepted (`vault resync`: the registered head is
-/// in the remote's) is moved onto it in place (its watcher sees the files change).
-pub(crate) fn sync_checked(
-    core: &Core,
-    team: &dyn TeamState,
-    vault: &TeamVault,
-    dir: &std::path::Path,
-) -> Result<Synced, GatewayError> {
-    let (registered, marked) = team.vault_head(&vault.id)?;
-    let mut synced = crate::remote::sync(&core.git, dir, vault)?;
-    if let Synced::Diverged { remote, .. } = &synced
-        && marked.is_none()
-        && let Some(r) = &registered
-        && crate::remote::descends(&core.git, dir, r, remote)
-    {
-        tracing::info!(vault = %vault.id, "the team resynced this vault: the clone follows its new history");
-        synced = crate::remote::reset_to(&core.git, dir, remote)?;
-    }
-    let head = match &synced {
-        Synced::Cloned(h) | Synced::At(h) => h,
-        Synced::Diverged { remote, .. } => {
-            mark(team, &vault.id, remote)?;
-            return Ok(synced);
-        }
-    };
-    match (registered.as_deref(), marked) {
-        (_, Some(_)) => {}
-        (Some(r), None) if r == head.as_str() => {}
-        (Some(r), None) if !crate::remote::descends(&core.git, dir, r, head) => mark(team, &vault.id, head)?,
-        (r, None) => team.register_head(&vault.id, r, head)?,
-    }
-    Ok(synced)
-}
-
-/// `VAULT_HISTORY_REWRITTEN` for `vault`.
-pub(crate) fn rewritten(vault: &str) -> GatewayError {
-    GatewayError::HistoryRewritten(format!(
-        "the remote of team vault '{vault}' no longer descends from the head the team registered: \
-         its history was rewritten, so nothing is applied to it; once a person decided the new \
-         history is right, an operator runs `vaultgate vault resync {vault} --yes`"
-    ))
 }
 
 /// Stores a sealed proposal in the team's database with the call's record (one commit).
@@ -173,7 +98,9 @@ pub(crate) fn pending(team: &dyn TeamState, v: &VaultHandle, id: &str) -> Result
 }
 
 /// `reject_proposal` on a team vault: one winner among the gateways (a proposal being applied
-/// cannot be rejected meanwhile), with the call's record.
+/// cannot be rejected meanwhile), with the call's record. `card`: `reject_proposal_in_app`'s
+/// sealed approval and key (the approval used once across the team, the answer kept under the
+/// key in the rejection's commit).
 pub(crate) fn reject(
     core: &Core,
     team: &dyn TeamState,
@@ -181,10 +108,46 @@ pub(crate) fn reject(
     v: &VaultHandle,
     id: &str,
     reason: &str,
+    card: Option<(&str, &str)>,
 ) -> Result<crate::api::RejectOut, GatewayError> {
+    let first = |call: &Call<'_>, key: &str| -> Result<Option<crate::api::RejectOut>, GatewayError> {
+        match team.idempotency(&call.actor().principal_id(), key)? {
+            None => Ok(None),
+            Some(rec) if rec.same_call(call.tool(), &call.args_hash()) => {
+                serde_json::from_value(rec.result).map(Some).map_err(internal)
+            }
+            Some(_) => Err(Refused::IdempotencyConflict { what: "reject" }.into()),
+        }
+    };
+    if let Some((_, key)) = card
+        && let Some(out) = first(call, key)?
+    {
+        return Ok(out);
+    }
+    // SECURITY(T-APPROVE2): the click used once across the team, before the proposal is looked
+    // at (a replayed approval is refused as one whatever became of it), then the tier one step up.
+    let approved = match card {
+        Some((sealed, _)) => {
+            Some(
+                core.approvals()
+                    .app_reject(call, v, &ProposalId::from_wire(id), sealed)?,
+            )
+        }
+        None => None,
+    };
     let mut p = pending(team, v, id)?;
-    core.approvals()
-        .authorize_decision(call.actor(), &p.row.created_by)?;
+    let approval = match approved {
+        Some(a) => {
+            core.approvals()
+                .authorize_approved(call.actor(), &p.row.created_by)?;
+            Some(a.via.as_str().to_owned())
+        }
+        None => {
+            core.approvals()
+                .authorize_decision(call.actor(), &p.row.created_by)?;
+            None
+        }
+    };
     // A job in flight finishes first; one its gateway left, or a commit an earlier job pushed,
     // is settled from the remote first (it may have landed: then the proposal is applied, not
     // rejected).
@@ -223,8 +186,24 @@ pub(crate) fn reject(
     };
     let at = rfc3339(time::OffsetDateTime::now_utc());
     let by = call.actor().label();
-    let record = TxnRecord::ok(None, Some(&p.row.target), Some(&p.row.id));
-    let done = call.record_in(record, |entry| team.reject_proposal(id, &by, &at, reason, entry))?;
+    let mut record = TxnRecord::ok(None, Some(&p.row.target), Some(&p.row.id));
+    record.approval = approval;
+    let out = crate::api::RejectOut {
+        rejected: true,
+        archived_to: String::new(),
+    };
+    let answer = serde_json::to_value(&out).map_err(internal)?;
+    let (principal, args_hash) = (call.actor().principal_id(), call.args_hash());
+    let key = card.map(|(_, key)| inbox::IdemKey {
+        credential_id: &principal,
+        key,
+        tool: call.tool(),
+        args_hash: &args_hash,
+    });
+    let kept = key.as_ref().map(|k| (k, &answer));
+    let done = call.record_in(record, |entry| {
+        team.reject_proposal(id, &by, &at, reason, kept, entry)
+    })?;
     if done.is_none() {
         return Err(match p.job {
             Some(_) => GatewayError::VaultBusy(format!(
@@ -233,10 +212,7 @@ pub(crate) fn reject(
             None => Refused::DecidedMeanwhile.into(),
         });
     }
-    Ok(crate::api::RejectOut {
-        rejected: true,
-        archived_to: String::new(),
-    })
+    Ok(out)
 }
 
 /// The answer kept under the caller's key, replayed; a key used for another call is refused.
@@ -261,6 +237,7 @@ pub(crate) fn registration(team: &dyn TeamState, v: &VaultHandle) -> Result<Team
 }
 
 /// `apply_proposal` on a team vault.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn apply(
     core: &Core,
     team: &dyn TeamState,
@@ -269,6 +246,7 @@ pub(crate) fn apply(
     id: &ProposalId,
     given_hash: &ProposalHash,
     key: &str,
+    approval: &crate::approval::ClientApproval<'_>,
 ) -> Result<ApplyOut, GatewayError> {
     if key.trim().is_empty() {
         return Err(GatewayError::InvalidArgument(
@@ -278,10 +256,26 @@ pub(crate) fn apply(
     if let Some(first) = first_answer(team, call, key)? {
         return Ok(first);
     }
+    // SECURITY(T-APPROVE1): a person is asked (or the card's click used, once across the team)
+    // before the lock, so nothing waits on a person; the yes counts only for this proposal and
+    // hash.
+    let approved = core
+        .approvals()
+        .client_approval(call, v, id, given_hash, approval)?;
     // Checks 1–3 before waiting for the lock (and again under it).
     let tp = pending(team, v, id.as_str())?;
-    core.approvals()
-        .authorize_decision(call.actor(), &tp.row.created_by)?;
+    let via = match &approved {
+        Some(a) if a.covers(&tp.row.id, given_hash.as_str()) => {
+            core.approvals()
+                .authorize_approved(call.actor(), &tp.row.created_by)?;
+            Some(a.via.as_str().to_owned())
+        }
+        _ => {
+            core.approvals()
+                .authorize_decision(call.actor(), &tp.row.created_by)?;
+            None
+        }
+    };
     let p: Proposal = serde_json::from_value(tp.row.meta.clone()).map_err(internal)?;
     proposals::plan::check_given_hash(&p.proposal_hash, given_hash.as_str())
         .map_err(|_| crate::apply::hash_mismatch())?;
@@ -294,7 +288,7 @@ pub(crate) fn apply(
         return Ok(first);
     }
     if team.vault_head(&v.id)?.1.is_some() {
-        return Err(rewritten(&v.id));
+        return Err(crate::teampush::rewritten(&v.id));
     }
     let mut tp = pending(team, v, id.as_str())?;
     if let Some(job) = tp.job.clone() {
@@ -318,7 +312,9 @@ pub(crate) fn apply(
             "argsHash": call.args_hash(),
         })),
     };
-    let intent = call.entry_for(TxnRecord::ok(Some("apply.intent"), Some(&p.target), Some(&p.id)));
+    let mut intent = TxnRecord::ok(Some("apply.intent"), Some(&p.target), Some(&p.id));
+    intent.approval = via.clone();
+    let intent = call.entry_for(intent);
     let intent = team
         .begin_job(&p.id, &job, intent)?
         .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))?;
@@ -335,6 +331,7 @@ pub(crate) fn apply(
         intent: &intent,
         given_hash,
         key,
+        approval: via,
         uncertain: std::cell::Cell::new(false),
     };
     let out = run.run(call);
@@ -362,8 +359,8 @@ fn settle_left_job(
 ) -> Result<(), GatewayError> {
     let dir = v.reader.fs().root();
     // Whichever push of the job landed (a rebuilt attempt's commit differs from the first's).
-    sync_checked(core, team, vault, dir)?;
-    let Some((commit, _)) = landed_on_branch(core, dir, &tp.pushed)? else {
+    crate::teampush::sync_checked(core, team, vault, dir)?;
+    let Some((commit, _)) = crate::teampush::landed_on_branch(core, dir, &tp.pushed)? else {
         return team.drop_job(&tp.row.id, &job.id);
     };
     let job = TeamJob {
@@ -415,81 +412,6 @@ fn settle_left_job(
     Ok(())
 }
 
-/// The commit on the clone's branch (as last fetched) that is one of `pushed` — the commits the
-/// proposal's jobs were about to push, which no one else can make — with its history entry.
-pub(crate) fn landed_on_branch(
-    core: &Core,
-    dir: &std::path::Path,
-    pushed: &[String],
-) -> Result<Option<(String, String)>, GatewayError> {
-    if pushed.is_empty() {
-        return Ok(None);
-    }
-    let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 200)?;
-    Ok(recent.into_iter().find_map(|c| {
-        pushed.contains(&c.commit).then(|| {
-            let entry = c
-                .trailers
-                .iter()
-                .find(|(k, _)| k == "Vaultgate-History-Entry")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
-            (c.commit.clone(), entry)
-        })
-    }))
-}
-
-/// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why);
-/// an unanswered push is settled by reading the remote — there, `true`; not there yet (it may
-/// still land) or the remote unreadable, `VAULT_BUSY` (the caller keeps what recovery needs and
-/// pushes nothing else now; the retry with the same key settles it).
-pub(crate) fn push_settled(
-    core: &Core,
-    dir: &std::path::Path,
-    vault: &TeamVault,
-    commit: &str,
-    base: &str,
-    last: &mut String,
-) -> Result<bool, GatewayError> {
-    let mut pushed = crate::remote::push(&core.git, dir, vault, commit, base, push_deadline(core))?;
-    if core.failpoints.fails("team_apply.push_unanswered") {
-        // As a connection cut after the remote took the push.
-        pushed = Pushed::Unknown("failpoint: the push's answer was lost".into());
-    }
-    match pushed {
-        Pushed::Landed => Ok(true),
-        Pushed::Refused(why) => {
-            *last = why;
-            Ok(false)
-        }
-        // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
-        Pushed::Unknown(why) => {
-            *last = why;
-            match crate::remote::landed(&core.git, dir, vault, commit) {
-                Ok(true) => Ok(true),
-                seen => {
-                    let why = match seen {
-                        Err(e) => format!("the remote cannot be read now ({e})"),
-                        _ => "it is not on the remote yet".into(),
-                    };
-                    Err(GatewayError::VaultBusy(format!(
-                        "the push to the remote of vault '{}' had no answer and {why}; retry with \
-                         the same idempotencyKey",
-                        vault.id
-                    )))
-                }
-            }
-        }
-    }
-}
-
-/// How long a push may take before its outcome counts as unknown: within `apply_wait_seconds`
-/// with time left to read the remote (at most 15 s).
-pub(crate) fn push_deadline(core: &Core) -> Duration {
-    let wait = core.config().limits.apply_wait_seconds.max(1);
-    Duration::from_millis((wait * 1000 / 2).clamp(500, 15_000))
-}
-
 /// A job's caller's key, as [`TeamJob::key`] keeps it.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -531,6 +453,8 @@ struct Job<'a> {
     intent: &'a audit::AuditRecord,
     given_hash: &'a ProposalHash,
     key: &'a str,
+    /// How a person approved it (`client`, `app`), for its records.
+    approval: Option<String>,
     /// A push was made whose outcome is not known: the job must stay for recovery.
     uncertain: std::cell::Cell<bool>,
     /// Every commit the proposal's jobs were about to push, this one's included.
@@ -555,14 +479,14 @@ impl Job<'_> {
             let fetched = held.is_none();
             let synced = match held {
                 Some(h) => Synced::At(h),
-                None => sync_checked(self.core, self.team, self.vault, dir)?,
+                None => crate::teampush::sync_checked(self.core, self.team, self.vault, dir)?,
             };
             if fetched && self.team.vault_head(&self.v.id)?.1.is_some() {
-                return Err(rewritten(&self.v.id));
+                return Err(crate::teampush::rewritten(&self.v.id));
             }
             let base = match synced {
                 Synced::Cloned(h) | Synced::At(h) => h,
-                Synced::Diverged { .. } => return Err(rewritten(&self.v.id)),
+                Synced::Diverged { .. } => return Err(crate::teampush::rewritten(&self.v.id)),
             };
             // SECURITY(T-TEAM8): an earlier push of this proposal that landed late is its apply.
             let landed_before = match fetched {
@@ -576,7 +500,7 @@ impl Job<'_> {
                             all.push(c);
                         }
                     }
-                    landed_on_branch(self.core, dir, &all)?
+                    crate::teampush::landed_on_branch(self.core, dir, &all)?
                 }
                 false => None,
             };
@@ -602,7 +526,8 @@ impl Job<'_> {
             self.pushed.borrow_mut().push(commit.clone());
             self.core.failpoints.hit("team_apply.before_push");
             self.uncertain.set(true);
-            let landed = push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
+            let landed =
+                crate::teampush::push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
             if landed {
                 self.core.failpoints.hit("team_apply.after_push");
                 let out = self.finish(call, &commit, &touched, &history_id)?;
@@ -795,7 +720,8 @@ impl Job<'_> {
             replayed: false,
             commit: Some(commit.to_owned()),
         };
-        let record = TxnRecord::ok(None, Some(&self.p.target), Some(&self.p.id));
+        let mut record = TxnRecord::ok(None, Some(&self.p.target), Some(&self.p.id));
+        record.approval = self.approval.clone();
         // The answer names its own record, sealed in the same commit.
         let answer = |seq: u64| {
             let mut out = out.clone();

@@ -42,18 +42,6 @@ fn not_a_team() -> GatewayError {
     GatewayError::InvalidArgument("this home is not a team gateway".into())
 }
 
-/// What a write to a team vault answers until team applies exist (docs/contract.md#team-mode).
-pub(crate) fn team_writes_refused() -> GatewayError {
-    GatewayError::CapabilityDenied(
-        "this gateway serves team vaults, whose notes change through their git remote: this \
-         version proposes, applies and rejects changes, undoes and redoes them and runs the \
-         critical tools there; decisions made in the client (approve_proposal_in_app, \
-         reject_proposal_in_app) are not available on team vaults yet: decide with \
-         apply_proposal or reject_proposal, or `vaultgate apply` / `vaultgate inbox reject`"
-            .into(),
-    )
-}
-
 /// What a team gateway takes from the team's database over its own `gateway.toml`
 /// (docs/contract.md#team-mode): the team's vaults and its settings (`limits.*`).
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -311,7 +299,7 @@ impl Settings<'_> {
                 .flatten();
             let synced = match held {
                 Some(head) => Ok(crate::remote::Synced::At(head)),
-                None => crate::teamwrite::sync_checked(self.core, team, &v, &dir),
+                None => crate::teampush::sync_checked(self.core, team, &v, &dir),
             };
             match &synced {
                 Ok(crate::remote::Synced::Diverged { clone, remote }) => {

@@ -2,7 +2,8 @@
 //! #critical-operations): issued by any gateway, executed once by whichever gateway receives the
 //! second call. Consuming one is a conditional UPDATE committed with the execution's intent
 //! record; every commit an execution was about to push is kept, so one that lands late is still
-//! recognized as the execution.
+//! recognized as the execution. The approvals a person gives in a client or on the card are used
+//! once across the team here too.
 //!
 //! It must never decide whether a challenge may be executed (the engine decides, under the
 //! vault's lock) or leave a consumption without its record.
@@ -187,5 +188,24 @@ impl PgState {
         )?
         .map_err(db)
         .map(drop)
+    }
+
+    /// Uses the approval `nonce` (valid until `expires_at`) once for the whole team: false when
+    /// it was used already. Expired nonces are forgotten (their approvals are refused anyway).
+    pub fn use_approval(&self, nonce: &str, expires_at: i64, now: i64) -> Result<bool, GatewayError> {
+        let client = self.client()?;
+        within(&self.stale, async {
+            client
+                .execute("DELETE FROM vaultgate.approvals_used WHERE expires_at <= $1", &[&now])
+                .await?;
+            client
+                .execute(
+                    "INSERT INTO vaultgate.approvals_used (nonce, expires_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&nonce, &expires_at],
+                )
+                .await
+        })?
+        .map(|n| n == 1)
+        .map_err(db)
     }
 }

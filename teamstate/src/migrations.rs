@@ -269,4 +269,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         ADD COLUMN created_at bigint NOT NULL DEFAULT 0,
         ADD COLUMN gateway text,
         ADD COLUMN pushed jsonb NOT NULL DEFAULT '[]';",
+    // 11: the nonces of approvals a person gave in a client or on the card, used once across the
+    // team (approvals.rs); every gateway role writes them: granted to the roles already granted
+    // the proposals.
+    "CREATE TABLE vaultgate.approvals_used (nonce text PRIMARY KEY, expires_at bigint NOT NULL);
+    DO $$
+    DECLARE r record;
+    BEGIN
+        FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+                 WHERE table_schema = 'vaultgate' AND table_name = 'proposals'
+                   AND privilege_type = 'INSERT' AND grantee <> current_user
+        LOOP
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.approvals_used TO %I', r.grantee);
+        END LOOP;
+    END $$;",
 ];

@@ -197,6 +197,7 @@ impl PgState {
         gateway: &str,
         id: &str,
         (by, at, reason): (&str, &str, &str),
+        key: Option<(&inbox::IdemKey<'_>, &serde_json::Value)>,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError> {
         let mut client = self.client()?;
@@ -212,6 +213,15 @@ impl PgState {
                 .map_err(db)?;
             if moved == 0 {
                 return Ok(None);
+            }
+            if let Some((k, answer)) = key {
+                tx.execute(
+                    "INSERT INTO vaultgate.idempotency_keys (credential_id, key, tool, args_hash, result, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    &[&k.credential_id, &k.key, &k.tool, &k.args_hash, answer, &at],
+                )
+                .await
+                .map_err(db)?;
             }
             let mut sealed = seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
             tx.commit().await.map_err(db)?;

@@ -312,11 +312,12 @@ impl TeamState for TeamSession {
         by: &str,
         at: &str,
         reason: &str,
+        key: Option<(&inbox::IdemKey<'_>, &serde_json::Value)>,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError> {
         self.seat()?
             .store
-            .reject_proposal(&self.gateway, id, (by, at, reason), entry)
+            .reject_proposal(&self.gateway, id, (by, at, reason), key, entry)
     }
 
     fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn Send>, GatewayError> {
@@ -404,6 +405,14 @@ impl TeamState for TeamSession {
 
     fn prune_challenges(&self, before: i64) -> Result<(), GatewayError> {
         self.seat()?.store.prune_challenges(before)
+    }
+
+    fn use_approval(&self, nonce: &str, expires_at: i64) -> Result<bool, GatewayError> {
+        self.seat()?.store.use_approval(
+            nonce,
+            expires_at,
+            time::OffsetDateTime::now_utc().unix_timestamp(),
+        )
     }
 }
 

@@ -73,6 +73,7 @@ const REVIEWER_WRITES: &[&str] = &[
     "challenges",
     "audit_head",
     "vault_heads",
+    "approvals_used",
 ];
 
 impl PgState {

@@ -85,13 +85,15 @@ pub trait TeamState: Send + Sync {
     ) -> Result<Vec<TeamProposal>, GatewayError>;
     /// Every pending proposal of `vault`: who made it and how many bytes it holds (quotas).
     fn pending_sizes(&self, vault: &str) -> Result<Vec<(String, u64)>, GatewayError>;
-    /// Rejects a pending proposal with no job running, with its record. `None`: it was not.
+    /// Rejects a pending proposal with no job running, with its record (and, for a decision
+    /// made on the card, its answer kept under the caller's key). `None`: it was not.
     fn reject_proposal(
         &self,
         id: &str,
         by: &str,
         at: &str,
         reason: &str,
+        key: Option<(&inbox::IdemKey<'_>, &serde_json::Value)>,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
     /// The right to write `vault`'s remote, one gateway of the team at a time (waits at most
@@ -157,6 +159,9 @@ pub trait TeamState: Send + Sync {
     fn release_challenge(&self, id: &str) -> Result<(), GatewayError>;
     /// Forgets unused challenges that expired before `before`.
     fn prune_challenges(&self, before: i64) -> Result<(), GatewayError>;
+    /// Uses a person's approval (its nonce, valid until `expires_at`) once across the team:
+    /// false when it was used already.
+    fn use_approval(&self, nonce: &str, expires_at: i64) -> Result<bool, GatewayError>;
 }
 
 /// A challenge as the team's database keeps it.

@@ -1,0 +1,150 @@
+//! The remote's side of every write to a team vault (docs/contract.md#team-mode): a fetch that
+//! checks the branch only moved forward (registering its head, or marking the vault's history
+//! rewritten), a push by compare-and-swap whose unanswered outcome is settled by reading the
+//! remote, and the commits of a job found on the branch. Applies (`teamwrite`), undo and redo
+//! (`teamundo`) and critical calls (`teamcritical`) share it.
+//!
+//! It must never push but by compare-and-swap, take a push without an answer for landed (or
+//! not) without reading the remote, or register a head the branch does not descend from.
+
+use std::time::Duration;
+
+use crate::core::Core;
+use crate::error::GatewayError;
+use crate::remote::{Pushed, Synced, TeamVault};
+use crate::storage::TeamState;
+
+/// Marks `vault`'s history rewritten (its branch seen at `seen`), logged the first time.
+fn mark(team: &dyn TeamState, vault: &str, seen: &str) -> Result<(), GatewayError> {
+    if team.mark_rewritten(vault, seen)? {
+        tracing::error!(
+            vault,
+            "the remote's history was rewritten; applies to it stop until `vaultgate vault resync`"
+        );
+    }
+    Ok(())
+}
+
+/// Fetches the clone of `vault` at `dir` forward (cloning it when absent) and checks that the
+/// branch only moved forward (docs/contract.md#team-mode): from the head the team registered
+/// before the fetch began — every registered head was on the remote by then, so a branch that
+/// does not descend from it was rewritten — and from the clone's own. Forward: the head is
+/// registered (compare-and-swap on the one read, so a slower fetch never moves it back).
+/// Rewritten: marked, audited once, and applies to the vault are refused until `vault resync`;
+/// a clone left behind by a history the team accepted (`vault resync`: the registered head is
+/// in the remote's) is moved onto it in place (its watcher sees the files change).
+pub(crate) fn sync_checked(
+    core: &Core,
+    team: &dyn TeamState,
+    vault: &TeamVault,
+    dir: &std::path::Path,
+) -> Result<Synced, GatewayError> {
+    let (registered, marked) = team.vault_head(&vault.id)?;
+    let mut synced = crate::remote::sync(&core.git, dir, vault)?;
+    if let Synced::Diverged { remote, .. } = &synced
+        && marked.is_none()
+        && let Some(r) = &registered
+        && crate::remote::descends(&core.git, dir, r, remote)
+    {
+        tracing::info!(vault = %vault.id, "the team resynced this vault: the clone follows its new history");
+        synced = crate::remote::reset_to(&core.git, dir, remote)?;
+    }
+    let head = match &synced {
+        Synced::Cloned(h) | Synced::At(h) => h,
+        Synced::Diverged { remote, .. } => {
+            mark(team, &vault.id, remote)?;
+            return Ok(synced);
+        }
+    };
+    match (registered.as_deref(), marked) {
+        (_, Some(_)) => {}
+        (Some(r), None) if r == head.as_str() => {}
+        (Some(r), None) if !crate::remote::descends(&core.git, dir, r, head) => mark(team, &vault.id, head)?,
+        (r, None) => team.register_head(&vault.id, r, head)?,
+    }
+    Ok(synced)
+}
+
+/// `VAULT_HISTORY_REWRITTEN` for `vault`.
+pub(crate) fn rewritten(vault: &str) -> GatewayError {
+    GatewayError::HistoryRewritten(format!(
+        "the remote of team vault '{vault}' no longer descends from the head the team registered: \
+         its history was rewritten, so nothing is applied to it; once a person decided the new \
+         history is right, an operator runs `vaultgate vault resync {vault} --yes`"
+    ))
+}
+
+/// The commit on the clone's branch (as last fetched) that is one of `pushed` — the commits the
+/// proposal's jobs were about to push, which no one else can make — with its history entry.
+pub(crate) fn landed_on_branch(
+    core: &Core,
+    dir: &std::path::Path,
+    pushed: &[String],
+) -> Result<Option<(String, String)>, GatewayError> {
+    if pushed.is_empty() {
+        return Ok(None);
+    }
+    let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 200)?;
+    Ok(recent.into_iter().find_map(|c| {
+        pushed.contains(&c.commit).then(|| {
+            let entry = c
+                .trailers
+                .iter()
+                .find(|(k, _)| k == "Vaultgate-History-Entry")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            (c.commit.clone(), entry)
+        })
+    }))
+}
+
+/// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why);
+/// an unanswered push is settled by reading the remote — there, `true`; not there yet (it may
+/// still land) or the remote unreadable, `VAULT_BUSY` (the caller keeps what recovery needs and
+/// pushes nothing else now; the retry with the same key settles it).
+pub(crate) fn push_settled(
+    core: &Core,
+    dir: &std::path::Path,
+    vault: &TeamVault,
+    commit: &str,
+    base: &str,
+    last: &mut String,
+) -> Result<bool, GatewayError> {
+    let mut pushed = crate::remote::push(&core.git, dir, vault, commit, base, push_deadline(core))?;
+    if core.failpoints.fails("team_apply.push_unanswered") {
+        // As a connection cut after the remote took the push.
+        pushed = Pushed::Unknown("failpoint: the push's answer was lost".into());
+    }
+    match pushed {
+        Pushed::Landed => Ok(true),
+        Pushed::Refused(why) => {
+            *last = why;
+            Ok(false)
+        }
+        // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
+        Pushed::Unknown(why) => {
+            *last = why;
+            match crate::remote::landed(&core.git, dir, vault, commit) {
+                Ok(true) => Ok(true),
+                seen => {
+                    let why = match seen {
+                        Err(e) => format!("the remote cannot be read now ({e})"),
+                        _ => "it is not on the remote yet".into(),
+                    };
+                    Err(GatewayError::VaultBusy(format!(
+                        "the push to the remote of vault '{}' had no answer and {why}; retry with \
+                         the same idempotencyKey",
+                        vault.id
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// How long a push may take before its outcome counts as unknown: within `apply_wait_seconds`
+/// with time left to read the remote (at most 15 s).
+pub(crate) fn push_deadline(core: &Core) -> Duration {
+    let wait = core.config().limits.apply_wait_seconds.max(1);
+    Duration::from_millis((wait * 1000 / 2).clamp(500, 15_000))
+}
