@@ -49,6 +49,9 @@ pub(crate) struct TeamView {
     pub vaults: Vec<VaultConfig>,
     /// `limits` field → value, set by `team set`.
     pub limits: serde_json::Map<String, serde_json::Value>,
+    /// The team's default vault (`team set default_vault`, or `vault set-default` on a team
+    /// gateway).
+    pub default_vault: Option<String>,
 }
 
 /// Adds the team's vaults to `config` and lays the team's limits over its own.
@@ -58,6 +61,11 @@ pub(crate) fn team_overlay(
 ) -> Result<(), GatewayError> {
     let team = core.team_vaults.lock().map(|t| t.clone()).unwrap_or_default();
     config.vaults.extend(team.vaults);
+    if let Some(d) = team.default_vault
+        && config.vaults.iter().any(|v| v.id == d)
+    {
+        config.default_vault = Some(d);
+    }
     if !team.limits.is_empty() {
         config.limits = limits_with(&config.limits, &team.limits)?;
     }
@@ -237,23 +245,62 @@ impl Settings<'_> {
     /// `limits.<name>` of docs/contract.md#limits-and-pagination; VALUE `default` removes it.
     pub fn team_set(&self, operator: &Operator, key: &str, value: &str) -> Result<(), GatewayError> {
         let team = self.core.team().ok_or_else(not_a_team)?;
-        let Some(name) = key.strip_prefix("limits.") else {
-            return Err(GatewayError::InvalidArgument(format!(
-                "'{key}' is not a team setting: this version takes limits.<name> (see `vaultgate doctor`'s limits)"
-            )));
+        let team_vault = |id: &str| -> Result<(), GatewayError> {
+            match team.vaults()?.iter().any(|v| v.id == id) {
+                true => Ok(()),
+                false => Err(GatewayError::VaultNotFound(id.to_owned())),
+            }
         };
         let parsed = match value {
             "default" => None,
             v => Some(serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_owned()))),
         };
-        if let Some(v) = &parsed {
-            let mut one = serde_json::Map::new();
-            one.insert(name.to_owned(), v.clone());
-            limits_with(&crate::home::LimitsConfig::default(), &one)?;
-        }
+        let parsed = match (key, key.strip_prefix("limits."), key.strip_prefix("pdf_text.")) {
+            (_, Some(name), _) => {
+                if let Some(v) = &parsed {
+                    let mut one = serde_json::Map::new();
+                    one.insert(name.to_owned(), v.clone());
+                    limits_with(&crate::home::LimitsConfig::default(), &one)?;
+                }
+                parsed
+            }
+            (_, _, Some(vault)) => {
+                team_vault(vault)?;
+                match value {
+                    "default" => None,
+                    "on" | "true" => Some(serde_json::Value::Bool(true)),
+                    "off" | "false" => Some(serde_json::Value::Bool(false)),
+                    _ => {
+                        return Err(GatewayError::InvalidArgument(format!(
+                            "{key} takes on or off (or default)"
+                        )));
+                    }
+                }
+            }
+            ("default_vault", _, _) => {
+                if value != "default" {
+                    team_vault(value)?;
+                }
+                parsed.map(|_| serde_json::Value::String(value.to_owned()))
+            }
+            _ => {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "'{key}' is not a team setting: this version takes limits.<name> (see \
+                     `vaultgate doctor`'s limits), pdf_text.<vault> and default_vault"
+                )));
+            }
+        };
         team.set_setting(&operator.audit_actor(), key, parsed.as_ref())?;
         self.sync_team_vaults();
         Ok(())
+    }
+
+    /// Whether `id` is one of the team's vaults (never on a local home).
+    fn is_team_vault(&self, id: &str) -> Result<bool, GatewayError> {
+        match self.core.team() {
+            Some(team) => Ok(team.vaults()?.iter().any(|v| v.id == id)),
+            None => Ok(false),
+        }
     }
 
     /// Brings every team vault's clone up to its remote (cloning new ones) and makes the set the
@@ -279,6 +326,18 @@ impl Settings<'_> {
                 tracing::warn!(error = %e, "the team's vaults cannot be listed; keeping the clones as they are");
                 return Vec::new();
             }
+        };
+        let settings = match team.settings() {
+            Ok(set) => Some(set),
+            Err(e) => {
+                tracing::warn!(error = %e, "the team's settings cannot be read; keeping the last ones");
+                None
+            }
+        };
+        let setting = |key: &str| {
+            settings
+                .as_ref()
+                .and_then(|set| set.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
         };
         let mut configs = Vec::new();
         let mut outcomes = Vec::new();
@@ -317,27 +376,31 @@ impl Settings<'_> {
                     standards: v.standards.clone(),
                     inbox: "inbox".into(),
                     readable: None,
-                    pdf_text: false,
+                    pdf_text: setting(&format!("pdf_text.{}", v.id)) == Some(serde_json::Value::Bool(true)),
                     remote: Some(v.remote.clone()),
                 });
             }
             outcomes.push((v.id, synced));
         }
         let mut limits = serde_json::Map::new();
-        match team.settings() {
-            Ok(set) => {
-                for (k, v) in set {
-                    if let Some(name) = k.strip_prefix("limits.") {
-                        limits.insert(name.to_owned(), v);
-                    }
-                }
+        for (k, v) in settings.iter().flatten() {
+            if let Some(name) = k.strip_prefix("limits.") {
+                limits.insert(name.to_owned(), v.clone());
             }
-            Err(e) => tracing::warn!(error = %e, "the team's settings cannot be read; keeping the last ones"),
         }
+        let default_vault = setting("default_vault").and_then(|v| v.as_str().map(str::to_owned));
         let changed = match self.core.team_vaults.lock() {
-            Ok(mut t) if t.vaults != configs || t.limits != limits => {
+            Ok(mut t)
+                if settings.is_some()
+                    && (t.vaults != configs || t.limits != limits || t.default_vault != default_vault) =>
+            {
                 t.vaults = configs;
                 t.limits = limits;
+                t.default_vault = default_vault;
+                true
+            }
+            Ok(mut t) if settings.is_none() && t.vaults != configs => {
+                t.vaults = configs;
                 true
             }
             _ => false,
@@ -362,6 +425,9 @@ impl Settings<'_> {
 
     /// `vault set-default`.
     pub fn vault_set_default(&self, operator: &Operator, id: &str) -> Result<(), GatewayError> {
+        if self.is_team_vault(id)? {
+            return self.team_set(operator, "default_vault", id);
+        }
         self.core
             .operator_call(operator, "vault_set_default", &json!({"vault": id}), |call| {
                 call.set_vault(id);
@@ -500,6 +566,15 @@ impl Settings<'_> {
     /// `gateway.toml`; a running server reads the changed file at its next request, so it takes
     /// effect at once. Audited like every operator change.
     pub fn vault_pdf_text(&self, operator: &Operator, vault: &str, on: bool) -> Result<bool, GatewayError> {
+        // A team vault's setting is the team's (docs/contract.md#team-mode).
+        if self.is_team_vault(vault)? {
+            self.team_set(
+                operator,
+                &format!("pdf_text.{vault}"),
+                if on { "on" } else { "off" },
+            )?;
+            return Ok(on);
+        }
         let args = serde_json::json!({"vault": vault, "pdfText": on});
         self.core
             .operator_call(operator, "vault_pdf_text", &args, |call| {

@@ -841,12 +841,73 @@ async fn a_team_setting_made_by_an_admin_holds_on_every_gateway_and_a_reviewer_c
         matches!(propose(2).await, Reply::Ok(_))
     })
     .await;
+    // A team vault's PDF text and the team's default vault are team settings too: made on g1
+    // with the commands a local home uses, held on g2.
+    let more = team.root.path().join("more.git");
+    git(
+        team.root.path(),
+        &["init", "--quiet", "--bare", "-b", "main", more.to_str().unwrap()],
+    );
+    let seed = team.root.path().join("more-seed");
+    git(
+        team.root.path(),
+        &["clone", "--quiet", more.to_str().unwrap(), seed.to_str().unwrap()],
+    );
+    std::fs::write(seed.join("more.md"), "# More\n").unwrap();
+    git(&seed, &["add", "-A"]);
+    git(&seed, &["commit", "--quiet", "-m", "more"]);
+    git(&seed, &["push", "--quiet", "origin", "main"]);
+    team.g(0)
+        .ok(&["vault", "add", "--remote", more.to_str().unwrap(), "--id", "more"]);
+    let listed = |g: &crate::util::Env| -> Value {
+        serde_json::from_str(&g.ok(&["vault", "list", "--json"])).unwrap()
+    };
+    let of = |list: &Value, id: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["id"] == json!(id))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(of(&listed(team.g(1)), "more")["isDefault"], json!(false));
+    let said = team.g(0).ok(&["vault", "set-default", "more"]);
+    assert!(said.contains("default vault is now 'more'"), "{said}");
+    team.g(0).ok(&["vault", "pdf-text", "notes", "on"]);
+    let on_g2 = listed(team.g(1));
+    assert_eq!(
+        (
+            &of(&on_g2, "more")["isDefault"],
+            &of(&on_g2, "notes")["pdfText"],
+            &of(&on_g2, "more")["pdfText"]
+        ),
+        (&json!(true), &json!(true), &json!(false)),
+        "{on_g2}"
+    );
+    // A serving gateway reads from the team's default when a call names no vault.
+    eventually("g2 reads from the team's default vault", || async {
+        matches!(call(&g2, "read_note", json!({"path": "more.md"})).await, Reply::Ok(n) if n["content"] == json!("# More\n"))
+    })
+    .await;
+    crate::team::refused(
+        team.g(0).run(&["team", "set", "default_vault", "nowhere"]),
+        "VAULT_NOT_FOUND",
+    );
+    crate::team::refused(
+        team.g(0).run(&["team", "set", "pdf_text.notes", "maybe"]),
+        "INVALID_ARGUMENT",
+    );
+    crate::team::refused(
+        rev.run(&["vault", "pdf-text", "notes", "off"]),
+        "CAPABILITY_DENIED",
+    );
+
     let chain = team.chain(0);
     let sets = chain
         .iter()
         .filter(|r| r["event"] == json!("team.set") && r["gateway"] == json!("g1"))
         .count();
-    assert_eq!(sets, 2, "{chain:?}");
+    assert_eq!(sets, 4, "{chain:?}");
     g2.close().await;
 }
 

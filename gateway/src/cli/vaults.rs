@@ -99,6 +99,7 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
                             "id": v.id, "name": v.name, "path": v.path,
                             "isDefault": config.default_vault.as_deref() == Some(v.id.as_str()),
                             "notes": v.notes, "standards": v.standards, "inbox": v.inbox,
+                            "pdfText": v.pdf_text,
                         })
                     })
                     .collect();
@@ -150,9 +151,12 @@ pub(crate) fn vault_cmd(home: &Home, cmd: VaultCmd, user: &str) -> Result<(), Ga
             Ok(())
         }
         VaultCmd::SetDefault { id } => {
-            configuration_core(home)?
-                .settings()
-                .vault_set_default(&Operator::cli(user), &id)?;
+            // A team's default vault is a team setting: the team's core reaches its database.
+            let core = match home.load_config()?.team {
+                Some(_) => open_core(home)?,
+                None => configuration_core(home)?,
+            };
+            core.settings().vault_set_default(&Operator::cli(user), &id)?;
             out(&format!("default vault is now '{id}'"));
             Ok(())
         }
