@@ -181,15 +181,23 @@ impl PgState {
     /// The credentials' generation: it moves in the transaction of every change, so a cache of
     /// rows read at an unchanged generation is still what the table holds.
     pub fn credential_generation(&self) -> Result<i64, GatewayError> {
+        self.credential_generation_and_key().map(|(n, _)| n)
+    }
+
+    /// The credentials' generation and the team secret's key check, read together.
+    pub(crate) fn credential_generation_and_key(&self) -> Result<(i64, Option<String>), GatewayError> {
         let client = self.client()?;
         within(&self.stale, async {
             // Prepared once per connection: one round trip on every request, nothing to plan.
             let read = client
-                .prepare_cached("SELECT n FROM vaultgate.credential_generation WHERE one")
+                .prepare_cached(
+                    "SELECT g.n, t.key_check FROM vaultgate.credential_generation g
+                     LEFT JOIN vaultgate.team t ON t.one WHERE g.one",
+                )
                 .await?;
             client.query_one(&read, &[]).await
         })?
-        .map(|r| r.get(0))
+        .map(|r| (r.get(0), r.get(1)))
         .map_err(db)
     }
 

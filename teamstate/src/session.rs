@@ -16,6 +16,8 @@ use crate::{ChainWriter, PgState};
 pub struct TeamSession {
     url: String,
     gateway: String,
+    /// The key check of this home's secret: a request is served only while it is the team's.
+    key_check: String,
     seat: Mutex<Seating>,
     generation: SharedRead,
 }
@@ -27,6 +29,10 @@ struct Seating {
     /// waiting for a connection of its own to time out.
     failed_at: Option<std::time::Instant>,
 }
+
+/// The generation a read answers when this home's secret is not the team's any more (a real
+/// generation is never negative).
+const ROTATED: i64 = -1;
 
 /// How long after a failed attempt to connect calls are refused without a new attempt.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -96,11 +102,12 @@ impl TeamSession {
     /// The session of `gateway` in the team at `url`. A database that cannot be reached now
     /// leaves the session unseated (every call `AUDIT_UNAVAILABLE` until it is back); one that
     /// answers but holds no team, or no gateway of that name, is refused.
-    pub fn open(url: &str, gateway: &str) -> Result<TeamSession, GatewayError> {
+    pub fn open(url: &str, gateway: &str, secret: &[u8]) -> Result<TeamSession, GatewayError> {
         crate::check_database_url(url)?;
         let session = TeamSession {
             url: url.to_owned(),
             gateway: gateway.to_owned(),
+            key_check: crate::team::key_check(secret),
             seat: Mutex::default(),
             generation: SharedRead::default(),
         };
@@ -178,8 +185,24 @@ impl TeamState for TeamSession {
     fn credential_generation(&self) -> Result<i64, GatewayError> {
         // SECURITY(T-TEAM4): read after the request arrived, shared with those that arrived
         // with it.
-        self.generation
-            .read(|| self.seat()?.store.credential_generation())
+        // SECURITY(T-TEAM3): a secret the team rotated away serves nothing: not a token it
+        // signed, not a request, until this home imports the new one.
+        let generation = self.generation.read(|| {
+            let (n, check) = self.seat()?.store.credential_generation_and_key()?;
+            Ok(if check.as_deref() == Some(self.key_check.as_str()) {
+                n
+            } else {
+                ROTATED
+            })
+        })?;
+        if generation == ROTATED {
+            return Err(GatewayError::Unauthorized(
+                "this gateway's team secret is no longer the team's (an admin ran `vaultgate team \
+                 secret rotate`): its operator runs `vaultgate team secret import --secret-file F` \
+                 with the new secret",
+            ));
+        }
+        Ok(generation)
     }
 
     fn credential(&self, id: &str) -> Result<Option<Credential>, GatewayError> {

@@ -49,7 +49,7 @@ pub struct TeamStatus {
 
 // SECURITY(T-TEAM3): the database holds this, never the secret.
 /// The key check value of a team secret: what proves a secret is the team's without holding it.
-fn key_check(secret: &[u8]) -> String {
+pub(crate) fn key_check(secret: &[u8]) -> String {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
     hex::encode(ring::hmac::sign(&key, b"vaultgate team key check v1").as_ref())
 }
@@ -155,6 +155,49 @@ impl PgState {
             tx.commit().await.map_err(db)?;
             Ok(team.get(0))
         })?
+    }
+
+    /// `team secret rotate` (an admin, as `gateway`): `secret` becomes the team's (its key check
+    /// replaces the old one) and the credentials' generation moves, with the `team.secret_rotate`
+    /// record, in one commit. From then on every gateway holding the old secret refuses every
+    /// request (its generation read compares the key check) until it imports the new one.
+    pub fn rotate_secret(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        secret: &[u8],
+    ) -> Result<(), GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            tx.execute(
+                "UPDATE vaultgate.team SET key_check = $1 WHERE one",
+                &[&key_check(secret)],
+            )
+            .await
+            .map_err(db)?;
+            tx.execute(
+                "UPDATE vaultgate.credential_generation SET n = n + 1 WHERE one",
+                &[],
+            )
+            .await
+            .map_err(db)?;
+            let mut entry = audit::Entry::new("team.secret_rotate", actor.clone(), audit::Outcome::Ok);
+            entry.tool = Some("team_secret_rotate".into());
+            crate::chain::seal_in(&tx, gateway, vec![entry], time::OffsetDateTime::now_utc()).await?;
+            tx.commit().await.map_err(db)
+        })?
+    }
+
+    /// Whether `secret` is the team's now (its key check).
+    pub fn is_team_secret(&self, secret: &[u8]) -> Result<bool, GatewayError> {
+        let client = self.client()?;
+        let row = within(
+            &self.stale,
+            client.query_opt("SELECT key_check FROM vaultgate.team WHERE one", &[]),
+        )?
+        .map_err(db)?;
+        Ok(row.is_some_and(|r| r.get::<_, String>(0) == key_check(secret)))
     }
 
     /// `team remove NAME` (an admin, as `gateway`): forgets the gateway `name`, with its

@@ -944,3 +944,97 @@ async fn a_gateway_started_while_the_database_is_away_refuses_calls_and_serves_o
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// Starts `vaultgate stdio` on `g` with `token` and no input: whether it accepted the token (it
+/// then waits for the client's `initialize`, which never comes), and its stderr.
+fn stdio_start(g: &Env, token: &str) -> (bool, String) {
+    let out = std::process::Command::new(crate::util::bin())
+        .arg("stdio")
+        .arg("--home")
+        .arg(&g.home)
+        .env_remove("VAULTGATE_HOME")
+        .env("VAULTGATE_TOKEN", token)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let e = stderr_of(&out);
+    (e.contains("MCP initialization failed"), e)
+}
+
+#[tokio::test]
+async fn a_rotated_team_secret_ends_every_old_token_and_a_gateway_serves_again_once_it_imports_it() {
+    let team = Team::start(&["g1", "g2"]);
+    let (_, old) = team.g(0).token("agent", "read");
+    let on_g2 = team.g(1).stdio(&old).await;
+    assert!(call(&on_g2, "vault_list", json!({})).await.is_ok());
+    // Not confirmed (no terminal): nothing changes.
+    refused(team.g(0).run(&["team", "secret", "rotate"]), "INVALID_ARGUMENT");
+    assert!(call(&on_g2, "vault_list", json!({})).await.is_ok());
+    // A reviewer's database role may not rotate it.
+    let admin = pg::connect_retrying(&team.url);
+    admin.query("CREATE ROLE reviewer_rot LOGIN", &[]).unwrap();
+    team.g(0).ok(&["team", "grant-reviewer", "reviewer_rot"]);
+    let rev = gateway(team.root.path());
+    let rev_url = format!("postgres://reviewer_rot@127.0.0.1:{}/team", team.cluster.port);
+    let secret = team.root.path().join("team.secret");
+    assert_eq!(
+        join(&rev, &rev_url, &secret, "rot", &["--role", "reviewer"])
+            .status
+            .code(),
+        Some(0)
+    );
+    refused(
+        rev.run(&["team", "secret", "rotate", "--yes"]),
+        "CAPABILITY_DENIED",
+    );
+
+    let said = team.g(0).ok(&["team", "secret", "rotate", "--yes"]);
+    assert!(said.contains("issue every token again"), "{said}");
+    // g2 still holds the old secret: its open session's next request is refused, and so is a
+    // new one; on g1 the old token no longer verifies.
+    assert!(!call(&on_g2, "vault_list", json!({})).await.is_ok());
+    let (accepted, e) = stdio_start(team.g(1), &old);
+    assert!(!accepted && e.contains("team secret import"), "{e}");
+    let (accepted, e) = stdio_start(team.g(0), &old);
+    assert!(!accepted && e.contains("UNAUTHORIZED"), "{e}");
+    // A token issued now works on g1, and on g2 only once it imported the new secret (a file
+    // that is not the team's secret is refused first).
+    let (_, new) = team.g(0).token("agent2", "read");
+    let (accepted, e) = stdio_start(team.g(0), &new);
+    assert!(accepted, "{e}");
+    assert!(!stdio_start(team.g(1), &new).0);
+    refused(
+        team.g(1).run(&[
+            "team",
+            "secret",
+            "import",
+            "--secret-file",
+            secret.to_str().unwrap(),
+        ]),
+        "INVALID_ARGUMENT",
+    );
+    let fresh = team.root.path().join("team.secret.new");
+    team.g(0)
+        .ok(&["team", "secret", "export", "--out", fresh.to_str().unwrap()]);
+    team.g(1).ok(&[
+        "team",
+        "secret",
+        "import",
+        "--secret-file",
+        fresh.to_str().unwrap(),
+    ]);
+    let (accepted, e) = stdio_start(team.g(1), &new);
+    assert!(accepted, "{e}");
+    assert!(!stdio_start(team.g(1), &old).0);
+    let chain = team.chain(1);
+    for (event, gateway) in [("team.secret_rotate", "g1"), ("team.secret_import", "g2")] {
+        assert!(
+            chain
+                .iter()
+                .any(|r| r["event"] == json!(event) && r["gateway"] == json!(gateway)),
+            "{event}: {chain:?}"
+        );
+    }
+    team.g(1).ok(&["audit", "verify"]);
+    on_g2.close().await;
+}

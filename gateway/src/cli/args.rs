@@ -572,6 +572,20 @@ pub(crate) enum TeamSecretCmd {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+    /// As an admin: make a new team secret (this home takes it). Every token of the team must be
+    /// issued again, and every other gateway refuses requests until it imports the new secret.
+    Rotate {
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Take the team's new secret (after `team secret rotate`), exported by an admin; checked
+    /// against the team's before this home changes.
+    Import {
+        /// The team secret, written by `vaultgate team secret export`.
+        #[arg(long, value_name = "FILE")]
+        secret_file: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -10,7 +10,7 @@ use teamstate::{PgState, Role, TeamSession};
 /// audit chain.
 pub(crate) fn attach_team(core: Core, team: &TeamConfig) -> Result<Core, GatewayError> {
     check_database_url(&team.database)?;
-    let session = TeamSession::open(&team.database, &team.name)?;
+    let session = TeamSession::open(&team.database, &team.name, core.secret().bytes())?;
     Ok(core.with_team(Arc::new(session)))
 }
 
@@ -278,6 +278,57 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
                  it privately, run `vaultgate team join` with it, then delete it",
                 file.display()
             ));
+            Ok(())
+        }
+        TeamCmd::Secret(TeamSecretCmd::Rotate { yes }) => {
+            let team = team_config(home)?;
+            let what = "A new team secret: every token of the team stops working and must be issued \
+                        again, and every other gateway refuses every request until its operator \
+                        runs `vaultgate team secret import` with the new secret.";
+            if !yes {
+                use std::io::IsTerminal;
+                if !std::io::stdin().is_terminal() {
+                    return Err(GatewayError::InvalidArgument(format!(
+                        "{what} Pass --yes to confirm."
+                    )));
+                }
+                err(&format!("{what} Rotate? [y/N] "));
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                if !matches!(line.trim(), "y" | "Y" | "yes") {
+                    return Err(GatewayError::InvalidArgument("not rotated".into()));
+                }
+            }
+            let mut secret = [0u8; 32];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+                .map_err(|_| GatewayError::Internal("no randomness for a new secret".into()))?;
+            let store = PgState::connect(&team.database)?;
+            store.rotate_secret(&team.name, &Operator::cli(user).audit_actor(), &secret)?;
+            // Committed: this home takes it at once (were this write lost, the new secret would be
+            // lost with it: the file is written before anything else happens here).
+            home.replace_secret(&secret)?;
+            out(
+                "rotated the team secret: issue every token again (`vaultgate token issue`), restart \
+                 a `vaultgate serve` running from this home, and give each other gateway's operator \
+                 the new secret (`vaultgate team secret export`, then `vaultgate team secret import` \
+                 there)",
+            );
+            Ok(())
+        }
+        TeamCmd::Secret(TeamSecretCmd::Import { secret_file }) => {
+            let team = team_config(home)?;
+            let secret = read_secret_file(&secret_file)?;
+            let store = PgState::connect(&team.database)?;
+            if !store.is_team_secret(&secret)? {
+                return Err(GatewayError::InvalidArgument(
+                    "this secret is not the team's: ask an admin for `vaultgate team secret export`".into(),
+                ));
+            }
+            home.replace_secret(&secret)?;
+            drop(store);
+            let core = open_core(home)?;
+            audit_team(&core, "team.secret_import", user, None)?;
+            out("this gateway holds the team's secret again; restart a running `vaultgate serve`");
             Ok(())
         }
         TeamCmd::Remove { name } => {
