@@ -464,13 +464,23 @@ impl Home {
     /// Replaces `secret.key` with `key` (`team join`: the team's secret), atomically and mode
     /// 0600 from the start.
     pub fn replace_secret(&self, key: &[u8; 32]) -> Result<(), GatewayError> {
+        self.replace_private(&self.secret_path(), key)
+    }
+
+    /// Replaces the home's file `path` with `bytes`, atomically and mode 0600 from the start.
+    pub(crate) fn replace_private(&self, path: &Path, bytes: &[u8]) -> Result<(), GatewayError> {
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
-        tmp.write_all(key)?;
+        tmp.write_all(bytes)?;
         tmp.as_file().sync_all()?;
-        tmp.persist(self.secret_path())
-            .map_err(|e| GatewayError::Io(e.error))?;
+        tmp.persist(path).map_err(|e| GatewayError::Io(e.error))?;
         std::fs::File::open(&self.dir)?.sync_all()?;
         Ok(())
+    }
+
+    /// A team gateway's tunnel token (docs/contract.md#team-mode): the team's database keeps
+    /// only its `jti`'s hash, so the token itself is kept here, mode 0600.
+    pub fn tunnel_token_path(&self) -> PathBuf {
+        self.dir.join("tunnel.token")
     }
 
     /// Reads `secret.key`, refusing one that other users could read or replace: whoever reads it

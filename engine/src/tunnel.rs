@@ -32,7 +32,9 @@ impl Settings<'_> {
         operator: &Operator,
         grant: TunnelGrant,
     ) -> Result<Credential, GatewayError> {
-        self.not_in_a_team()?;
+        if let Some(team) = self.core.team() {
+            return self.rotate_team_tunnel_credential(team, operator, grant);
+        }
         if let Ok(old) = self.core.state.find_credential(TUNNEL_CREDENTIAL)
             && old.name == TUNNEL_CREDENTIAL
         {
@@ -71,7 +73,9 @@ impl Settings<'_> {
     /// A bearer token of the live tunnel credential, for the child's environment only. It names
     /// the credential's issuance (`jti`), so revoking or rotating the credential refuses it.
     pub fn tunnel_token(&self) -> Result<Token, GatewayError> {
-        self.not_in_a_team()?;
+        if let Some(team) = self.core.team() {
+            return self.team_tunnel_token(team);
+        }
         let cred =
             self.core.state.find_credential(TUNNEL_CREDENTIAL).map_err(|_| {
                 GatewayError::Config("no tunnel credential: run `vaultgate tunnel setup`".into())
@@ -95,17 +99,60 @@ impl Settings<'_> {
         )
     }
 
-    /// A team's tunnel credential (`chatgpt-tunnel@<gateway>`, docs/contract.md#team-mode) is not
-    /// built yet: its token could not be derived from a row that keeps only the jti's hash.
-    fn not_in_a_team(&self) -> Result<(), GatewayError> {
-        match self.core.team() {
-            Some(_) => Err(GatewayError::Config(
-                "the ChatGPT tunnel of a team gateway is not available in this version; run the \
-                 tunnel from a local home"
-                    .into(),
-            )),
-            None => Ok(()),
+    /// A team gateway's tunnel credential, `chatgpt-tunnel@<gateway>` (docs/contract.md#team-mode):
+    /// issued in the team's database (an earlier one retired: revoked and renamed), its token
+    /// kept in the home (the database keeps only the jti's hash, so the token could not be made
+    /// again from it).
+    fn rotate_team_tunnel_credential(
+        &self,
+        team: &dyn crate::storage::TeamState,
+        operator: &Operator,
+        grant: TunnelGrant,
+    ) -> Result<Credential, GatewayError> {
+        let name = team_tunnel_name(team);
+        if let Ok(old) = self.core.credentials().find_credential(&name)
+            && old.name == name
+        {
+            team.retire_credential(&operator.audit_actor(), old.id.as_str(), now_unix())?;
         }
+        let (cred, token) = self.core.credentials().issue_credential(
+            operator,
+            &name,
+            grant.tier,
+            grant.vaults,
+            None,
+            grant.approve_in_client,
+        )?;
+        let home = &self.core.home;
+        home.replace_private(&home.tunnel_token_path(), token.expose().as_bytes())?;
+        Ok(cred)
+    }
+
+    /// The token kept by the last `tunnel setup` of this team gateway, while its credential is
+    /// live in the team's database.
+    fn team_tunnel_token(&self, team: &dyn crate::storage::TeamState) -> Result<Token, GatewayError> {
+        let name = team_tunnel_name(team);
+        let missing = || GatewayError::Config("no tunnel credential: run `vaultgate tunnel setup`".into());
+        let cred = self
+            .core
+            .credentials()
+            .find_credential(&name)
+            .map_err(|_| missing())?;
+        if cred.name != name || cred.is_revoked() || cred.is_expired(now_unix()) {
+            return Err(GatewayError::Config(
+                "the tunnel credential is revoked or expired: run `vaultgate tunnel setup` again".into(),
+            ));
+        }
+        // Bounded: a token is a few hundred bytes.
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(
+                std::fs::File::open(self.core.home.tunnel_token_path()).map_err(|_| missing())?,
+                16 * 1024,
+            ),
+            &mut text,
+        )?;
+        Ok(Token::new(text.trim().to_owned()))
     }
 
     /// Records an operator's action that changes no engine state (starting or stopping the
@@ -127,4 +174,9 @@ impl Settings<'_> {
         entry.code = failed.map(|e| e.code().as_str().to_owned());
         self.core.append_audit(entry, Durability::Sync).map(|_| ())
     }
+}
+
+/// The name of a team gateway's tunnel credential.
+fn team_tunnel_name(team: &dyn crate::storage::TeamState) -> String {
+    format!("{TUNNEL_CREDENTIAL}@{}", team.gateway())
 }

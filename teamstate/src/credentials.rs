@@ -218,6 +218,25 @@ impl PgState {
         )
     }
 
+    /// A tunnel credential set aside (`tunnel setup` again): revoked and renamed
+    /// `<name>-<last 12 of its id>`, so its name is free, with its `credential.revoke` record.
+    pub fn retire_credential(
+        &self,
+        gateway: &str,
+        actor: &audit::Actor,
+        id: &str,
+        now: i64,
+    ) -> Result<(), GatewayError> {
+        self.change(
+            gateway,
+            "UPDATE vaultgate.credentials SET revoked_at = COALESCE(revoked_at, $2::bigint),
+             name = name || '-' || right(id, 12) WHERE id = $1",
+            &now,
+            change_entry("credential.revoke", actor, id, serde_json::json!({"id": id})),
+            id,
+        )
+    }
+
     /// `token set-tier` on a team, with its record.
     pub fn set_credential_tier(
         &self,

@@ -230,6 +230,12 @@ impl TeamState for TeamSession {
             .revoke_credential(&self.gateway, actor, id, now)
     }
 
+    fn retire_credential(&self, actor: &audit::Actor, id: &str, now: i64) -> Result<(), GatewayError> {
+        self.seat()?
+            .store
+            .retire_credential(&self.gateway, actor, id, now)
+    }
+
     fn set_credential_tier(&self, actor: &audit::Actor, id: &str, tier: Tier) -> Result<(), GatewayError> {
         self.seat()?
             .store

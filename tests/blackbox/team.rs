@@ -1038,3 +1038,60 @@ async fn a_rotated_team_secret_ends_every_old_token_and_a_gateway_serves_again_o
     team.g(1).ok(&["audit", "verify"]);
     on_g2.close().await;
 }
+
+#[test]
+fn a_team_gateways_tunnel_credential_is_the_teams_named_after_the_gateway_and_rotates() {
+    let team = Team::start(&["g1", "g2"]);
+    let key = team.root.path().join("api-key");
+    std::fs::write(&key, format!("sk-tunnel_{}\n", "ab".repeat(32))).unwrap();
+    let setup = || {
+        team.g(0).ok(&[
+            "tunnel",
+            "setup",
+            "--tunnel-id",
+            "tunnel_0123456789abcdef0123456789abcdef",
+            "--api-key-file",
+            key.to_str().unwrap(),
+        ])
+    };
+    let tunnel_creds = || -> Vec<Value> {
+        let all: Value = serde_json::from_str(&team.g(1).ok(&["token", "list", "--json"])).unwrap();
+        all.as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["name"].as_str().unwrap().starts_with("chatgpt-tunnel@g1"))
+            .cloned()
+            .collect()
+    };
+    setup();
+    // Issued in the team's database under the gateway's name: g2 lists it; its token, kept in
+    // g1's home (mode 0600), is accepted on g2 too.
+    let first = tunnel_creds();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0]["name"], json!("chatgpt-tunnel@g1"));
+    let token_file = team.g(0).home.join("tunnel.token");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let (accepted, e) = stdio_start(team.g(1), token.trim());
+    assert!(accepted, "{e}");
+    // Set up again: the earlier one is revoked (and renamed aside) on every gateway, and its
+    // token refused; the new one is live under the name.
+    setup();
+    let both = tunnel_creds();
+    assert_eq!(both.len(), 2, "{both:?}");
+    let old = both.iter().find(|c| c["id"] == first[0]["id"]).unwrap();
+    assert_eq!(old["revoked"], json!(true), "{old}");
+    assert_ne!(old["name"], json!("chatgpt-tunnel@g1"));
+    assert!(
+        both.iter()
+            .any(|c| c["name"] == json!("chatgpt-tunnel@g1") && c["revoked"] == json!(false))
+    );
+    assert!(!stdio_start(team.g(1), token.trim()).0);
+    let renewed = std::fs::read_to_string(&token_file).unwrap();
+    assert_ne!(renewed, token);
+    assert!(stdio_start(team.g(1), renewed.trim()).0);
+}

@@ -32,6 +32,9 @@ pub trait TeamState: Send + Sync {
     ) -> Result<Credential, GatewayError>;
     /// Revokes `id` (the first revocation time is kept), with its record.
     fn revoke_credential(&self, actor: &audit::Actor, id: &str, now: i64) -> Result<(), GatewayError>;
+    /// Revokes `id` and renames it `<name>-<last 12 of its id>` (its name free for the next
+    /// one), with its `credential.revoke` record.
+    fn retire_credential(&self, actor: &audit::Actor, id: &str, now: i64) -> Result<(), GatewayError>;
     /// Changes `id`'s tier, with its record.
     fn set_credential_tier(&self, actor: &audit::Actor, id: &str, tier: Tier) -> Result<(), GatewayError>;
     /// Appends one record to the team's chain; answers once it is committed.
