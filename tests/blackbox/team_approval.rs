@@ -1,7 +1,8 @@
 //! docs/contract.md#team-mode and #the-review-page-and-in-client-approval: a person's click on
 //! the approval card is used once across the team — the sealed approval a proposal's result
 //! carried on one gateway decides it on another, and replayed on a third changes nothing — and
-//! the decision is recorded in the team's chain with `approval: "app"`.
+//! the decision is recorded in the team's chain with `approval: "app"`; a person's yes asked in
+//! the client (the official Python SDK answering the prompt) applies a team proposal likewise.
 
 use std::process::Stdio;
 
@@ -177,4 +178,55 @@ async fn a_card_approval_given_through_one_gateway_decides_once_across_the_team(
     for c in [c1, c2, c3] {
         c.cancel().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_persons_yes_asked_in_the_client_applies_a_team_proposal_once_from_the_official_python_sdk() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    let (_, token) = crate::approval::flagged(team.g(0), "asker", "propose");
+    let c = team.g(0).stdio(&token).await;
+    let p = crate::util::call(
+        &c,
+        "propose_new_note",
+        json!({"path": "asked/a.md", "content": "# Asked\n", "reason": "ask the person"}),
+    )
+    .await
+    .ok();
+    c.close().await;
+    let apply = json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": "k-ask"});
+    let before = head(&remote);
+    // Through g2, a client of the official SDK that answers the prompt: asked once, applied as
+    // one commit; the same key again replays without asking.
+    let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/approval_client.py");
+    let (run, stderr) = crate::approval::python_session(
+        harness,
+        crate::approval::Via::Stdio(team.g(1)),
+        &["--token", &token, "--mode", "legacy", "--answer", "accept"],
+        &[("apply_proposal", apply.clone()), ("apply_proposal", apply)],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        run["prompts"].as_array().map(Vec::len),
+        Some(1),
+        "{run:#}\n{stderr}"
+    );
+    let first = &run["calls"][0]["structured"];
+    assert_eq!(
+        (&first["applied"], &first["git"]),
+        (&json!(true), &json!("committed")),
+        "{run:#}"
+    );
+    let commit = first["commit"].as_str().unwrap();
+    assert_eq!(head(&remote), commit);
+    assert_eq!(git(&remote, &["rev-parse", &format!("{commit}^")]).trim(), before);
+    assert_eq!(run["calls"][1]["structured"]["replayed"], json!(true), "{run:#}");
+    let chain = team.chain(0);
+    assert!(
+        chain.iter().any(|r| r["tool"] == json!("apply_proposal")
+            && r["outcome"] == json!("ok")
+            && r["approval"] == json!("client")
+            && r["gateway"] == json!("g2")),
+        "{chain:?}"
+    );
 }
