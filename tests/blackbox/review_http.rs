@@ -1913,3 +1913,65 @@ async fn a_move_lists_each_rewritten_link_on_the_page_and_the_terminal() {
         .collect();
     assert!(block.contains(&format!("    {change}").as_str()), "{out}");
 }
+
+/// docs/contract.md#team-mode: the review page of a team gateway lists the team's proposals from
+/// its database (one made through another gateway included) and its apply is the team's: one
+/// commit pushed to the vault's remote, recorded in the team's chain as the reviewer's.
+#[tokio::test]
+async fn a_team_gateways_review_page_applies_a_proposal_made_on_another_gateway_as_one_pushed_commit() {
+    let (team, remote, _person) = crate::team_writes::team_with_vault(&["g1", "g2"]);
+    let (_, token) = team.g(0).token("agent", "propose");
+    let c = team.g(0).stdio(&token).await;
+    let p = crate::util::call(
+        &c,
+        "propose_new_note",
+        json!({"path": "reviewed/a.md", "content": "# Reviewed\n", "reason": "review it"}),
+    )
+    .await
+    .ok();
+    c.close().await;
+    let id = p["id"].as_str().unwrap().to_owned();
+
+    let srv = Server::start(team.g(1));
+    let s = login(team.g(1), &srv).await;
+    let inbox = s.get(&srv, "/v/notes/inbox").await;
+    inbox.expect(200, "the team vault's inbox");
+    assert!(
+        inbox.body.contains(&id),
+        "the proposal made on g1 is listed on g2: {}",
+        inbox.body
+    );
+    let page = s.get(&srv, &format!("/v/notes/p/{id}")).await;
+    page.expect(200, "the proposal page");
+    let (csrf, hash) = (page.csrf(), hidden(&page.body, "proposalHash"));
+    let before = crate::team_writes::head(&remote);
+    let page = post_form(
+        &srv,
+        &format!("{}/v/notes/p/{id}/apply", s.base),
+        &[("Cookie", &s.cookie()), ("Origin", &same_origin(&srv))],
+        &[("csrf", &csrf), ("proposalHash", &hash)],
+    )
+    .await;
+    page.expect(200, "the apply");
+    let result = open_tag(&page.body, "result");
+    assert!(result.contains("data-outcome=\"ok\""), "{result}");
+    let head = crate::team_writes::head(&remote);
+    assert_ne!(head, before);
+    assert_eq!(
+        crate::team::git(&remote, &["rev-parse", &format!("{head}^")]).trim(),
+        before
+    );
+    assert!(crate::team_writes::message(&remote, &head).contains(&format!("Vaultgate-Proposal: {id}")));
+    assert_eq!(
+        crate::team::git(&remote, &["show", &format!("{head}:reviewed/a.md")]),
+        "# Reviewed\n"
+    );
+    let chain = team.chain(0);
+    assert!(
+        chain.iter().any(|r| r["tool"] == json!("apply_proposal")
+            && r["outcome"] == json!("ok")
+            && r["gateway"] == json!("g2")
+            && r["actor"].as_str().is_some_and(|a| a.starts_with("review:"))),
+        "{chain:?}"
+    );
+}
