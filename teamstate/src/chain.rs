@@ -26,6 +26,21 @@ pub const MAX_BATCH: usize = 256;
 /// Rows an export reads at a time.
 const EXPORT_PAGE: i64 = 1000;
 
+/// An append's bounds, checked before any work: true when there is nothing to append.
+fn check_append(gateway: &str, entries: &[audit::Entry]) -> Result<bool, GatewayError> {
+    if !valid_gateway_name(gateway) {
+        return Err(GatewayError::InvalidArgument(
+            "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -".into(),
+        ));
+    }
+    if entries.len() > MAX_BATCH {
+        return Err(GatewayError::InvalidArgument(format!(
+            "at most {MAX_BATCH} audit records in one append"
+        )));
+    }
+    Ok(entries.is_empty())
+}
+
 /// Whether `name` can name a gateway of a team: 1–64 characters of `[A-Za-z0-9._@-]`.
 pub fn valid_gateway_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
@@ -43,22 +58,61 @@ impl PgState {
         entries: Vec<audit::Entry>,
         now: OffsetDateTime,
     ) -> Result<Vec<audit::AuditRecord>, GatewayError> {
-        if !valid_gateway_name(gateway) {
-            return Err(GatewayError::InvalidArgument(
-                "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -".into(),
-            ));
-        }
-        if entries.len() > MAX_BATCH {
-            return Err(GatewayError::InvalidArgument(format!(
-                "at most {MAX_BATCH} audit records in one append"
-            )));
-        }
-        if entries.is_empty() {
+        if check_append(gateway, &entries)? {
             return Ok(Vec::new());
         }
-        let guess = self.chain_guess.lock().ok().and_then(|g| g.clone());
         let mut client = self.client()?;
-        let sealed = within(&self.stale, async {
+        let sealed = within(&self.stale, self.append_on(&mut client, gateway, entries, now))?;
+        self.remember_head(&sealed);
+        sealed
+    }
+
+    /// [`PgState::append_audit`] as a task of this store's own runtime (the chain's writer): no
+    /// thread stands between it and its connection.
+    async fn append_audit_here(
+        &self,
+        gateway: &str,
+        entries: Vec<audit::Entry>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<audit::AuditRecord>, GatewayError> {
+        if check_append(gateway, &entries)? {
+            return Ok(Vec::new());
+        }
+        let sealed = tokio::time::timeout(crate::DB_DEADLINE, async {
+            let mut client = self.pool.get().await.map_err(crate::pool_error)?;
+            self.append_on(&mut client, gateway, entries, now).await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            self.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+            tracing::warn!("the team database did not answer in time");
+            Err(GatewayError::AuditUnavailable)
+        });
+        self.remember_head(&sealed);
+        sealed
+    }
+
+    /// Where the chain's head is after this store's append (unknown after a failure).
+    fn remember_head(&self, sealed: &Result<Vec<audit::AuditRecord>, GatewayError>) {
+        let guessed = match sealed {
+            Ok(records) => records.last().map(|r| (r.seq, r.hash.clone())),
+            Err(_) => None,
+        };
+        if let Ok(mut g) = self.chain_guess.lock() {
+            *g = guessed;
+        }
+    }
+
+    /// One append on `client`.
+    async fn append_on(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        gateway: &str,
+        entries: Vec<audit::Entry>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<audit::AuditRecord>, GatewayError> {
+        let guess = self.chain_guess.lock().ok().and_then(|g| g.clone());
+        {
             // Two round trips when the head is where this store left it: BEGIN and the rows
             // (written only if the head, locked first, is still the guessed one) sent together,
             // then COMMIT. Not one statement on its own: a call that gave up waiting must leave
@@ -66,7 +120,7 @@ impl PgState {
             // connection. A head that moved writes nothing and falls back to reading it.
             if let Some((seq, prev)) = guess {
                 let rows = Rows::seal(gateway, entries.clone(), seq, &prev, now)?;
-                let c: &deadpool_postgres::ClientWrapper = &client;
+                let c: &deadpool_postgres::ClientWrapper = client;
                 let (began, written) =
                     tokio::join!(c.batch_execute("BEGIN"), rows.insert_after(c, seq, &prev));
                 let end = match (began, written) {
@@ -87,15 +141,7 @@ impl PgState {
             let sealed = seal_in(&tx, gateway, entries, now).await?;
             tx.commit().await.map_err(db)?;
             Ok(sealed)
-        })?;
-        let guessed = match &sealed {
-            Ok(records) => records.last().map(|r| (r.seq, r.hash.clone())),
-            Err(_) => None,
-        };
-        if let Ok(mut g) = self.chain_guess.lock() {
-            *g = guessed;
         }
-        sealed
     }
 
     /// The chain's head: the last record's `seq` and `hash` (0 and `GENESIS` before any).
@@ -300,8 +346,9 @@ struct Queued {
 /// [`ChainWriter::append`] answers once its record is committed, or with the batch's failure
 /// (`AUDIT_UNAVAILABLE` when the database cannot be reached): a call never goes on unaudited.
 pub struct ChainWriter {
-    queue: Option<mpsc::Sender<Queued>>,
-    worker: Option<std::thread::JoinHandle<()>>,
+    queue: Option<tokio::sync::mpsc::UnboundedSender<Queued>>,
+    /// Told when the writer's task ends (its queue drained).
+    ended: std::sync::Mutex<Option<mpsc::Receiver<()>>>,
     batches: Arc<AtomicU64>,
 }
 
@@ -313,44 +360,48 @@ impl ChainWriter {
                 "a gateway name is 1-64 characters of A-Z a-z 0-9 . _ @ -".into(),
             ));
         }
-        let (queue, queued) = mpsc::channel::<Queued>();
+        let (queue, mut queued) = tokio::sync::mpsc::unbounded_channel::<Queued>();
+        let (end, ended) = mpsc::sync_channel::<()>(1);
         let batches = Arc::new(AtomicU64::new(0));
         let counted = batches.clone();
         let gateway = gateway.to_owned();
-        let worker = std::thread::Builder::new()
-            .name("team-audit".into())
-            .spawn(move || {
-                while let Ok(first) = queued.recv() {
-                    let mut batch = vec![first];
-                    while batch.len() < MAX_BATCH {
-                        match queued.try_recv() {
-                            Ok(q) => batch.push(q),
-                            Err(_) => break,
+        // A task of the store's own runtime, beside its connections' tasks: a batch's round
+        // trips cross no thread.
+        let runtime = store.runtime()?.handle().clone();
+        runtime.spawn(async move {
+            while let Some(first) = queued.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match queued.try_recv() {
+                        Ok(q) => batch.push(q),
+                        Err(_) => break,
+                    }
+                }
+                let (entries, answers): (Vec<_>, Vec<_>) =
+                    batch.into_iter().map(|q| (q.entry, q.answer)).unzip();
+                let sealed = store
+                    .append_audit_here(&gateway, entries, OffsetDateTime::now_utc())
+                    .await;
+                counted.fetch_add(1, Ordering::Relaxed);
+                match sealed {
+                    Ok(records) => {
+                        for (record, answer) in records.into_iter().zip(answers) {
+                            // A caller that stopped waiting has nothing to be told.
+                            let _ = answer.send(Ok(record));
                         }
                     }
-                    let (entries, answers): (Vec<_>, Vec<_>) =
-                        batch.into_iter().map(|q| (q.entry, q.answer)).unzip();
-                    let sealed = store.append_audit(&gateway, entries, OffsetDateTime::now_utc());
-                    counted.fetch_add(1, Ordering::Relaxed);
-                    match sealed {
-                        Ok(records) => {
-                            for (record, answer) in records.into_iter().zip(answers) {
-                                // A caller that stopped waiting has nothing to be told.
-                                let _ = answer.send(Ok(record));
-                            }
-                        }
-                        Err(e) => {
-                            for answer in answers {
-                                let _ = answer.send(Err(again(&e)));
-                            }
+                    Err(e) => {
+                        for answer in answers {
+                            let _ = answer.send(Err(again(&e)));
                         }
                     }
                 }
-            })
-            .map_err(GatewayError::Io)?;
+            }
+            let _ = end.send(());
+        });
         Ok(ChainWriter {
             queue: Some(queue),
-            worker: Some(worker),
+            ended: std::sync::Mutex::new(Some(ended)),
             batches,
         })
     }
@@ -375,11 +426,13 @@ impl ChainWriter {
 }
 
 impl Drop for ChainWriter {
-    /// Lets the queued records commit, then stops the worker.
+    /// Lets the queued records commit, then stops the worker (waiting at most as long as one
+    /// exchange with the database may take).
     fn drop(&mut self) {
         drop(self.queue.take());
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
+        let ended = self.ended.get_mut().ok().and_then(Option::take);
+        if let Some(ended) = ended {
+            let _ = ended.recv_timeout(crate::DB_DEADLINE);
         }
     }
 }

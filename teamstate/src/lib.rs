@@ -95,6 +95,18 @@ impl std::ops::DerefMut for Conn {
 /// hold a call (docs/contract.md#team-mode, fail closed).
 pub(crate) const DB_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A connection the pool could not give, as the engine's error.
+fn pool_error(e: deadpool_postgres::PoolError) -> GatewayError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => db(e),
+        deadpool_postgres::PoolError::Timeout(_) => {
+            tracing::warn!("the team database did not answer a connection in time");
+            GatewayError::AuditUnavailable
+        }
+        other => GatewayError::Internal(format!("the team database's pool: {other}")),
+    }
+}
+
 /// Connections one store opens at most (each call holds one while it runs).
 const POOL_SIZE: usize = 4;
 
@@ -317,14 +329,7 @@ impl PgState {
         // Connecting spawns the connection's task: on this store's runtime.
         let _entered = rt.enter();
         let unused = AtomicBool::new(false);
-        within(&unused, self.pool.get())?.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => db(e),
-            deadpool_postgres::PoolError::Timeout(_) => {
-                tracing::warn!("the team database did not answer a connection in time");
-                GatewayError::AuditUnavailable
-            }
-            other => GatewayError::Internal(format!("the team database's pool: {other}")),
-        })
+        within(&unused, self.pool.get())?.map_err(pool_error)
     }
 
     fn migrate(&self) -> Result<(), GatewayError> {
