@@ -78,6 +78,7 @@ impl PgState {
         if check_append(gateway, &entries)? {
             return Ok(Vec::new());
         }
+        self.drop_stale();
         let sealed = tokio::time::timeout(crate::DB_DEADLINE, async {
             let mut client = self.pool.get().await.map_err(crate::pool_error)?;
             self.append_on(&mut client, gateway, entries, now).await

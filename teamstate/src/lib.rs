@@ -318,14 +318,19 @@ impl PgState {
             .ok_or_else(|| GatewayError::Internal("the team database's runtime is gone".into()))
     }
 
+    /// After a call passed the deadline: every idle connection is dropped (the one that stalled
+    /// is among them, or still in a caller's hands and dropped when it comes back next time).
+    fn drop_stale(&self) {
+        if self.stale.swap(false, Ordering::SeqCst) {
+            self.pool.retain(|_, _| false);
+        }
+    }
+
     /// A connection of the pool, opened first if none is idle (after an outage, a new one): a call
     /// after an outage works without a new store.
     fn client(&self) -> Result<deadpool_postgres::Object, GatewayError> {
         let rt = self.runtime()?;
-        if self.stale.swap(false, Ordering::SeqCst) {
-            // The one that stalled is among them (or still in a caller's hands, then closed).
-            self.pool.retain(|_, _| false);
-        }
+        self.drop_stale();
         // Connecting spawns the connection's task: on this store's runtime.
         let _entered = rt.enter();
         let unused = AtomicBool::new(false);
