@@ -990,6 +990,8 @@ async fn a_rotated_team_secret_ends_every_old_token_and_a_gateway_serves_again_o
 
     let said = team.g(0).ok(&["team", "secret", "rotate", "--yes"]);
     assert!(said.contains("issue every token again"), "{said}");
+    // The new secret was kept aside only until the home took it.
+    assert!(!team.g(0).home.join("secret.key.next").exists());
     // g2 still holds the old secret: its open session's next request is refused, and so is a
     // new one; on g1 the old token no longer verifies.
     assert!(!call(&on_g2, "vault_list", json!({})).await.is_ok());

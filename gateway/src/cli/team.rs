@@ -303,10 +303,25 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
             ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
                 .map_err(|_| GatewayError::Internal("no randomness for a new secret".into()))?;
             let store = PgState::connect(&team.database)?;
-            store.rotate_secret(&team.name, &Operator::cli(user).audit_actor(), &secret)?;
-            // Committed: this home takes it at once (were this write lost, the new secret would be
-            // lost with it: the file is written before anything else happens here).
+            // SECURITY(T-TEAM3): the new secret is on disk before the team switches to it, so a
+            // crash between the commit and `secret.key`'s replacement loses nothing: importing
+            // `secret.key.next` finishes it (refused while it is not the team's).
+            let next = home.dir.join("secret.key.next");
+            write_secret_file(&next, &secret).map_err(|e| {
+                GatewayError::InvalidArgument(format!(
+                    "{e}; an earlier rotation may have stopped half-way: run `vaultgate team secret \
+                     import --secret-file {}` (refused unless it is the team's secret), or delete it \
+                     and rotate again",
+                    next.display()
+                ))
+            })?;
+            if let Err(e) = store.rotate_secret(&team.name, &Operator::cli(user).audit_actor(), &secret) {
+                // Not rotated: nothing to keep.
+                let _ = std::fs::remove_file(&next);
+                return Err(e);
+            }
             home.replace_secret(&secret)?;
+            std::fs::remove_file(&next)?;
             out(
                 "rotated the team secret: issue every token again (`vaultgate token issue`), restart \
                  a `vaultgate serve` running from this home, and give each other gateway's operator \
