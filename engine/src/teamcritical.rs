@@ -25,6 +25,7 @@ use crate::critical::{Challenges, CriticalOut, Keep, Which, to_value};
 use crate::error::GatewayError;
 use crate::git::{Repo, TreeEntry};
 use crate::remote::{Synced, TeamVault};
+use crate::storage::team::{Fence, VaultHold};
 use crate::storage::{TeamChallenge, TeamState};
 use crate::txn::internal;
 
@@ -70,7 +71,8 @@ pub(crate) fn critical(
     let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
     // SECURITY(T-CRIT2): one decision and one execution at a time per team vault, across the
     // team's gateways.
-    let _lock = team.lock_vault(&v.id, wait)?;
+    let hold = team.lock_vault(&v.id, wait)?;
+    let fence = hold.fence();
     if team.vault_head(&v.id)?.1.is_some() {
         return Err(crate::teampush::rewritten(&v.id));
     }
@@ -81,7 +83,7 @@ pub(crate) fn critical(
         && s.row.result.is_none()
         && (s.row.consumed_at.is_some() || !s.pushed.is_empty())
     {
-        settle(core, team, dir, s)?;
+        settle(core, team, fence, dir, s)?;
         stored = team.challenge(&challenge_id)?;
     }
     let revision = crate::remote::commit_count(&core.git, dir, &base)?;
@@ -107,6 +109,7 @@ pub(crate) fn critical(
     record.challenge_id = Some(challenge_id.clone());
     let intent_record = team
         .consume_challenge(
+            fence,
             &challenge_id,
             now_unix(),
             &to_value(&intent)?,
@@ -120,6 +123,7 @@ pub(crate) fn critical(
         v,
         vault: &vault,
         repo: &repo,
+        hold: hold.as_ref(),
         which,
         id: &challenge_id,
         planned: plan.revision,
@@ -131,7 +135,7 @@ pub(crate) fn critical(
     if let Err(e) = &out
         && !run.uncertain.get()
         && !matches!(e, GatewayError::AuditUnavailable)
-        && let Err(kept) = team.release_challenge(&challenge_id)
+        && let Err(kept) = team.release_challenge(fence, &challenge_id)
     {
         tracing::warn!(error = %kept, "a failed execution kept its challenge consumed");
     }
@@ -188,6 +192,7 @@ fn answer(which: Which, files: &[(String, String)], commit: Option<&str>) -> Cri
 fn settle(
     core: &Core,
     team: &dyn TeamState,
+    fence: &Fence,
     dir: &std::path::Path,
     s: &TeamChallenge,
 ) -> Result<(), GatewayError> {
@@ -198,7 +203,7 @@ fn settle(
     // SECURITY(T-TEAM8): a push of the execution that landed (late, perhaps) is the execution.
     let Some((commit, _)) = crate::teampush::landed_on_branch(core, dir, &s.pushed)? else {
         if s.row.consumed_at.is_some() {
-            team.release_challenge(&s.row.id)?;
+            team.release_challenge(fence, &s.row.id)?;
         }
         return Ok(());
     };
@@ -213,13 +218,13 @@ fn settle(
     entry.challenge_id = Some(s.row.id.clone());
     if s.row.consumed_at.is_none() {
         // Released before its push landed: consumed now, as the execution it was.
-        team.consume_challenge(&s.row.id, now_unix(), &Value::Null, entry.clone())?;
+        team.consume_challenge(fence, &s.row.id, now_unix(), &Value::Null, entry.clone())?;
     }
     let plan: Plan = serde_json::from_value(s.row.plan.clone()).map_err(internal)?;
     let files: Vec<(String, String)> = plan.affected.iter().map(|p| (p.clone(), String::new())).collect();
     let out = answer(which, &files, Some(&commit));
     let result = |_: u64| serde_json::to_value(&out).unwrap_or(Value::Null);
-    team.finish_challenge(&s.row.id, &result, entry)?;
+    team.finish_challenge(fence, &s.row.id, &result, entry)?;
     Ok(())
 }
 
@@ -230,6 +235,8 @@ struct Execution<'a> {
     v: &'a Arc<VaultHandle>,
     vault: &'a TeamVault,
     repo: &'a Repo,
+    /// The vault's lease this execution runs under.
+    hold: &'a dyn VaultHold,
     which: Which,
     id: &'a str,
     /// The revision the challenge was issued at.
@@ -284,7 +291,9 @@ impl Execution<'_> {
                 .repo
                 .commit_tree(&tree, Some(&base), &message, &who)
                 .map_err(git)?;
-            self.team.challenge_attempt(self.id, &commit)?;
+            // A hold that lapsed pushes nothing (its record would be refused anyway).
+            self.hold.check()?;
+            self.team.challenge_attempt(self.hold.fence(), self.id, &commit)?;
             self.core.failpoints.hit("team_critical.before_push");
             self.uncertain.set(true);
             let landed =
@@ -323,7 +332,8 @@ impl Execution<'_> {
         let mut record = TxnRecord::ok(None, None, None);
         record.challenge_id = Some(self.id.to_owned());
         let done = call.record_in(record, |entry| {
-            self.team.finish_challenge(self.id, &result, entry)
+            self.team
+                .finish_challenge(self.hold.fence(), self.id, &result, entry)
         })?;
         if done.is_none() {
             return Err(internal(format!(

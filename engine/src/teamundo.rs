@@ -218,7 +218,8 @@ pub(crate) fn transition(
         .ok_or_else(|| GatewayError::VaultNotFound(v.id.clone()))?;
     let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
     // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
-    let _lock = team.lock_vault(&v.id, wait)?;
+    let hold = team.lock_vault(&v.id, wait)?;
+    let fence = hold.fence();
     if let Some(out) = first(team, call)? {
         return Ok(out);
     }
@@ -241,7 +242,7 @@ pub(crate) fn transition(
             .iter()
             .any(|c| trailer(c, "Vaultgate-Job").as_deref() == Some(job.as_str()))
         {
-            return finish(core, team, call, v, t, expected, key, None);
+            return finish(core, team, fence, call, v, t, expected, key, None);
         }
         let (done, undone) = stacks(core, v)?;
         let top = match t {
@@ -281,10 +282,12 @@ pub(crate) fn transition(
         let commit = repo
             .commit_tree(&tree, Some(&base), &message, &who)
             .map_err(crate::changelog::git_error)?;
+        // A hold that lapsed pushes nothing.
+        hold.check()?;
         // Not settled: VAULT_BUSY; the retry finds this key's job on the branch if it landed.
         let landed = crate::teampush::push_settled(core, dir, &vault, &commit, &base, &mut last)?;
         if landed {
-            return finish(core, team, call, v, t, expected, key, Some(&commit));
+            return finish(core, team, fence, call, v, t, expected, key, Some(&commit));
         }
     }
     Err(GatewayError::VaultBusy(format!(
@@ -301,6 +304,7 @@ pub(crate) fn transition(
 fn finish(
     core: &Core,
     team: &dyn TeamState,
+    fence: &crate::storage::team::Fence,
     call: &mut Call<'_>,
     v: &VaultHandle,
     t: Transition,
@@ -326,7 +330,9 @@ fn finish(
     };
     let answer = |_: u64| serde_json::to_value(&out).unwrap_or(serde_json::Value::Null);
     let record = TxnRecord::ok(None, Some(expected), None);
-    call.record_in(record, |entry| team.keep_answer(&idem, &answer, entry).map(Some))?;
+    call.record_in(record, |entry| {
+        team.keep_answer(fence, &idem, &answer, entry).map(Some)
+    })?;
     // The notes the transition wrote are searchable at once.
     let _ = t;
     Ok(out)

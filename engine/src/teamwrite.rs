@@ -29,6 +29,7 @@ use crate::error::{GatewayError, Refused};
 use crate::git::{FILE_MODE, Repo, TreeEntry};
 use crate::ids::{ProposalHash, ProposalId};
 use crate::remote::{Synced, TeamVault};
+use crate::storage::team::{Fence, VaultHold};
 use crate::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
 use crate::txn::internal;
 
@@ -155,6 +156,7 @@ pub(crate) fn reject(
         true => {
             let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
             let lock = team.lock_vault(&v.id, wait)?;
+            let fence = lock.fence();
             p = pending(team, v, id)?;
             let job = match p.job.clone() {
                 Some(job) => Some(job),
@@ -172,12 +174,12 @@ pub(crate) fn reject(
                         Some(&p.row.target),
                         Some(&p.row.id),
                     ));
-                    team.begin_job(id, &job, intent)?.map(|_| job)
+                    team.begin_job(fence, id, &job, intent)?.map(|_| job)
                 }
                 None => None,
             };
             if let Some(job) = job {
-                settle_left_job(core, team, v, &registration(team, v)?, &p, &job)?;
+                settle_left_job(core, team, fence, v, &registration(team, v)?, &p, &job)?;
                 p = pending(team, v, id)?;
             }
             Some(lock)
@@ -282,7 +284,8 @@ pub(crate) fn apply(
     let vault = registration(team, v)?;
     let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
     // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
-    let _lock = team.lock_vault(&v.id, wait)?;
+    let hold = team.lock_vault(&v.id, wait)?;
+    let fence = hold.fence();
     // Whoever held the lock before may have applied it (or answered this very key).
     if let Some(first) = first_answer(team, call, key)? {
         return Ok(first);
@@ -294,7 +297,7 @@ pub(crate) fn apply(
     if let Some(job) = tp.job.clone() {
         // A job whose gateway stopped before it finished: settled from the remote (its caller's
         // key then answers, this retry of it too).
-        settle_left_job(core, team, v, &vault, &tp, &job)?;
+        settle_left_job(core, team, fence, v, &vault, &tp, &job)?;
         if let Some(first) = first_answer(team, call, key)? {
             return Ok(first);
         }
@@ -316,7 +319,7 @@ pub(crate) fn apply(
     intent.approval = via.clone();
     let intent = call.entry_for(intent);
     let intent = team
-        .begin_job(&p.id, &job, intent)?
+        .begin_job(fence, &p.id, &job, intent)?
         .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))?;
     core.failpoints.hit("team_apply.after_intent");
     let run = Job {
@@ -324,6 +327,7 @@ pub(crate) fn apply(
         team,
         v,
         vault: &vault,
+        hold: hold.as_ref(),
         p: &p,
         content: tp.content.as_deref(),
         pushed: std::cell::RefCell::new(tp.pushed.clone()),
@@ -339,7 +343,7 @@ pub(crate) fn apply(
     if let Err(e) = &out
         && !run.uncertain.get()
         && !matches!(e, GatewayError::AuditUnavailable)
-        && let Err(dropped) = team.drop_job(&p.id, &job.id)
+        && let Err(dropped) = team.drop_job(fence, &p.id, &job.id)
     {
         tracing::warn!(error = %dropped, "a failed team apply kept its job");
     }
@@ -352,6 +356,7 @@ pub(crate) fn apply(
 fn settle_left_job(
     core: &Core,
     team: &dyn TeamState,
+    fence: &Fence,
     v: &VaultHandle,
     vault: &TeamVault,
     tp: &TeamProposal,
@@ -361,7 +366,7 @@ fn settle_left_job(
     // Whichever push of the job landed (a rebuilt attempt's commit differs from the first's).
     crate::teampush::sync_checked(core, team, vault, dir)?;
     let Some((commit, _)) = crate::teampush::landed_on_branch(core, dir, &tp.pushed)? else {
-        return team.drop_job(&tp.row.id, &job.id);
+        return team.drop_job(fence, &tp.row.id, &job.id);
     };
     let job = TeamJob {
         commit: Some(commit),
@@ -408,7 +413,7 @@ fn settle_left_job(
             args_hash: &k.args_hash,
         }),
     };
-    team.finish_job(&tp.row.id, &job.id, &done, entry)?;
+    team.finish_job(fence, &tp.row.id, &job.id, &done, entry)?;
     Ok(())
 }
 
@@ -447,6 +452,8 @@ struct Job<'a> {
     team: &'a dyn TeamState,
     v: &'a Arc<VaultHandle>,
     vault: &'a TeamVault,
+    /// The vault's lease this job runs under.
+    hold: &'a dyn VaultHold,
     p: &'a Proposal,
     content: Option<&'a str>,
     job: &'a TeamJob,
@@ -522,7 +529,10 @@ impl Job<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            self.team.job_attempt(&self.p.id, &self.job.id, &base, &commit)?;
+            // A hold that lapsed pushes nothing (its record would be refused anyway).
+            self.hold.check()?;
+            self.team
+                .job_attempt(self.hold.fence(), &self.p.id, &self.job.id, &base, &commit)?;
             self.pushed.borrow_mut().push(commit.clone());
             self.core.failpoints.hit("team_apply.before_push");
             self.uncertain.set(true);
@@ -740,7 +750,8 @@ impl Job<'_> {
             }),
         };
         let recorded = call.record_in(record, |entry| {
-            self.team.finish_job(&self.p.id, &self.job.id, &done, entry)
+            self.team
+                .finish_job(self.hold.fence(), &self.p.id, &self.job.id, &done, entry)
         })?;
         let Some(rec) = recorded else {
             return Err(internal(format!(

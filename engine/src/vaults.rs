@@ -277,6 +277,17 @@ impl Settings<'_> {
                     }
                 }
             }
+            ("lease_seconds", _, _) => match value {
+                "default" => None,
+                v => match v.parse::<u64>() {
+                    Ok(n @ 3..=300) => Some(serde_json::Value::from(n)),
+                    _ => {
+                        return Err(GatewayError::InvalidArgument(
+                            "lease_seconds takes whole seconds from 3 to 300 (or default: 10)".into(),
+                        ));
+                    }
+                },
+            },
             ("default_vault", _, _) => {
                 if value != "default" {
                     team_vault(value)?;
@@ -286,7 +297,7 @@ impl Settings<'_> {
             _ => {
                 return Err(GatewayError::InvalidArgument(format!(
                     "'{key}' is not a team setting: this version takes limits.<name> (see \
-                     `vaultgate doctor`'s limits), pdf_text.<vault> and default_vault"
+                     `vaultgate doctor`'s limits), pdf_text.<vault>, default_vault and lease_seconds"
                 )));
             }
         };

@@ -10,12 +10,14 @@
 
 use engine::error::GatewayError;
 use engine::storage::TeamChallenge;
+use engine::storage::team::Fence;
 use inbox::{NewChallenge, StoredChallenge};
 use serde_json::Value;
 use time::OffsetDateTime;
 use tokio_postgres::Row;
 
 use crate::chain::seal_in;
+use crate::lease::fence_in;
 use crate::{PgState, db, within};
 
 const COLUMNS: &str = "id, vault, credential_id, tool, args_hash, idempotency_key, plan, plan_hash, \
@@ -82,6 +84,7 @@ impl PgState {
     /// intent's record, in one commit. `None`: it was used already.
     pub fn consume_challenge(
         &self,
+        fence: &Fence,
         gateway: &str,
         id: &str,
         at: i64,
@@ -91,6 +94,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
+            fence_in(&tx, fence).await?;
             let took = tx
                 .execute(
                     "UPDATE vaultgate.challenges SET consumed_at = $2, intent = $3, gateway = $4
@@ -109,17 +113,13 @@ impl PgState {
     }
 
     /// Notes a commit the execution of `id` is about to push.
-    pub fn challenge_attempt(&self, id: &str, commit: &str) -> Result<(), GatewayError> {
-        let client = self.client()?;
-        let n = within(
-            &self.stale,
-            client.execute(
-                "UPDATE vaultgate.challenges SET pushed = pushed || to_jsonb($2::text)
-                 WHERE id = $1 AND consumed_at IS NOT NULL AND result IS NULL",
-                &[&id, &commit],
-            ),
-        )?
-        .map_err(db)?;
+    pub fn challenge_attempt(&self, fence: &Fence, id: &str, commit: &str) -> Result<(), GatewayError> {
+        let n = self.fenced_execute(
+            fence,
+            "UPDATE vaultgate.challenges SET pushed = pushed || to_jsonb($2::text)
+             WHERE id = $1 AND consumed_at IS NOT NULL AND result IS NULL",
+            &[&id, &commit],
+        )?;
         if n == 0 {
             return Err(GatewayError::Internal(format!(
                 "the execution of challenge {id} was settled by another gateway before it pushed; nothing was pushed"
@@ -132,6 +132,7 @@ impl PgState {
     /// the record, in one commit. `None`: it was finished already.
     pub fn finish_challenge(
         &self,
+        fence: &Fence,
         gateway: &str,
         id: &str,
         result: &(dyn Fn(u64) -> Value + Sync),
@@ -140,6 +141,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
+            fence_in(&tx, fence).await?;
             let mut sealed = seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
             let record = sealed
                 .pop()
@@ -162,17 +164,13 @@ impl PgState {
     }
 
     /// The execution did not happen (nothing it pushed landed): the challenge is unused again.
-    pub fn release_challenge(&self, id: &str) -> Result<(), GatewayError> {
-        let client = self.client()?;
-        within(
-            &self.stale,
-            client.execute(
-                "UPDATE vaultgate.challenges SET consumed_at = NULL, intent = NULL, gateway = NULL
-                 WHERE id = $1 AND result IS NULL",
-                &[&id],
-            ),
-        )?
-        .map_err(db)
+    pub fn release_challenge(&self, fence: &Fence, id: &str) -> Result<(), GatewayError> {
+        self.fenced_execute(
+            fence,
+            "UPDATE vaultgate.challenges SET consumed_at = NULL, intent = NULL, gateway = NULL
+             WHERE id = $1 AND result IS NULL",
+            &[&id],
+        )
         .map(drop)
     }
 

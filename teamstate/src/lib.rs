@@ -2,8 +2,8 @@
 //! every gateway of a team shares (the schema `vaultgate`, versioned migrations). An apply, an
 //! undo or redo and a challenge each commit through a conditional UPDATE whose row count decides
 //! the one winner, inside one transaction (the server's default isolation, READ COMMITTED); a new
-//! history entry's `seq` assumes one writer per vault (the lease, still to come: two at once
-//! would meet the unique index and fail, never fork the history).
+//! history entry's `seq` assumes one writer per vault (the vault's lease; two at once would
+//! meet the unique index and fail, never fork the history).
 //!
 //! It must never decide policy (the engine does), hold a token or a password in a log, leave a
 //! transaction open when a part fails, or answer a call it could not record: an unreachable
@@ -17,12 +17,14 @@
 //! transaction seals its record in that chain. The team's credentials (credentials.rs) are the
 //! third: read fresh by every request, each change committed with its generation and its record
 //! and announced to [`Listener`]s. Proposals made through any gateway, with their content and the
-//! job applying each (proposals.rs), are the fourth; the elected applier's lease follows.
+//! job applying each (proposals.rs), are the fourth; each vault's lease (lease.rs), the right to
+//! write its remote with the epoch that fences every write made under it, the fifth.
 #![forbid(unsafe_code)]
 
 mod chain;
 mod challenges;
 mod credentials;
+mod lease;
 mod listen;
 mod migrations;
 mod proposals;
@@ -32,8 +34,8 @@ mod vaults;
 
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
+pub use lease::{Lease, VaultLock};
 pub use listen::{Heard, Listener, QUEUE};
-pub use proposals::VaultLock;
 pub use session::TeamSession;
 pub use team::{GatewaySeen, Role, TeamStatus};
 pub use vaults::VAULTS_CHANNEL;
@@ -58,36 +60,13 @@ pub struct PgState {
     /// Runs the connections' I/O; callers (blocking threads) wait on their queries' answers.
     /// Always `Some` until dropped (taken in `Drop`, which must not block inside a runtime).
     rt: Option<tokio::runtime::Runtime>,
-    config: tokio_postgres::Config,
     pool: deadpool_postgres::Pool,
-    /// Idle connections of vault locks (proposals.rs), kept for the next apply.
-    lock_conns: Mutex<Vec<Conn>>,
     /// The chain's head as this store's last append left it (chain.rs): the next append is
     /// sealed after it and sent as one statement, right while no one else appended.
     chain_guess: Mutex<Option<(u64, String)>>,
     /// Set when a call passed [`DB_DEADLINE`]: a connection may be stuck mid-answer, so the next
     /// call drops every idle one and opens another.
     stale: AtomicBool,
-}
-
-/// One connection: the client, and the task that runs it (aborted when the connection is
-/// replaced, so a stalled socket does not linger).
-struct Conn {
-    client: Client,
-    task: tokio::task::AbortHandle,
-}
-
-impl std::ops::Deref for Conn {
-    type Target = Client;
-    fn deref(&self) -> &Client {
-        &self.client
-    }
-}
-
-impl std::ops::DerefMut for Conn {
-    fn deref_mut(&mut self) -> &mut Client {
-        &mut self.client
-    }
 }
 
 /// How long one exchange with the database may take (a statement, a commit, a connection)
@@ -191,19 +170,6 @@ pub(crate) fn connect(
     .map_err(db)
 }
 
-/// Opens a connection whose I/O runs on `rt`.
-fn open(rt: &tokio::runtime::Runtime, config: &tokio_postgres::Config) -> Result<Conn, GatewayError> {
-    let (client, connection) = connect(rt, config)?;
-    let task = rt
-        .spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "the team database connection ended");
-            }
-        })
-        .abort_handle();
-    Ok(Conn { client, task })
-}
-
 /// Waits for `f` on this thread, at most [`DB_DEADLINE`]: the client's queries need no runtime of
 /// their own (their connection runs on the store's), so a blocking thread of any runtime may wait
 /// here. Past the deadline the call is `AUDIT_UNAVAILABLE` and `stale` marks the connection for
@@ -302,9 +268,7 @@ impl PgState {
             .map_err(|e| GatewayError::Internal(format!("the team database's pool: {e}")))?;
         let state = PgState {
             rt: Some(rt),
-            config,
             pool,
-            lock_conns: Mutex::default(),
             chain_guess: Mutex::default(),
             stale: AtomicBool::new(false),
         };

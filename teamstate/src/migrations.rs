@@ -283,4 +283,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.approvals_used TO %I', r.grantee);
         END LOOP;
     END $$;",
+    // 12: each vault's lease (lease.rs), replacing the session advisory lock: who may write the
+    // vault's remote now, until when (the database's clock) and under which epoch; every gateway
+    // role takes, renews and releases it.
+    "CREATE TABLE vaultgate.leases (
+        vault text PRIMARY KEY,
+        epoch bigint NOT NULL,
+        holder text NOT NULL,
+        since timestamptz NOT NULL,
+        expires_at timestamptz NOT NULL
+    );
+    DO $$
+    DECLARE r record;
+    BEGIN
+        FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+                 WHERE table_schema = 'vaultgate' AND table_name = 'proposals'
+                   AND privilege_type = 'INSERT' AND grantee <> current_user
+        LOOP
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.leases TO %I', r.grantee);
+        END LOOP;
+    END $$;",
 ];

@@ -1,26 +1,21 @@
 //! Proposals made through any gateway of the team (docs/contract.md#team-mode): one row each,
 //! content included, with the job that applies it. Every decision is a conditional UPDATE whose
-//! row count names the one winner, committed with its audit record; the right to push a vault's
-//! remote is a session advisory lock held on a connection of its own ([`VaultLock`]).
+//! row count names the one winner, committed with its audit record; every write a job makes is
+//! fenced by the vault's lease (lease.rs).
 //!
 //! It must never decide whether a proposal may be applied (the engine checks it against the
 //! remote's head) or leave a decision without its record.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
-
 use engine::error::GatewayError;
+use engine::storage::team::Fence;
 use engine::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal};
 use inbox::{IdemRecord, ProposalStatus, StoredProposal};
 use time::OffsetDateTime;
 use tokio_postgres::Row;
 
 use crate::chain::seal_in;
-use crate::{Conn, PgState, db, open, within};
-
-/// The advisory lock's first key: vaultgate's applies (the second is the vault id's hash).
-const APPLY_LOCK: i32 = 0x7667_6170;
+use crate::lease::fence_in;
+use crate::{PgState, db, within};
 
 const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
                        decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key, pushed";
@@ -58,37 +53,6 @@ fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, Gateway
         job,
         pushed: serde_json::from_value(r.get(19)).unwrap_or_default(),
     })
-}
-
-/// A vault's apply lock, held on its own connection until dropped (then unlocked, and the
-/// connection kept for the next); a connection that ends releases it on the server.
-pub struct VaultLock {
-    store: Arc<PgState>,
-    conn: Option<Conn>,
-    vault: String,
-}
-
-impl Drop for VaultLock {
-    fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        let unused = AtomicBool::new(false);
-        let unlocked = within(
-            &unused,
-            conn.query_one(
-                "SELECT pg_advisory_unlock($1, hashtext($2))",
-                &[&APPLY_LOCK, &self.vault],
-            ),
-        );
-        match unlocked {
-            Ok(Ok(row)) if row.get::<_, bool>(0) => {
-                if let Ok(mut idle) = self.store.lock_conns.lock() {
-                    idle.push(conn);
-                }
-            }
-            // Not unlocked (the connection broke): dropping the connection releases it.
-            _ => conn.task.abort(),
-        }
-    }
 }
 
 impl PgState {
@@ -229,61 +193,10 @@ impl PgState {
         })?
     }
 
-    /// Takes `vault`'s apply lock, waiting at most `wait` (then `VAULT_BUSY`).
-    pub fn lock_vault(self: &Arc<Self>, vault: &str, wait: Duration) -> Result<VaultLock, GatewayError> {
-        let idle = self.lock_conns.lock().ok().and_then(|mut c| c.pop());
-        let conn = match idle {
-            Some(c) if !c.is_closed() => c,
-            _ => open(self.runtime()?, &self.config)?,
-        };
-        let mut lock = VaultLock {
-            store: self.clone(),
-            conn: Some(conn),
-            vault: vault.to_owned(),
-        };
-        let deadline = Instant::now() + wait;
-        let mut pause = Duration::from_millis(2);
-        loop {
-            let unused = AtomicBool::new(false);
-            let conn = lock
-                .conn
-                .as_ref()
-                .ok_or_else(|| GatewayError::Internal("a vault lock without its connection".into()))?;
-            let taken = within(
-                &unused,
-                conn.query_one(
-                    "SELECT pg_try_advisory_lock($1, hashtext($2))",
-                    &[&APPLY_LOCK, &vault],
-                ),
-            )
-            .and_then(|r| r.map_err(db));
-            match taken {
-                Ok(row) if row.get::<_, bool>(0) => return Ok(lock),
-                Ok(_) => {}
-                Err(e) => {
-                    if let Some(c) = lock.conn.take() {
-                        c.task.abort();
-                    }
-                    return Err(e);
-                }
-            }
-            if Instant::now() + pause > deadline {
-                // Not held: nothing to unlock, and the connection serves the next lock.
-                if let (Some(c), Ok(mut idle)) = (lock.conn.take(), self.lock_conns.lock()) {
-                    idle.push(c);
-                }
-                return Err(GatewayError::VaultBusy(format!(
-                    "another gateway of the team is applying to vault '{vault}'; retry with the same idempotencyKey"
-                )));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
-    }
-
     /// Gives a pending proposal without a job the job `job`, with its `apply.intent` record.
     pub fn begin_job(
         &self,
+        fence: &Fence,
         id: &str,
         job: &TeamJob,
         entry: audit::Entry,
@@ -291,6 +204,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
+            fence_in(&tx, fence).await?;
             let took = tx
                 .execute(
                     "UPDATE vaultgate.proposals SET job = $2, job_gateway = $3, job_base = NULL,
@@ -310,17 +224,20 @@ impl PgState {
     }
 
     /// Notes the commit a job is about to push on `base`.
-    pub fn job_attempt(&self, id: &str, job: &str, base: &str, commit: &str) -> Result<(), GatewayError> {
-        let client = self.client()?;
-        let n = within(
-            &self.stale,
-            client.execute(
-                "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4,
-                 pushed = pushed || to_jsonb($4::text) WHERE id = $1 AND job = $2",
-                &[&id, &job, &base, &commit],
-            ),
-        )?
-        .map_err(db)?;
+    pub fn job_attempt(
+        &self,
+        fence: &Fence,
+        id: &str,
+        job: &str,
+        base: &str,
+        commit: &str,
+    ) -> Result<(), GatewayError> {
+        let n = self.fenced_execute(
+            fence,
+            "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4,
+             pushed = pushed || to_jsonb($4::text) WHERE id = $1 AND job = $2",
+            &[&id, &job, &base, &commit],
+        )?;
         if n == 0 {
             return Err(GatewayError::Internal(format!(
                 "the apply of {id} lost its job before it pushed; nothing was pushed"
@@ -332,6 +249,7 @@ impl PgState {
     /// The job landed: the proposal applied, the key's answer kept, with the call's record.
     pub fn finish_job(
         &self,
+        fence: &Fence,
         gateway: &str,
         id: &str,
         job: &str,
@@ -341,6 +259,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
+            fence_in(&tx, fence).await?;
             let mut sealed = seal_in(&tx, gateway, vec![entry], OffsetDateTime::now_utc()).await?;
             let record = sealed
                 .pop()
@@ -375,6 +294,7 @@ impl PgState {
     /// An answer kept under `key` (the first stays) with its record, in one commit.
     pub fn keep_answer(
         &self,
+        fence: &Fence,
         gateway: &str,
         key: &inbox::IdemKey<'_>,
         result: &(dyn Fn(u64) -> serde_json::Value + Sync),
@@ -388,6 +308,7 @@ impl PgState {
         let mut client = self.client()?;
         within(&self.stale, async {
             let tx = client.transaction().await.map_err(db)?;
+            fence_in(&tx, fence).await?;
             let mut sealed = seal_in(&tx, gateway, vec![entry], now).await?;
             let record = sealed
                 .pop()
@@ -406,17 +327,13 @@ impl PgState {
     }
 
     /// The job did not land: pending again, with no job.
-    pub fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError> {
-        let client = self.client()?;
-        within(
-            &self.stale,
-            client.execute(
-                "UPDATE vaultgate.proposals SET job = NULL, job_gateway = NULL, job_base = NULL,
-                 job_commit = NULL, job_key = NULL, job_at = NULL WHERE id = $1 AND job = $2",
-                &[&id, &job],
-            ),
-        )?
-        .map_err(db)
+    pub fn drop_job(&self, fence: &Fence, id: &str, job: &str) -> Result<(), GatewayError> {
+        self.fenced_execute(
+            fence,
+            "UPDATE vaultgate.proposals SET job = NULL, job_gateway = NULL, job_base = NULL,
+             job_commit = NULL, job_key = NULL, job_at = NULL WHERE id = $1 AND job = $2",
+            &[&id, &job],
+        )
         .map(drop)
     }
 

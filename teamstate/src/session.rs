@@ -5,6 +5,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use engine::Tier;
 use engine::error::GatewayError;
+use engine::storage::team::{Fence, VaultHold};
 use engine::storage::{NewTeamProposal, TeamChallenge, TeamDone, TeamJob, TeamProposal, TeamState};
 use inbox::{Credential, CredentialId, NewCredential};
 
@@ -349,44 +350,62 @@ impl TeamState for TeamSession {
             .reject_proposal(&self.gateway, id, (by, at, reason), key, entry)
     }
 
-    fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn Send>, GatewayError> {
-        Ok(Box::new(self.seat()?.store.lock_vault(vault, wait)?))
+    fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn VaultHold>, GatewayError> {
+        Ok(Box::new(self.seat()?.store.lock_vault(
+            vault,
+            &self.gateway,
+            wait,
+        )?))
     }
 
     fn begin_job(
         &self,
+        fence: &Fence,
         id: &str,
         job: &TeamJob,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError> {
-        self.seat()?.store.begin_job(id, job, entry)
+        self.seat()?.store.begin_job(fence, id, job, entry)
     }
 
-    fn job_attempt(&self, id: &str, job: &str, base: &str, commit: &str) -> Result<(), GatewayError> {
-        self.seat()?.store.job_attempt(id, job, base, commit)
+    fn job_attempt(
+        &self,
+        fence: &Fence,
+        id: &str,
+        job: &str,
+        base: &str,
+        commit: &str,
+    ) -> Result<(), GatewayError> {
+        self.seat()?.store.job_attempt(fence, id, job, base, commit)
     }
 
     fn finish_job(
         &self,
+        fence: &Fence,
         id: &str,
         job: &str,
         done: &TeamDone<'_>,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError> {
-        self.seat()?.store.finish_job(&self.gateway, id, job, done, entry)
+        self.seat()?
+            .store
+            .finish_job(fence, &self.gateway, id, job, done, entry)
     }
 
     fn keep_answer(
         &self,
+        fence: &Fence,
         key: &inbox::IdemKey<'_>,
         result: &(dyn Fn(u64) -> serde_json::Value + Sync),
         entry: audit::Entry,
     ) -> Result<audit::AuditRecord, GatewayError> {
-        self.seat()?.store.keep_answer(&self.gateway, key, result, entry)
+        self.seat()?
+            .store
+            .keep_answer(fence, &self.gateway, key, result, entry)
     }
 
-    fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError> {
-        self.seat()?.store.drop_job(id, job)
+    fn drop_job(&self, fence: &Fence, id: &str, job: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.drop_job(fence, id, job)
     }
 
     fn idempotency(&self, principal: &str, key: &str) -> Result<Option<inbox::IdemRecord>, GatewayError> {
@@ -403,6 +422,7 @@ impl TeamState for TeamSession {
 
     fn consume_challenge(
         &self,
+        fence: &Fence,
         id: &str,
         at: i64,
         intent: &serde_json::Value,
@@ -410,26 +430,27 @@ impl TeamState for TeamSession {
     ) -> Result<Option<audit::AuditRecord>, GatewayError> {
         self.seat()?
             .store
-            .consume_challenge(&self.gateway, id, at, intent, entry)
+            .consume_challenge(fence, &self.gateway, id, at, intent, entry)
     }
 
-    fn challenge_attempt(&self, id: &str, commit: &str) -> Result<(), GatewayError> {
-        self.seat()?.store.challenge_attempt(id, commit)
+    fn challenge_attempt(&self, fence: &Fence, id: &str, commit: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.challenge_attempt(fence, id, commit)
     }
 
     fn finish_challenge(
         &self,
+        fence: &Fence,
         id: &str,
         result: &(dyn Fn(u64) -> serde_json::Value + Sync),
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError> {
         self.seat()?
             .store
-            .finish_challenge(&self.gateway, id, result, entry)
+            .finish_challenge(fence, &self.gateway, id, result, entry)
     }
 
-    fn release_challenge(&self, id: &str) -> Result<(), GatewayError> {
-        self.seat()?.store.release_challenge(id)
+    fn release_challenge(&self, fence: &Fence, id: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.release_challenge(fence, id)
     }
 
     fn prune_challenges(&self, before: i64) -> Result<(), GatewayError> {

@@ -74,6 +74,7 @@ const REVIEWER_WRITES: &[&str] = &[
     "audit_head",
     "vault_heads",
     "approvals_used",
+    "leases",
 ];
 
 impl PgState {

@@ -535,8 +535,15 @@ pub(crate) async fn stdio_dying_at(g: &crate::util::Env, token: &str, step: &str
 #[tokio::test]
 async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the_callers_retry_answers_it() {
     let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    // A dead holder's lease blocks the vault until it expires: short here.
+    team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+    let lease = |g: &crate::util::Env| -> Value {
+        let s: Value = serde_json::from_str(&g.ok(&["team", "status", "--json"])).unwrap();
+        s["vaults"][0]["applier"].clone()
+    };
     let (_, token) = team.g(0).token("agent", "full");
     let g2 = team.g(1).stdio(&token).await;
+    let mut epoch = 0;
     for (i, step) in [
         "team_apply.after_intent",
         "team_apply.before_push",
@@ -564,8 +571,35 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
         .await
         .expect("the dying gateway neither answered nor died");
         assert!(lost.is_err(), "{step}: the dying gateway answered {lost:?}");
-        // The caller retries with its key on g2: the apply is the one answer, made exactly once.
+        // It died holding the vault's lease: held still, by g1, at a greater epoch.
+        let held = lease(team.g(1));
+        assert_eq!(
+            (&held["gateway"], &held["held"]),
+            (&json!("g1"), &json!(true)),
+            "{step}: {held}"
+        );
+        assert!(held["epoch"].as_i64().unwrap() > epoch, "{step}: {held}");
+        // The caller retries with its key on g2: it waits for the lease to expire, then the
+        // apply is the one answer, made exactly once.
+        let retried = std::time::Instant::now();
         let out = call(&g2, "apply_proposal", apply_args(&p, &key)).await.ok();
+        eprintln!(
+            "{step}: the retry through g2 answered after {:?}",
+            retried.elapsed()
+        );
+        let after = lease(team.g(1));
+        if step == "team_apply.after_record" {
+            // Recorded before it died: the retry is answered from the key, no lease needed.
+            assert_eq!(after, held, "{step}");
+        } else {
+            assert_eq!(
+                (&after["gateway"], &after["held"]),
+                (&json!("g2"), &json!(false)),
+                "{step}: {after}"
+            );
+            assert!(after["epoch"].as_i64().unwrap() > held["epoch"].as_i64().unwrap());
+        }
+        epoch = after["epoch"].as_i64().unwrap();
         assert_eq!(
             (&out["applied"], &out["git"]),
             (&json!(true), &json!("committed")),

@@ -99,35 +99,46 @@ pub trait TeamState: Send + Sync {
         key: Option<(&inbox::IdemKey<'_>, &serde_json::Value)>,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
-    /// The right to write `vault`'s remote, one gateway of the team at a time (waits at most
-    /// `wait`, else `VAULT_BUSY`); released when the returned hold is dropped or its connection
-    /// ends.
-    fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn Send>, GatewayError>;
+    /// The right to write `vault`'s remote, one gateway of the team at a time: its lease, with
+    /// an epoch greater than every earlier hold's (waits at most `wait`, else `VAULT_BUSY`).
+    /// Renewed while held; released when the hold is dropped; a hold that cannot renew lapses
+    /// when the lease's time runs out (docs/contract.md#team-mode).
+    fn lock_vault(&self, vault: &str, wait: std::time::Duration) -> Result<Box<dyn VaultHold>, GatewayError>;
     /// Gives a pending proposal with no job the job `job`, with its `apply.intent` record.
     /// `None`: the proposal is decided, or has a job already.
     fn begin_job(
         &self,
+        fence: &Fence,
         id: &str,
         job: &TeamJob,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
     /// Notes the commit `job` is about to push, and the base it builds on (what recovery reads).
-    fn job_attempt(&self, id: &str, job: &str, base: &str, commit: &str) -> Result<(), GatewayError>;
+    fn job_attempt(
+        &self,
+        fence: &Fence,
+        id: &str,
+        job: &str,
+        base: &str,
+        commit: &str,
+    ) -> Result<(), GatewayError>;
     /// The job landed: the proposal applied, its answer kept under the key, with the call's
     /// record. `None`: the proposal no longer has this job.
     fn finish_job(
         &self,
+        fence: &Fence,
         id: &str,
         job: &str,
         done: &TeamDone<'_>,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
     /// The job did not land: the proposal is pending again with no job.
-    fn drop_job(&self, id: &str, job: &str) -> Result<(), GatewayError>;
+    fn drop_job(&self, fence: &Fence, id: &str, job: &str) -> Result<(), GatewayError>;
     /// A change that is not an apply (an undo or redo pushed): its answer kept under `key` (the
     /// first one stays) with the call's record, in one commit.
     fn keep_answer(
         &self,
+        fence: &Fence,
         key: &inbox::IdemKey<'_>,
         result: &(dyn Fn(u64) -> serde_json::Value + Sync),
         entry: audit::Entry,
@@ -143,28 +154,47 @@ pub trait TeamState: Send + Sync {
     /// in one commit. `None`: it was used already.
     fn consume_challenge(
         &self,
+        fence: &Fence,
         id: &str,
         at: i64,
         intent: &serde_json::Value,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
     /// Notes a commit the execution of `id` is about to push.
-    fn challenge_attempt(&self, id: &str, commit: &str) -> Result<(), GatewayError>;
+    fn challenge_attempt(&self, fence: &Fence, id: &str, commit: &str) -> Result<(), GatewayError>;
     /// The execution landed: its answer kept with the record, in one commit. `None`: finished
     /// already.
     fn finish_challenge(
         &self,
+        fence: &Fence,
         id: &str,
         result: &(dyn Fn(u64) -> serde_json::Value + Sync),
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
     /// Nothing the execution pushed landed: the challenge is unused again.
-    fn release_challenge(&self, id: &str) -> Result<(), GatewayError>;
+    fn release_challenge(&self, fence: &Fence, id: &str) -> Result<(), GatewayError>;
     /// Forgets unused challenges that expired before `before`.
     fn prune_challenges(&self, before: i64) -> Result<(), GatewayError>;
     /// Uses a person's approval (its nonce, valid until `expires_at`) once across the team:
     /// false when it was used already.
     fn use_approval(&self, nonce: &str, expires_at: i64) -> Result<bool, GatewayError>;
+}
+
+/// Which hold of a vault's lease a write is made under: every write a hold records checks, in
+/// its own transaction, that the lease is still this epoch's and unexpired (SECURITY(T-TEAM9)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub vault: String,
+    pub epoch: i64,
+}
+
+/// A held lease of a vault ([`TeamState::lock_vault`]).
+pub trait VaultHold: Send {
+    /// What every write made under this hold carries.
+    fn fence(&self) -> &Fence;
+    /// Whether the hold still holds by this machine's clock (renewed in time, not taken over):
+    /// `VAULT_BUSY` when it lapsed. Checked before each push: a hold that lapsed pushes nothing.
+    fn check(&self) -> Result<(), GatewayError>;
 }
 
 /// A challenge as the team's database keeps it.

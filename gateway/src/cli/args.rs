@@ -554,9 +554,11 @@ pub(crate) enum TeamCmd {
         role: String,
     },
     /// As an admin: a team setting, the same on every gateway (over each gateway.toml's own):
-    /// limits.<name> of the limits (e.g. limits.max_pending_per_credential 100).
+    /// limits.<name> of the limits (e.g. limits.max_pending_per_credential 100),
+    /// pdf_text.<vault> on|off, default_vault ID, lease_seconds N (3–300: how long a vault's
+    /// lease outlives its holder's last renewal).
     Set {
-        /// limits.<name>.
+        /// limits.<name>, pdf_text.<vault>, default_vault or lease_seconds.
         key: String,
         /// The value; `default` removes the team's setting.
         value: String,

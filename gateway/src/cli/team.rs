@@ -434,11 +434,20 @@ struct Status {
 #[serde(rename_all = "camelCase")]
 struct VaultStatus {
     vault: String,
-    /// No elected applier yet: the gateway that receives an apply makes it.
-    applier: Option<serde_json::Value>,
+    /// The gateway that last held the vault's lease (the one applying now when `held`).
+    applier: Option<Applier>,
     remote_head: Option<String>,
     local_head: Option<String>,
     pending_jobs: u64,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Applier {
+    gateway: String,
+    epoch: i64,
+    since: String,
+    held: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -466,10 +475,21 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
     let seen = PgState::connect(&team.database).and_then(|store| {
         let status = store.team_status()?;
         let role = store.gateway_role(&team.name)?;
+        let mut leases = store.leases()?;
         let mut vaults = Vec::new();
         for v in store.team_vaults()? {
             let jobs = store.pending_jobs(&v.id)?;
-            vaults.push((v, jobs));
+            let lease = leases
+                .iter()
+                .position(|l| l.vault == v.id)
+                .map(|i| leases.swap_remove(i));
+            let applier = lease.map(|l| Applier {
+                gateway: l.holder,
+                epoch: l.epoch,
+                since: l.since,
+                held: l.held,
+            });
+            vaults.push((v, jobs, applier));
         }
         Ok((status, role, vaults))
     });
@@ -479,14 +499,14 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
     };
     let git = engine::git::Program::default();
     let vaults: Vec<VaultStatus> = vaults
-        .iter()
-        .map(|(v, jobs)| VaultStatus {
+        .into_iter()
+        .map(|(v, jobs, applier)| VaultStatus {
             vault: v.id.clone(),
-            applier: None,
+            applier,
             // Unreachable: shown as unknown, the status goes on.
-            remote_head: engine::remote::remote_head(&git, v).ok().flatten(),
+            remote_head: engine::remote::remote_head(&git, &v).ok().flatten(),
             local_head: engine::remote::clone_head(&git, &home.dir.join("vaults").join(&v.id)),
-            pending_jobs: *jobs,
+            pending_jobs: jobs,
         })
         .collect();
     let reachable = failure.is_none();
@@ -543,6 +563,16 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
                 short(&v.remote_head),
                 short(&v.local_head)
             ));
+            if let Some(a) = &v.applier {
+                out(&format!(
+                    "  lease: {} (epoch {}, since {}){}; {} job(s) in flight",
+                    a.gateway,
+                    a.epoch,
+                    a.since,
+                    if a.held { ", applying now" } else { ", free" },
+                    v.pending_jobs
+                ));
+            }
         }
     }
     failure.map_or(Ok(()), Err)
@@ -725,6 +755,7 @@ pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::docto
         ));
     }
     let git = engine::git::Program::default();
+    let leases = store.leases().unwrap_or_default();
     for v in &vaults {
         let dir = home.dir.join("vaults").join(&v.id);
         let id = &v.id;
@@ -783,6 +814,22 @@ pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::docto
                 Status::Warn,
                 format!("vault {id}: {n} apply job(s) in flight or left by a gateway that stopped"),
                 "the next apply (or rejection) of each proposal settles it from the remote",
+            ));
+        }
+        if let Some(l) = leases.iter().find(|l| &l.vault == id) {
+            let now = match l.held {
+                true => {
+                    "held now: a write is under way, or its gateway stopped and it runs out within lease_seconds"
+                }
+                false => "free",
+            };
+            checks.push(check(
+                Status::Ok,
+                format!(
+                    "vault {id}: lease epoch {}, last taken by {} at {} ({now})",
+                    l.epoch, l.holder, l.since
+                ),
+                "",
             ));
         }
     }

@@ -1,0 +1,267 @@
+//! A vault's lease (docs/contract.md#team-mode): the right to write its remote, one gateway of
+//! the team at a time. A row per vault whose expiry is on the database's clock
+//! (`lease_seconds`, 10 s), taken by anyone once it expired, each take with an epoch one greater
+//! than the last; the holder renews it every second and releases it when done. Every write a
+//! hold records runs [`fence_in`] first, in its own transaction: the lease must still be that
+//! epoch's and unexpired, so a holder that lost it (a sleeping laptop, a half-open connection,
+//! a process stopped mid-apply) records nothing once another took over.
+//!
+//! It must never take a lease that has not expired, count a renewal that did not answer as one
+//! that did, or let a hold believe itself valid past the expiry the database last granted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engine::error::GatewayError;
+use engine::storage::team::{Fence, VaultHold};
+
+use crate::{PgState, db, within};
+
+/// How often a hold renews its lease.
+const RENEW_EVERY: Duration = Duration::from_secs(1);
+/// A renewal without an answer by then counts as not made.
+const RENEW_DEADLINE: Duration = Duration::from_secs(2);
+/// How much sooner than the database's expiry a hold stops trusting itself: a margin for the
+/// two clocks' rates and for the time between a check and the write it allows.
+const MARGIN: Duration = Duration::from_millis(500);
+
+/// The lease's length: the team's `lease_seconds`, else 10 s (read by the statement itself).
+const SECONDS: &str = "COALESCE((SELECT (value #>> '{}')::float8 FROM vaultgate.settings \
+                       WHERE key = 'lease_seconds'), 10)";
+
+/// A held lease of one vault; renewed by a task of the store's runtime until dropped, then
+/// released (the next take does not wait for its expiry).
+pub struct VaultLock {
+    store: Arc<PgState>,
+    fence: Fence,
+    held: Arc<Held>,
+    renewer: Option<tokio::task::AbortHandle>,
+}
+
+/// What the renewer tells the hold.
+struct Held {
+    /// The database said the lease is not this epoch's any more (or expired).
+    lost: AtomicBool,
+    /// Until when this machine may trust the hold: the last granted expiry, counted from before
+    /// its request was sent, less [`MARGIN`].
+    until: Mutex<Instant>,
+}
+
+impl Held {
+    fn granted(&self, sent: Instant, seconds: f64) {
+        let left = Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or_default();
+        if let Ok(mut until) = self.until.lock() {
+            *until = (sent + left).checked_sub(MARGIN).unwrap_or(sent);
+        }
+    }
+}
+
+impl VaultHold for VaultLock {
+    fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    fn check(&self) -> Result<(), GatewayError> {
+        let until = self
+            .held
+            .until
+            .lock()
+            .map(|u| *u)
+            .unwrap_or_else(|_| Instant::now());
+        if self.held.lost.load(Ordering::SeqCst) || Instant::now() >= until {
+            return Err(lapsed(&self.fence.vault));
+        }
+        Ok(())
+    }
+}
+
+/// `VAULT_BUSY`: the hold of `vault` lapsed or was taken over.
+fn lapsed(vault: &str) -> GatewayError {
+    GatewayError::VaultBusy(format!(
+        "this gateway's lease on vault '{vault}' ran out before the write was recorded (the team \
+         database did not answer its renewal in time, or another gateway took it over); nothing \
+         more is written under it: retry with the same idempotencyKey"
+    ))
+}
+
+impl Drop for VaultLock {
+    fn drop(&mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        let Ok(client) = self.store.client() else { return };
+        let released = within(
+            &self.store.stale,
+            client.execute(
+                "UPDATE vaultgate.leases SET expires_at = now()
+                 WHERE vault = $1 AND epoch = $2 AND expires_at > now()",
+                &[&self.fence.vault, &self.fence.epoch],
+            ),
+        );
+        if !matches!(released, Ok(Ok(_))) {
+            // Not released: it expires on its own.
+            tracing::warn!(vault = %self.fence.vault, "a vault's lease was not released; it runs out by itself");
+        }
+    }
+}
+
+/// Fails the transaction's write unless `fence` is the lease's unexpired epoch; the row is
+/// locked (shared) until the transaction ends, so no takeover commits in between.
+///
+/// SECURITY(T-TEAM9): a deposed holder records nothing.
+pub(crate) async fn fence_in(c: &tokio_postgres::Transaction<'_>, fence: &Fence) -> Result<(), GatewayError> {
+    let held = c
+        .query_opt(
+            "SELECT 1 FROM vaultgate.leases WHERE vault = $1 AND epoch = $2
+             AND expires_at > clock_timestamp() FOR SHARE",
+            &[&fence.vault, &fence.epoch],
+        )
+        .await
+        .map_err(db)?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(lapsed(&fence.vault)),
+    }
+}
+
+impl PgState {
+    /// One statement made under `fence`, in a transaction of its own: the rows it changed.
+    pub(crate) fn fenced_execute(
+        &self,
+        fence: &Fence,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, GatewayError> {
+        let mut client = self.client()?;
+        within(&self.stale, async {
+            let tx = client.transaction().await.map_err(db)?;
+            fence_in(&tx, fence).await?;
+            let n = tx.execute(sql, params).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(n)
+        })?
+    }
+
+    /// Takes `vault`'s lease for `holder` (a gateway's name) once it is free or expired,
+    /// waiting at most `wait` (then `VAULT_BUSY`), and starts renewing it.
+    pub fn lock_vault(
+        self: &Arc<Self>,
+        vault: &str,
+        holder: &str,
+        wait: Duration,
+    ) -> Result<VaultLock, GatewayError> {
+        let take = format!(
+            "INSERT INTO vaultgate.leases AS l (vault, epoch, holder, since, expires_at)
+             SELECT $1, 1, $2, now(), now() + make_interval(secs => {SECONDS})
+             ON CONFLICT (vault) DO UPDATE SET epoch = l.epoch + 1, holder = EXCLUDED.holder,
+                 since = EXCLUDED.since, expires_at = EXCLUDED.expires_at
+             WHERE l.expires_at <= now()
+             RETURNING l.epoch, extract(epoch FROM l.expires_at - now())::float8"
+        );
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let client = self.client()?;
+            let sent = Instant::now();
+            let taken = within(&self.stale, client.query_opt(&take, &[&vault, &holder]))?.map_err(db)?;
+            drop(client);
+            if let Some(row) = taken {
+                let held = Arc::new(Held {
+                    lost: AtomicBool::new(false),
+                    until: Mutex::new(sent),
+                });
+                held.granted(sent, row.get(1));
+                let fence = Fence {
+                    vault: vault.to_owned(),
+                    epoch: row.get(0),
+                };
+                let renewer = self.renew(&fence, held.clone())?;
+                return Ok(VaultLock {
+                    store: self.clone(),
+                    fence,
+                    held,
+                    renewer: Some(renewer),
+                });
+            }
+            if Instant::now() + pause > deadline {
+                return Err(GatewayError::VaultBusy(format!(
+                    "another gateway of the team is applying to vault '{vault}'; retry with the same idempotencyKey"
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Renews the lease of `fence` every second until aborted or told it is lost.
+    fn renew(&self, fence: &Fence, held: Arc<Held>) -> Result<tokio::task::AbortHandle, GatewayError> {
+        let pool = self.pool.clone();
+        let fence = fence.clone();
+        let renew = format!(
+            "UPDATE vaultgate.leases SET expires_at = now() + make_interval(secs => {SECONDS})
+             WHERE vault = $1 AND epoch = $2 AND expires_at > now()
+             RETURNING extract(epoch FROM expires_at - now())::float8"
+        );
+        let task = self.runtime()?.spawn(async move {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                let sent = Instant::now();
+                let once = async {
+                    let client = pool.get().await.ok()?;
+                    client.query_opt(&renew, &[&fence.vault, &fence.epoch]).await.ok()
+                };
+                match tokio::time::timeout(RENEW_DEADLINE, once).await {
+                    Ok(Some(Some(row))) => held.granted(sent, row.get(0)),
+                    Ok(Some(None)) => {
+                        tracing::warn!(vault = %fence.vault, epoch = fence.epoch, "this gateway's lease was taken over");
+                        held.lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    // Unanswered: not counted; the hold lapses by itself if none answers.
+                    _ => tracing::debug!(vault = %fence.vault, "a lease renewal had no answer"),
+                }
+            }
+        });
+        Ok(task.abort_handle())
+    }
+
+    /// Each vault's lease as the database holds it, by vault.
+    pub fn leases(&self) -> Result<Vec<Lease>, GatewayError> {
+        let client = self.client()?;
+        let rows = within(
+            &self.stale,
+            client.query(
+                "SELECT vault, holder, epoch,
+                        to_char(since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
+                        expires_at > now()
+                 FROM vaultgate.leases ORDER BY vault",
+                &[],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| Lease {
+                vault: r.get(0),
+                holder: r.get(1),
+                epoch: r.get(2),
+                since: r.get(3),
+                held: r.get(4),
+            })
+            .collect())
+    }
+}
+
+/// A vault's lease as `team status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub vault: String,
+    /// The gateway that took it last.
+    pub holder: String,
+    pub epoch: i64,
+    /// When it was taken (RFC 3339, UTC).
+    pub since: String,
+    /// Unexpired and not released: a write is under way.
+    pub held: bool,
+}
