@@ -47,7 +47,7 @@ fn proposals_sha256(text: &str) -> String {
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
-fn apply_args(p: &Value, key: &str) -> Value {
+pub(crate) fn apply_args(p: &Value, key: &str) -> Value {
     json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key})
 }
 

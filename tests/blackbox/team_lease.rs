@@ -1,0 +1,237 @@
+//! Team mode's lease under a partition: the gateway applying to a vault is cut off from the team's
+//! database (a TCP proxy stops forwarding, every socket kept open) while its push hangs in the
+//! remote's `pre-receive` hook. Its lease runs out; the caller's retry through another gateway
+//! takes it over at the next epoch and settles the apply from the remote; whatever the cut-off
+//! gateway does once its push returns is refused. Either way the proposal lands exactly once,
+//! the key answers one result on every gateway, and the chain verifies.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::team_writes::{apply_args, head, team_with_vault};
+use crate::util::{call, to_reply};
+
+/// A TCP proxy to PostgreSQL that can be partitioned: cut, it forwards nothing either way and
+/// keeps every connection open (as a network dropping packets would); healed, what it held
+/// flows on. Runs on a runtime of its own, so the test's awaits never starve it.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = cut.clone();
+        rt.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            while let Ok((down, _)) = listener.accept().await {
+                let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    continue;
+                };
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(pipe(dr, uw, held.clone()));
+                tokio::spawn(pipe(ur, dw, held.clone()));
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            rt: Some(rt),
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    cut: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while cut.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_cut_off_from_the_database_mid_push_is_fenced_out_and_the_apply_lands_once() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+    // g1 reaches the database through the proxy.
+    let proxy = Proxy::start(team.cluster.port);
+    crate::http::edit_config(team.g(0), "team", |t| {
+        let url = format!("postgres://postgres@127.0.0.1:{}/team", proxy.port);
+        t.insert("database".into(), toml::Value::String(url));
+    });
+    // The remote holds the first push of a round while `hold` exists.
+    let w = team.root.path().join("hook");
+    std::fs::create_dir(&w).unwrap();
+    let hook = remote.join("hooks/pre-receive");
+    let script = format!(
+        "#!/bin/sh\nif mkdir '{w}/first' 2>/dev/null; then\n  touch '{w}/started'\n  while [ -e '{w}/hold' ]; do sleep 0.05; done\nfi\n",
+        w = w.display()
+    );
+    std::fs::write(&hook, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lease = |g: &crate::util::Env| -> Value {
+        let s: Value = serde_json::from_str(&g.ok(&["team", "status", "--json"])).unwrap();
+        s["vaults"][0]["applier"].clone()
+    };
+
+    let (_, token) = team.g(1).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    // Round 0: g1's push lands while it is cut off. Round 1: g2 applies first, and g1's held
+    // push then meets a branch that moved (refused by its compare-and-swap).
+    for (round, lands_late) in [(0, true), (1, false)] {
+        let _ = std::fs::remove_dir(w.join("first"));
+        let _ = std::fs::remove_file(w.join("started"));
+        std::fs::write(w.join("hold"), "").unwrap();
+        let p = call(
+            &g2,
+            "propose_new_note",
+            json!({"path": format!("cut/{round}.md"), "content": format!("# Cut {round}\n"), "reason": "r"}),
+        )
+        .await
+        .ok();
+        let key = format!("cut-{round}");
+        let args = apply_args(&p, &key);
+        let before = head(&remote);
+
+        let g1 = team.g(0).stdio(&token).await;
+        let sent = args.clone();
+        let applying = tokio::spawn(async move {
+            let r = g1.try_call("apply_proposal", sent).await;
+            (g1, r)
+        });
+        until("g1's push reached the remote", || w.join("started").exists()).await;
+        let held = lease(team.g(1));
+        assert_eq!(
+            (&held["gateway"], &held["held"]),
+            (&json!("g1"), &json!(true)),
+            "{held}"
+        );
+        proxy.cut();
+        if lands_late {
+            std::fs::remove_file(w.join("hold")).unwrap();
+            until("g1's held push landed", || head(&remote) != before).await;
+        }
+
+        // The caller's retry through g2 waits for g1's lease to run out, then settles it.
+        let out = call(&g2, "apply_proposal", args.clone()).await.ok();
+        assert_eq!(
+            (&out["applied"], &out["git"]),
+            (&json!(true), &json!("committed")),
+            "round {round}: {out}"
+        );
+        let taken = lease(team.g(1));
+        assert_eq!(taken["gateway"], json!("g2"), "{taken}");
+        assert!(taken["epoch"].as_i64().unwrap() > held["epoch"].as_i64().unwrap());
+        if !lands_late {
+            std::fs::remove_file(w.join("hold")).unwrap();
+        }
+
+        // g1's call ends without recording anything: refused, retryable.
+        proxy.heal();
+        let (g1, answered) = tokio::time::timeout(Duration::from_secs(60), applying)
+            .await
+            .expect("g1's apply never ended")
+            .unwrap();
+        let answered = to_reply(answered.expect("g1's transport"));
+        let code = answered.code();
+        assert!(
+            code == "VAULT_BUSY" || code == "AUDIT_UNAVAILABLE",
+            "round {round}: g1 answered {code}"
+        );
+        // Its caller's retry through g1 now answers the one result.
+        let again = call(&g1, "apply_proposal", args).await.ok();
+        assert_eq!(
+            (&again["commit"], &again["replayed"]),
+            (&out["commit"], &json!(true)),
+            "round {round}"
+        );
+        g1.close().await;
+
+        // Exactly one commit of the proposal, on top of what was there.
+        let id = p["id"].as_str().unwrap();
+        let landed = crate::team::git(
+            &remote,
+            &[
+                "log",
+                "--format=%H",
+                &format!("--grep=Vaultgate-Proposal: {id}"),
+                "main",
+            ],
+        );
+        assert_eq!(
+            landed.split_whitespace().collect::<Vec<_>>(),
+            [out["commit"].as_str().unwrap()]
+        );
+        let since = crate::team::git(&remote, &["rev-list", "--count", &format!("{before}..main")]);
+        assert_eq!(since.trim(), "1", "round {round}");
+        assert_eq!(
+            call(&g2, "get_proposal", json!({"id": id})).await.ok()["status"],
+            json!("applied")
+        );
+        let s: Value = serde_json::from_str(&team.g(1).ok(&["team", "status", "--json"])).unwrap();
+        assert_eq!(s["vaults"][0]["pendingJobs"], json!(0), "round {round}");
+    }
+    // Once recorded, by g2 only: the chain verifies, and no record of g1's after it was fenced.
+    team.g(0).ok(&["audit", "verify"]);
+    team.g(1).ok(&["audit", "verify"]);
+    let chain = team.chain(1);
+    assert!(
+        chain
+            .iter()
+            .any(|r| r["event"] == json!("apply.recovered") && r["gateway"] == json!("g2")),
+        "round 0's push was settled by g2"
+    );
+    g2.close().await;
+}
