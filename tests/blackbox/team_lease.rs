@@ -1,9 +1,11 @@
-//! Team mode's lease under a partition: the gateway applying to a vault is cut off from the team's
-//! database (a TCP proxy stops forwarding, every socket kept open) while its push hangs in the
-//! remote's `pre-receive` hook. Its lease runs out; the caller's retry through another gateway
-//! takes it over at the next epoch and settles the apply from the remote; whatever the cut-off
-//! gateway does once its push returns is refused. Either way the proposal lands exactly once,
-//! the key answers one result on every gateway, and the chain verifies.
+//! Team mode under partitions (a TCP proxy between a gateway and the team's database stops
+//! forwarding, every socket kept open). The gateway applying to a vault is cut off while its push
+//! hangs in the remote's `pre-receive` hook: its lease runs out; the caller's retry through
+//! another gateway takes it over at the next epoch and settles the apply from the remote;
+//! whatever the cut-off gateway does once its push returns is refused. Either way the proposal
+//! lands exactly once, the key answers one result on every gateway, and the chain verifies. And a
+//! gateway whose listening connection is cut when a token is revoked elsewhere serves that token
+//! nothing more: its requests fail closed until a fresh connection reads the revocation.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +23,8 @@ use crate::util::{call, to_reply};
 struct Proxy {
     port: u16,
     cut: Arc<AtomicBool>,
+    /// Each connection's own switch (see [`Proxy::cut_open`]).
+    open: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>>,
     rt: Option<tokio::runtime::Runtime>,
 }
 
@@ -35,23 +39,34 @@ impl Proxy {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let held = cut.clone();
+        let open = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (held, conns) = (cut.clone(), open.clone());
         rt.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             while let Ok((down, _)) = listener.accept().await {
                 let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
                     continue;
                 };
+                let own = Arc::new(AtomicBool::new(false));
+                conns.lock().unwrap().push(own.clone());
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
-                tokio::spawn(pipe(dr, uw, held.clone()));
-                tokio::spawn(pipe(ur, dw, held.clone()));
+                tokio::spawn(pipe(dr, uw, held.clone(), own.clone()));
+                tokio::spawn(pipe(ur, dw, held.clone(), own));
             }
         });
         Proxy {
             port,
             cut,
+            open,
             rt: Some(rt),
+        }
+    }
+
+    /// Cuts the connections open now (a gateway's listening one among them); new ones pass.
+    fn cut_open(&self) {
+        for c in self.open.lock().unwrap().iter() {
+            c.store(true, Ordering::SeqCst);
         }
     }
 
@@ -61,6 +76,9 @@ impl Proxy {
 
     fn heal(&self) {
         self.cut.store(false, Ordering::SeqCst);
+        for c in self.open.lock().unwrap().iter() {
+            c.store(false, Ordering::SeqCst);
+        }
     }
 }
 
@@ -76,6 +94,7 @@ async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     cut: Arc<AtomicBool>,
+    own: Arc<AtomicBool>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -83,7 +102,7 @@ async fn pipe(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        while cut.load(Ordering::SeqCst) {
+        while cut.load(Ordering::SeqCst) || own.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
@@ -234,4 +253,75 @@ async fn a_gateway_cut_off_from_the_database_mid_push_is_fenced_out_and_the_appl
         "round 0's push was settled by g2"
     );
     g2.close().await;
+}
+
+#[tokio::test]
+async fn a_revocation_holds_on_a_gateway_whose_listening_connection_is_cut() {
+    let team = crate::team::Team::start(&["g1", "g2"]);
+    let proxy = Proxy::start(team.cluster.port);
+    crate::http::edit_config(team.g(1), "team", |t| {
+        let url = format!("postgres://postgres@127.0.0.1:{}/team", proxy.port);
+        t.insert("database".into(), toml::Value::String(url));
+    });
+    let (_, token) = team.g(0).token("listener", "read");
+    let srv = crate::http::Server::start(team.g(1));
+    let auth = crate::http::bearer(&token);
+    // A session on g2 with its stream open: served through the proxy.
+    let sid = crate::http::open_session(&srv, &auth, "2025-06-18").await;
+    let mut stream = reqwest::Client::new()
+        .get(srv.url())
+        .header("Authorization", &auth)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+
+    // Every connection g2 holds is cut (its listening one too: it hears no announcement), then
+    // the token is revoked through g1.
+    proxy.cut_open();
+    team.g(0).ok(&["token", "revoke", "listener"]);
+    let revoked = Instant::now();
+    // Each request after it is refused: unavailable while g2 waits on a cut connection, then
+    // unauthorized once a fresh connection reads the row. Never served.
+    let mut statuses = Vec::new();
+    loop {
+        // Longer than the database's deadline (10 s): a cut connection answers nothing before.
+        let resp = reqwest::Client::new()
+            .post(srv.url())
+            .timeout(Duration::from_secs(60))
+            .header("Authorization", &auth)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .header("Mcp-Session-Id", &sid)
+            .header("MCP-Protocol-Version", "2025-06-18")
+            .body(crate::http::request(9, "tools/list", json!({})).to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        statuses.push(status);
+        assert!(
+            status == 401 || status == 503 || status == 404,
+            "served after the revoke: {statuses:?}"
+        );
+        if status != 503 {
+            break;
+        }
+        assert!(revoked.elapsed() < Duration::from_secs(60), "{statuses:?}");
+    }
+    eprintln!("after the revoke: {statuses:?} within {:?}", revoked.elapsed());
+    // The open stream ends by the sweep, with no announcement heard.
+    let ended = tokio::time::timeout(Duration::from_secs(40), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the revoked credential's stream is still open");
+    proxy.heal();
+    // A token issued now works on g2.
+    let (_, fresh) = team.g(0).token("fresh", "read");
+    let sid = crate::http::open_session(&srv, &crate::http::bearer(&fresh), "2025-06-18").await;
+    assert!(!sid.is_empty());
 }

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Team mode soaked, as BENCHMARKS.md "Team mode: soak" reports:
+#
+#   bash bench/team-soak.sh [SECONDS]      # default: 1800 (30 minutes)
+#
+# Runs the black-box soak test (tests/blackbox/team_soak.rs) for SECONDS instead of the test
+# suite's 120: a private PostgreSQL cluster, a bare git remote, three gateways serving over HTTP,
+# a client on each proposing, applying and undoing through the others, a person pushing every
+# 2 s, and one gateway killed with SIGKILL and started again every SECONDS/8 (10 s to 3 min).
+# Afterwards it checks the invariants (each apply on the branch once, no job twice, every push of
+# the person kept, fast-forwards only, no job left, every chain verifies, every clone converges)
+# and prints what the soak did. Not part of `bench/run.sh`: carried into BENCHMARKS.md by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-1800}
+VAULTGATE_SOAK_SECONDS="$secs" cargo test --test blackbox -- team_soak --nocapture 2>&1 \
+    | grep -E '^soak:|^test |test result|panicked' 

@@ -1,0 +1,310 @@
+//! Team mode soaked: three gateways serving over HTTP, a client on each proposing, applying and
+//! undoing through the others, a person pushing to the same remote, and one gateway killed with
+//! SIGKILL (then started again) every few seconds. Every call that fails for the kill or the
+//! lease is retried with its key through another gateway, as a client would. Then the design's
+//! invariants: every proposal a client saw applied is on the branch exactly once, as the commit
+//! it was told; no job lands twice; every push of the person is kept; the branch only moved
+//! forward; no job is left; every gateway's chain verifies; every clone converges.
+//!
+//! Runs `VAULTGATE_SOAK_SECONDS` (120 by default; `bench/team-soak.sh` runs it for 30 minutes).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::http::{Server, stateless_meta};
+use crate::team::git;
+use crate::team_writes::team_with_vault;
+use crate::util::{Reply, to_reply};
+
+/// One stateless tool call to the gateway on `port`: the reply, or why there was none (a killed
+/// gateway, or a request refused before the tool ran, such as `AUDIT_UNAVAILABLE`).
+async fn tool(port: u16, token: &str, name: &str, args: &Value) -> Result<Reply, String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": name, "arguments": args, "_meta": stateless_meta()}});
+    let resp = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/mcp"))
+        .timeout(Duration::from_secs(90))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", name)
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| e.to_string())?;
+    let data: String = match text.starts_with("event:") || text.starts_with("data:") {
+        true => text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim_start)
+            .collect(),
+        false => text,
+    };
+    let v: Value = serde_json::from_str(&data).map_err(|e| format!("HTTP {status}: {e}: {data}"))?;
+    match v.get("result") {
+        Some(r) => Ok(to_reply(
+            serde_json::from_value(r.clone()).map_err(|e| e.to_string())?,
+        )),
+        None => Err(format!("HTTP {status}: {v}")),
+    }
+}
+
+/// What every client shares: each gateway's current port, and the end.
+struct World {
+    ports: Mutex<Vec<u16>>,
+    token: String,
+    end: Instant,
+    stop: AtomicBool,
+    retries: AtomicUsize,
+}
+
+impl World {
+    /// `name(args)` through gateway `g`, retried through the next gateway while it fails for a
+    /// reason a client retries (no answer, `VAULT_BUSY`, `AUDIT_UNAVAILABLE`); `None` when it
+    /// answered another refusal, which `refusable` allows.
+    async fn call(&self, mut g: usize, name: &str, args: &Value, refusable: &[&str]) -> Option<Value> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let port = self.ports.lock().unwrap()[g];
+            match tool(port, &self.token, name, args).await {
+                Ok(Reply::Ok(v)) => return Some(v),
+                Ok(Reply::Err(e)) => {
+                    let code = e["code"].as_str().unwrap_or_default().to_owned();
+                    if refusable.contains(&code.as_str()) {
+                        return None;
+                    }
+                    assert!(
+                        code == "VAULT_BUSY" || code == "AUDIT_UNAVAILABLE",
+                        "{name}({args}) through gateway {g}: {e}"
+                    );
+                }
+                Err(_) => {}
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            assert!(Instant::now() < deadline, "{name}({args}) never succeeded");
+            g = (g + 1) % 3;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// What a client saw applied: the proposal, its commit.
+type Applied = Vec<(String, String)>;
+
+async fn client(world: Arc<World>, c: usize) -> (Applied, usize) {
+    let (mut applied, mut undone) = (Vec::new(), 0);
+    let mut i = 0;
+    while !world.stop.load(Ordering::SeqCst) && Instant::now() < world.end {
+        let path = format!("soak/c{c}-{i:04}.md");
+        let args = json!({"path": path, "content": format!("# C{c} {i}\n\nsoak\n"), "reason": "soak"});
+        // A proposal retried after a lost answer may exist twice: only the one answered is applied.
+        let Some(p) = world
+            .call(
+                (c + i) % 3,
+                "propose_new_note",
+                &args,
+                &["PROPOSAL_TARGET_EXISTS"],
+            )
+            .await
+        else {
+            i += 1;
+            continue;
+        };
+        let apply =
+            json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": format!("a-{c}-{i}")});
+        let a = world
+            .call((c + i + 1) % 3, "apply_proposal", &apply, &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            (&a["applied"], &a["git"]),
+            (&json!(true), &json!("committed")),
+            "{a}"
+        );
+        applied.push((
+            p["id"].as_str().unwrap().to_owned(),
+            a["commit"].as_str().unwrap().to_owned(),
+        ));
+        if i % 4 == 3 {
+            // Another client's apply may have landed on top: then it is not the top to undo.
+            let undo = json!({"expectedHistoryEntryId": a["historyEntryId"], "idempotencyKey": format!("u-{c}-{i}")});
+            let refusals = ["HISTORY_NOT_TOP", "HISTORY_STALE"];
+            if world
+                .call((c + i + 2) % 3, "history_undo", &undo, &refusals)
+                .await
+                .is_some()
+            {
+                undone += 1;
+            }
+        }
+        i += 1;
+    }
+    (applied, undone)
+}
+
+/// The person's clone pushes a line to one of their notes; a push refused because the branch
+/// moved is pulled (rebased) and pushed again. The commit that landed.
+fn person_pushes(person: &std::path::Path, n: usize) -> String {
+    let file = person.join(format!("people/p{}.md", n % 5));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let mut text = std::fs::read_to_string(&file).unwrap_or_default();
+    text.push_str(&format!("line {n}\n"));
+    std::fs::write(&file, text).unwrap();
+    git(person, &["add", "-A"]);
+    git(person, &["commit", "-qm", &format!("person {n}")]);
+    for _ in 0..20 {
+        let pushed = std::process::Command::new("git")
+            .arg("-C")
+            .arg(person)
+            .args(["push", "-q", "origin", "HEAD:main"])
+            .output()
+            .unwrap();
+        if pushed.status.success() {
+            return git(person, &["rev-parse", "HEAD"]).trim().to_owned();
+        }
+        git(person, &["pull", "-q", "--rebase", "origin", "main"]);
+    }
+    panic!("the person's push never landed");
+}
+
+fn soak_seconds() -> u64 {
+    std::env::var("VAULTGATE_SOAK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invariant() {
+    let (team, remote, person) = team_with_vault(&["g1", "g2", "g3"]);
+    team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+    git(&remote, &["config", "core.logAllRefUpdates", "always"]);
+    git(&person, &["config", "user.name", "Person"]);
+    git(&person, &["config", "user.email", "person@example.com"]);
+    let (_, token) = team.g(0).token("soak", "full");
+    let mut servers: Vec<Server> = team.gateways.iter().map(Server::start).collect();
+    let seconds = soak_seconds();
+    let world = Arc::new(World {
+        ports: Mutex::new(servers.iter().map(|s| s.port).collect()),
+        token,
+        end: Instant::now() + Duration::from_secs(seconds),
+        stop: AtomicBool::new(false),
+        retries: AtomicUsize::new(0),
+    });
+    let clients: Vec<_> = (0..3).map(|c| tokio::spawn(client(world.clone(), c))).collect();
+
+    // The person pushes every 2 s; a gateway is killed every `kill_every` and started again.
+    let kill_every = Duration::from_secs((seconds / 8).clamp(10, 180));
+    let mut next_kill = Instant::now() + kill_every;
+    let (mut kills, mut pushes) = (0usize, Vec::new());
+    while Instant::now() < world.end {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (p, n) = (person.clone(), pushes.len());
+        pushes.push(
+            tokio::task::spawn_blocking(move || person_pushes(&p, n))
+                .await
+                .unwrap(),
+        );
+        if Instant::now() >= next_kill {
+            let g = kills % 3;
+            drop(std::mem::replace(
+                &mut servers[g],
+                tokio::task::block_in_place(|| Server::start(&team.gateways[g])),
+            ));
+            world.ports.lock().unwrap()[g] = servers[g].port;
+            kills += 1;
+            next_kill = Instant::now() + kill_every;
+        }
+    }
+    world.stop.store(true, Ordering::SeqCst);
+    let mut applied = Vec::new();
+    let mut undone = 0;
+    for c in clients {
+        let (a, u) = tokio::time::timeout(Duration::from_secs(300), c)
+            .await
+            .expect("a client never finished")
+            .unwrap();
+        applied.extend(a);
+        undone += u;
+    }
+    eprintln!(
+        "soak: {seconds} s, {} applies, {undone} undos, {} person pushes, {kills} kills, {} retries",
+        applied.len(),
+        pushes.len(),
+        world.retries.load(Ordering::Relaxed)
+    );
+    assert!(kills >= 1 && applied.len() >= 3, "the soak did too little");
+
+    // Each proposal seen applied is on the branch once, as the commit its client was told.
+    let log = git(
+        &remote,
+        &[
+            "log",
+            "--format=%H%x09%(trailers:key=Vaultgate-Proposal,valueonly,separator=%x2C)%x09%(trailers:key=Vaultgate-Job,valueonly,separator=%x2C)",
+            "main",
+        ],
+    );
+    let rows: Vec<Vec<&str>> = log.lines().map(|l| l.split('\t').collect()).collect();
+    for (id, commit) in &applied {
+        let with: Vec<&str> = rows.iter().filter(|r| r[1] == id).map(|r| r[0]).collect();
+        assert_eq!(with, [commit.as_str()], "proposal {id}");
+    }
+    // No job landed twice.
+    let jobs: Vec<&str> = rows.iter().map(|r| r[2]).filter(|j| !j.is_empty()).collect();
+    let unique: std::collections::BTreeSet<&&str> = jobs.iter().collect();
+    assert_eq!(unique.len(), jobs.len(), "a Vaultgate-Job trailer twice");
+    // Every push of the person kept.
+    for c in &pushes {
+        let kept = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&remote)
+            .args(["merge-base", "--is-ancestor", c, "main"])
+            .status()
+            .unwrap();
+        assert!(kept.success(), "the person's {c} is not on main");
+    }
+    // The branch only moved forward: each reflog entry descends from the one before.
+    let reflog = git(&remote, &["reflog", "show", "--format=%H", "main"]);
+    let entries: Vec<&str> = reflog.lines().collect();
+    assert!(
+        entries.len() > applied.len(),
+        "the remote's reflog is missing entries"
+    );
+    for w in entries.windows(2) {
+        let forward = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&remote)
+            .args(["merge-base", "--is-ancestor", w[1], w[0]])
+            .status()
+            .unwrap();
+        assert!(forward.success(), "{} → {} is not a fast-forward", w[1], w[0]);
+    }
+    // Nothing left in flight, every chain verifies, every clone converges on the branch.
+    let main = git(&remote, &["rev-parse", "main"]).trim().to_owned();
+    for (i, g) in team.gateways.iter().enumerate() {
+        let s: Value = serde_json::from_str(&g.ok(&["team", "status", "--json"])).unwrap();
+        assert_eq!(s["vaults"][0]["pendingJobs"], json!(0), "{s}");
+        assert!(
+            s["vaults"][0]["applier"]["epoch"].as_u64().unwrap() >= applied.len() as u64,
+            "every apply took the lease at a new epoch: {s}"
+        );
+        g.ok(&["audit", "verify"]);
+        let clone = g.home.join("vaults/notes");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while git(&clone, &["rev-parse", "HEAD"]).trim() != main {
+            assert!(
+                Instant::now() < deadline,
+                "gateway {i}'s clone never reached {main}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    drop(servers);
+}
