@@ -386,11 +386,31 @@ pub fn reset_to(program: &Program, dir: &Path, commit: &str) -> Result<Synced, G
 pub enum Pushed {
     /// The branch is at the commit now.
     Landed,
-    /// The remote refused it (its branch is not at the base any more, or a rule said no);
-    /// nothing changed there.
+    /// The remote refused it: its branch is not at the base any more; nothing changed there.
     Refused(String),
+    /// A rule of the remote said no (a hook: branch protection, a freeze, a check): what the
+    /// remote said, as one line; nothing changed there, and the same push would be refused again.
+    Declined(String),
     /// No answer (a time-out, a broken connection): settled by reading the remote ([`settle`]).
     Unknown(String),
+}
+
+/// What a remote that declined a push said: its own lines (`remote: …`, a hook's output) and the
+/// refused ref's, as one line of at most 400 characters.
+fn declined(detail: &str) -> String {
+    let said: Vec<&str> = detail
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| match l.strip_prefix("remote:") {
+            Some(r) => Some(r.trim()),
+            None => l.contains("[remote rejected]").then_some(l),
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    policy::text::escape_line(&said.join(" / "))
+        .chars()
+        .take(400)
+        .collect()
 }
 
 /// Pushes `commit` to the branch of `vault` if and only if the branch is at `base`
@@ -430,11 +450,15 @@ pub fn push(
             ]
             .iter()
             .any(|m| detail.contains(m));
-            Ok(if refused {
-                Pushed::Refused(detail)
-            } else {
-                Pushed::Unknown(detail)
-            })
+            Ok(
+                if detail.contains("[remote rejected]") && detail.contains("hook declined") {
+                    Pushed::Declined(declined(&detail))
+                } else if refused {
+                    Pushed::Refused(detail)
+                } else {
+                    Pushed::Unknown(detail)
+                },
+            )
         }
         Err(e) => Ok(Pushed::Unknown(e.to_string())),
     }
@@ -627,6 +651,25 @@ fn head(program: &Program, dir: &Path) -> Result<String, GatewayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_declining_remote_is_quoted_on_one_line_and_bounded() {
+        let detail = "remote: main is frozen\nremote: \u{1b}[31mask ops\u{1b}[0m\nTo /srv/notes.git\n                       ! [remote rejected] abc -> main (pre-receive hook declined)\nerror: failed to push some refs";
+        let said = declined(detail);
+        assert!(
+            said.contains("main is frozen") && said.contains("(pre-receive hook declined)"),
+            "{said}"
+        );
+        assert!(
+            !said.contains('\n') && !said.contains('\u{1b}') && !said.contains("error: failed"),
+            "{said}"
+        );
+        let long = format!(
+            "remote: {}\n ! [remote rejected] x (hook declined)",
+            "y".repeat(5000)
+        );
+        assert!(declined(&long).chars().count() <= 400);
+    }
 
     #[test]
     fn only_the_three_transports_and_nothing_git_reads_as_an_option() {

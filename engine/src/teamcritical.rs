@@ -295,9 +295,14 @@ impl Execution<'_> {
             self.hold.check()?;
             self.team.challenge_attempt(self.hold.fence(), self.id, &commit)?;
             self.core.failpoints.hit("team_critical.before_push");
-            self.uncertain.set(true);
-            let landed =
-                crate::teampush::push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
+            let landed = crate::teampush::push_settled(
+                self.core,
+                dir,
+                self.vault,
+                (&commit, &base),
+                &mut last,
+                &self.uncertain,
+            )?;
             if landed {
                 self.core.failpoints.hit("team_critical.after_push");
                 crate::remote::advance(&self.core.git, dir, &commit)?;
@@ -308,7 +313,6 @@ impl Execution<'_> {
                 self.uncertain.set(out.is_err());
                 return out;
             }
-            self.uncertain.set(false);
             tracing::info!(vault = %self.v.id, "the remote moved during a critical call; checking it again");
         }
         Err(GatewayError::VaultBusy(format!(

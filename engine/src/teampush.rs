@@ -98,18 +98,23 @@ pub(crate) fn landed_on_branch(
     }))
 }
 
-/// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why);
+/// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why),
+/// declined by a rule of the remote is `VAULT_BUSY` naming what it said;
 /// an unanswered push is settled by reading the remote — there, `true`; not there yet (it may
 /// still land) or the remote unreadable, `VAULT_BUSY` (the caller keeps what recovery needs and
 /// pushes nothing else now; the retry with the same key settles it).
+///
+/// `uncertain` is set while the push may have landed (so its caller keeps the job for settling
+/// when it fails after), and cleared when it surely did not (refused, declined).
 pub(crate) fn push_settled(
     core: &Core,
     dir: &std::path::Path,
     vault: &TeamVault,
-    commit: &str,
-    base: &str,
+    (commit, base): (&str, &str),
     last: &mut String,
+    uncertain: &std::cell::Cell<bool>,
 ) -> Result<bool, GatewayError> {
+    uncertain.set(true);
     let mut pushed = crate::remote::push(&core.git, dir, vault, commit, base, push_deadline(core))?;
     if core.failpoints.fails("team_apply.push_unanswered") {
         // As a connection cut after the remote took the push.
@@ -118,8 +123,18 @@ pub(crate) fn push_settled(
     match pushed {
         Pushed::Landed => Ok(true),
         Pushed::Refused(why) => {
+            uncertain.set(false);
             *last = why;
             Ok(false)
+        }
+        // Pushing again would meet the same rule: the caller stops, nothing landed.
+        Pushed::Declined(said) => {
+            uncertain.set(false);
+            Err(GatewayError::VaultBusy(format!(
+                "the remote of vault '{}' declined the push ({said}); nothing was applied: once \
+                 it accepts pushes to its branch again, retry with the same idempotencyKey",
+                vault.id
+            )))
         }
         // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
         Pushed::Unknown(why) => {

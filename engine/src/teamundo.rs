@@ -285,7 +285,8 @@ pub(crate) fn transition(
         // A hold that lapsed pushes nothing.
         hold.check()?;
         // Not settled: VAULT_BUSY; the retry finds this key's job on the branch if it landed.
-        let landed = crate::teampush::push_settled(core, dir, &vault, &commit, &base, &mut last)?;
+        let unused = std::cell::Cell::new(false);
+        let landed = crate::teampush::push_settled(core, dir, &vault, (&commit, &base), &mut last, &unused)?;
         if landed {
             return finish(core, team, fence, call, v, t, expected, key, Some(&commit));
         }

@@ -535,16 +535,20 @@ impl Job<'_> {
                 .job_attempt(self.hold.fence(), &self.p.id, &self.job.id, &base, &commit)?;
             self.pushed.borrow_mut().push(commit.clone());
             self.core.failpoints.hit("team_apply.before_push");
-            self.uncertain.set(true);
-            let landed =
-                crate::teampush::push_settled(self.core, dir, self.vault, &commit, &base, &mut last)?;
+            let landed = crate::teampush::push_settled(
+                self.core,
+                dir,
+                self.vault,
+                (&commit, &base),
+                &mut last,
+                &self.uncertain,
+            )?;
             if landed {
                 self.core.failpoints.hit("team_apply.after_push");
                 let out = self.finish(call, &commit, &touched, &history_id)?;
                 self.uncertain.set(false);
                 return Ok(out);
             }
-            self.uncertain.set(false);
             tracing::info!(vault = %self.v.id, "the remote moved during an apply; checking it again");
         }
         Err(GatewayError::VaultBusy(format!(

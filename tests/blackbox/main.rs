@@ -35,6 +35,7 @@ mod stdio; // stdio transport: tokens, revocation, the audit of every call
 mod team; // team mode: gateways on one PostgreSQL share credentials and one audit chain
 mod team_approval; // team mode: a person's click on the card is used once across the team
 mod team_critical; // team mode: a challenge issued on one gateway executes once on any
+mod team_faults; // team mode: a remote that declines pushes, or is gone, changes nothing
 mod team_lease; // team mode: a gateway cut off from the database mid-apply is fenced out
 mod team_soak; // team mode: three gateways soaked with kills and a person pushing
 mod team_writes; // team mode: proposals in the database, applies pushed to the vault's remote
