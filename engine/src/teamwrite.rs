@@ -182,6 +182,14 @@ pub(crate) fn reject(
                 settle_left_job(core, team, fence, v, &registration(team, v)?, &p, &job)?;
                 p = pending(team, v, id)?;
             }
+            // SECURITY(T-TEAM9): a push begun by a gateway whose lease ran out may still land;
+            // a rejection now could be followed by its content on the remote.
+            if p.may_still_land {
+                return Err(GatewayError::VaultBusy(format!(
+                    "an apply of proposal {id} began pushing less than 30 s ago and may still land \
+                     on the remote; nothing was rejected: reject it again in half a minute"
+                )));
+            }
             Some(lock)
         }
         false => None,

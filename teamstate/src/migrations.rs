@@ -285,8 +285,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     END $$;",
     // 12: each vault's lease (lease.rs), replacing the session advisory lock: who may write the
     // vault's remote now, until when (the database's clock) and under which epoch; every gateway
-    // role takes, renews and releases it.
-    "CREATE TABLE vaultgate.leases (
+    // role takes, renews and releases it. And when a proposal's job last began a push (never
+    // cleared): a push under way may land a while after its gateway lost the lease.
+    "ALTER TABLE vaultgate.proposals ADD COLUMN pushed_at timestamptz;
+    CREATE TABLE vaultgate.leases (
         vault text PRIMARY KEY,
         epoch bigint NOT NULL,
         holder text NOT NULL,

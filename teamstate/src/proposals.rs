@@ -18,7 +18,8 @@ use crate::lease::fence_in;
 use crate::{PgState, db, within};
 
 const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
-                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key, pushed";
+                       decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key, pushed, \
+                       COALESCE(pushed_at > now() - interval '30 seconds', false)";
 
 fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, GatewayError> {
     let status: String = r.get(7);
@@ -52,6 +53,7 @@ fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, Gateway
         content,
         job,
         pushed: serde_json::from_value(r.get(19)).unwrap_or_default(),
+        may_still_land: r.get(20),
     })
 }
 
@@ -97,7 +99,7 @@ impl PgState {
             ),
         )?
         .map_err(db)?;
-        row.map(|r| proposal_of(&r, r.get(20))).transpose()
+        row.map(|r| proposal_of(&r, r.get(21))).transpose()
     }
 
     /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, n)`.
@@ -234,7 +236,7 @@ impl PgState {
     ) -> Result<(), GatewayError> {
         let n = self.fenced_execute(
             fence,
-            "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4,
+            "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4, pushed_at = now(),
              pushed = pushed || to_jsonb($4::text) WHERE id = $1 AND job = $2",
             &[&id, &job, &base, &commit],
         )?;

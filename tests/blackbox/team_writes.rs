@@ -657,7 +657,22 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
             "{said}"
         );
         let before = head(&remote);
-        let r = call(&g2, "reject_proposal", json!({"id": p["id"], "reason": "no"})).await;
+        let mut r = call(&g2, "reject_proposal", json!({"id": p["id"], "reason": "no"})).await;
+        // Not landed: a push its gateway began may still land for a while, so the rejection
+        // waits that out.
+        assert!(
+            code.is_some() || !r.is_ok(),
+            "{step}: rejected while its push may land"
+        );
+        let waited = std::time::Instant::now();
+        while code.is_none() && !r.is_ok() {
+            let e = r.err_json();
+            assert_eq!(e["code"], json!("VAULT_BUSY"), "{step}: {e}");
+            assert!(e["message"].as_str().unwrap().contains("may still land"), "{e}");
+            assert!(waited.elapsed() < std::time::Duration::from_secs(60), "{step}");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            r = call(&g2, "reject_proposal", json!({"id": p["id"], "reason": "no"})).await;
+        }
         match code {
             Some(code) => assert_eq!(r.code(), code, "{step}"),
             None => {

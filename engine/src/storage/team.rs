@@ -217,6 +217,9 @@ pub struct TeamProposal {
     pub job: Option<TeamJob>,
     /// Every commit a job of it was about to push (whichever lands is its apply).
     pub pushed: Vec<String>,
+    /// A job of it began a push within the last 30 s (twice the longest a push may take): a
+    /// push under way (its gateway's lease ran out meanwhile, perhaps) may still land.
+    pub may_still_land: bool,
 }
 
 /// A proposal to store.
