@@ -298,7 +298,8 @@ pub(crate) fn apply(
     if let Some(first) = first_answer(team, call, key)? {
         return Ok(first);
     }
-    if team.vault_head(&v.id)?.1.is_some() {
+    let (registered, rewritten) = team.vault_head(&v.id)?;
+    if rewritten.is_some() {
         return Err(crate::teampush::rewritten(&v.id));
     }
     let mut tp = pending(team, v, id.as_str())?;
@@ -336,6 +337,7 @@ pub(crate) fn apply(
         v,
         vault: &vault,
         hold: hold.as_ref(),
+        registered: registered.as_deref(),
         p: &p,
         content: tp.content.as_deref(),
         pushed: std::cell::RefCell::new(tp.pushed.clone()),
@@ -462,6 +464,8 @@ struct Job<'a> {
     vault: &'a TeamVault,
     /// The vault's lease this job runs under.
     hold: &'a dyn VaultHold,
+    /// The head the team registered, read under the lease: the last push any gateway made.
+    registered: Option<&'a str>,
     p: &'a Proposal,
     content: Option<&'a str>,
     job: &'a TeamJob,
@@ -487,8 +491,11 @@ impl Job<'_> {
         for attempt in 0..ATTEMPTS {
             // First on what the clone holds (the push's compare-and-swap proves it is the
             // remote's head, or refuses), then on what a fetch brings.
+            // A clone behind the head another gateway pushed is fetched first: building on it
+            // would only be refused.
             let held = match attempt {
-                0 => crate::remote::clone_head(&self.core.git, dir),
+                0 => crate::remote::clone_head(&self.core.git, dir)
+                    .filter(|h| self.registered.is_none_or(|r| r == h)),
                 _ => None,
             };
             let fetched = held.is_none();
