@@ -86,20 +86,30 @@ fn lapsed(vault: &str) -> GatewayError {
 }
 
 impl Drop for VaultLock {
+    /// Releases the lease, waiting at most [`RENEW_DEADLINE`]: a call failing because the
+    /// database stalls must not wait out two more deadlines here (the lease expires by itself).
     fn drop(&mut self) {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
-        let Ok(client) = self.store.client() else { return };
-        let released = within(
-            &self.store.stale,
-            client.execute(
-                "UPDATE vaultgate.leases SET expires_at = now()
-                 WHERE vault = $1 AND epoch = $2 AND expires_at > now()",
-                &[&self.fence.vault, &self.fence.epoch],
-            ),
-        );
-        if !matches!(released, Ok(Ok(_))) {
+        let Ok(rt) = self.store.runtime() else { return };
+        let (pool, fence) = (self.store.pool.clone(), self.fence.clone());
+        let release = rt.spawn(async move {
+            let once = async {
+                let client = pool.get().await.ok()?;
+                client
+                    .execute(
+                        "UPDATE vaultgate.leases SET expires_at = now()
+                         WHERE vault = $1 AND epoch = $2 AND expires_at > now()",
+                        &[&fence.vault, &fence.epoch],
+                    )
+                    .await
+                    .ok()
+            };
+            tokio::time::timeout(RENEW_DEADLINE, once).await.ok().flatten()
+        });
+        let unused = AtomicBool::new(false);
+        if !matches!(within(&unused, release), Ok(Ok(Some(_)))) {
             // Not released: it expires on its own.
             tracing::warn!(vault = %self.fence.vault, "a vault's lease was not released; it runs out by itself");
         }
