@@ -391,7 +391,7 @@ pub enum Pushed {
     /// A rule of the remote said no (a hook: branch protection, a freeze, a check): what the
     /// remote said, as one line; nothing changed there, and the same push would be refused again.
     Declined(String),
-    /// No answer (a time-out, a broken connection): settled by reading the remote ([`settle`]).
+    /// No answer (a time-out, a broken connection): settled by reading the remote ([`observe`]).
     Unknown(String),
 }
 
@@ -464,19 +464,46 @@ pub fn push(
     }
 }
 
-/// Whether `commit` is on the remote's branch now (at its head or behind it), read from the
-/// remote itself: how a push without an answer is settled, never by guessing.
-pub fn landed(program: &Program, dir: &Path, vault: &TeamVault, commit: &str) -> Result<bool, GatewayError> {
-    let Some(head) = remote_head(program, vault)? else {
-        return Ok(false);
+/// What the remote's branch shows now of `commit`, pushed onto `base` by compare-and-swap: read
+/// from the remote itself (its head, then a fetch for ancestry), never from a clone's guess. How
+/// a push without an answer is settled ([`proposals::recovery::settle_unknown_push`]).
+pub fn observe(
+    program: &Program,
+    dir: &Path,
+    vault: &TeamVault,
+    commit: &str,
+    base: &str,
+) -> proposals::recovery::RemoteShows {
+    use proposals::recovery::RemoteShows;
+    let Ok(head) = remote_head(program, vault) else {
+        return RemoteShows::Unreadable;
+    };
+    let Some(head) = head else {
+        // An empty or deleted branch holds no commit; the next fetch judges it.
+        return RemoteShows::Past;
     };
     if head == commit {
-        return Ok(true);
+        return RemoteShows::Landed;
     }
-    sync(program, dir, vault)?;
+    if head == base {
+        return RemoteShows::AtBase;
+    }
+    if sync(program, dir, vault).is_err() {
+        return RemoteShows::Unreadable;
+    }
     let mut ancestor = local(program, dir);
     ancestor.args(["merge-base", "--is-ancestor", commit, &head]);
-    Ok(crate::git::run(ancestor, "merge-base", None).is_ok())
+    match crate::git::run(ancestor, "merge-base", None) {
+        Ok(_) => RemoteShows::Landed,
+        Err(_) => RemoteShows::Past,
+    }
+}
+
+/// Whether this clone's object store holds `commit` (one this gateway built, pushed or not).
+pub fn holds(program: &Program, dir: &Path, commit: &str) -> bool {
+    let mut cmd = local(program, dir);
+    cmd.args(["cat-file", "-e", &format!("{commit}^{{commit}}")]);
+    crate::git::run(cmd, "cat-file", None).is_ok()
 }
 
 /// The `Vaultgate-Audit` trailers of the commits the clone at `dir` holds on its branch, newest

@@ -100,9 +100,10 @@ pub(crate) fn landed_on_branch(
 
 /// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why),
 /// declined by a rule of the remote is `VAULT_BUSY` naming what it said;
-/// an unanswered push is settled by reading the remote — there, `true`; not there yet (it may
-/// still land) or the remote unreadable, `VAULT_BUSY` (the caller keeps what recovery needs and
-/// pushes nothing else now; the retry with the same key settles it).
+/// an unanswered push is settled by reading the remote — there, `true`; the branch moved past
+/// its base without it, `false` (it can never land); the branch still at its base (it may still
+/// land) or the remote unreadable, `VAULT_BUSY` (the caller keeps what recovery needs and pushes
+/// nothing else now; the retry with the same key settles it).
 ///
 /// `uncertain` is set while the push may have landed (so its caller keeps the job for settling
 /// when it fails after), and cleared when it surely did not (refused, declined).
@@ -136,23 +137,44 @@ pub(crate) fn push_settled(
                 vault.id
             )))
         }
-        // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed.
+        // SECURITY(T-TEAM8): no answer is settled by reading the remote, never guessed. No time
+        // is left for a second push here: a remote still at the base keeps the job (the retry
+        // pushes the same commit again).
         Pushed::Unknown(why) => {
             *last = why;
-            match crate::remote::landed(&core.git, dir, vault, commit) {
-                Ok(true) => Ok(true),
-                seen => {
-                    let why = match seen {
-                        Err(e) => format!("the remote cannot be read now ({e})"),
-                        _ => "it is not on the remote yet".into(),
-                    };
-                    Err(GatewayError::VaultBusy(format!(
-                        "the push to the remote of vault '{}' had no answer and {why}; retry with \
-                         the same idempotencyKey",
-                        vault.id
-                    )))
-                }
+            let shows = crate::remote::observe(&core.git, dir, vault, commit, base);
+            let settled = unknown_settled(vault, shows, false);
+            if matches!(settled, Ok(false)) {
+                uncertain.set(false);
             }
+            settled
+        }
+    }
+}
+
+/// What [`proposals::recovery::settle_unknown_push`] decided for a push without an answer, as
+/// [`push_settled`] answers it: landed, cannot land (`false`: checked again), or `VAULT_BUSY`.
+/// `PushAgain` is not decided here (`push_again` is the caller's).
+pub(crate) fn unknown_settled(
+    vault: &TeamVault,
+    shows: proposals::recovery::RemoteShows,
+    push_again: bool,
+) -> Result<bool, GatewayError> {
+    use proposals::recovery::{RemoteShows, UnknownPush};
+    match proposals::recovery::settle_unknown_push(shows, push_again) {
+        UnknownPush::Record => Ok(true),
+        // It can never land: checked again against the head that moved past it.
+        UnknownPush::Recheck if shows == RemoteShows::Past => Ok(false),
+        decided => {
+            let why = match decided {
+                UnknownPush::Wait => "the remote cannot be read now",
+                _ => "it is not on the remote yet and may still land",
+            };
+            Err(GatewayError::VaultBusy(format!(
+                "the push to the remote of vault '{}' had no answer and {why}; retry with the same \
+                 idempotencyKey",
+                vault.id
+            )))
         }
     }
 }

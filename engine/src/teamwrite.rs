@@ -29,7 +29,7 @@ use crate::error::{GatewayError, Refused};
 use crate::git::{FILE_MODE, Repo, TreeEntry};
 use crate::ids::{ProposalHash, ProposalId};
 use crate::remote::{Synced, TeamVault};
-use crate::storage::team::{Fence, VaultHold};
+use crate::storage::team::VaultHold;
 use crate::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
 use crate::txn::internal;
 
@@ -179,7 +179,16 @@ pub(crate) fn reject(
                 None => None,
             };
             if let Some(job) = job {
-                settle_left_job(core, team, fence, v, &registration(team, v)?, &p, &job)?;
+                settle_left_job(
+                    core,
+                    team,
+                    lock.as_ref(),
+                    v,
+                    &registration(team, v)?,
+                    &p,
+                    &job,
+                    false,
+                )?;
                 p = pending(team, v, id)?;
             }
             // SECURITY(T-TEAM9): a push begun by a gateway whose lease ran out may still land;
@@ -306,7 +315,7 @@ pub(crate) fn apply(
     if let Some(job) = tp.job.clone() {
         // A job whose gateway stopped before it finished: settled from the remote (its caller's
         // key then answers, this retry of it too).
-        settle_left_job(core, team, fence, v, &vault, &tp, &job)?;
+        settle_left_job(core, team, hold.as_ref(), v, &vault, &tp, &job, true)?;
         if let Some(first) = first_answer(team, call, key)? {
             return Ok(first);
         }
@@ -360,23 +369,61 @@ pub(crate) fn apply(
     out
 }
 
-/// A job left by a gateway that stopped mid-apply: landed (its commit on the remote) → the
-/// proposal is recorded applied; not landed → the proposal is free again. Runs under the lock,
-/// so the job's gateway no longer pushes (its lock ended with it).
+/// A job left by a gateway that stopped mid-apply (or by an apply whose push had no answer),
+/// settled from the remote by [`proposals::recovery::settle_unknown_push`]: landed (a commit of
+/// the proposal's jobs on the branch) → the proposal is recorded applied; the branch still at
+/// the job's base and its commit held here → that same commit is pushed again; anything else →
+/// the job is dropped and the proposal free again (its next apply checks it anew; a commit
+/// pushed earlier that lands meanwhile is found on the branch then). Runs under the lease, so the
+/// job's gateway records nothing any more. `may_push`: an apply may push the commit again; a
+/// reject never does (it waits out a push that may still land instead).
+#[allow(clippy::too_many_arguments)]
 fn settle_left_job(
     core: &Core,
     team: &dyn TeamState,
-    fence: &Fence,
+    hold: &dyn VaultHold,
     v: &VaultHandle,
     vault: &TeamVault,
     tp: &TeamProposal,
     job: &TeamJob,
+    may_push: bool,
 ) -> Result<(), GatewayError> {
+    use proposals::recovery::{RemoteShows, UnknownPush};
+    let fence = hold.fence();
     let dir = v.reader.fs().root();
     // Whichever push of the job landed (a rebuilt attempt's commit differs from the first's).
     crate::teampush::sync_checked(core, team, vault, dir)?;
-    let Some((commit, _)) = crate::teampush::landed_on_branch(core, dir, &tp.pushed)? else {
-        return team.drop_job(fence, &tp.row.id, &job.id);
+    let landed = crate::teampush::landed_on_branch(core, dir, &tp.pushed)?.map(|(c, _)| c);
+    let last = job.base.as_deref().zip(job.commit.as_deref());
+    let shows = match (&landed, last) {
+        (Some(_), _) => RemoteShows::Landed,
+        (None, Some((base, _))) if crate::remote::clone_head(&core.git, dir).as_deref() == Some(base) => {
+            RemoteShows::AtBase
+        }
+        _ => RemoteShows::Past,
+    };
+    let held_here = may_push && last.is_some_and(|(_, c)| crate::remote::holds(&core.git, dir, c));
+    let commit = match (
+        proposals::recovery::settle_unknown_push(shows, held_here),
+        landed,
+        last,
+    ) {
+        (UnknownPush::Record, Some(commit), _) => commit,
+        (UnknownPush::PushAgain, _, Some((base, commit))) => {
+            hold.check()?;
+            let (mut why, uncertain) = (String::new(), std::cell::Cell::new(false));
+            match crate::teampush::push_settled(core, dir, vault, (commit, base), &mut why, &uncertain) {
+                Ok(true) => commit.to_owned(),
+                Ok(false) => return team.drop_job(fence, &tp.row.id, &job.id),
+                Err(e) => {
+                    if !uncertain.get() {
+                        team.drop_job(fence, &tp.row.id, &job.id)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        _ => return team.drop_job(fence, &tp.row.id, &job.id),
     };
     let job = TeamJob {
         commit: Some(commit),

@@ -6,7 +6,8 @@
 //! ([`apply_edits`]), review diffs ([`unified_diff`]), the hash chain of `_applied.jsonl`
 //! ([`AppliedLine`]), and the apply decision ([`plan::check`], [`plan::decide`]) that the engine's
 //! write transaction runs for the MCP tools, the CLI and the review page alike (docs/contract.md#proposals),
-//! and what recovery does with an interrupted write ([`recovery::decide`]).
+//! what recovery does with an interrupted write ([`recovery::decide`]), and what a team apply does
+//! with a push whose outcome is unknown ([`recovery::settle_unknown_push`]).
 //!
 //! It must never do I/O, read a clock or draw randomness: ids, times and file states are parameters.
 #![forbid(unsafe_code)]

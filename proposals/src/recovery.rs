@@ -43,6 +43,48 @@ pub fn decide(rolling_back: bool, observed: Observed<'_>) -> Recovery {
     }
 }
 
+/// What a team vault's remote shows of a commit pushed onto `base` by compare-and-swap whose
+/// push had no answer (docs/contract.md#team-mode): read from the remote, never a clone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteShows {
+    /// The remote cannot be read now.
+    Unreadable,
+    /// The commit is the branch's head or an ancestor of it.
+    Landed,
+    /// The branch's head is still `base`: the push may land yet.
+    AtBase,
+    /// The branch moved past `base` without the commit: it can never land (fast-forward only,
+    /// and the push's lease names `base`).
+    Past,
+}
+
+/// What is done with a push whose outcome was unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownPush {
+    /// It landed: the apply is recorded with that commit.
+    Record,
+    /// The same commit is pushed again to the same base (harmless if the first lands too).
+    PushAgain,
+    /// It cannot land: the proposal is checked again against the new head (rebuilt over
+    /// changes to other notes, else `PROPOSAL_STALE_BASE`).
+    Recheck,
+    /// Nothing can be known now: the job is kept and the caller told to retry (`VAULT_BUSY`).
+    Wait,
+}
+
+/// The design's table for an unknown push outcome. `push_again`: this gateway holds the commit
+/// and has time left for one more push. Without it, a remote still at `base` is checked again
+/// too: the new commit's push names the same base, so at most one of the two lands, and the
+/// check finds the first one on the branch if it is the one.
+pub fn settle_unknown_push(shows: RemoteShows, push_again: bool) -> UnknownPush {
+    match shows {
+        RemoteShows::Landed => UnknownPush::Record,
+        RemoteShows::AtBase if push_again => UnknownPush::PushAgain,
+        RemoteShows::AtBase | RemoteShows::Past => UnknownPush::Recheck,
+        RemoteShows::Unreadable => UnknownPush::Wait,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +117,28 @@ mod tests {
                 decide(*rolling_back, Observed::Files(states)),
                 *want,
                 "rolling_back {rolling_back}, states {states:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_unknown_push_table() {
+        use RemoteShows::*;
+        let cases = [
+            (Landed, true, UnknownPush::Record),
+            (Landed, false, UnknownPush::Record),
+            (AtBase, true, UnknownPush::PushAgain),
+            (AtBase, false, UnknownPush::Recheck),
+            (Past, true, UnknownPush::Recheck),
+            (Past, false, UnknownPush::Recheck),
+            (Unreadable, true, UnknownPush::Wait),
+            (Unreadable, false, UnknownPush::Wait),
+        ];
+        for (shows, again, want) in cases {
+            assert_eq!(
+                settle_unknown_push(shows, again),
+                want,
+                "{shows:?}, push again {again}"
             );
         }
     }

@@ -5,6 +5,7 @@
 
 use serde_json::json;
 
+use crate::team::git;
 use crate::team_writes::{apply_args, head, team_with_vault};
 use crate::util::call;
 
@@ -85,6 +86,126 @@ async fn a_remote_that_declines_or_is_gone_changes_nothing_and_the_retry_applies
     let since = crate::team::git(&remote, &["rev-list", "--count", &format!("{before}..main")]);
     assert_eq!(since.trim(), "1");
     assert_eq!(jobs(), json!(0));
+    team.g(0).ok(&["audit", "verify"]);
+    g1.close().await;
+}
+
+/// A `pre-receive` hook that, once (while `<remote>/hold-once` exists), runs `then` and sleeps
+/// past the gateway's push deadline: the push has no answer.
+fn hold_once(remote: &std::path::Path, then: &str) {
+    let hook = remote.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\nif [ -f hold-once ]; then rm -f hold-once; {then}; sleep 3; exit 1; fi\n"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(remote.join("hold-once"), "").unwrap();
+}
+
+#[tokio::test]
+async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_call() {
+    let (team, remote, person) = team_with_vault(&["g1"]);
+    crate::http::edit_config(team.g(0), "limits", |t| {
+        t.insert("apply_wait_seconds".into(), toml::Value::Integer(2));
+    });
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let p = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "moved/past.md", "content": "# Past\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let before = head(&remote);
+    // A person's commit to another note, on the remote but not yet on its branch: while the
+    // gateway's push waits in the hook, the branch moves to it (so that push can never land).
+    git(&person, &["pull", "--quiet", "--ff-only"]);
+    std::fs::write(person.join("elsewhere.md"), "# Elsewhere\n").unwrap();
+    git(&person, &["add", "elsewhere.md"]);
+    git(&person, &["commit", "--quiet", "-m", "person elsewhere"]);
+    git(&person, &["push", "--quiet", "origin", "HEAD:refs/heads/staging"]);
+    let persons = git(&person, &["rev-parse", "HEAD"]).trim().to_owned();
+    hold_once(
+        &remote,
+        "env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES \
+         git update-ref refs/heads/main refs/heads/staging",
+    );
+    // The push has no answer; the remote shows its branch past the base without the commit:
+    // checked again and rebuilt on the person's commit at once (before: VAULT_BUSY).
+    let out = call(&g1, "apply_proposal", apply_args(&p, "past")).await.ok();
+    assert_eq!(
+        (&out["applied"], &out["replayed"]),
+        (&json!(true), &json!(false)),
+        "{out}"
+    );
+    let commit = out["commit"].as_str().unwrap();
+    assert!(!remote.join("hold-once").exists(), "the hook held the first push");
+    let landed = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(landed.lines().collect::<Vec<_>>(), [commit, persons.as_str()]);
+    assert_eq!(
+        git(&remote, &["rev-parse", &format!("{commit}^")]).trim(),
+        persons,
+        "built on the person's commit, which is kept"
+    );
+    // The held push ends refused; nothing else lands, no job is left.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(head(&remote), commit);
+    let s: serde_json::Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
+    assert_eq!(s["vaults"][0]["pendingJobs"], json!(0));
+    team.g(0).ok(&["audit", "verify"]);
+    g1.close().await;
+}
+
+#[tokio::test]
+async fn an_unanswered_push_at_its_base_is_pushed_again_as_the_same_commit_by_the_retry() {
+    let (team, remote, _person) = team_with_vault(&["g1"]);
+    crate::http::edit_config(team.g(0), "limits", |t| {
+        t.insert("apply_wait_seconds".into(), toml::Value::Integer(2));
+    });
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let p = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "again/same.md", "content": "# Same\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let before = head(&remote);
+    // The hook holds the push past the deadline, then refuses it: the branch stays at the base.
+    hold_once(&remote, "true");
+    let e = call(&g1, "apply_proposal", apply_args(&p, "again"))
+        .await
+        .err_json();
+    assert_eq!(e["code"], json!("VAULT_BUSY"), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("may still land"), "{e}");
+    let db = crate::team::pg::connect_retrying(&team.url);
+    let rows = db
+        .query(
+            "SELECT job_commit FROM vaultgate.proposals WHERE id = $1 AND job IS NOT NULL",
+            &[&p["id"].as_str().unwrap()],
+        )
+        .unwrap();
+    let attempted: String = rows.first().expect("the job is kept").get(0);
+    // The held push is refused; the branch is still at the base.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(head(&remote), before);
+    // The retry finds the branch at the job's base and pushes the same commit again.
+    let out = call(&g1, "apply_proposal", apply_args(&p, "again")).await.ok();
+    assert_eq!(
+        (&out["applied"], &out["commit"]),
+        (&json!(true), &json!(attempted)),
+        "{out}"
+    );
+    let landed = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(landed.lines().collect::<Vec<_>>(), [attempted.as_str()]);
+    assert_eq!(
+        call(&g1, "get_proposal", json!({"id": p["id"]})).await.ok()["status"],
+        json!("applied")
+    );
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;
 }
