@@ -375,8 +375,8 @@ pub(crate) fn apply(
 /// the job's base and its commit held here → that same commit is pushed again; anything else →
 /// the job is dropped and the proposal free again (its next apply checks it anew; a commit
 /// pushed earlier that lands meanwhile is found on the branch then). Runs under the lease, so the
-/// job's gateway records nothing any more. `may_push`: an apply may push the commit again; a
-/// reject never does (it waits out a push that may still land instead).
+/// job's gateway records nothing any more. `may_push`: an apply may push the commit again (a
+/// reject never does: it waits out a push that may still land).
 #[allow(clippy::too_many_arguments)]
 fn settle_left_job(
     core: &Core,
@@ -395,19 +395,15 @@ fn settle_left_job(
     crate::teampush::sync_checked(core, team, vault, dir)?;
     let landed = crate::teampush::landed_on_branch(core, dir, &tp.pushed)?.map(|(c, _)| c);
     let last = job.base.as_deref().zip(job.commit.as_deref());
+    let head = crate::remote::clone_head(&core.git, dir);
     let shows = match (&landed, last) {
         (Some(_), _) => RemoteShows::Landed,
-        (None, Some((base, _))) if crate::remote::clone_head(&core.git, dir).as_deref() == Some(base) => {
-            RemoteShows::AtBase
-        }
+        (None, Some((base, _))) if head.as_deref() == Some(base) => RemoteShows::AtBase,
         _ => RemoteShows::Past,
     };
-    let held_here = may_push && last.is_some_and(|(_, c)| crate::remote::holds(&core.git, dir, c));
-    let commit = match (
-        proposals::recovery::settle_unknown_push(shows, held_here),
-        landed,
-        last,
-    ) {
+    let again = may_push && last.is_some_and(|(_, c)| crate::remote::holds(&core.git, dir, c));
+    let settled = proposals::recovery::settle_unknown_push(shows, again);
+    let commit = match (settled, landed, last) {
         (UnknownPush::Record, Some(commit), _) => commit,
         (UnknownPush::PushAgain, _, Some((base, commit))) => {
             hold.check()?;
