@@ -4,13 +4,17 @@
 //! than the last; the holder renews it every second and releases it when done. Every write a
 //! hold records runs [`fence_in`] first, in its own transaction: the lease must still be that
 //! epoch's and unexpired, so a holder that lost it (a sleeping laptop, a half-open connection,
-//! a process stopped mid-apply) records nothing once another took over.
+//! a process stopped mid-apply) records nothing once another took over. Waiters take turns:
+//! in a process, first come first served ([`Lines`]); across the team, the first waiter of each
+//! gateway holds a ticket in `vaultgate.lease_queue`, and a free lease goes to the live ticket
+//! queued first, so no gateway's callers starve while others race.
 //!
 //! It must never take a lease that has not expired, count a renewal that did not answer as one
 //! that did, or let a hold believe itself valid past the expiry the database last granted.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::error::GatewayError;
@@ -26,9 +30,66 @@ const RENEW_DEADLINE: Duration = Duration::from_secs(2);
 /// two clocks' rates and for the time between a check and the write it allows.
 const MARGIN: Duration = Duration::from_millis(500);
 
+/// How long a waiter's ticket counts without being refreshed: a gateway that died waiting holds
+/// up the line at most this long.
+const TICKET_LIVES: &str = "2 seconds";
+/// How often a waiting ticket is refreshed.
+const TICKET_REFRESH: Duration = Duration::from_millis(500);
+/// The longest pause between two asks of a first waiter.
+const MAX_PAUSE: Duration = Duration::from_millis(20);
+
 /// The lease's length: the team's `lease_seconds`, else 10 s (read by the statement itself).
 const SECONDS: &str = "COALESCE((SELECT (value #>> '{}')::float8 FROM vaultgate.settings \
                        WHERE key = 'lease_seconds'), 10)";
+
+/// This process's waiters for each vault's lease: only the first of a vault asks the database,
+/// the others wait their turn here (first come, first served).
+#[derive(Default)]
+pub(crate) struct Lines {
+    lines: Mutex<HashMap<String, Arc<Line>>>,
+    next: AtomicU64,
+}
+
+#[derive(Default)]
+struct Line {
+    waiting: Mutex<VecDeque<u64>>,
+    turn: Condvar,
+}
+
+/// A place in a vault's line; leaving it (dropped) lets the next one ask.
+struct Place {
+    line: Arc<Line>,
+    me: u64,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.line.waiting.lock() {
+            w.retain(|n| *n != self.me);
+        }
+        self.line.turn.notify_all();
+    }
+}
+
+impl Lines {
+    /// Joins `vault`'s line and waits to be first until `deadline` (then `None`, out of line).
+    fn first(&self, vault: &str, deadline: Instant) -> Option<Place> {
+        let line = match self.lines.lock() {
+            Ok(mut lines) => lines.entry(vault.to_owned()).or_default().clone(),
+            Err(_) => return None,
+        };
+        let me = self.next.fetch_add(1, Ordering::SeqCst);
+        let place = Place { line, me };
+        let mut waiting = place.line.waiting.lock().ok()?;
+        waiting.push_back(me);
+        while waiting.front() != Some(&me) {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            waiting = place.line.turn.wait_timeout(waiting, left).ok()?.0;
+        }
+        drop(waiting);
+        Some(place)
+    }
+}
 
 /// A held lease of one vault; renewed by a task of the store's runtime until dropped, then
 /// released (the next take does not wait for its expiry).
@@ -153,30 +214,60 @@ impl PgState {
         })?
     }
 
-    /// Takes `vault`'s lease for `holder` (a gateway's name) once it is free or expired,
-    /// waiting at most `wait` (then `VAULT_BUSY`), and starts renewing it.
+    /// Takes `vault`'s lease for `holder` (a gateway's name) once it is free or expired and no
+    /// waiter queued before this one is still waiting, waiting at most `wait` (then `VAULT_BUSY`),
+    /// and starts renewing it.
     pub fn lock_vault(
         self: &Arc<Self>,
         vault: &str,
         holder: &str,
         wait: Duration,
     ) -> Result<VaultLock, GatewayError> {
+        // A free lease is taken only by the live ticket queued first (`$3`; none: when no live
+        // ticket waits); the row of a held one is not even locked by the ask.
         let take = format!(
-            "INSERT INTO vaultgate.leases AS l (vault, epoch, holder, since, expires_at)
-             SELECT $1, 1, $2, now(), now() + make_interval(secs => {SECONDS})
-             ON CONFLICT (vault) DO UPDATE SET epoch = l.epoch + 1, holder = EXCLUDED.holder,
-                 since = EXCLUDED.since, expires_at = EXCLUDED.expires_at
-             WHERE l.expires_at <= now()
-             RETURNING l.epoch, extract(epoch FROM l.expires_at - now())::float8"
+            "WITH taken AS (
+                 INSERT INTO vaultgate.leases AS l (vault, epoch, holder, since, expires_at)
+                 SELECT $1, 1, $2, now(), now() + make_interval(secs => {SECONDS})
+                 WHERE NOT EXISTS (SELECT 1 FROM vaultgate.leases
+                                   WHERE vault = $1 AND expires_at > now())
+                   AND NOT EXISTS (SELECT 1 FROM vaultgate.lease_queue q
+                                   WHERE q.vault = $1 AND q.seen_at > now() - interval '{TICKET_LIVES}'
+                                     AND q.queued_at < COALESCE((SELECT queued_at FROM vaultgate.lease_queue
+                                                                 WHERE ticket = $3), 'infinity'))
+                 ON CONFLICT (vault) DO UPDATE SET epoch = l.epoch + 1, holder = EXCLUDED.holder,
+                     since = EXCLUDED.since, expires_at = EXCLUDED.expires_at
+                 WHERE l.expires_at <= now()
+                 RETURNING l.epoch, extract(epoch FROM l.expires_at - now())::float8
+             ), served AS (
+                 DELETE FROM vaultgate.lease_queue WHERE ticket = $3 AND EXISTS (SELECT 1 FROM taken)
+             )
+             SELECT * FROM taken"
         );
         let deadline = Instant::now() + wait;
+        let busy = || {
+            GatewayError::VaultBusy(format!(
+                "another gateway of the team is applying to vault '{vault}'; retry with the same idempotencyKey"
+            ))
+        };
+        let Some(_place) = self.lines.first(vault, deadline) else {
+            return Err(busy());
+        };
+        let mut ticket = Ticket {
+            store: self,
+            id: None,
+            refreshed: Instant::now(),
+        };
         let mut pause = Duration::from_millis(2);
         loop {
             let client = self.client()?;
             let sent = Instant::now();
-            let taken = within(&self.stale, client.query_opt(&take, &[&vault, &holder]))?.map_err(db)?;
+            let id = ticket.id.as_deref();
+            let taken = within(&self.stale, client.query_opt(&take, &[&vault, &holder, &id]))?.map_err(db)?;
             drop(client);
             if let Some(row) = taken {
+                // The ticket left the line with the take.
+                ticket.id = None;
                 let held = Arc::new(Held {
                     lost: AtomicBool::new(false),
                     until: Mutex::new(sent),
@@ -195,12 +286,11 @@ impl PgState {
                 });
             }
             if Instant::now() + pause > deadline {
-                return Err(GatewayError::VaultBusy(format!(
-                    "another gateway of the team is applying to vault '{vault}'; retry with the same idempotencyKey"
-                )));
+                return Err(busy());
             }
+            ticket.keep(vault, holder)?;
             std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
+            pause = (pause * 2).min(MAX_PAUSE);
         }
     }
 
@@ -260,6 +350,56 @@ impl PgState {
                 held: r.get(4),
             })
             .collect())
+    }
+}
+
+/// This gateway's place in the team's line for a vault's lease, while its first waiter waits:
+/// queued at the first ask that found the lease taken, refreshed every [`TICKET_REFRESH`], and
+/// taken out of the line when the wait ends without the lease.
+struct Ticket<'s> {
+    store: &'s PgState,
+    id: Option<String>,
+    refreshed: Instant,
+}
+
+impl Ticket<'_> {
+    /// Queues the ticket (once), or refreshes it when due.
+    fn keep(&mut self, vault: &str, holder: &str) -> Result<(), GatewayError> {
+        let client = self.store.client()?;
+        match &self.id {
+            None => {
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                // Tickets of gateways that died waiting long ago are cleared on the way.
+                let queue = "WITH gone AS (DELETE FROM vaultgate.lease_queue
+                                           WHERE seen_at < now() - interval '1 minute')
+                             INSERT INTO vaultgate.lease_queue (ticket, vault, holder) VALUES ($1, $2, $3)";
+                within(&self.store.stale, client.execute(queue, &[&id, &vault, &holder]))?.map_err(db)?;
+                self.id = Some(id);
+            }
+            Some(id) if self.refreshed.elapsed() >= TICKET_REFRESH => {
+                let refresh = "UPDATE vaultgate.lease_queue SET seen_at = now() WHERE ticket = $1";
+                within(&self.store.stale, client.execute(refresh, &[id]))?.map_err(db)?;
+            }
+            Some(_) => return Ok(()),
+        }
+        self.refreshed = Instant::now();
+        Ok(())
+    }
+}
+
+impl Drop for Ticket<'_> {
+    /// A wait that ended without the lease leaves the line (else the ticket stops counting
+    /// after [`TICKET_LIVES`]).
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(client) = self.store.client() else { return };
+        let leave = "DELETE FROM vaultgate.lease_queue WHERE ticket = $1";
+        if !matches!(
+            within(&self.store.stale, client.execute(leave, &[&id])),
+            Ok(Ok(_))
+        ) {
+            tracing::debug!("a lease ticket was left; it stops counting by itself");
+        }
     }
 }
 

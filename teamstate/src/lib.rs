@@ -67,6 +67,8 @@ pub struct PgState {
     /// Set when a call passed [`DB_DEADLINE`]: a connection may be stuck mid-answer, so the next
     /// call drops every idle one and opens another.
     stale: AtomicBool,
+    /// This process's waiters for each vault's lease, in line (lease.rs).
+    lines: lease::Lines,
 }
 
 /// How long one exchange with the database may take (a statement, a commit, a connection)
@@ -271,6 +273,7 @@ impl PgState {
             pool,
             chain_guess: Mutex::default(),
             stale: AtomicBool::new(false),
+            lines: lease::Lines::default(),
         };
         state.migrate()?;
         Ok(state)

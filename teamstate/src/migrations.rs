@@ -305,4 +305,25 @@ pub(crate) const MIGRATIONS: &[&str] = &[
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.leases TO %I', r.grantee);
         END LOOP;
     END $$;",
+    // 13: the line of gateways waiting for a vault's lease (lease.rs): each gateway's first waiter
+    // holds a ticket, refreshed while it waits; a lease is taken only by the live ticket queued
+    // first (or when no live ticket waits), so gateways take turns instead of racing.
+    "CREATE TABLE vaultgate.lease_queue (
+        ticket text PRIMARY KEY,
+        vault text NOT NULL,
+        holder text NOT NULL,
+        queued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        seen_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX lease_queue_vault ON vaultgate.lease_queue (vault, queued_at);
+    DO $$
+    DECLARE r record;
+    BEGIN
+        FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+                 WHERE table_schema = 'vaultgate' AND table_name = 'proposals'
+                   AND privilege_type = 'INSERT' AND grantee <> current_user
+        LOOP
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.lease_queue TO %I', r.grantee);
+        END LOOP;
+    END $$;",
 ];

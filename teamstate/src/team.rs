@@ -75,6 +75,7 @@ const REVIEWER_WRITES: &[&str] = &[
     "vault_heads",
     "approvals_used",
     "leases",
+    "lease_queue",
 ];
 
 impl PgState {

@@ -207,3 +207,49 @@ fn a_hold_whose_renewals_go_unanswered_lapses_by_its_own_clock() {
     assert!(busy(keep(&g1, &old, "late")));
     keep(&g2, h2.fence(), "now").unwrap();
 }
+
+/// Waiters take turns: a gateway whose caller has been waiting gets the lease before another
+/// gateway's newer caller (which would win a race of asks as often as not), and in one gateway
+/// callers are served in the order they came. A waiter that gives up leaves no ticket behind.
+#[test]
+fn waiters_take_turns_across_gateways_and_within_one() {
+    let cluster = Cluster::start();
+    let (g1, g2) = two(&cluster, "lease_turns");
+    for round in 0..5 {
+        let held = g1.lock_vault("notes", "g1", Duration::from_secs(1)).unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let waiter = |store: &Arc<PgState>, name: &'static str| {
+            let (store, order) = (store.clone(), order.clone());
+            std::thread::spawn(move || {
+                let hold = store.lock_vault("notes", name, Duration::from_secs(10)).unwrap();
+                order.lock().unwrap().push(name);
+                std::thread::sleep(Duration::from_millis(50));
+                drop(hold);
+            })
+        };
+        // g2's caller waits first; then two callers of g1, in order.
+        let first = waiter(&g2, "g2-first");
+        std::thread::sleep(Duration::from_millis(300));
+        let second = waiter(&g1, "g1-second");
+        std::thread::sleep(Duration::from_millis(100));
+        let third = waiter(&g1, "g1-third");
+        std::thread::sleep(Duration::from_millis(100));
+        drop(held);
+        for t in [first, second, third] {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["g2-first", "g1-second", "g1-third"],
+            "round {round}"
+        );
+    }
+    // A wait that ends without the lease takes its ticket out of the line.
+    let held = g1.lock_vault("notes", "g1", Duration::from_secs(1)).unwrap();
+    assert!(busy(g2.lock_vault("notes", "g2", Duration::from_millis(300))));
+    let left = g1
+        .query("SELECT count(*) FROM vaultgate.lease_queue", &[])
+        .unwrap();
+    assert_eq!(left[0].get::<_, i64>(0), 0);
+    drop(held);
+}
