@@ -35,6 +35,8 @@ const MARGIN: Duration = Duration::from_millis(500);
 const TICKET_LIVES: &str = "2 seconds";
 /// How often a waiting ticket is refreshed.
 const TICKET_REFRESH: Duration = Duration::from_millis(500);
+/// The most writes one take of a lease serves in a gateway before it goes back to the team's line.
+const LOCAL_TURN: u32 = 4;
 /// The longest pause between two asks of a first waiter.
 const MAX_PAUSE: Duration = Duration::from_millis(20);
 
@@ -43,7 +45,9 @@ const SECONDS: &str = "COALESCE((SELECT (value #>> '{}')::float8 FROM vaultgate.
                        WHERE key = 'lease_seconds'), 10)";
 
 /// This process's waiters for each vault's lease: only the first of a vault asks the database,
-/// the others wait their turn here (first come, first served).
+/// the others wait their turn here (first come, first served). A hold given up while others of
+/// the process wait is handed to the first of them (at most [`LOCAL_TURN`] writes per take, so
+/// the other gateways' turn comes): no release, no ask, and the clone is already current.
 #[derive(Default)]
 pub(crate) struct Lines {
     lines: Mutex<HashMap<String, Arc<Line>>>,
@@ -52,8 +56,15 @@ pub(crate) struct Lines {
 
 #[derive(Default)]
 struct Line {
-    waiting: Mutex<VecDeque<u64>>,
+    state: Mutex<LineState>,
     turn: Condvar,
+}
+
+#[derive(Default)]
+struct LineState {
+    waiting: VecDeque<u64>,
+    /// A hold handed on, for the first waiter.
+    handed: Option<VaultLock>,
 }
 
 /// A place in a vault's line; leaving it (dropped) lets the next one ask.
@@ -64,29 +75,57 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if let Ok(mut w) = self.line.waiting.lock() {
-            w.retain(|n| *n != self.me);
-        }
+        let orphan = match self.line.state.lock() {
+            Ok(mut s) => {
+                s.waiting.retain(|n| *n != self.me);
+                // Handed on to no one (the last waiter gave up): released below.
+                match s.waiting.is_empty() {
+                    true => s.handed.take(),
+                    false => None,
+                }
+            }
+            Err(_) => None,
+        };
         self.line.turn.notify_all();
+        drop(orphan);
+    }
+}
+
+impl Place {
+    /// The hold handed on to this waiter, waiting for one at most `pause`.
+    fn handed(&self, pause: Duration) -> Option<VaultLock> {
+        let mut s = self.line.state.lock().ok()?;
+        if s.handed.is_none() {
+            s = self.line.turn.wait_timeout(s, pause).ok()?.0;
+        }
+        s.handed.take()
     }
 }
 
 impl Lines {
+    fn line(&self, vault: &str) -> Option<Arc<Line>> {
+        Some(
+            self.lines
+                .lock()
+                .ok()?
+                .entry(vault.to_owned())
+                .or_default()
+                .clone(),
+        )
+    }
+
     /// Joins `vault`'s line and waits to be first until `deadline` (then `None`, out of line).
     fn first(&self, vault: &str, deadline: Instant) -> Option<Place> {
-        let line = match self.lines.lock() {
-            Ok(mut lines) => lines.entry(vault.to_owned()).or_default().clone(),
-            Err(_) => return None,
-        };
+        let line = self.line(vault)?;
         let me = self.next.fetch_add(1, Ordering::SeqCst);
         let place = Place { line, me };
-        let mut waiting = place.line.waiting.lock().ok()?;
-        waiting.push_back(me);
-        while waiting.front() != Some(&me) {
+        let mut s = place.line.state.lock().ok()?;
+        s.waiting.push_back(me);
+        while s.waiting.front() != Some(&me) {
             let left = deadline.checked_duration_since(Instant::now())?;
-            waiting = place.line.turn.wait_timeout(waiting, left).ok()?.0;
+            s = place.line.turn.wait_timeout(s, left).ok()?.0;
         }
-        drop(waiting);
+        drop(s);
         Some(place)
     }
 }
@@ -98,6 +137,8 @@ pub struct VaultLock {
     fence: Fence,
     held: Arc<Held>,
     renewer: Option<tokio::task::AbortHandle>,
+    /// How many writes this take of the lease served, this one included.
+    turn: u32,
 }
 
 /// What the renewer tells the hold.
@@ -150,6 +191,25 @@ impl Drop for VaultLock {
     /// Releases the lease, waiting at most [`RENEW_DEADLINE`]: a call failing because the
     /// database stalls must not wait out two more deadlines here (the lease expires by itself).
     fn drop(&mut self) {
+        if self.turn < LOCAL_TURN && self.check().is_ok() && self.renewer.is_some() {
+            let line = self.store.lines.line(&self.fence.vault);
+            if let Some(line) = line
+                && let Ok(mut s) = line.state.lock()
+                && !s.waiting.is_empty()
+                && s.handed.is_none()
+            {
+                s.handed = Some(VaultLock {
+                    store: self.store.clone(),
+                    fence: self.fence.clone(),
+                    held: self.held.clone(),
+                    renewer: self.renewer.take(),
+                    turn: self.turn + 1,
+                });
+                drop(s);
+                line.turn.notify_all();
+                return;
+            }
+        }
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
@@ -250,7 +310,7 @@ impl PgState {
                 "another gateway of the team is applying to vault '{vault}'; retry with the same idempotencyKey"
             ))
         };
-        let Some(_place) = self.lines.first(vault, deadline) else {
+        let Some(place) = self.lines.first(vault, deadline) else {
             return Err(busy());
         };
         let mut ticket = Ticket {
@@ -260,6 +320,9 @@ impl PgState {
         };
         let mut pause = Duration::from_millis(2);
         loop {
+            if let Some(hold) = place.handed(Duration::ZERO) {
+                return Ok(hold);
+            }
             let client = self.client()?;
             let sent = Instant::now();
             let id = ticket.id.as_deref();
@@ -283,13 +346,16 @@ impl PgState {
                     fence,
                     held,
                     renewer: Some(renewer),
+                    turn: 1,
                 });
             }
             if Instant::now() + pause > deadline {
                 return Err(busy());
             }
             ticket.keep(vault, holder)?;
-            std::thread::sleep(pause);
+            if let Some(hold) = place.handed(pause) {
+                return Ok(hold);
+            }
             pause = (pause * 2).min(MAX_PAUSE);
         }
     }

@@ -292,8 +292,8 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         let s: Value = serde_json::from_str(&g.ok(&["team", "status", "--json"])).unwrap();
         assert_eq!(s["vaults"][0]["pendingJobs"], json!(0), "{s}");
         assert!(
-            s["vaults"][0]["applier"]["epoch"].as_u64().unwrap() >= applied.len() as u64,
-            "every apply took the lease at a new epoch: {s}"
+            s["vaults"][0]["applier"]["epoch"].as_u64().unwrap() >= applied.len().div_ceil(4) as u64,
+            "a take of the lease serves at most 4 writes: {s}"
         );
         g.ok(&["audit", "verify"]);
         let clone = g.home.join("vaults/notes");
