@@ -45,6 +45,7 @@ pub mod storage;
 mod teamcritical;
 mod teamhistory;
 mod teampush;
+mod teamsettle;
 mod teamundo;
 mod teamwrite;
 pub mod tunnel;

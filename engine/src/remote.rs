@@ -145,7 +145,13 @@ fn networked(program: &Program, dir: &Path) -> Command {
 }
 
 fn git_error(e: GitError) -> GatewayError {
-    GatewayError::Config(format!("the team vault's remote: {e}"))
+    match e {
+        // Another git at work in the clone: over in a moment (retryable).
+        GitError::Busy(why) => GatewayError::VaultBusy(format!(
+            "the team vault's clone is busy ({why}); retry with the same idempotencyKey"
+        )),
+        e => GatewayError::Config(format!("the team vault's remote: {e}")),
+    }
 }
 
 /// Whether `branch` exists on `remote` (before a vault is registered).
@@ -309,8 +315,29 @@ pub fn sync(program: &Program, dir: &Path, vault: &TeamVault) -> Result<Synced, 
     Ok(Synced::At(theirs))
 }
 
-/// The lock of the clone at `dir` in this process.
-fn hold(dir: &Path) -> std::sync::MutexGuard<'static, ()> {
+/// The clone at `dir` held by this caller: this process's lock, then an exclusive `flock` on a
+/// file beside the clone, so processes sharing a home take turns too. Released when dropped
+/// (the `flock` first; a killed process's with its death).
+pub(crate) struct CloneHeld {
+    _file: Option<std::fs::File>,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Git's lock files in a clone that a git killed mid-way (a gateway killed during a reset or a
+/// fetch) leaves behind; under [`hold`] none can be live, and while one stays every later git
+/// that needs it fails ("another git process seems to be running").
+const GIT_LOCKS: &[&str] = &[
+    "index.lock",
+    "HEAD.lock",
+    "ORIG_HEAD.lock",
+    "FETCH_HEAD.lock",
+    "packed-refs.lock",
+    "config.lock",
+    "shallow.lock",
+];
+
+/// Holds the clone at `dir` (see [`CloneHeld`]) and clears the git locks a killed process left.
+fn hold(dir: &Path) -> CloneHeld {
     type Locks = std::sync::Mutex<std::collections::HashMap<PathBuf, &'static std::sync::Mutex<()>>>;
     static LOCKS: std::sync::OnceLock<Locks> = std::sync::OnceLock::new();
     let lock: &'static std::sync::Mutex<()> = {
@@ -322,7 +349,64 @@ fn hold(dir: &Path) -> std::sync::MutexGuard<'static, ()> {
         all.entry(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()))
             .or_insert_with(|| Box::leak(Box::default()))
     };
-    lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    let guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let file = lock_file(dir);
+    if file.is_some() {
+        clear_stale_locks(dir);
+    }
+    CloneHeld {
+        _file: file,
+        _guard: guard,
+    }
+}
+
+/// `.<name>.lock` beside the clone, locked exclusively (waiting for another process's turn);
+/// `None` when it cannot be made (then only this process's lock holds, and no git lock is
+/// taken for stale).
+fn lock_file(dir: &Path) -> Option<std::fs::File> {
+    let parent = dir.parent()?;
+    let name = dir.file_name()?.to_string_lossy();
+    std::fs::create_dir_all(parent).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(parent.join(format!(".{name}.lock")))
+        .ok()?;
+    match file.lock() {
+        Ok(()) => Some(file),
+        Err(e) => {
+            tracing::warn!(error = %e, "a clone's lock file could not be locked");
+            None
+        }
+    }
+}
+
+/// Removes the git lock files in the clone at `dir` (its `.git` and `.git/refs`): under the
+/// clone's `flock`, every one is a killed process's.
+fn clear_stale_locks(dir: &Path) {
+    let git = dir.join(".git");
+    let mut found: Vec<PathBuf> = GIT_LOCKS.iter().map(|n| git.join(n)).collect();
+    let mut folders = vec![git.join("refs")];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => folders.push(path),
+                Ok(t) if t.is_file() && path.extension().is_some_and(|x| x == "lock") => found.push(path),
+                _ => {}
+            }
+        }
+    }
+    for path in found {
+        if std::fs::remove_file(&path).is_ok() {
+            tracing::warn!(lock = %path.display(), "removed a git lock a stopped gateway left in its clone");
+        }
+    }
 }
 
 /// Moves the clone at `dir` forward to `commit`, which it holds already (an apply's own commit,

@@ -73,6 +73,7 @@ pub(crate) fn critical(
     // team's gateways.
     let hold = team.lock_vault(&v.id, wait)?;
     let fence = hold.fence();
+    crate::teamsettle::settle_left_jobs(core, team, hold.as_ref(), v, None);
     if team.vault_head(&v.id)?.1.is_some() {
         return Err(crate::teampush::rewritten(&v.id));
     }

@@ -220,6 +220,7 @@ pub(crate) fn transition(
     // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
     let hold = team.lock_vault(&v.id, wait)?;
     let fence = hold.fence();
+    crate::teamsettle::settle_left_jobs(core, team, hold.as_ref(), v, None);
     if let Some(out) = first(team, call)? {
         return Ok(out);
     }

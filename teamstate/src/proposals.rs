@@ -339,6 +339,21 @@ impl PgState {
         .map(drop)
     }
 
+    /// The ids of at most `limit` of `vault`'s proposals that have a job, the oldest job first.
+    pub fn left_jobs(&self, vault: &str, limit: u32) -> Result<Vec<String>, GatewayError> {
+        let client = self.client()?;
+        let rows = within(
+            &self.stale,
+            client.query(
+                "SELECT id FROM vaultgate.proposals WHERE vault = $1 AND job IS NOT NULL
+                 ORDER BY job_at NULLS FIRST, id LIMIT $2",
+                &[&vault, &i64::from(limit)],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// How many of `vault`'s proposals have a job: applies in flight, or left by a gateway that
     /// stopped (the next apply of each settles it).
     pub fn pending_jobs(&self, vault: &str) -> Result<u64, GatewayError> {

@@ -404,6 +404,10 @@ impl TeamState for TeamSession {
             .keep_answer(fence, &self.gateway, key, result, entry)
     }
 
+    fn left_jobs(&self, vault: &str, limit: u32) -> Result<Vec<String>, GatewayError> {
+        self.seat()?.store.left_jobs(vault, limit)
+    }
+
     fn drop_job(&self, fence: &Fence, id: &str, job: &str) -> Result<(), GatewayError> {
         self.seat()?.store.drop_job(fence, id, job)
     }

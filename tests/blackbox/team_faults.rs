@@ -209,3 +209,137 @@ async fn an_unanswered_push_at_its_base_is_pushed_again_as_the_same_commit_by_th
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;
 }
+
+#[tokio::test]
+async fn jobs_a_killed_gateway_left_are_settled_by_the_next_take_of_the_lease() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    let status = || -> serde_json::Value {
+        serde_json::from_str(&team.g(1).ok(&["team", "status", "--json"])).unwrap()
+    };
+    let propose = |path: &'static str| {
+        let g2 = &g2;
+        async move {
+            call(
+                g2,
+                "propose_new_note",
+                json!({"path": path, "content": "# Left\n", "reason": "r"}),
+            )
+            .await
+            .ok()
+        }
+    };
+    let before = head(&remote);
+    // g1 dies right after its push landed, and another g1 right after its intent (nothing
+    // pushed); both leave their jobs. Their callers never retry.
+    let landed = propose("left/landed.md").await;
+    let unpushed = propose("left/unpushed.md").await;
+    let got = |p: &serde_json::Value| {
+        let g2 = &g2;
+        let id = p["id"].clone();
+        async move { call(g2, "get_proposal", json!({"id": id})).await.ok()["status"].clone() }
+    };
+    for (p, step, key) in [
+        (&landed, "team_apply.after_push", "k-landed"),
+        (&unpushed, "team_apply.after_intent", "k-unpushed"),
+    ] {
+        let dying = crate::team_writes::stdio_dying_at(team.g(0), &token, step).await;
+        let lost = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dying.try_call("apply_proposal", apply_args(p, key)),
+        )
+        .await
+        .expect("the dying gateway neither answered nor died");
+        assert!(lost.is_err(), "{step}: {lost:?}");
+        // One job left each time: the second gateway's take of the lease settled the first's.
+        assert_eq!(status()["vaults"][0]["pendingJobs"], json!(1), "{step}");
+        // The next one waits for the dead holder's lease to run out.
+        tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    }
+    assert_eq!(got(&landed).await, json!("applied"), "recorded from the remote");
+    let pushed = head(&remote);
+    assert_ne!(pushed, before, "the first push landed");
+
+    // Another proposal applied through g2: its take of the lease settles the left job first.
+    let other = propose("left/other.md").await;
+    let out = call(&g2, "apply_proposal", apply_args(&other, "k-other"))
+        .await
+        .ok();
+    assert_eq!(out["applied"], json!(true), "{out}");
+    assert_eq!(status()["vaults"][0]["pendingJobs"], json!(0));
+    assert_eq!(
+        got(&unpushed).await,
+        json!("pending"),
+        "free again, nothing landed"
+    );
+    let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        [out["commit"].as_str().unwrap(), pushed.as_str()]
+    );
+    // The first caller's retry answers the landed commit; the second's applies it now, once.
+    let again = call(&g2, "apply_proposal", apply_args(&landed, "k-landed"))
+        .await
+        .ok();
+    assert_eq!(
+        (&again["applied"], &again["commit"]),
+        (&json!(true), &json!(pushed)),
+        "{again}"
+    );
+    let now = call(&g2, "apply_proposal", apply_args(&unpushed, "k-unpushed"))
+        .await
+        .ok();
+    assert_eq!(now["applied"], json!(true), "{now}");
+    let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(log.lines().count(), 3, "{log}");
+    team.g(1).ok(&["audit", "verify"]);
+    g2.close().await;
+}
+
+#[tokio::test]
+async fn git_locks_a_killed_gateway_left_in_its_clone_do_not_stop_its_next_apply() {
+    let (team, remote, _person) = team_with_vault(&["g1"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g1 = team.g(0).stdio(&token).await;
+    let p = call(
+        &g1,
+        "propose_new_note",
+        json!({"path": "locks/left.md", "content": "# Left\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    // What a gateway killed mid-reset and mid-fetch leaves: git's lock files in the clone.
+    let clone = team.g(0).home.join("vaults/notes/.git");
+    let left = [
+        clone.join("index.lock"),
+        clone.join("refs/remotes/origin/main.lock"),
+    ];
+    for lock in &left {
+        std::fs::write(lock, "").unwrap();
+    }
+    let before = head(&remote);
+    // Someone else moved the branch, so the apply must fetch and reset the clone.
+    let (_, other) = team.g(0).token("other", "full");
+    let g1b = team.g(0).stdio(&other).await;
+    let q = call(
+        &g1b,
+        "propose_new_note",
+        json!({"path": "locks/first.md", "content": "# First\n", "reason": "r"}),
+    )
+    .await
+    .ok();
+    let first = call(&g1b, "apply_proposal", apply_args(&q, "first")).await.ok();
+    assert_eq!(first["applied"], json!(true), "{first}");
+    let out = call(&g1, "apply_proposal", apply_args(&p, "left")).await.ok();
+    assert_eq!(out["applied"], json!(true), "{out}");
+    for lock in &left {
+        assert!(!lock.exists(), "{} stayed", lock.display());
+    }
+    let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(log.lines().count(), 2, "{log}");
+    assert!(team.g(0).home.join("vaults/notes/locks/left.md").is_file());
+    g1.close().await;
+    g1b.close().await;
+}

@@ -1,10 +1,12 @@
 //! Team mode soaked: three gateways serving over HTTP, a client on each proposing, applying and
 //! undoing through the others, a person pushing to the same remote, and one gateway killed with
-//! SIGKILL (then started again) every few seconds. Every call that fails for the kill or the
+//! SIGKILL (then started again) every few seconds, and once the database stopped at once (as
+//! `pg_ctl stop -m immediate`) and started again. Every call that fails for the kill or the
 //! lease is retried with its key through another gateway, as a client would. Then the design's
 //! invariants: every proposal a client saw applied is on the branch exactly once, as the commit
 //! it was told; no job lands twice; every push of the person is kept; the branch only moved
-//! forward; no job is left; every gateway's chain verifies; every clone converges.
+//! forward; no job is left; every gateway's chain verifies; every clone converges; and after each
+//! heal (a gateway started again, the database back) an apply succeeds within 5 s.
 //!
 //! Runs `VAULTGATE_SOAK_SECONDS` (120 by default; `bench/team-soak.sh` runs it for 30 minutes).
 
@@ -63,6 +65,8 @@ struct World {
     end: Instant,
     stop: AtomicBool,
     retries: AtomicUsize,
+    /// When each apply was answered `applied`.
+    applied_at: Mutex<Vec<Instant>>,
 }
 
 impl World {
@@ -128,6 +132,7 @@ async fn client(world: Arc<World>, c: usize) -> (Applied, usize) {
             (&json!(true), &json!("committed")),
             "{a}"
         );
+        world.applied_at.lock().unwrap().push(Instant::now());
         applied.push((
             p["id"].as_str().unwrap().to_owned(),
             a["commit"].as_str().unwrap().to_owned(),
@@ -183,7 +188,7 @@ fn soak_seconds() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invariant() {
-    let (team, remote, person) = team_with_vault(&["g1", "g2", "g3"]);
+    let (mut team, remote, person) = team_with_vault(&["g1", "g2", "g3"]);
     team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
     git(&remote, &["config", "core.logAllRefUpdates", "always"]);
     git(&person, &["config", "user.name", "Person"]);
@@ -197,6 +202,7 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         end: Instant::now() + Duration::from_secs(seconds),
         stop: AtomicBool::new(false),
         retries: AtomicUsize::new(0),
+        applied_at: Mutex::new(Vec::new()),
     });
     let clients: Vec<_> = (0..3).map(|c| tokio::spawn(client(world.clone(), c))).collect();
 
@@ -204,6 +210,10 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
     let kill_every = Duration::from_secs((seconds / 8).clamp(10, 180));
     let mut next_kill = Instant::now() + kill_every;
     let (mut kills, mut pushes) = (0usize, Vec::new());
+    // Each heal: what came back, and when.
+    let mut heals: Vec<(String, Instant)> = Vec::new();
+    let outage_at = Instant::now() + Duration::from_secs(seconds / 2);
+    let mut outage_done = false;
     while Instant::now() < world.end {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (p, n) = (person.clone(), pushes.len());
@@ -219,8 +229,17 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
                 tokio::task::block_in_place(|| Server::start(&team.gateways[g])),
             ));
             world.ports.lock().unwrap()[g] = servers[g].port;
+            heals.push((format!("g{} started again", g + 1), Instant::now()));
             kills += 1;
             next_kill = Instant::now() + kill_every;
+        }
+        if !outage_done && Instant::now() >= outage_at {
+            // The database stopped at once (SIGQUIT: no checkpoint, every backend gone) for 3 s.
+            tokio::task::block_in_place(|| team.cluster.stop());
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tokio::task::block_in_place(|| team.cluster.start_again());
+            heals.push(("the database back".into(), Instant::now()));
+            outage_done = true;
         }
     }
     world.stop.store(true, Ordering::SeqCst);
@@ -241,6 +260,22 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         world.retries.load(Ordering::Relaxed)
     );
     assert!(kills >= 1 && applied.len() >= 3, "the soak did too little");
+    assert!(outage_done, "the database was never stopped");
+
+    // After each heal an apply succeeded within 5 s (while the clients still ran).
+    let applied_at = world.applied_at.lock().unwrap().clone();
+    for (what, at) in &heals {
+        if *at + Duration::from_secs(5) > world.end {
+            continue;
+        }
+        let first = applied_at.iter().filter(|t| *t >= at).min();
+        let after = first.map(|t| t.duration_since(*at));
+        eprintln!("soak: {what}: the next apply after {after:?}");
+        assert!(
+            after.is_some_and(|a| a <= Duration::from_secs(5)),
+            "no apply within 5 s after {what}: {after:?}"
+        );
+    }
 
     // Each proposal seen applied is on the branch once, as the commit its client was told.
     let log = git(

@@ -77,6 +77,9 @@ pub trait TeamState: Send + Sync {
     ) -> Result<audit::AuditRecord, GatewayError>;
     /// The proposal `id` of `vault`, with its content and its job.
     fn proposal(&self, vault: &str, id: &str) -> Result<Option<TeamProposal>, GatewayError>;
+    /// The ids of at most `limit` of `vault`'s proposals that have a job, the oldest job first:
+    /// under the vault's lease, jobs a gateway left (it stopped, or its push had no answer).
+    fn left_jobs(&self, vault: &str, limit: u32) -> Result<Vec<String>, GatewayError>;
     /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, row)`
     /// (content not read).
     fn list_proposals(
