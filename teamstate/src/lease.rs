@@ -398,10 +398,15 @@ impl PgState {
         let rows = within(
             &self.stale,
             client.query(
-                "SELECT vault, holder, epoch,
-                        to_char(since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
-                        expires_at > now()
-                 FROM vaultgate.leases ORDER BY vault",
+                &format!(
+                    "SELECT vault, holder, epoch,
+                            to_char(since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
+                            expires_at > now(),
+                            ARRAY(SELECT q.holder FROM vaultgate.lease_queue q
+                                  WHERE q.vault = l.vault AND q.seen_at > now() - interval '{TICKET_LIVES}'
+                                  ORDER BY q.queued_at)
+                     FROM vaultgate.leases l ORDER BY vault"
+                ),
                 &[],
             ),
         )?
@@ -414,6 +419,7 @@ impl PgState {
                 epoch: r.get(2),
                 since: r.get(3),
                 held: r.get(4),
+                waiting: r.get(5),
             })
             .collect())
     }
@@ -480,4 +486,6 @@ pub struct Lease {
     pub since: String,
     /// Unexpired and not released: a write is under way.
     pub held: bool,
+    /// The gateways waiting for it, first in line first.
+    pub waiting: Vec<String>,
 }

@@ -243,6 +243,9 @@ fn waiters_take_turns_across_gateways_and_within_one() {
         // g2's caller waits first; then five callers of g1, in order.
         let mut threads = vec![waiter(&g2, "g2")];
         std::thread::sleep(Duration::from_millis(300));
+        // `team status` shows who waits.
+        let notes = g1.leases().unwrap().into_iter().find(|l| l.vault == "notes");
+        assert_eq!(notes.map(|l| l.waiting), Some(vec!["g2".to_owned()]));
         for name in ["g1-1", "g1-2", "g1-3", "g1-4", "g1-5"] {
             threads.push(waiter(&g1, name));
             std::thread::sleep(Duration::from_millis(100));

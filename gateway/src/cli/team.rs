@@ -448,6 +448,8 @@ struct Applier {
     epoch: i64,
     since: String,
     held: bool,
+    /// Gateways waiting for the lease, first in line first.
+    waiting: Vec<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -488,6 +490,7 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
                 epoch: l.epoch,
                 since: l.since,
                 held: l.held,
+                waiting: l.waiting,
             });
             vaults.push((v, jobs, applier));
         }
@@ -564,8 +567,12 @@ fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
                 short(&v.local_head)
             ));
             if let Some(a) = &v.applier {
+                let waiting = match a.waiting.is_empty() {
+                    true => String::new(),
+                    false => format!("; waiting: {}", a.waiting.join(", ")),
+                };
                 out(&format!(
-                    "  lease: {} (epoch {}, since {}){}; {} job(s) in flight",
+                    "  lease: {} (epoch {}, since {}){}; {} job(s) in flight{waiting}",
                     a.gateway,
                     a.epoch,
                     a.since,
