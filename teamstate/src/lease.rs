@@ -92,13 +92,17 @@ impl Drop for Place {
 }
 
 impl Place {
-    /// The hold handed on to this waiter, waiting for one at most `pause`.
+    /// The hold handed on to this waiter, waiting for one at most `pause`. One that lapsed
+    /// meanwhile (its renewals unanswered) is let go (released outside the line's lock).
     fn handed(&self, pause: Duration) -> Option<VaultLock> {
-        let mut s = self.line.state.lock().ok()?;
-        if s.handed.is_none() {
-            s = self.line.turn.wait_timeout(s, pause).ok()?.0;
-        }
-        s.handed.take()
+        let handed = {
+            let mut s = self.line.state.lock().ok()?;
+            if s.handed.is_none() {
+                s = self.line.turn.wait_timeout(s, pause).ok()?.0;
+            }
+            s.handed.take()
+        };
+        handed.filter(|h| h.check().is_ok())
     }
 }
 
