@@ -3,7 +3,8 @@
 //! hangs in the remote's `pre-receive` hook: its lease runs out; the caller's retry through
 //! another gateway takes it over at the next epoch and settles the apply from the remote;
 //! whatever the cut-off gateway does once its push returns is refused. Either way the proposal
-//! lands exactly once, the key answers one result on every gateway, and the chain verifies. And a
+//! lands exactly once, the key answers one result on every gateway, and the chain verifies; once
+//! healed, the cut-off gateway applies again within 5 s. And a
 //! gateway whose listening connection is cut when a token is revoked elsewhere serves that token
 //! nothing more: its requests fail closed until a fresh connection reads the revocation.
 
@@ -199,6 +200,7 @@ async fn a_gateway_cut_off_from_the_database_mid_push_is_fenced_out_and_the_appl
 
         // g1's call ends without recording anything: refused, retryable.
         proxy.heal();
+        let healed = Instant::now();
         let (g1, answered) = tokio::time::timeout(Duration::from_secs(60), applying)
             .await
             .expect("g1's apply never ended")
@@ -216,7 +218,6 @@ async fn a_gateway_cut_off_from_the_database_mid_push_is_fenced_out_and_the_appl
             (&out["commit"], &json!(true)),
             "round {round}"
         );
-        g1.close().await;
 
         // Exactly one commit of the proposal, on top of what was there.
         let id = p["id"].as_str().unwrap();
@@ -241,6 +242,26 @@ async fn a_gateway_cut_off_from_the_database_mid_push_is_fenced_out_and_the_appl
         );
         let s: Value = serde_json::from_str(&team.g(1).ok(&["team", "status", "--json"])).unwrap();
         assert_eq!(s["vaults"][0]["pendingJobs"], json!(0), "round {round}");
+
+        // Healed: a new apply through g1 itself is answered within 5 s of the heal.
+        let q = call(
+            &g1,
+            "propose_new_note",
+            json!({"path": format!("cut/healed-{round}.md"), "content": "# Healed\n", "reason": "r"}),
+        )
+        .await
+        .ok();
+        let applied = call(&g1, "apply_proposal", apply_args(&q, &format!("healed-{round}")))
+            .await
+            .ok();
+        assert_eq!(applied["applied"], json!(true), "round {round}: {applied}");
+        let took = healed.elapsed();
+        eprintln!("round {round}: an apply through g1 answered {took:?} after the heal");
+        assert!(
+            took <= Duration::from_secs(5),
+            "round {round}: {took:?} after the heal"
+        );
+        g1.close().await;
     }
     // Once recorded, by g2 only: the chain verifies, and no record of g1's after it was fenced.
     team.g(0).ok(&["audit", "verify"]);
