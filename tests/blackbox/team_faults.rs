@@ -104,8 +104,17 @@ fn hold_once(remote: &std::path::Path, then: &str) {
     std::fs::write(remote.join("hold-once"), "").unwrap();
 }
 
-#[tokio::test]
-async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_call() {
+/// A team of one gateway that gives a push 1 s (`apply_wait_seconds` 2), a client of it, and a
+/// proposal of a new note at `path` made through it.
+async fn waiting_two_seconds(
+    path: &str,
+) -> (
+    crate::team::Team,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    crate::util::Client,
+    serde_json::Value,
+) {
     let (team, remote, person) = team_with_vault(&["g1"]);
     crate::http::edit_config(team.g(0), "limits", |t| {
         t.insert("apply_wait_seconds".into(), toml::Value::Integer(2));
@@ -115,10 +124,16 @@ async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_c
     let p = call(
         &g1,
         "propose_new_note",
-        json!({"path": "moved/past.md", "content": "# Past\n", "reason": "r"}),
+        json!({"path": path, "content": "# Held\n", "reason": "r"}),
     )
     .await
     .ok();
+    (team, remote, person, g1, p)
+}
+
+#[tokio::test]
+async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_call() {
+    let (team, remote, person, g1, p) = waiting_two_seconds("moved/past.md").await;
     let before = head(&remote);
     // A person's commit to another note, on the remote but not yet on its branch: while the
     // gateway's push waits in the hook, the branch moves to it (so that push can never land).
@@ -161,19 +176,7 @@ async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_c
 
 #[tokio::test]
 async fn an_unanswered_push_at_its_base_is_pushed_again_as_the_same_commit_by_the_retry() {
-    let (team, remote, _person) = team_with_vault(&["g1"]);
-    crate::http::edit_config(team.g(0), "limits", |t| {
-        t.insert("apply_wait_seconds".into(), toml::Value::Integer(2));
-    });
-    let (_, token) = team.g(0).token("agent", "full");
-    let g1 = team.g(0).stdio(&token).await;
-    let p = call(
-        &g1,
-        "propose_new_note",
-        json!({"path": "again/same.md", "content": "# Same\n", "reason": "r"}),
-    )
-    .await
-    .ok();
+    let (team, remote, _person, g1, p) = waiting_two_seconds("again/same.md").await;
     let before = head(&remote);
     // The hook holds the push past the deadline, then refuses it: the branch stays at the base.
     hold_once(&remote, "true");
