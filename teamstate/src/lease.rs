@@ -465,15 +465,22 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     /// A wait that ended without the lease leaves the line (else the ticket stops counting
-    /// after [`TICKET_LIVES`]).
+    /// after [`TICKET_LIVES`]), waiting at most [`RENEW_DEADLINE`]: a wait that failed because
+    /// the database stalls must not wait out its deadlines again here.
     fn drop(&mut self) {
         let Some(id) = self.id.take() else { return };
-        let Ok(client) = self.store.client() else { return };
-        let leave = "DELETE FROM vaultgate.lease_queue WHERE ticket = $1";
-        if !matches!(
-            within(&self.store.stale, client.execute(leave, &[&id])),
-            Ok(Ok(_))
-        ) {
+        let Ok(rt) = self.store.runtime() else { return };
+        let pool = self.store.pool.clone();
+        let leave = rt.spawn(async move {
+            let once = async {
+                let client = pool.get().await.ok()?;
+                let leave = "DELETE FROM vaultgate.lease_queue WHERE ticket = $1";
+                client.execute(leave, &[&id]).await.ok()
+            };
+            tokio::time::timeout(RENEW_DEADLINE, once).await.ok().flatten()
+        });
+        let unused = AtomicBool::new(false);
+        if !matches!(within(&unused, leave), Ok(Ok(Some(_)))) {
             tracing::debug!("a lease ticket was left; it stops counting by itself");
         }
     }
