@@ -101,6 +101,8 @@ pub struct Core {
     pub(crate) team: Option<Arc<dyn crate::storage::TeamState>>,
     /// The team's vaults and settings, as last synced (crate::vaults::Settings::sync_team_vaults).
     pub(crate) team_vaults: std::sync::Mutex<crate::vaults::TeamView>,
+    /// This gateway's applies to each team vault, led and grouped (crate::teamgroup).
+    pub(crate) team_groups: crate::teamgroup::Gates,
 }
 
 /// `gateway.toml` as it was read, and the vaults it names, opened.
@@ -188,6 +190,7 @@ impl Core {
             auth_cache: Default::default(),
             team: None,
             team_vaults: Default::default(),
+            team_groups: Default::default(),
         })
     }
 

@@ -91,7 +91,7 @@ impl Claims {
     }
 
     /// SECURITY(T-PROP4): two writes that meet never share a group.
-    fn meets(&self, other: &Claims) -> bool {
+    pub(crate) fn meets(&self, other: &Claims) -> bool {
         self.exclusive
             || other.exclusive
             || self.keys.iter().any(|k| other.keys.contains(k))

@@ -43,6 +43,7 @@ pub mod remote;
 pub mod review;
 pub mod storage;
 mod teamcritical;
+mod teamgroup;
 mod teamhistory;
 mod teampush;
 mod teamsettle;

@@ -31,6 +31,7 @@ use crate::ids::{ProposalHash, ProposalId};
 use crate::remote::{Synced, TeamVault};
 use crate::storage::team::VaultHold;
 use crate::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
+use crate::teamgroup::{Entered, Leading, Outcome, Rider};
 use crate::txn::internal;
 
 /// How many times an apply builds its commit again on a remote that moved meanwhile.
@@ -235,7 +236,11 @@ pub(crate) fn reject(
 }
 
 /// The answer kept under the caller's key, replayed; a key used for another call is refused.
-fn first_answer(team: &dyn TeamState, call: &Call<'_>, key: &str) -> Result<Option<ApplyOut>, GatewayError> {
+pub(crate) fn first_answer(
+    team: &dyn TeamState,
+    call: &Call<'_>,
+    key: &str,
+) -> Result<Option<ApplyOut>, GatewayError> {
     match team.idempotency(&call.actor().principal_id(), key)? {
         None => Ok(None),
         Some(rec) if rec.same_call(call.tool(), &call.args_hash()) => {
@@ -300,8 +305,38 @@ pub(crate) fn apply(
         .map_err(|_| crate::apply::hash_mismatch())?;
     let vault = registration(team, v)?;
     let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
+    let deadline = std::time::Instant::now() + wait;
+    // This gateway's applies of new notes and patches wait at its gate: the first leads, the
+    // others ride its push (crate::teamgroup); anything else waits for the lease alone.
+    let mut lead = None;
+    if matches!(p.kind, Kind::New | Kind::Patch) && tp.job.is_none() && tp.pushed.is_empty() {
+        let claims = crate::group::Claims::shared()
+            .key(format!("proposal {}", p.id))
+            .key(format!("key {}\n{key}", call.actor().principal_id()))
+            .note(&p.target);
+        match core.team_groups.enter(&v.id, claims.clone(), wait)? {
+            Entered::Lead(l) => lead = Some((l, claims)),
+            Entered::Ride(group) => {
+                let (via, tp) = (via.clone(), &tp);
+                let rider = Rider {
+                    core,
+                    team,
+                    v,
+                    vault: &vault,
+                    p: &p,
+                    given_hash,
+                    key,
+                    via,
+                };
+                if let Some(out) = rider.ride(call, tp, &group) {
+                    return out;
+                }
+            }
+        }
+    }
     // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
-    let hold = team.lock_vault(&v.id, wait)?;
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let hold: Arc<dyn VaultHold> = Arc::from(team.lock_vault(&v.id, left.max(Duration::from_millis(100)))?);
     let fence = hold.fence();
     crate::teamsettle::settle_left_jobs(core, team, hold.as_ref(), v, Some(id.as_str()));
     // Whoever held the lock before may have applied it (or answered this very key).
@@ -322,24 +357,8 @@ pub(crate) fn apply(
         }
         tp = pending(team, v, id.as_str())?;
     }
-    let job = TeamJob {
-        id: uuid::Uuid::now_v7().to_string(),
-        gateway: team.gateway().to_owned(),
-        base: None,
-        commit: None,
-        key: Some(serde_json::json!({
-            "credentialId": call.actor().principal_id(),
-            "key": key,
-            "tool": call.tool(),
-            "argsHash": call.args_hash(),
-        })),
-    };
-    let mut intent = TxnRecord::ok(Some("apply.intent"), Some(&p.target), Some(&p.id));
-    intent.approval = via.clone();
-    let intent = call.entry_for(intent);
-    let intent = team
-        .begin_job(fence, &p.id, &job, intent)?
-        .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))?;
+    let job = new_job(team, call, key);
+    let intent = begin(team, call, fence, &p, &job, via.clone())?;
     core.failpoints.hit("team_apply.after_intent");
     let run = Job {
         core,
@@ -347,6 +366,8 @@ pub(crate) fn apply(
         v,
         vault: &vault,
         hold: hold.as_ref(),
+        lead: std::cell::RefCell::new(lead.map(|(l, claims)| (l, claims, hold.clone()))),
+        grouped: std::cell::Cell::new(None),
         registered: registered.as_deref(),
         p: &p,
         content: tp.content.as_deref(),
@@ -367,12 +388,51 @@ pub(crate) fn apply(
     {
         tracing::warn!(error = %dropped, "a failed team apply kept its job");
     }
+    // The lease is given up (or handed on) before the next apply of this gateway leads.
+    let led = run.lead.take();
+    drop(run);
+    if let Some((lead, _, shared)) = led {
+        drop((shared, hold));
+        drop(lead);
+    }
     out
+}
+
+/// A new job for `call`, its answer to be kept under `key`.
+pub(crate) fn new_job(team: &dyn TeamState, call: &Call<'_>, key: &str) -> TeamJob {
+    TeamJob {
+        id: uuid::Uuid::now_v7().to_string(),
+        gateway: team.gateway().to_owned(),
+        base: None,
+        commit: None,
+        key: Some(serde_json::json!({
+            "credentialId": call.actor().principal_id(),
+            "key": key,
+            "tool": call.tool(),
+            "argsHash": call.args_hash(),
+        })),
+    }
+}
+
+/// Gives the proposal `p` the job `job`, with its `apply.intent` record.
+pub(crate) fn begin(
+    team: &dyn TeamState,
+    call: &Call<'_>,
+    fence: &crate::storage::team::Fence,
+    p: &Proposal,
+    job: &TeamJob,
+    via: Option<String>,
+) -> Result<audit::AuditRecord, GatewayError> {
+    let mut intent = TxnRecord::ok(Some("apply.intent"), Some(&p.target), Some(&p.id));
+    intent.approval = via;
+    let intent = call.entry_for(intent);
+    team.begin_job(fence, &p.id, job, intent)?
+        .ok_or_else(|| GatewayError::from(Refused::DecidedMeanwhile))
 }
 
 /// The repository of the clone at `dir`, found once per process (a clone deleted and made again
 /// is at the same place).
-fn repo_of(core: &Core, dir: &std::path::Path) -> Result<Repo, GatewayError> {
+pub(crate) fn repo_of(core: &Core, dir: &std::path::Path) -> Result<Repo, GatewayError> {
     type Found = std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Repo>>;
     static FOUND: std::sync::OnceLock<Found> = std::sync::OnceLock::new();
     let found = FOUND.get_or_init(Default::default);
@@ -390,27 +450,31 @@ fn repo_of(core: &Core, dir: &std::path::Path) -> Result<Repo, GatewayError> {
 }
 
 /// One apply's job, from the fetch to the record.
-struct Job<'a> {
-    core: &'a Core,
-    team: &'a dyn TeamState,
-    v: &'a Arc<VaultHandle>,
-    vault: &'a TeamVault,
+pub(crate) struct Job<'a> {
+    pub(crate) core: &'a Core,
+    pub(crate) team: &'a dyn TeamState,
+    pub(crate) v: &'a Arc<VaultHandle>,
+    pub(crate) vault: &'a TeamVault,
     /// The vault's lease this job runs under.
-    hold: &'a dyn VaultHold,
+    pub(crate) hold: &'a dyn VaultHold,
+    /// This apply leads at its gate: its lead, what it touches, and the hold a group shares.
+    pub(crate) lead: std::cell::RefCell<Option<Leading>>,
+    /// Pushed in a group, which landed: whether this gateway's clone holds its commit.
+    pub(crate) grouped: std::cell::Cell<Option<bool>>,
     /// The head the team registered, read under the lease: the last push any gateway made.
-    registered: Option<&'a str>,
-    p: &'a Proposal,
-    content: Option<&'a str>,
-    job: &'a TeamJob,
-    intent: &'a audit::AuditRecord,
-    given_hash: &'a ProposalHash,
-    key: &'a str,
+    pub(crate) registered: Option<&'a str>,
+    pub(crate) p: &'a Proposal,
+    pub(crate) content: Option<&'a str>,
+    pub(crate) job: &'a TeamJob,
+    pub(crate) intent: &'a audit::AuditRecord,
+    pub(crate) given_hash: &'a ProposalHash,
+    pub(crate) key: &'a str,
     /// How a person approved it (`client`, `app`), for its records.
-    approval: Option<String>,
+    pub(crate) approval: Option<String>,
     /// A push was made whose outcome is not known: the job must stay for recovery.
-    uncertain: std::cell::Cell<bool>,
+    pub(crate) uncertain: std::cell::Cell<bool>,
     /// Every commit the proposal's jobs were about to push, this one's included.
-    pushed: std::cell::RefCell<Vec<String>>,
+    pub(crate) pushed: std::cell::RefCell<Vec<String>>,
 }
 
 impl Job<'_> {
@@ -482,16 +546,31 @@ impl Job<'_> {
             self.team
                 .job_attempt(self.hold.fence(), &self.p.id, &self.job.id, &base, &commit)?;
             self.pushed.borrow_mut().push(commit.clone());
+            // Applies waiting behind this one build on its commit; the last is pushed for all.
+            let group = self.open_group(&commit, &touched);
+            let tip = group.as_ref().map_or(&commit, |(_, tip, _)| tip);
             self.core.failpoints.hit("team_apply.before_push");
-            let landed = crate::teampush::push_settled(
-                self.core,
-                dir,
-                self.vault,
-                (&commit, &base),
-                &mut last,
-                &self.uncertain,
-            )?;
-            if landed {
+            // The members took time: a hold that lapsed meanwhile pushes nothing.
+            let held = group.as_ref().map_or(Ok(()), |_| self.hold.check());
+            let landed = held.and_then(|()| {
+                let (vault, uncertain) = (self.vault, &self.uncertain);
+                crate::teampush::push_settled(self.core, dir, vault, (tip, &base), &mut last, uncertain)
+            });
+            if let Some((group, tip, all)) = &group {
+                group.settle(match &landed {
+                    Ok(true) => {
+                        let indexed = self.advance(tip, all);
+                        self.grouped.set(Some(indexed));
+                        Outcome::Landed { indexed }
+                    }
+                    Ok(false) => Outcome::NotLanded,
+                    Err(e) => Outcome::Failed {
+                        why: e.to_string(),
+                        uncertain: self.uncertain.get(),
+                    },
+                });
+            }
+            if landed? {
                 self.core.failpoints.hit("team_apply.after_push");
                 let out = self.finish(call, &commit, &touched, &history_id)?;
                 self.uncertain.set(false);
@@ -509,7 +588,7 @@ impl Job<'_> {
 
     /// The proposal checked against `base` (docs/contract.md#applying-a-proposal checks 3–6)
     /// and its one commit on it; the note paths it writes or removes.
-    fn build(
+    pub(crate) fn build(
         &self,
         repo: &Repo,
         base: &str,
@@ -661,7 +740,7 @@ impl Job<'_> {
 
     /// The push landed: the proposal applied, with its answer under the key and the call's
     /// record, in one commit; then this gateway's clone and index are brought to the commit.
-    fn finish(
+    pub(crate) fn finish(
         &self,
         call: &mut Call<'_>,
         commit: &str,
@@ -713,12 +792,24 @@ impl Job<'_> {
         };
         out.audit_seq = rec.seq;
         self.core.failpoints.hit("team_apply.after_record");
+        // A group's pusher brought the clone to the pushed commit before any member recorded.
+        let indexed = match self.grouped.get() {
+            Some(indexed) => indexed,
+            None => self.advance(commit, touched),
+        };
+        if !indexed {
+            out.index = "failed".into();
+        }
+        Ok(out)
+    }
+
+    /// Registers `commit` as the vault's head and brings this gateway's clone and index to it
+    /// (read-your-writes: made here, so no fetch is needed): whether the clone took it.
+    fn advance(&self, commit: &str, touched: &[String]) -> bool {
         if let Err(e) = self.team.register_head(&self.v.id, None, commit) {
             // The next fetch registers it (it descends from the registered head).
             tracing::warn!(vault = %self.v.id, error = %e, "the applied commit was not registered as the head yet");
         }
-        // Read-your-writes: the answer waits for this gateway's clone to hold the commit (made
-        // here, so no fetch is needed to move to it).
         let dir = self.v.reader.fs().root();
         match crate::remote::advance(&self.core.git, dir, commit) {
             Ok(_) => {
@@ -727,12 +818,12 @@ impl Job<'_> {
                     .filter_map(|p| policy::VaultPath::parse(p).ok())
                     .collect();
                 self.v.reader.update_paths(&paths);
+                true
             }
             Err(e) => {
                 tracing::warn!(vault = %self.v.id, error = %e, "the clone did not take the applied commit yet");
-                out.index = "failed".into();
+                false
             }
         }
-        Ok(out)
     }
 }

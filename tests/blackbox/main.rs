@@ -36,6 +36,7 @@ mod team; // team mode: gateways on one PostgreSQL share credentials and one aud
 mod team_approval; // team mode: a person's click on the card is used once across the team
 mod team_critical; // team mode: a challenge issued on one gateway executes once on any
 mod team_faults; // team mode: a remote that declines pushes, or is gone, changes nothing
+mod team_group; // team mode: applies waiting on one gateway share one push
 mod team_lease; // team mode: a gateway cut off from the database mid-apply is fenced out
 mod team_soak; // team mode: three gateways soaked with kills and a person pushing
 mod team_writes; // team mode: proposals in the database, applies pushed to the vault's remote

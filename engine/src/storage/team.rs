@@ -192,7 +192,7 @@ pub struct Fence {
 }
 
 /// A held lease of a vault ([`TeamState::lock_vault`]).
-pub trait VaultHold: Send {
+pub trait VaultHold: Send + Sync {
     /// What every write made under this hold carries.
     fn fence(&self) -> &Fence;
     /// Whether the hold still holds by this machine's clock (renewed in time, not taken over):
