@@ -57,6 +57,7 @@ git -C "$work/person" add -A
 git -C "$work/person" -c user.name=Bench -c user.email=bench@example.com commit -qm notes
 git init -q --bare -b main "$work/remote.git"
 git -C "$work/remote.git" config receive.denyNonFastForwards true
+git -C "$work/remote.git" config core.logAllRefUpdates always
 git -C "$work/person" push -q "$work/remote.git" main
 
 export USER=bench
@@ -127,8 +128,10 @@ total = time.monotonic() - start
 xs = sorted(pair)
 pct = lambda q: 1000 * xs[min(len(xs) - 1, int(q * len(xs)))]
 heads = subprocess.run(["git", "-C", f"{work}/remote.git", "rev-list", "--count", "main"], capture_output=True, text=True).stdout.strip()
+pushes = len(subprocess.run(["git", "-C", f"{work}/remote.git", "reflog", "show", "main"], capture_output=True, text=True).stdout.splitlines()) - 1
 print(f"{len(xs)} pairs from {clients} clients over 3 gateways in {total:.1f} s: {len(xs) / total:.1f} pairs/s, "
-      f"pair p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms; {busy[0]} VAULT_BUSY retries; the remote has {heads} commits")
+      f"pair p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms; {busy[0]} VAULT_BUSY retries; the remote has {heads} commits, "
+      f"pushed in {pushes} pushes")
 PY
 exit 0
 fi
