@@ -112,9 +112,8 @@ impl Writes<'_> {
     }
 
     /// What an apply will touch, read before the lock, so it can share a group commit with
-    /// applies that touch nothing of it (crate::group). A new note or a whole-text patch writes
-    /// its target alone; a move (links rewritten anywhere) and a delete (the trash) run alone, as
-    /// does anything not readable here (the checks under the lock answer it).
+    /// applies that touch nothing of it (crate::group::Claims::of_apply); anything not readable
+    /// here runs alone (the checks under the lock answer it).
     fn claims(
         &self,
         call: &Call<'_>,
@@ -126,11 +125,8 @@ impl Writes<'_> {
             return crate::group::Claims::exclusive();
         };
         match serde_json::from_value::<Proposal>(row.meta) {
-            Ok(p) if matches!(p.kind, Kind::New | Kind::Patch) => crate::group::Claims::shared()
-                .key(format!("proposal {}", p.id))
-                .key(format!("key {}\n{idempotency_key}", call.actor().principal_id()))
-                .note(&p.target),
-            _ => crate::group::Claims::exclusive(),
+            Ok(p) => crate::group::Claims::of_apply(&p, &call.actor().principal_id(), idempotency_key),
+            Err(_) => crate::group::Claims::exclusive(),
         }
     }
 

@@ -62,6 +62,19 @@ impl Claims {
         }
     }
 
+    /// What an apply of `p` by `principal` under `key` touches, local or team (crate::teamgroup):
+    /// a new note or a whole-text patch writes its target alone; a move (links rewritten
+    /// anywhere) and a delete (the trash) run alone.
+    pub(crate) fn of_apply(p: &proposals::Proposal, principal: &str, key: &str) -> Claims {
+        match p.kind {
+            proposals::Kind::New | proposals::Kind::Patch => Claims::shared()
+                .key(format!("proposal {}", p.id))
+                .key(format!("key {principal}\n{key}"))
+                .note(&p.target),
+            _ => Claims::exclusive(),
+        }
+    }
+
     /// A write that may share a group with writes it does not meet.
     pub(crate) fn shared() -> Claims {
         Claims::default()

@@ -309,11 +309,8 @@ pub(crate) fn apply(
     // This gateway's applies of new notes and patches wait at its gate: the first leads, the
     // others ride its push (crate::teamgroup); anything else waits for the lease alone.
     let mut lead = None;
-    if matches!(p.kind, Kind::New | Kind::Patch) && tp.job.is_none() && tp.pushed.is_empty() {
-        let claims = crate::group::Claims::shared()
-            .key(format!("proposal {}", p.id))
-            .key(format!("key {}\n{key}", call.actor().principal_id()))
-            .note(&p.target);
+    let claims = crate::group::Claims::of_apply(&p, &call.actor().principal_id(), key);
+    if !claims.is_exclusive() && tp.job.is_none() && tp.pushed.is_empty() {
         match core.team_groups.enter(&v.id, claims.clone(), wait)? {
             Entered::Lead(l) => lead = Some((l, claims)),
             Entered::Ride(group) => {

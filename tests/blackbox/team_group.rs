@@ -7,6 +7,7 @@
 //! caller's retry lands its apply once; a gateway killed while its group's push hangs leaves
 //! every apply of the group to land once through the callers' retries.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -177,21 +178,29 @@ fn commit_of(r: &Reply) -> String {
     }
 }
 
-#[tokio::test]
-async fn applies_waiting_on_one_gateway_ride_one_push_each_in_its_own_commit() {
+/// One gateway on a fresh remote whose first push is held 2 s (the other applies wait for the
+/// vault meanwhile) and whose second push runs `second` (shell) in its `pre-receive` hook: the
+/// team, the remote, a token, the push log, and the file the held push makes.
+fn one_gateway(second: &str) -> (crate::team::Team, PathBuf, String, PathBuf, PathBuf) {
     let (team, remote, _person) = team_with_vault(&["g1"]);
     let (_, token) = team.g(0).token("agent", "full");
     let log = log_pushes(&remote);
     let started = remote.join("started");
-    // The first push is held 2 s: the other applies wait for the vault meanwhile.
     hook(
         &remote,
         "pre-receive",
         &format!(
-            "#!/bin/sh\nif mkdir first 2>/dev/null; then touch '{}'; sleep 2; fi\n",
+            "#!/bin/sh\nif mkdir first 2>/dev/null; then touch '{}'; sleep 2; exit 0; fi\n\
+             if mkdir second 2>/dev/null; then {second}; fi\n",
             started.display()
         ),
     );
+    (team, remote, token, log, started)
+}
+
+#[tokio::test]
+async fn applies_waiting_on_one_gateway_ride_one_push_each_in_its_own_commit() {
+    let (team, remote, token, log, started) = one_gateway("true");
     let srv = Server::start(team.g(0));
     let ps = proposals(&srv, &token).await;
     let replies = apply_while_busy(&srv, &token, &ps, &started).await;
@@ -227,20 +236,8 @@ async fn applies_waiting_on_one_gateway_ride_one_push_each_in_its_own_commit() {
 
 #[tokio::test]
 async fn a_group_whose_push_the_remote_declines_lands_nothing_and_each_retry_lands_once() {
-    let (team, remote, _person) = team_with_vault(&["g1"]);
-    let (_, token) = team.g(0).token("agent", "full");
-    let log = log_pushes(&remote);
-    let started = remote.join("started");
-    // The first push is held 2 s; the next one (the group's) is declined, once.
-    hook(
-        &remote,
-        "pre-receive",
-        &format!(
-            "#!/bin/sh\nif mkdir first 2>/dev/null; then touch '{}'; sleep 2; exit 0; fi\n\
-             if mkdir second 2>/dev/null; then echo 'main is frozen for a minute' >&2; exit 1; fi\n",
-            started.display()
-        ),
-    );
+    // The group's push is declined, once.
+    let (team, remote, token, log, started) = one_gateway("echo 'main is frozen for a minute' >&2; exit 1");
     let srv = Server::start(team.g(0));
     let ps = proposals(&srv, &token).await;
     let replies = apply_while_busy(&srv, &token, &ps, &started).await;
@@ -268,33 +265,19 @@ async fn a_group_whose_push_the_remote_declines_lands_nothing_and_each_retry_lan
 #[tokio::test]
 async fn a_gateway_killed_while_its_groups_push_hangs_leaves_each_apply_to_land_once() {
     for accepted in [true, false] {
-        let (team, remote, _person) = team_with_vault(&["g1"]);
-        // The dead holder's lease blocks the vault until it runs out: short here.
-        team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
-        let (_, token) = team.g(0).token("agent", "full");
-        let log = log_pushes(&remote);
-        let (started, grouped, release) = (
-            remote.join("started"),
-            remote.join("grouped"),
-            remote.join("release"),
-        );
-        // The first push is held 2 s; the group's hangs until released, then is taken or refused.
+        // The group's push hangs until released (the hook runs in the remote), then is taken
+        // or refused.
         let then = if accepted {
             "exit 0"
         } else {
             "echo 'refused' >&2; exit 1"
         };
-        hook(
-            &remote,
-            "pre-receive",
-            &format!(
-                "#!/bin/sh\nif mkdir first 2>/dev/null; then touch '{s}'; sleep 2; exit 0; fi\n\
-                 if mkdir second 2>/dev/null; then touch '{g}'; while [ ! -e '{r}' ]; do sleep 0.05; done; {then}; fi\n",
-                s = started.display(),
-                g = grouped.display(),
-                r = release.display(),
-            ),
-        );
+        let (team, remote, token, log, started) = one_gateway(&format!(
+            "touch grouped; while [ ! -e release ]; do sleep 0.05; done; {then}"
+        ));
+        let (grouped, release) = (remote.join("grouped"), remote.join("release"));
+        // The dead holder's lease blocks the vault until it runs out: short here.
+        team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
         let srv = Server::start(team.g(0));
         let ps = proposals(&srv, &token).await;
         // The calls cut by the kill never answer: 15 s is ample for the first, which answers
