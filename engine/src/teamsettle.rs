@@ -63,7 +63,8 @@ pub(crate) fn settle_left_jobs(
 /// A job left by a gateway that stopped mid-apply (or by an apply whose push had no answer),
 /// settled from the remote by [`proposals::recovery::settle_unknown_push`]: landed (a commit of
 /// the proposal's jobs on the branch) → the proposal is recorded applied; the branch still at
-/// the job's base and its commit held here → that same commit is pushed again; anything else →
+/// the job's base, its commit held here and the job younger than `job_ttl_seconds` → that same
+/// commit is pushed again; anything else →
 /// the job is dropped and the proposal free again (its next apply checks it anew; a commit
 /// pushed earlier that lands meanwhile is found on the branch then). Runs under the lease, so the
 /// job's gateway records nothing any more. `may_push`: an apply may push the commit again (a
@@ -92,7 +93,13 @@ pub(crate) fn settle_left_job(
         (None, Some((base, _))) if head.as_deref() == Some(base) => RemoteShows::AtBase,
         _ => RemoteShows::Past,
     };
-    let again = may_push && last.is_some_and(|(_, c)| crate::remote::holds(&core.git, dir, c));
+    // A job older than `job_ttl_seconds` is never pushed again: its caller stopped waiting long
+    // ago, and the proposal's next apply builds a fresh commit (whose push, to the same base,
+    // makes this one's compare-and-swap fail forever).
+    let young = job
+        .age_seconds
+        .is_some_and(|age| age < core.config().limits.job_ttl_seconds);
+    let again = may_push && young && last.is_some_and(|(_, c)| crate::remote::holds(&core.git, dir, c));
     let settled = proposals::recovery::settle_unknown_push(shows, again);
     let commit = match (settled, landed, last) {
         (UnknownPush::Record, Some(commit), _) => commit,

@@ -169,6 +169,7 @@ pub(crate) fn reject(
                         base: None,
                         commit: None,
                         key: None,
+                        age_seconds: None,
                     };
                     let intent = call.entry_for(TxnRecord::ok(
                         Some("apply.intent"),
@@ -408,6 +409,7 @@ pub(crate) fn new_job(team: &dyn TeamState, call: &Call<'_>, key: &str) -> TeamJ
             "tool": call.tool(),
             "argsHash": call.args_hash(),
         })),
+        age_seconds: None,
     }
 }
 

@@ -19,7 +19,10 @@ use crate::{PgState, db, within};
 
 const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
                        decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key, pushed, \
-                       COALESCE(pushed_at > now() - interval '30 seconds', false)";
+                       COALESCE(pushed_at > now() - interval '30 seconds', false), \
+                       EXTRACT(EPOCH FROM now() - job_at)::bigint";
+/// Where a query that adds `content` after [`COLUMNS`] finds it.
+const CONTENT: usize = 22;
 
 fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, GatewayError> {
     let status: String = r.get(7);
@@ -32,6 +35,8 @@ fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, Gateway
         base: r.get(16),
         commit: r.get(17),
         key: r.get(18),
+        // On the database's clock, the same for every gateway.
+        age_seconds: r.get::<_, Option<i64>>(21).and_then(|a| u64::try_from(a).ok()),
     });
     Ok(TeamProposal {
         row: StoredProposal {
@@ -99,7 +104,7 @@ impl PgState {
             ),
         )?
         .map_err(db)?;
-        row.map(|r| proposal_of(&r, r.get(21))).transpose()
+        row.map(|r| proposal_of(&r, r.get(CONTENT))).transpose()
     }
 
     /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, n)`.

@@ -104,10 +104,11 @@ fn hold_once(remote: &std::path::Path, then: &str) {
     std::fs::write(remote.join("hold-once"), "").unwrap();
 }
 
-/// A team of one gateway that gives a push 1 s (`apply_wait_seconds` 2), a client of it, and a
-/// proposal of a new note at `path` made through it.
+/// A team of one gateway that gives a push 1 s (`apply_wait_seconds` 2; `job_ttl_seconds` when
+/// given), a client of it, and a proposal of a new note at `path` made through it.
 async fn waiting_two_seconds(
     path: &str,
+    job_ttl_seconds: Option<i64>,
 ) -> (
     crate::team::Team,
     std::path::PathBuf,
@@ -118,6 +119,9 @@ async fn waiting_two_seconds(
     let (team, remote, person) = team_with_vault(&["g1"]);
     crate::http::edit_config(team.g(0), "limits", |t| {
         t.insert("apply_wait_seconds".into(), toml::Value::Integer(2));
+        if let Some(ttl) = job_ttl_seconds {
+            t.insert("job_ttl_seconds".into(), toml::Value::Integer(ttl));
+        }
     });
     let (_, token) = team.g(0).token("agent", "full");
     let g1 = team.g(0).stdio(&token).await;
@@ -133,7 +137,7 @@ async fn waiting_two_seconds(
 
 #[tokio::test]
 async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_call() {
-    let (team, remote, person, g1, p) = waiting_two_seconds("moved/past.md").await;
+    let (team, remote, person, g1, p) = waiting_two_seconds("moved/past.md", None).await;
     let before = head(&remote);
     // A person's commit to another note, on the remote but not yet on its branch: while the
     // gateway's push waits in the hook, the branch moves to it (so that push can never land).
@@ -176,7 +180,7 @@ async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_c
 
 #[tokio::test]
 async fn an_unanswered_push_at_its_base_is_pushed_again_as_the_same_commit_by_the_retry() {
-    let (team, remote, _person, g1, p) = waiting_two_seconds("again/same.md").await;
+    let (team, remote, _person, g1, p) = waiting_two_seconds("again/same.md", None).await;
     let before = head(&remote);
     // The hook holds the push past the deadline, then refuses it: the branch stays at the base.
     hold_once(&remote, "true");
@@ -208,6 +212,63 @@ async fn an_unanswered_push_at_its_base_is_pushed_again_as_the_same_commit_by_th
     assert_eq!(
         call(&g1, "get_proposal", json!({"id": p["id"]})).await.ok()["status"],
         json!("applied")
+    );
+    team.g(0).ok(&["audit", "verify"]);
+    g1.close().await;
+}
+
+/// The same left job as above, retried after `job_ttl_seconds`: its commit is never pushed
+/// again (nothing lands long after its caller stopped waiting); the retry is a new job with a
+/// fresh commit, and the old one can never land after it.
+#[tokio::test]
+async fn a_left_job_past_job_ttl_seconds_is_not_pushed_again_and_its_retry_builds_anew() {
+    let (team, remote, _person, g1, p) = waiting_two_seconds("ttl/old.md", Some(2)).await;
+    let before = head(&remote);
+    hold_once(&remote, "true");
+    let e = call(&g1, "apply_proposal", apply_args(&p, "late"))
+        .await
+        .err_json();
+    assert_eq!(e["code"], json!("VAULT_BUSY"), "{e}");
+    let db = crate::team::pg::connect_retrying(&team.url);
+    let job_of = || {
+        db.query(
+            "SELECT job, job_commit FROM vaultgate.proposals WHERE id = $1 AND job IS NOT NULL",
+            &[&p["id"].as_str().unwrap()],
+        )
+        .unwrap()
+        .first()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+    };
+    let (old_job, attempted) = job_of().expect("the job is kept");
+    // The held push is refused; the branch stays at the job's base while the job grows old.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(head(&remote), before);
+    let out = call(&g1, "apply_proposal", apply_args(&p, "late")).await.ok();
+    assert_eq!(
+        (&out["applied"], &out["replayed"]),
+        (&json!(true), &json!(false)),
+        "{out}"
+    );
+    let commit = out["commit"].as_str().unwrap();
+    assert_ne!(commit, attempted, "the old job's commit was pushed again");
+    let landed = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(landed.lines().collect::<Vec<_>>(), [commit]);
+    let trailer = git(
+        &remote,
+        &[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Vaultgate-Job,valueonly)",
+            commit,
+        ],
+    );
+    assert_ne!(trailer.trim(), old_job, "a new job made the commit");
+    assert!(job_of().is_none(), "no job is left");
+    // The same key answers the same apply again.
+    let again = call(&g1, "apply_proposal", apply_args(&p, "late")).await.ok();
+    assert_eq!(
+        (&again["commit"], &again["replayed"]),
+        (&json!(commit), &json!(true))
     );
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;

@@ -245,6 +245,8 @@ pub struct TeamJob {
     /// The caller's key (`{credentialId, key, tool, argsHash}`): whoever settles a job its
     /// gateway left keeps the answer under it, so the caller's retry gets it.
     pub key: Option<serde_json::Value>,
+    /// Seconds since the job began (the database's clock); `None` for one not read back yet.
+    pub age_seconds: Option<u64>,
 }
 
 /// A job that landed.
