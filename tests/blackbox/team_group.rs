@@ -4,8 +4,9 @@
 //! compare-and-swap carries them all. The remote takes fewer pushes than commits, every push a
 //! fast-forward; each proposal is in one commit of its own with its own trailers; each caller is
 //! answered with its own commit. A group whose push the remote declines lands nothing, and each
-//! caller's retry lands its apply once; a gateway killed while its group's push hangs leaves
-//! every apply of the group to land once through the callers' retries.
+//! caller's retry lands its apply once; a gateway killed while its group's push hangs, or its
+//! database stopped meanwhile, leaves every apply of the group to land once through the
+//! callers' retries.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -336,6 +337,98 @@ async fn a_gateway_killed_while_its_groups_push_hangs_leaves_each_apply_to_land_
         landed_once(&srv, &token, &remote, &ps, &commits, &log).await;
         team.g(0).ok(&["audit", "verify"]);
         // Nothing is left in flight once healthy.
+        let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
+        assert_eq!(status["vaults"][0]["pendingJobs"], json!(0), "{status}");
+    }
+}
+
+#[tokio::test]
+async fn the_database_stopped_while_a_groups_push_hangs_answers_no_member_and_each_retry_lands_once() {
+    for accepted in [true, false] {
+        let then = if accepted {
+            "exit 0"
+        } else {
+            "echo 'refused' >&2; exit 1"
+        };
+        let (mut team, remote, token, log, started) = one_gateway(&format!(
+            "touch grouped; while [ ! -e release ]; do sleep 0.05; done; {then}"
+        ));
+        let (grouped, release) = (remote.join("grouped"), remote.join("release"));
+        team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+        let srv = Server::start(team.g(0));
+        let ps = proposals(&srv, &token).await;
+        let calls = applies(
+            clients(&srv, &token, ps.len()).await,
+            &ps,
+            &started,
+            Duration::from_secs(90),
+        );
+        let all = replies(calls);
+        // The session the retries use, open across the outage.
+        let c = srv.client(&token).await;
+        let outage = async {
+            for _ in 0..400 {
+                if grouped.exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            assert!(grouped.exists(), "the group's push never reached the remote");
+            // The database goes away while the group's push hangs; then the push goes on.
+            team.cluster.stop();
+            std::fs::write(&release, "").unwrap();
+        };
+        let (replies, ()) = tokio::join!(all, outage);
+        let first = commit_of(replies[0].as_ref().expect("the first apply answered"));
+        // No member is answered applied: none could be recorded.
+        for (i, r) in replies.iter().enumerate().skip(1) {
+            match r {
+                Some(Reply::Err(e)) => assert!(
+                    e["code"] == json!("AUDIT_UNAVAILABLE") || e["code"] == json!("VAULT_BUSY"),
+                    "accepted={accepted}, member {i}: {e}"
+                ),
+                other => panic!("accepted={accepted}, member {i} answered {other:?} with the database gone"),
+            }
+        }
+        team.cluster.start_again();
+        // Back: every caller retries with its key until the vault answers.
+        let mut commits = vec![first];
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for (i, p) in ps.iter().enumerate().skip(1) {
+            let out = loop {
+                let transient = |why: String| {
+                    assert!(std::time::Instant::now() < deadline, "accepted={accepted}: {why}");
+                };
+                match c
+                    .try_call("apply_proposal", apply_args(p, &format!("k{i}")))
+                    .await
+                    .map(to_reply)
+                {
+                    Ok(Reply::Ok(v)) => break v,
+                    Ok(Reply::Err(e))
+                        if e["code"] == json!("VAULT_BUSY") || e["code"] == json!("AUDIT_UNAVAILABLE") =>
+                    {
+                        transient(e.to_string())
+                    }
+                    Ok(Reply::Err(e)) => panic!("accepted={accepted}, retry {i}: {e}"),
+                    // HTTP 503 while the gateway's pool reconnects: the request was not authenticated.
+                    Err(e) => transient(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            commits.push(out["commit"].as_str().unwrap().to_owned());
+        }
+        let log = pushes(&log);
+        if accepted {
+            // The group's push landed while nothing could be recorded: each retry answers it.
+            let carried = git(
+                &remote,
+                &["rev-list", "--count", &format!("{}..{}", log[1].0, log[1].1)],
+            );
+            assert_eq!(carried.trim(), (APPLIES - 1).to_string(), "{log:?}");
+        }
+        landed_once(&srv, &token, &remote, &ps, &commits, &log).await;
+        team.g(0).ok(&["audit", "verify"]);
         let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
         assert_eq!(status["vaults"][0]["pendingJobs"], json!(0), "{status}");
     }
