@@ -36,6 +36,7 @@ pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
 pub use lease::{Lease, VaultLock};
 pub use listen::{Heard, Listener, QUEUE};
+pub use proposals::JobCounts;
 pub use session::TeamSession;
 pub use team::{GatewaySeen, Role, TeamStatus};
 pub use vaults::VAULTS_CHANNEL;

@@ -24,6 +24,17 @@ const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, st
 /// Where a query that adds `content` after [`COLUMNS`] finds it.
 const CONTENT: usize = 22;
 
+/// A vault's jobs, as `team status` and `doctor` show them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobCounts {
+    /// Every job: in flight, or left.
+    pub pending: u64,
+    /// Jobs whose gateway does not hold the vault's lease now: left by a gateway that stopped.
+    pub left: u64,
+    /// How long ago the oldest job began (the database's clock).
+    pub oldest_seconds: Option<u64>,
+}
+
 fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, GatewayError> {
     let status: String = r.get(7);
     let status: ProposalStatus = status
@@ -359,19 +370,30 @@ impl PgState {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// How many of `vault`'s proposals have a job: applies in flight, or left by a gateway that
-    /// stopped (the next apply of each settles it).
-    pub fn pending_jobs(&self, vault: &str) -> Result<u64, GatewayError> {
+    /// `vault`'s jobs: applies in flight, and those left by a gateway that stopped (or whose push
+    /// had no answer): a job whose gateway does not hold the vault's lease now, which only the
+    /// next write to the vault (or the next apply or rejection of its proposal) settles.
+    pub fn job_counts(&self, vault: &str) -> Result<JobCounts, GatewayError> {
         let client = self.client()?;
         let row = within(
             &self.stale,
             client.query_one(
-                "SELECT count(*) FROM vaultgate.proposals WHERE vault = $1 AND job IS NOT NULL",
+                "SELECT count(*),
+                        count(*) FILTER (WHERE NOT EXISTS (
+                            SELECT 1 FROM vaultgate.leases l WHERE l.vault = p.vault
+                            AND l.holder = p.job_gateway AND l.expires_at > now())),
+                        max(EXTRACT(EPOCH FROM now() - p.job_at))::bigint
+                 FROM vaultgate.proposals p WHERE p.vault = $1 AND p.job IS NOT NULL",
                 &[&vault],
             ),
         )?
         .map_err(db)?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        let count = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+        Ok(JobCounts {
+            pending: count(0),
+            left: count(1),
+            oldest_seconds: row.get::<_, Option<i64>>(2).and_then(|s| u64::try_from(s).ok()),
+        })
     }
 
     /// The first answer under `principal`'s `key`.

@@ -319,8 +319,21 @@ async fn jobs_a_killed_gateway_left_are_settled_by_the_next_take_of_the_lease() 
         assert!(lost.is_err(), "{step}: {lost:?}");
         // One job left each time: the second gateway's take of the lease settled the first's.
         assert_eq!(status()["vaults"][0]["pendingJobs"], json!(1), "{step}");
-        // The next one waits for the dead holder's lease to run out.
+        // The next one waits for the dead holder's lease to run out; then the job shows as
+        // left (its gateway holds the lease no more), in `team status` and `doctor`.
         tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+        let vault = &status()["vaults"][0];
+        assert_eq!(
+            (&vault["leftJobs"], &vault["pendingJobs"]),
+            (&json!(1), &json!(1)),
+            "{step}: {vault}"
+        );
+        assert!(vault["oldestJobSeconds"].as_u64().unwrap() >= 4, "{vault}");
+        let doctor = String::from_utf8_lossy(&team.g(1).run(&["doctor"]).stdout).into_owned();
+        assert!(
+            doctor.contains("1 apply job(s) left by a gateway that stopped"),
+            "{doctor}"
+        );
     }
     assert_eq!(got(&landed).await, json!("applied"), "recorded from the remote");
     let pushed = head(&remote);
@@ -332,7 +345,13 @@ async fn jobs_a_killed_gateway_left_are_settled_by_the_next_take_of_the_lease() 
         .await
         .ok();
     assert_eq!(out["applied"], json!(true), "{out}");
-    assert_eq!(status()["vaults"][0]["pendingJobs"], json!(0));
+    assert_eq!(
+        (
+            &status()["vaults"][0]["pendingJobs"],
+            &status()["vaults"][0]["leftJobs"]
+        ),
+        (&json!(0), &json!(0))
+    );
     assert_eq!(
         got(&unpushed).await,
         json!("pending"),

@@ -4,6 +4,7 @@ mod args;
 mod decide;
 pub(crate) mod review;
 mod team;
+mod team_status;
 mod tokens;
 mod tunnel;
 mod vaults;

@@ -21,7 +21,7 @@ pub(crate) fn check_database_url(url: &str) -> Result<(), GatewayError> {
 }
 
 /// The URL without its password, for a person to read.
-fn shown_url(url: &str) -> String {
+pub(super) fn shown_url(url: &str) -> String {
     // postgres://user:password@host/… → postgres://user@host/…
     let Some((scheme, rest)) = url.split_once("://") else {
         return "(not a URL)".into();
@@ -186,7 +186,7 @@ fn import(home: &Home, database: &str, name: Option<String>, user: &str) -> Resu
     Ok(())
 }
 
-fn team_config(home: &Home) -> Result<TeamConfig, GatewayError> {
+pub(super) fn team_config(home: &Home) -> Result<TeamConfig, GatewayError> {
     if !home.exists() {
         return Err(GatewayError::NoHome(home.dir.clone()));
     }
@@ -267,7 +267,7 @@ pub(crate) fn team_cmd(home: &Home, cmd: TeamCmd, user: &str) -> Result<(), Gate
             ));
             Ok(())
         }
-        TeamCmd::Status { json } => status(home, json),
+        TeamCmd::Status { json } => super::team_status::status(home, json),
         TeamCmd::Secret(TeamSecretCmd::Export { out: file }) => {
             team_config(home)?;
             let core = open_core(home)?;
@@ -419,170 +419,6 @@ fn write_secret_file(file: &std::path::Path, key: &[u8; 32]) -> Result<(), Gatew
     f.write_all(key)?;
     f.sync_all()?;
     Ok(())
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Status {
-    database: DatabaseStatus,
-    gateway: GatewayStatus,
-    gateways: Vec<teamstate::GatewaySeen>,
-    vaults: Vec<VaultStatus>,
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct VaultStatus {
-    vault: String,
-    /// The gateway that last held the vault's lease (the one applying now when `held`).
-    applier: Option<Applier>,
-    remote_head: Option<String>,
-    local_head: Option<String>,
-    pending_jobs: u64,
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Applier {
-    gateway: String,
-    epoch: i64,
-    since: String,
-    held: bool,
-    /// Gateways waiting for the lease, first in line first.
-    waiting: Vec<String>,
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DatabaseStatus {
-    url: String,
-    reachable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    schema_version: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    team_id: Option<String>,
-}
-
-#[derive(serde::Serialize)]
-struct GatewayStatus {
-    name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role: Option<String>,
-}
-
-/// `team status`: exit 1 when the database cannot be reached (it says so first).
-fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
-    let team = team_config(home)?;
-    check_database_url(&team.database)?;
-    let seen = PgState::connect(&team.database).and_then(|store| {
-        let status = store.team_status()?;
-        let role = store.gateway_role(&team.name)?;
-        let mut leases = store.leases()?;
-        let mut vaults = Vec::new();
-        for v in store.team_vaults()? {
-            let jobs = store.pending_jobs(&v.id)?;
-            let lease = leases
-                .iter()
-                .position(|l| l.vault == v.id)
-                .map(|i| leases.swap_remove(i));
-            let applier = lease.map(|l| Applier {
-                gateway: l.holder,
-                epoch: l.epoch,
-                since: l.since,
-                held: l.held,
-                waiting: l.waiting,
-            });
-            vaults.push((v, jobs, applier));
-        }
-        Ok((status, role, vaults))
-    });
-    let (status, role, vaults, failure) = match seen {
-        Ok((status, role, vaults)) => (status, role, vaults, None),
-        Err(e) => (None, None, Vec::new(), Some(e)),
-    };
-    let git = engine::git::Program::default();
-    let vaults: Vec<VaultStatus> = vaults
-        .into_iter()
-        .map(|(v, jobs, applier)| VaultStatus {
-            vault: v.id.clone(),
-            applier,
-            // Unreachable: shown as unknown, the status goes on.
-            remote_head: engine::remote::remote_head(&git, &v).ok().flatten(),
-            local_head: engine::remote::clone_head(&git, &home.dir.join("vaults").join(&v.id)),
-            pending_jobs: jobs,
-        })
-        .collect();
-    let reachable = failure.is_none();
-    let report = Status {
-        database: DatabaseStatus {
-            url: shown_url(&team.database),
-            reachable,
-            schema_version: status.as_ref().map(|s| s.schema_version),
-            team_id: status.as_ref().map(|s| s.team_id.clone()),
-        },
-        gateway: GatewayStatus {
-            name: team.name.clone(),
-            role,
-        },
-        gateways: status.map(|s| s.gateways).unwrap_or_default(),
-        vaults,
-    };
-    if json {
-        json_out(&report)?;
-    } else {
-        out(&format!(
-            "database: {} ({})",
-            report.database.url,
-            match (&report.database.schema_version, reachable) {
-                (Some(v), true) => format!("reachable, schema version {v}"),
-                _ => "unreachable".into(),
-            }
-        ));
-        out(&format!(
-            "gateway: {} ({})",
-            report.gateway.name,
-            report.gateway.role.as_deref().unwrap_or("unknown")
-        ));
-        for g in &report.gateways {
-            out(&format!(
-                "  {}\t{}\tlast seen {}\t{}",
-                g.name, g.role, g.last_seen, g.version
-            ));
-        }
-        let short = |h: &Option<String>| {
-            h.as_deref()
-                .map_or("unknown".into(), |h| h.chars().take(12).collect::<String>())
-        };
-        for v in &report.vaults {
-            let note = match (&v.remote_head, &v.local_head) {
-                (Some(r), Some(l)) if r == l => "up to date",
-                (_, None) => "not cloned here yet",
-                (None, _) => "remote unreachable",
-                _ => "behind (fetched within fetch_seconds while serving)",
-            };
-            out(&format!(
-                "vault {}: remote {}, here {} ({note})",
-                v.vault,
-                short(&v.remote_head),
-                short(&v.local_head)
-            ));
-            if let Some(a) = &v.applier {
-                let waiting = match a.waiting.is_empty() {
-                    true => String::new(),
-                    false => format!("; waiting: {}", a.waiting.join(", ")),
-                };
-                out(&format!(
-                    "  lease: {} (epoch {}, since {}){}; {} job(s) in flight{waiting}",
-                    a.gateway,
-                    a.epoch,
-                    a.since,
-                    if a.held { ", applying now" } else { ", free" },
-                    v.pending_jobs
-                ));
-            }
-        }
-    }
-    failure.map_or(Ok(()), Err)
 }
 
 /// `vaultgate audit …` on a team gateway: the team's chain, read from its database.
@@ -816,12 +652,23 @@ pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::docto
                 &format!("once a person decided the new history is right: vaultgate vault resync {id} --yes"),
             ));
         }
-        if let Ok(n @ 1..) = store.pending_jobs(id) {
-            checks.push(check(
+        match store.job_counts(id) {
+            Ok(j) if j.left > 0 => checks.push(check(
                 Status::Warn,
-                format!("vault {id}: {n} apply job(s) in flight or left by a gateway that stopped"),
-                "the next apply (or rejection) of each proposal settles it from the remote",
-            ));
+                format!(
+                    "vault {id}: {} apply job(s) left by a gateway that stopped (the oldest job began {} s ago)",
+                    j.left,
+                    j.oldest_seconds.unwrap_or(0)
+                ),
+                "the next write to the vault settles up to 4 of them from the remote, and the next apply or \
+                 rejection of a proposal its own (a job older than job_ttl_seconds is never pushed again)",
+            )),
+            Ok(j) if j.pending > 0 => checks.push(check(
+                Status::Ok,
+                format!("vault {id}: {} apply job(s) in flight", j.pending),
+                "",
+            )),
+            _ => {}
         }
         if let Some(l) = leases.iter().find(|l| &l.vault == id) {
             let now = match l.held {
