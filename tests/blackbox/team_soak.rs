@@ -6,7 +6,8 @@
 //! invariants: every proposal a client saw applied is on the branch exactly once, as the commit
 //! it was told; no job lands twice; every push of the person is kept; the branch only moved
 //! forward; no job is left; every gateway's chain verifies; every clone converges; and after each
-//! heal (a gateway started again, the database back) an apply succeeds within 5 s.
+//! heal (a gateway started again — once the lease a killed holder left ran out —, the database
+//! back) an apply succeeds within 5 s.
 //!
 //! Runs `VAULTGATE_SOAK_SECONDS` (120 by default; `bench/team-soak.sh` runs it for 30 minutes).
 
@@ -179,6 +180,21 @@ fn person_pushes(person: &std::path::Path, n: usize) -> String {
     panic!("the person's push never landed");
 }
 
+/// How long the vault's lease stays held by `gateway` (just killed, so never renewed again):
+/// zero when it holds none, or the database cannot say.
+fn lease_left(url: &str, gateway: &str) -> Duration {
+    let left = teamstate::PgState::connect(url).and_then(|db| {
+        db.query(
+            "SELECT EXTRACT(EPOCH FROM max(expires_at) - now())::float8 FROM vaultgate.leases
+             WHERE holder = $1 AND expires_at > now()",
+            &[&gateway],
+        )
+    });
+    left.ok()
+        .and_then(|rows| rows.first().and_then(|r| r.get::<_, Option<f64>>(0)))
+        .map_or(Duration::ZERO, |s| Duration::from_secs_f64(s.max(0.0)))
+}
+
 fn soak_seconds() -> u64 {
     std::env::var("VAULTGATE_SOAK_SECONDS")
         .ok()
@@ -224,12 +240,18 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         );
         if Instant::now() >= next_kill {
             let g = kills % 3;
-            drop(std::mem::replace(
-                &mut servers[g],
+            let name = format!("g{}", g + 1);
+            // SIGKILL; then the take of the vault's lease it held, if any, blocks every write
+            // until it runs out (by design, docs/contract.md#team-lease): the vault heals then.
+            drop(servers.remove(g));
+            let blocked = tokio::task::block_in_place(|| lease_left(&team.url, &name));
+            let until = Instant::now() + blocked;
+            servers.insert(
+                g,
                 tokio::task::block_in_place(|| Server::start(&team.gateways[g])),
-            ));
+            );
             world.ports.lock().unwrap()[g] = servers[g].port;
-            heals.push((format!("g{} started again", g + 1), Instant::now()));
+            heals.push((format!("{name} started again"), Instant::now().max(until)));
             kills += 1;
             next_kill = Instant::now() + kill_every;
         }
