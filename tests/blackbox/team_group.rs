@@ -263,6 +263,66 @@ async fn a_group_whose_push_the_remote_declines_lands_nothing_and_each_retry_lan
     team.g(0).ok(&["audit", "verify"]);
 }
 
+/// Every caller but the first retries its apply with its key until the vault answers (through
+/// `VAULT_BUSY`, `AUDIT_UNAVAILABLE` and HTTP 503 while the gateway reconnects, for 60 s): the
+/// commits answered, the first's included.
+async fn retry_each(c: &Client, ps: &[Value], first: String, accepted: bool) -> Vec<String> {
+    let mut commits = vec![first];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for (i, p) in ps.iter().enumerate().skip(1) {
+        let out = loop {
+            let transient = |why: String| {
+                assert!(std::time::Instant::now() < deadline, "accepted={accepted}: {why}");
+            };
+            match c
+                .try_call("apply_proposal", apply_args(p, &format!("k{i}")))
+                .await
+                .map(to_reply)
+            {
+                Ok(Reply::Ok(v)) => break v,
+                Ok(Reply::Err(e))
+                    if e["code"] == json!("VAULT_BUSY") || e["code"] == json!("AUDIT_UNAVAILABLE") =>
+                {
+                    transient(e.to_string())
+                }
+                Ok(Reply::Err(e)) => panic!("accepted={accepted}, retry {i}: {e}"),
+                // HTTP 503 while the gateway's pool reconnects: the request was not authenticated.
+                Err(e) => transient(e.to_string()),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        commits.push(out["commit"].as_str().unwrap().to_owned());
+    }
+    commits
+}
+
+/// After a group's push that hung (`accepted`: it landed, carrying every member but the first):
+/// each apply landed once, the chain verifies, and nothing is left in flight.
+#[allow(clippy::too_many_arguments)]
+async fn landed_once_after(
+    team: &crate::team::Team,
+    srv: &Server,
+    token: &str,
+    remote: &std::path::Path,
+    ps: &[Value],
+    commits: &[String],
+    log: &std::path::Path,
+    accepted: bool,
+) {
+    let log = pushes(log);
+    if accepted {
+        let carried = git(
+            remote,
+            &["rev-list", "--count", &format!("{}..{}", log[1].0, log[1].1)],
+        );
+        assert_eq!(carried.trim(), (APPLIES - 1).to_string(), "{log:?}");
+    }
+    landed_once(srv, token, remote, ps, commits, &log).await;
+    team.g(0).ok(&["audit", "verify"]);
+    let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
+    assert_eq!(status["vaults"][0]["pendingJobs"], json!(0), "{status}");
+}
+
 #[tokio::test]
 async fn a_gateway_killed_while_its_groups_push_hangs_leaves_each_apply_to_land_once() {
     for accepted in [true, false] {
@@ -312,33 +372,8 @@ async fn a_gateway_killed_while_its_groups_push_hangs_leaves_each_apply_to_land_
         // Started again: every caller retries with its key, until the vault answers.
         let srv = Server::start(team.g(0));
         let c = srv.client(&token).await;
-        let mut commits = vec![first];
-        for (i, p) in ps.iter().enumerate().skip(1) {
-            let out = loop {
-                match call(&c, "apply_proposal", apply_args(p, &format!("k{i}"))).await {
-                    Reply::Ok(v) => break v,
-                    Reply::Err(e) if e["code"] == json!("VAULT_BUSY") => {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                    Reply::Err(e) => panic!("accepted={accepted}, retry {i}: {e}"),
-                }
-            };
-            commits.push(out["commit"].as_str().unwrap().to_owned());
-        }
-        let log = pushes(&log);
-        if accepted {
-            // The group's push landed after its gateway died: each retry answers that commit.
-            let carried = git(
-                &remote,
-                &["rev-list", "--count", &format!("{}..{}", log[1].0, log[1].1)],
-            );
-            assert_eq!(carried.trim(), (APPLIES - 1).to_string(), "{log:?}");
-        }
-        landed_once(&srv, &token, &remote, &ps, &commits, &log).await;
-        team.g(0).ok(&["audit", "verify"]);
-        // Nothing is left in flight once healthy.
-        let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
-        assert_eq!(status["vaults"][0]["pendingJobs"], json!(0), "{status}");
+        let commits = retry_each(&c, &ps, first, accepted).await;
+        landed_once_after(&team, &srv, &token, &remote, &ps, &commits, &log, accepted).await;
     }
 }
 
@@ -392,44 +427,7 @@ async fn the_database_stopped_while_a_groups_push_hangs_answers_no_member_and_ea
         }
         team.cluster.start_again();
         // Back: every caller retries with its key until the vault answers.
-        let mut commits = vec![first];
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        for (i, p) in ps.iter().enumerate().skip(1) {
-            let out = loop {
-                let transient = |why: String| {
-                    assert!(std::time::Instant::now() < deadline, "accepted={accepted}: {why}");
-                };
-                match c
-                    .try_call("apply_proposal", apply_args(p, &format!("k{i}")))
-                    .await
-                    .map(to_reply)
-                {
-                    Ok(Reply::Ok(v)) => break v,
-                    Ok(Reply::Err(e))
-                        if e["code"] == json!("VAULT_BUSY") || e["code"] == json!("AUDIT_UNAVAILABLE") =>
-                    {
-                        transient(e.to_string())
-                    }
-                    Ok(Reply::Err(e)) => panic!("accepted={accepted}, retry {i}: {e}"),
-                    // HTTP 503 while the gateway's pool reconnects: the request was not authenticated.
-                    Err(e) => transient(e.to_string()),
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            };
-            commits.push(out["commit"].as_str().unwrap().to_owned());
-        }
-        let log = pushes(&log);
-        if accepted {
-            // The group's push landed while nothing could be recorded: each retry answers it.
-            let carried = git(
-                &remote,
-                &["rev-list", "--count", &format!("{}..{}", log[1].0, log[1].1)],
-            );
-            assert_eq!(carried.trim(), (APPLIES - 1).to_string(), "{log:?}");
-        }
-        landed_once(&srv, &token, &remote, &ps, &commits, &log).await;
-        team.g(0).ok(&["audit", "verify"]);
-        let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
-        assert_eq!(status["vaults"][0]["pendingJobs"], json!(0), "{status}");
+        let commits = retry_each(&c, &ps, first, accepted).await;
+        landed_once_after(&team, &srv, &token, &remote, &ps, &commits, &log, accepted).await;
     }
 }
