@@ -1,6 +1,7 @@
 //! Housekeeping that keeps the state database bounded over months of use: idempotency keys and
 //! expired challenges are forgotten once no retry can still need them, and review logins once
-//! they can open nothing.
+//! they can open nothing. A team gateway's clones are packed, so their objects do not pile up as
+//! loose files that slow every walk of their history.
 //!
 //! A pruned key is safe to forget: a retry that arrives later meets the checks that protect the
 //! call anyway (an applied proposal answers `PROPOSAL_ALREADY_APPLIED`, a moved history top
@@ -70,6 +71,67 @@ impl Writes<'_> {
         }
         (keys, challenges)
     }
+}
+
+/// A pass over a large vault's objects takes a while; it runs off every request's path.
+const PACK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Packs each team vault's clone that needs it (a serving gateway calls it every minute). A
+/// clone is the gateway's own and every command vaultgate runs there has git's automatic
+/// packing off (it must not run inside an apply), so without this every object fetched or built
+/// stays a file of its own for good, and the walks of every sync (`reset`, `rev-list`) inflate
+/// one file per commit: they grew from 15 to 100 ms over 4,000 commits. Git's background
+/// maintenance decides by its own thresholds: loose objects (past 100) into a pack, which then
+/// leave; small packs merged (past 10); the commit graph extended (past 100 new commits). It
+/// never prunes an object nor touches a ref, and its locks are none of those a clone's turn
+/// clears (`remote::hold`), so it runs beside fetches and applies without holding them up. A
+/// lock a killed pass left is removed once older than a pass can run. Failures are logged:
+/// housekeeping never fails anything.
+pub fn pack_team_clones(core: &crate::Core) {
+    let clones: Vec<(String, std::path::PathBuf)> = match core.team_vaults.lock() {
+        Ok(t) => t.vaults.iter().map(|v| (v.id.clone(), v.path.clone())).collect(),
+        Err(_) => return,
+    };
+    for (vault, dir) in clones {
+        let started = std::time::Instant::now();
+        match pack_clone(&core.git, &dir) {
+            Ok(()) => tracing::debug!(
+                vault,
+                ms = started.elapsed().as_millis() as u64,
+                "a team vault's clone was packed"
+            ),
+            Err(e) => {
+                tracing::warn!(vault, error = %e, "a team vault's clone could not be packed; it works unpacked")
+            }
+        }
+    }
+}
+
+/// One maintenance pass over the clone at `dir`, then the loose objects it packed removed.
+fn pack_clone(program: &crate::git::Program, dir: &std::path::Path) -> Result<(), crate::git::GitError> {
+    let lock = dir.join(".git/objects/maintenance.lock");
+    if std::fs::metadata(&lock)
+        .and_then(|m| m.modified())
+        .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > PACK_DEADLINE))
+    {
+        tracing::warn!(lock = %lock.display(), "removed a maintenance lock a stopped gateway left in its clone");
+        let _ = std::fs::remove_file(&lock);
+    }
+    let mut run = crate::remote::local(program, dir);
+    run.args([
+        "maintenance",
+        "run",
+        "--auto",
+        "--quiet",
+        "--task=loose-objects",
+        "--task=incremental-repack",
+        "--task=commit-graph",
+    ]);
+    crate::git::run_within(run, "maintenance", None, PACK_DEADLINE)?;
+    let mut prune = crate::remote::local(program, dir);
+    prune.args(["prune-packed", "--quiet"]);
+    crate::git::run_within(prune, "prune-packed", None, PACK_DEADLINE)?;
+    Ok(())
 }
 
 #[cfg(test)]

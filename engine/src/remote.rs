@@ -98,7 +98,7 @@ pub fn check_branch(program: &Program, branch: &str) -> Result<(), GatewayError>
 }
 
 /// A git command that touches no remote.
-fn local(program: &Program, dir: &Path) -> Command {
+pub(crate) fn local(program: &Program, dir: &Path) -> Command {
     let mut cmd = Command::new(program.path());
     cmd.env_clear()
         .env("LC_ALL", "C")

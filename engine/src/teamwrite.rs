@@ -333,10 +333,13 @@ pub(crate) fn apply(
         }
     }
     // SECURITY(T-PROP4): one writer per team vault across the team's gateways.
-    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let asked = std::time::Instant::now();
+    let left = deadline.saturating_duration_since(asked);
     let hold: Arc<dyn VaultHold> = Arc::from(team.lock_vault(&v.id, left.max(Duration::from_millis(100)))?);
     let fence = hold.fence();
+    let held = std::time::Instant::now();
     crate::teamsettle::settle_left_jobs(core, team, hold.as_ref(), v, Some(id.as_str()));
+    let settled = std::time::Instant::now();
     // Whoever held the lock before may have applied it (or answered this very key).
     if let Some(first) = first_answer(team, call, key)? {
         return Ok(first);
@@ -378,6 +381,17 @@ pub(crate) fn apply(
         uncertain: std::cell::Cell::new(false),
     };
     let out = run.run(call);
+    let ran = settled.elapsed();
+    if asked.elapsed() > Duration::from_secs(1) {
+        // What a slow apply waited for (the lease, left jobs, the remote), for the operator.
+        tracing::info!(
+            vault = %v.id,
+            lease_ms = (held - asked).as_millis() as u64,
+            left_jobs_ms = (settled - held).as_millis() as u64,
+            apply_ms = ran.as_millis() as u64,
+            "a team apply took over a second"
+        );
+    }
     // A push whose outcome is unknown keeps its job: the next apply settles it from the remote.
     if let Err(e) = &out
         && !run.uncertain.get()

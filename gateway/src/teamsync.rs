@@ -1,7 +1,7 @@
 //! A serving team gateway keeps its team vaults' clones fresh (docs/contract.md#team-mode): it
 //! fetches every `[team] fetch_seconds` (15 s) to see people's pushes, and at once when the
 //! team's database announces a vault added or removed; each round also notes the gateway alive. A fetched change reaches the index
-//! through the vault's watcher, note by note.
+//! through the vault's watcher, note by note. A thread of its own packs the clones when due.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,5 +56,23 @@ pub(crate) fn start(core: &Arc<Core>) {
         });
     if let Err(e) = started {
         tracing::warn!(error = %e, "the team vaults' sync did not start");
+    }
+    // The clones packed when due (engine::pack_team_clones), every minute, on a thread of their
+    // own: a long repack must not hold back the fetches.
+    let weak = Arc::downgrade(core);
+    let started = std::thread::Builder::new()
+        .name("team-pack".into())
+        .spawn(move || {
+            loop {
+                let Some(core) = weak.upgrade() else {
+                    return;
+                };
+                engine::pack_team_clones(&core);
+                drop(core);
+                std::thread::sleep(Duration::from_secs(60));
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "the team clones' packing did not start");
     }
 }

@@ -63,6 +63,7 @@ async fn tool(port: u16, token: &str, name: &str, args: &Value) -> Result<Reply,
 struct World {
     ports: Mutex<Vec<u16>>,
     token: String,
+    start: Instant,
     end: Instant,
     stop: AtomicBool,
     retries: AtomicUsize,
@@ -78,7 +79,23 @@ impl World {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let port = self.ports.lock().unwrap()[g];
-            match tool(port, &self.token, name, args).await {
+            let sent = Instant::now();
+            let answer = tool(port, &self.token, name, args).await;
+            if sent.elapsed() > Duration::from_millis(1500) {
+                // What a stall is made of, for the report (not an invariant).
+                let what = match &answer {
+                    Ok(Reply::Ok(_)) => "ok".to_owned(),
+                    Ok(Reply::Err(e)) => e["code"].as_str().unwrap_or_default().to_owned(),
+                    Err(e) => e.chars().take(80).collect(),
+                };
+                eprintln!(
+                    "soak: slow {name} through g{} at {:.1} s: {:.1} s, {what}",
+                    g + 1,
+                    (sent - self.start).as_secs_f64(),
+                    sent.elapsed().as_secs_f64()
+                );
+            }
+            match answer {
                 Ok(Reply::Ok(v)) => return Some(v),
                 Ok(Reply::Err(e)) => {
                     let code = e["code"].as_str().unwrap_or_default().to_owned();
@@ -195,6 +212,24 @@ fn lease_left(url: &str, gateway: &str) -> Duration {
         .map_or(Duration::ZERO, |s| Duration::from_secs_f64(s.max(0.0)))
 }
 
+/// A gateway of the soak: logging at `info` when `VAULTGATE_SOAK_LOGS` names a folder to keep
+/// the logs in (to find what a stall was made of), else as every test's.
+fn start(env: &crate::util::Env) -> Server {
+    match std::env::var_os("VAULTGATE_SOAK_LOGS") {
+        Some(_) => Server::start_logged(env, "info"),
+        None => Server::start(env),
+    }
+}
+
+/// Copies `srv`'s log into the `VAULTGATE_SOAK_LOGS` folder as `name.log`, when one is named.
+fn keep_log(srv: &Server, name: &str) {
+    if let Some(dir) = std::env::var_os("VAULTGATE_SOAK_LOGS") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.log")), srv.stderr()).unwrap();
+    }
+}
+
 fn soak_seconds() -> u64 {
     std::env::var("VAULTGATE_SOAK_SECONDS")
         .ok()
@@ -210,11 +245,12 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
     git(&person, &["config", "user.name", "Person"]);
     git(&person, &["config", "user.email", "person@example.com"]);
     let (_, token) = team.g(0).token("soak", "full");
-    let mut servers: Vec<Server> = team.gateways.iter().map(Server::start).collect();
+    let mut servers: Vec<Server> = team.gateways.iter().map(start).collect();
     let seconds = soak_seconds();
     let world = Arc::new(World {
         ports: Mutex::new(servers.iter().map(|s| s.port).collect()),
         token,
+        start: Instant::now(),
         end: Instant::now() + Duration::from_secs(seconds),
         stop: AtomicBool::new(false),
         retries: AtomicUsize::new(0),
@@ -243,13 +279,11 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
             let name = format!("g{}", g + 1);
             // SIGKILL; then the take of the vault's lease it held, if any, blocks every write
             // until it runs out (by design, docs/contract.md#team-lease): the vault heals then.
+            keep_log(&servers[g], &format!("g{}-{kills}", g + 1));
             drop(servers.remove(g));
             let blocked = tokio::task::block_in_place(|| lease_left(&team.url, &name));
             let until = Instant::now() + blocked;
-            servers.insert(
-                g,
-                tokio::task::block_in_place(|| Server::start(&team.gateways[g])),
-            );
+            servers.insert(g, tokio::task::block_in_place(|| start(&team.gateways[g])));
             world.ports.lock().unwrap()[g] = servers[g].port;
             heals.push((format!("{name} started again"), Instant::now().max(until)));
             kills += 1;
@@ -281,6 +315,32 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         pushes.len(),
         world.retries.load(Ordering::Relaxed)
     );
+    // The gaps between answered applies, heal or not: what the 5 s bound below is measured in.
+    let mut at = world.applied_at.lock().unwrap().clone();
+    at.sort();
+    let mut gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort();
+    if let Some(max) = gaps.last() {
+        let p99 = gaps[(gaps.len() * 99 / 100).min(gaps.len() - 1)];
+        let over = gaps.iter().filter(|g| **g > Duration::from_secs(2)).count();
+        eprintln!(
+            "soak: gaps between applies: p50 {:?}, p99 {p99:?}, max {max:?}, {over} over 2 s",
+            gaps[gaps.len() / 2]
+        );
+    }
+    let t0 = world.start;
+    for w in at.windows(2).filter(|w| w[1] - w[0] > Duration::from_secs(2)) {
+        let near: Vec<String> = heals
+            .iter()
+            .filter(|(_, h)| *h + Duration::from_secs(10) >= w[0] && *h <= w[1])
+            .map(|(what, h)| format!("{what} at {:.1}", (*h - t0).as_secs_f64()))
+            .collect();
+        eprintln!(
+            "soak: no apply from {:.1} to {:.1} s; heals near: {near:?}",
+            (w[0] - t0).as_secs_f64(),
+            (w[1] - t0).as_secs_f64()
+        );
+    }
     assert!(kills >= 1 && applied.len() >= 3, "the soak did too little");
     assert!(outage_done, "the database was never stopped");
 
@@ -356,6 +416,9 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+    for (g, srv) in servers.iter().enumerate() {
+        keep_log(srv, &format!("g{}-end", g + 1));
     }
     drop(servers);
 
