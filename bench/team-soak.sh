@@ -9,7 +9,10 @@
 # 2 s, and one gateway killed with SIGKILL and started again every SECONDS/8 (10 s to 3 min).
 # Afterwards it checks the invariants (each apply on the branch once, no job twice, every push of
 # the person kept, fast-forwards only, no job left, every chain verifies, every clone converges)
-# and prints what the soak did. Not part of `bench/run.sh`: carried into BENCHMARKS.md by hand.
+# and prints what the soak did: the gaps between answered applies, every call slower than 1.5 s,
+# and the first apply after each heal. `VAULTGATE_SOAK_LOGS=DIR` keeps each gateway's log (at
+# info: a team apply slower than a second says what it waited for) in DIR.
+# Not part of `bench/run.sh`: carried into BENCHMARKS.md by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-1800}
