@@ -14,15 +14,23 @@ use crate::error::GatewayError;
 use crate::remote::{Pushed, Synced, TeamVault};
 use crate::storage::TeamState;
 
-/// Marks `vault`'s history rewritten (its branch seen at `seen`), logged the first time.
-fn mark(team: &dyn TeamState, vault: &str, seen: &str) -> Result<(), GatewayError> {
-    if team.mark_rewritten(vault, seen)? {
+/// Marks `vault`'s history rewritten (its branch seen at `seen`), logged the first time: true
+/// when it is marked (by this call or another), false when a `vault resync` moved the head the
+/// caller read as `registered` (nothing marked: the check runs again on what it registered).
+fn mark(
+    team: &dyn TeamState,
+    vault: &str,
+    registered: Option<&str>,
+    seen: &str,
+) -> Result<bool, GatewayError> {
+    if team.mark_rewritten(vault, registered, seen)? {
         tracing::error!(
             vault,
             "the remote's history was rewritten; applies to it stop until `vaultgate vault resync`"
         );
+        return Ok(true);
     }
-    Ok(())
+    Ok(team.vault_head(vault)?.1.is_some())
 }
 
 /// Fetches the clone of `vault` at `dir` forward (cloning it when absent) and checks that the
@@ -32,13 +40,28 @@ fn mark(team: &dyn TeamState, vault: &str, seen: &str) -> Result<(), GatewayErro
 /// registered (compare-and-swap on the one read, so a slower fetch never moves it back).
 /// Rewritten: marked, audited once, and applies to the vault are refused until `vault resync`;
 /// a clone left behind by a history the team accepted (`vault resync`: the registered head is
-/// in the remote's) is moved onto it in place (its watcher sees the files change).
+/// in the remote's) is moved onto it in place (its watcher sees the files change). A `vault
+/// resync` committed while the check ran is never undone by it: the mark is refused and the
+/// check runs once more on the head the resync registered.
 pub(crate) fn sync_checked(
     core: &Core,
     team: &dyn TeamState,
     vault: &TeamVault,
     dir: &std::path::Path,
 ) -> Result<Synced, GatewayError> {
+    match checked_once(core, team, vault, dir)? {
+        Some(synced) => Ok(synced),
+        None => checked_once(core, team, vault, dir)?.ok_or_else(|| rewritten(&vault.id)),
+    }
+}
+
+/// One [`sync_checked`]: `None` when a `vault resync` raced it.
+fn checked_once(
+    core: &Core,
+    team: &dyn TeamState,
+    vault: &TeamVault,
+    dir: &std::path::Path,
+) -> Result<Option<Synced>, GatewayError> {
     let (registered, marked) = team.vault_head(&vault.id)?;
     let mut synced = crate::remote::sync(&core.git, dir, vault)?;
     if let Synced::Diverged { remote, .. } = &synced
@@ -52,17 +75,20 @@ pub(crate) fn sync_checked(
     let head = match &synced {
         Synced::Cloned(h) | Synced::At(h) => h,
         Synced::Diverged { remote, .. } => {
-            mark(team, &vault.id, remote)?;
-            return Ok(synced);
+            return Ok(mark(team, &vault.id, registered.as_deref(), remote)?.then_some(synced));
         }
     };
     match (registered.as_deref(), marked) {
         (_, Some(_)) => {}
         (Some(r), None) if r == head.as_str() => {}
-        (Some(r), None) if !crate::remote::descends(&core.git, dir, r, head) => mark(team, &vault.id, head)?,
+        (Some(r), None) if !crate::remote::descends(&core.git, dir, r, head) => {
+            if !mark(team, &vault.id, Some(r), head)? {
+                return Ok(None);
+            }
+        }
         (r, None) => team.register_head(&vault.id, r, head)?,
     }
-    Ok(synced)
+    Ok(Some(synced))
 }
 
 /// `VAULT_HISTORY_REWRITTEN` for `vault`.

@@ -273,7 +273,12 @@ impl TeamState for TeamSession {
         self.seat()?.store.register_head(vault, expected, head)
     }
 
-    fn mark_rewritten(&self, vault: &str, seen: &str) -> Result<bool, GatewayError> {
+    fn mark_rewritten(
+        &self,
+        vault: &str,
+        registered: Option<&str>,
+        seen: &str,
+    ) -> Result<bool, GatewayError> {
         let mut entry = audit::Entry::new(
             "vault.history_rewritten",
             audit::Actor::Cli {
@@ -285,7 +290,7 @@ impl TeamState for TeamSession {
         entry.target = Some(seen.to_owned());
         self.seat()?
             .store
-            .mark_rewritten(&self.gateway, vault, seen, entry)
+            .mark_rewritten(&self.gateway, vault, registered, seen, entry)
     }
 
     fn resync_vault(&self, actor: &audit::Actor, vault: &str, head: &str) -> Result<(), GatewayError> {

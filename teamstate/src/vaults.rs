@@ -203,6 +203,7 @@ impl PgState {
         &self,
         gateway: &str,
         vault: &str,
+        registered: Option<&str>,
         seen: &str,
         entry: audit::Entry,
     ) -> Result<bool, GatewayError> {
@@ -213,8 +214,8 @@ impl PgState {
                 .execute(
                     "INSERT INTO vaultgate.vault_heads (vault, rewritten) VALUES ($1, $2)
                      ON CONFLICT (vault) DO UPDATE SET rewritten = EXCLUDED.rewritten, at = now()
-                     WHERE vault_heads.rewritten IS NULL",
-                    &[&vault, &seen],
+                     WHERE vault_heads.rewritten IS NULL AND vault_heads.head IS NOT DISTINCT FROM $3",
+                    &[&vault, &seen, &registered],
                 )
                 .await
                 .map_err(db)?;

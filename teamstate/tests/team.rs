@@ -207,3 +207,59 @@ fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// A gateway's check of a vault's history reads the registered head, fetches, and only then
+/// marks the history rewritten; a `vault resync` committed in between must win: the mark made
+/// against the head read before it is refused, and the vault stays resynced.
+#[test]
+fn a_rewritten_mark_checked_against_a_head_a_resync_replaced_is_refused() {
+    let cluster = Cluster::start();
+    let g1 = cluster.store("team");
+    g1.init_team(&[7u8; 32], "g1", "0.1.0").unwrap();
+    let mark = |registered: Option<&str>, seen: &str| {
+        let mut entry = Entry::new(
+            "vault.history_rewritten",
+            Actor::Cli {
+                user: "gateway:g1".into(),
+            },
+            Outcome::Denied,
+        );
+        entry.vault = Some("notes".into());
+        g1.mark_rewritten("g1", "notes", registered, seen, entry).unwrap()
+    };
+    g1.register_head("notes", None, "a").unwrap();
+    // A head read that is no longer the registered one marks nothing.
+    assert!(!mark(Some("z"), "b"));
+    assert_eq!(g1.vault_head("notes").unwrap(), (Some("a".into()), None));
+    // Marked once against the head read.
+    assert!(mark(Some("a"), "b"));
+    assert!(!mark(Some("a"), "b"));
+    assert_eq!(
+        g1.vault_head("notes").unwrap(),
+        (Some("a".into()), Some("b".into()))
+    );
+    let marks = |g: &PgState| {
+        let mut out = Vec::new();
+        g.export_audit(0, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .filter(|r| r.contains("vault.history_rewritten"))
+            .count()
+    };
+    assert_eq!(marks(&g1), 1);
+    // An operator accepts the new history; a check that read the old head before that is refused.
+    g1.resync_vault(
+        "g1",
+        "notes",
+        "b",
+        Entry::new("vault.resync", admin(), Outcome::Ok),
+    )
+    .unwrap();
+    assert!(!mark(Some("a"), "c"));
+    assert_eq!(g1.vault_head("notes").unwrap(), (Some("b".into()), None));
+    assert_eq!(marks(&g1), 1);
+    // A rewrite after the resync is still marked.
+    assert!(mark(Some("b"), "c"));
+    assert_eq!(marks(&g1), 2);
+}

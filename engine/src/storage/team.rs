@@ -54,8 +54,11 @@ pub trait TeamState: Send + Sync {
     /// it is); ignored while the vault is marked rewritten.
     fn register_head(&self, vault: &str, expected: Option<&str>, head: &str) -> Result<(), GatewayError>;
     /// Marks `vault`'s history rewritten (its branch seen at `seen`) with its
-    /// `vault.history_rewritten` record, once: true when this call marked it.
-    fn mark_rewritten(&self, vault: &str, seen: &str) -> Result<bool, GatewayError>;
+    /// `vault.history_rewritten` record, once, and only while its registered head is still
+    /// `registered` (what the caller's check read: a `vault resync` committed meanwhile wins):
+    /// true when this call marked it.
+    fn mark_rewritten(&self, vault: &str, registered: Option<&str>, seen: &str)
+    -> Result<bool, GatewayError>;
     /// `vault resync`: `head` is registered again and the mark cleared, with its record.
     fn resync_vault(&self, actor: &audit::Actor, vault: &str, head: &str) -> Result<(), GatewayError>;
 
