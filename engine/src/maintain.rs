@@ -76,6 +76,14 @@ impl Writes<'_> {
 /// A pass over a large vault's objects takes a while; it runs off every request's path.
 const PACK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// The lock files of the maintenance a pass runs (under the clone's `.git/objects`).
+const MAINTENANCE_LOCKS: &[&str] = &[
+    "maintenance.lock",
+    "pack/multi-pack-index.lock",
+    "info/commit-graph.lock",
+    "info/commit-graphs/commit-graph-chain.lock",
+];
+
 /// Packs each team vault's clone that needs it (a serving gateway calls it every minute). A
 /// clone is the gateway's own and every command vaultgate runs there has git's automatic
 /// packing off (it must not run inside an apply), so without this every object fetched or built
@@ -85,7 +93,7 @@ const PACK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 /// leave; small packs merged (past 10); the commit graph extended (past 100 new commits). It
 /// never prunes an object nor touches a ref, and its locks are none of those a clone's turn
 /// clears (`remote::hold`), so it runs beside fetches and applies without holding them up. A
-/// lock a killed pass left is removed once older than a pass can run. Failures are logged:
+/// lock a dead pass left is removed once older than a pass can run. Failures are logged:
 /// housekeeping never fails anything.
 pub fn pack_team_clones(core: &crate::Core) {
     let clones: Vec<(String, std::path::PathBuf)> = match core.team_vaults.lock() {
@@ -109,13 +117,17 @@ pub fn pack_team_clones(core: &crate::Core) {
 
 /// One maintenance pass over the clone at `dir`, then the loose objects it packed removed.
 fn pack_clone(program: &crate::git::Program, dir: &std::path::Path) -> Result<(), crate::git::GitError> {
-    let lock = dir.join(".git/objects/maintenance.lock");
-    if std::fs::metadata(&lock)
-        .and_then(|m| m.modified())
-        .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > PACK_DEADLINE))
-    {
-        tracing::warn!(lock = %lock.display(), "removed a maintenance lock a stopped gateway left in its clone");
-        let _ = std::fs::remove_file(&lock);
+    // A pass holds these only under `maintenance.lock` and never past its deadline: an older one
+    // is a dead machine's, and would stop its task for good.
+    for lock in MAINTENANCE_LOCKS {
+        let lock = dir.join(".git/objects").join(lock);
+        if std::fs::symlink_metadata(&lock)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > PACK_DEADLINE))
+        {
+            tracing::warn!(lock = %lock.display(), "removed a maintenance lock a stopped gateway left in its clone");
+            let _ = std::fs::remove_file(&lock);
+        }
     }
     let mut run = crate::remote::local(program, dir);
     run.args([

@@ -51,7 +51,13 @@ pub(crate) fn sync_checked(
 ) -> Result<Synced, GatewayError> {
     match checked_once(core, team, vault, dir)? {
         Some(synced) => Ok(synced),
-        None => checked_once(core, team, vault, dir)?.ok_or_else(|| rewritten(&vault.id)),
+        // Raced twice: the vault is not marked, so nothing tells an operator to resync it.
+        None => checked_once(core, team, vault, dir)?.ok_or_else(|| {
+            GatewayError::VaultBusy(format!(
+                "vault '{}' was resynced while its history was checked; retry with the same idempotencyKey",
+                vault.id
+            ))
+        }),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Team mode over months: a gateway's clone of a team vault is its own, and every git command
 //! vaultgate runs there has git's automatic packing off (it must never run inside an apply). A
 //! serving gateway packs the clone itself once git counts too many loose objects; else every
-//! object it fetched or built would stay a file of its own for good.
+//! object it fetched or built would stay a file of its own for good. Locks a dead pass left are
+//! cleared once older than a pass can run.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -78,6 +79,17 @@ async fn a_serving_gateway_packs_its_clone_once_loose_objects_pile_up() {
     git(&clone, &["update-ref", "refs/pile", commit.trim()]);
     let before = objects(&clone, "count");
     assert!(before >= 20_000, "{before} loose objects");
+    // A machine that died mid-pass left its locks: older than a pass can run, they are cleared
+    // (else `maintenance.lock` would skip every pass for good).
+    let stale = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let locks = [
+        ".git/objects/maintenance.lock",
+        ".git/objects/pack/multi-pack-index.lock",
+    ];
+    for lock in locks {
+        let file = std::fs::File::create(clone.join(lock)).unwrap();
+        file.set_modified(stale).unwrap();
+    }
 
     let srv = Server::start(team.g(0));
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -91,6 +103,9 @@ async fn a_serving_gateway_packs_its_clone_once_loose_objects_pile_up() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(objects(&clone, "in-pack") >= 20_000);
+    for lock in locks {
+        assert!(!clone.join(lock).exists(), "{lock} was left");
+    }
     // Nothing reachable was lost: the pile's tree is whole.
     assert_eq!(git(&clone, &["ls-tree", "refs/pile"]).lines().count(), 20_000);
     // Packed, the clone still serves reads and applies.
