@@ -36,6 +36,14 @@ impl<T> Audited<T> {
     pub fn seq(&self) -> Option<u64> {
         self.seq
     }
+    /// The outcome of a call another gateway of the team ran and recorded (as record `seq`
+    /// of the team's chain): docs/contract.md#team-lease "One applier at a time".
+    pub fn relayed(value: T, seq: u64) -> Audited<T> {
+        Audited {
+            value,
+            seq: Some(seq),
+        }
+    }
 }
 
 /// What a transaction puts in the record it writes for its call.

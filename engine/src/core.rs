@@ -34,6 +34,11 @@ pub struct VaultHandle {
 }
 
 impl VaultHandle {
+    /// Whether its notes live in a team's remote (docs/contract.md#team-mode).
+    pub fn is_team(&self) -> bool {
+        self.remote.is_some()
+    }
+
     /// The vault's layout (notes, standards and inbox folders).
     pub fn layout(&self) -> &policy::Layout {
         self.reader.layout()

@@ -35,6 +35,21 @@ pub fn call_tool(
     args: Map<String, Value>,
     approval: &ClientApproval<'_>,
 ) -> Option<Audited<Result<Value, GatewayError>>> {
+    // A team vault's write while another gateway holds its lease: run there, answered here.
+    if let Some(out) = crate::teamcalls::hand(core, caller, tool, &args, approval) {
+        return Some(out);
+    }
+    call_tool_here(core, caller, tool, args, approval)
+}
+
+/// [`call_tool`] in this process, never handed to another gateway (what runs a handed call).
+pub(crate) fn call_tool_here(
+    core: &Core,
+    caller: &Caller,
+    tool: &str,
+    args: Map<String, Value>,
+    approval: &ClientApproval<'_>,
+) -> Option<Audited<Result<Value, GatewayError>>> {
     let spec = policy::tools::find(tool)?;
     if !CATALOG.iter().any(|t| t.name == tool) {
         return None;

@@ -25,6 +25,7 @@ mod reference;
 mod resources;
 mod review;
 mod serve;
+mod teamcalls;
 mod teamsync;
 pub mod tools;
 mod tunnel;

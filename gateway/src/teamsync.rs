@@ -17,6 +17,8 @@ pub(crate) fn start(core: &Arc<Core>) {
     if core.team().is_none() {
         return;
     }
+    // The calls other gateways hand to this one while it holds a vault's lease.
+    crate::teamcalls::start(core);
     // A gateway starts serving from its remotes as they are now (the CLI opened the clones as
     // they were).
     core.settings().sync_team_vaults();

@@ -52,6 +52,9 @@ const SECONDS: &str = "COALESCE((SELECT (value #>> '{}')::float8 FROM vaultgate.
 pub(crate) struct Lines {
     lines: Mutex<HashMap<String, Arc<Line>>>,
     next: AtomicU64,
+    /// How many holds of each vault's lease this process has taken and not released (a hold
+    /// handed on stays the same hold): who may take the calls handed to the vault's applier.
+    held: Mutex<HashMap<String, usize>>,
 }
 
 #[derive(Default)]
@@ -107,6 +110,27 @@ impl Place {
 }
 
 impl Lines {
+    /// Whether this process holds `vault`'s lease now (by its own count of takes and releases).
+    pub(crate) fn holds(&self, vault: &str) -> bool {
+        self.held
+            .lock()
+            .map(|h| h.get(vault).is_some_and(|n| *n > 0))
+            .unwrap_or(false)
+    }
+
+    fn count(&self, vault: &str, taken: bool) {
+        if let Ok(mut h) = self.held.lock() {
+            let n = h.entry(vault.to_owned()).or_default();
+            *n = match taken {
+                true => n.saturating_add(1),
+                false => n.saturating_sub(1),
+            };
+            if *n == 0 {
+                h.remove(vault);
+            }
+        }
+    }
+
     fn line(&self, vault: &str) -> Option<Arc<Line>> {
         Some(
             self.lines
@@ -217,6 +241,7 @@ impl Drop for VaultLock {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
+        self.store.lines.count(&self.fence.vault, false);
         let Ok(rt) = self.store.runtime() else { return };
         let (pool, fence) = (self.store.pool.clone(), self.fence.clone());
         let release = rt.spawn(async move {
@@ -345,6 +370,7 @@ impl PgState {
                     epoch: row.get(0),
                 };
                 let renewer = self.renew(&fence, held.clone())?;
+                self.lines.count(vault, true);
                 return Ok(VaultLock {
                     store: self.clone(),
                     fence,

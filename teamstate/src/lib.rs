@@ -21,6 +21,7 @@
 //! write its remote with the epoch that fences every write made under it, the fifth.
 #![forbid(unsafe_code)]
 
+mod calls;
 mod chain;
 mod challenges;
 mod credentials;
@@ -32,6 +33,7 @@ mod session;
 mod team;
 mod vaults;
 
+pub use calls::CALLS_CHANNEL;
 pub use chain::{ChainWriter, MAX_BATCH, valid_gateway_name};
 pub use credentials::{CREDENTIALS_CHANNEL, TeamCredential};
 pub use lease::{Lease, VaultLock};

@@ -326,4 +326,31 @@ pub(crate) const MIGRATIONS: &[&str] = &[
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.lease_queue TO %I', r.grantee);
         END LOOP;
     END $$;",
+    // 14: calls handed to the vault's applier (calls.rs): a gateway that receives an apply while
+    // another gateway holds the vault's lease queues the call here; the holder runs it as its
+    // caller and writes the answer back; the receiver answers it and forgets the row.
+    "CREATE TABLE vaultgate.calls (
+        id text PRIMARY KEY,
+        vault text NOT NULL,
+        gateway text NOT NULL,
+        credential text NOT NULL,
+        transport text NOT NULL,
+        tool text NOT NULL,
+        args jsonb NOT NULL,
+        queued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        taken_by text,
+        taken_at timestamptz,
+        answer jsonb
+    );
+    CREATE INDEX calls_queued ON vaultgate.calls (vault, queued_at) WHERE taken_by IS NULL;
+    DO $$
+    DECLARE r record;
+    BEGIN
+        FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+                 WHERE table_schema = 'vaultgate' AND table_name = 'proposals'
+                   AND privilege_type = 'INSERT' AND grantee <> current_user
+        LOOP
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.calls TO %I', r.grantee);
+        END LOOP;
+    END $$;",
 ];

@@ -5,7 +5,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use engine::Tier;
 use engine::error::GatewayError;
-use engine::storage::team::{Fence, VaultHold};
+use engine::storage::team::{Fence, Handed, HandedCall, VaultHold};
 use engine::storage::{NewTeamProposal, TeamChallenge, TeamDone, TeamJob, TeamProposal, TeamState};
 use inbox::{Credential, CredentialId, NewCredential};
 
@@ -472,6 +472,41 @@ impl TeamState for TeamSession {
             expires_at,
             time::OffsetDateTime::now_utc().unix_timestamp(),
         )
+    }
+
+    fn hand_call(&self, call: &HandedCall) -> Result<bool, GatewayError> {
+        self.seat()?.store.hand_call(call)
+    }
+
+    fn take_handed(
+        &self,
+        vault: &str,
+        limit: u32,
+        ttl_seconds: u64,
+    ) -> Result<Vec<HandedCall>, GatewayError> {
+        let store = &self.seat()?.store;
+        // The database's holder is a gateway's name, which its other processes share: only the
+        // process holding the lease takes.
+        if !store.holds_lease(vault) {
+            return Ok(Vec::new());
+        }
+        store.take_handed(&self.gateway, vault, limit, ttl_seconds)
+    }
+
+    fn handed(&self, id: &str) -> Result<Handed, GatewayError> {
+        self.seat()?.store.handed(id)
+    }
+
+    fn take_back_handed(&self, id: &str, from: Option<&str>) -> Result<bool, GatewayError> {
+        self.seat()?.store.take_back_handed(id, from)
+    }
+
+    fn answer_handed(&self, id: &str, answer: &serde_json::Value) -> Result<bool, GatewayError> {
+        self.seat()?.store.answer_handed(&self.gateway, id, answer)
+    }
+
+    fn forget_handed(&self, id: &str) -> Result<(), GatewayError> {
+        self.seat()?.store.forget_handed(id)
     }
 }
 

@@ -76,6 +76,7 @@ const REVIEWER_WRITES: &[&str] = &[
     "approvals_used",
     "leases",
     "lease_queue",
+    "calls",
 ];
 
 impl PgState {

@@ -33,6 +33,7 @@ mod shell; // completions and man pages, checked by the shells
 mod smoke; // the stdio surface: initialize, tools/list, every read tool
 mod stdio; // stdio transport: tokens, revocation, the audit of every call
 mod team; // team mode: gateways on one PostgreSQL share credentials and one audit chain
+mod team_applier; // team mode: an apply received while another gateway holds the lease runs there
 mod team_approval; // team mode: a person's click on the card is used once across the team
 mod team_critical; // team mode: a challenge issued on one gateway executes once on any
 mod team_faults; // team mode: a remote that declines pushes, or is gone, changes nothing

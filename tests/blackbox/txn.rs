@@ -1583,14 +1583,28 @@ async fn an_apply_past_its_wait_answers_vault_busy_then_happens_once_and_its_key
         std::fs::read_to_string(env.vault.join("notes/waits.md")).unwrap(),
         "# Waits\n"
     );
-    let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
     let id = waits["id"].as_str().unwrap();
+    let applied = applied_log_once_written(&env, id).await;
     assert_eq!(
         applied.lines().filter(|l| l.contains(id)).count(),
         1,
         "applied once:\n{applied}"
     );
     h.close().await;
+}
+
+/// `_applied.jsonl` once it holds `id`'s line (or after [`WAIT`]). The line follows the apply's
+/// commit (docs/contract.md#rules-of-the-write-path), so a retry answered from the commit may
+/// come back before the writer that ran the job appended it.
+async fn applied_log_once_written(env: &Env, id: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap_or_default();
+        if applied.lines().any(|l| l.contains(id)) || start.elapsed() > WAIT {
+            return applied;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// docs/contract.md#applying-a-proposal: jobs are durable. The server that waited for three
@@ -1665,7 +1679,7 @@ async fn jobs_left_by_a_killed_server_run_once_in_the_next_as_their_callers_chec
     let answer = call(&h, "apply_proposal", args).await.ok();
     assert_eq!(answer["applied"], true, "{answer}");
     assert_eq!(answer["replayed"], true, "the retry answers the job: {answer}");
-    let applied = std::fs::read_to_string(env.vault.join("inbox/_applied.jsonl")).unwrap();
+    let applied = applied_log_once_written(&env, waits["id"].as_str().unwrap()).await;
     for (p, n) in [(&waits, 1), (&revoked, 0), (&lowered, 0)] {
         let id = p["id"].as_str().unwrap();
         assert_eq!(

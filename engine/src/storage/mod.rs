@@ -25,7 +25,9 @@ pub mod state_conformance;
 pub mod team;
 
 pub use state::{StateStore, StateTx};
-pub use team::{NewTeamProposal, TeamChallenge, TeamDone, TeamJob, TeamProposal, TeamState};
+pub use team::{
+    Handed, HandedCall, NewTeamProposal, TeamChallenge, TeamDone, TeamJob, TeamProposal, TeamState,
+};
 
 /// The result of one compare-and-swap step.
 #[derive(Debug, PartialEq, Eq)]

@@ -184,6 +184,53 @@ pub trait TeamState: Send + Sync {
     /// Uses a person's approval (its nonce, valid until `expires_at`) once across the team:
     /// false when it was used already.
     fn use_approval(&self, nonce: &str, expires_at: i64) -> Result<bool, GatewayError>;
+
+    /// Hands `call` to the gateway holding its vault's lease (docs/contract.md#team-lease "One
+    /// applier at a time"), announced to it: `false` (nothing queued) when no other gateway
+    /// holds the lease now.
+    fn hand_call(&self, call: &HandedCall) -> Result<bool, GatewayError>;
+    /// Takes, oldest first, at most `limit` calls handed to this gateway for `vault`, queued
+    /// less than `ttl_seconds` ago: none unless this process holds the vault's lease now.
+    fn take_handed(&self, vault: &str, limit: u32, ttl_seconds: u64)
+    -> Result<Vec<HandedCall>, GatewayError>;
+    /// Where the handed call `id` is.
+    fn handed(&self, id: &str) -> Result<Handed, GatewayError>;
+    /// Takes back the handed call `id` to run it here: from the queue (`from` = `None`), or
+    /// from the gateway `from` that took it and did not answer. `false`: someone was faster.
+    fn take_back_handed(&self, id: &str, from: Option<&str>) -> Result<bool, GatewayError>;
+    /// The answer of the handed call `id`, which this gateway took. `false`: it was taken back.
+    fn answer_handed(&self, id: &str, answer: &serde_json::Value) -> Result<bool, GatewayError>;
+    /// Forgets the handed call `id` (its receiver answered it, or gave up waiting).
+    fn forget_handed(&self, id: &str) -> Result<(), GatewayError>;
+}
+
+/// A call a gateway handed to the vault's applier, to be run there as its caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandedCall {
+    pub id: String,
+    pub vault: String,
+    /// The gateway that received it.
+    pub gateway: String,
+    /// The caller's credential, read again (revoked, expired, its tier) by whoever runs it.
+    pub credential: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    pub tool: String,
+    pub args: serde_json::Value,
+}
+
+/// Where a handed call is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Handed {
+    /// Not (or no longer) in the queue.
+    Gone,
+    /// Waiting: `taken_by` runs it (`None`: queued); `holder`: who holds the vault's lease now.
+    Waiting {
+        taken_by: Option<String>,
+        holder: Option<String>,
+    },
+    /// Run, with its answer.
+    Answered(serde_json::Value),
 }
 
 /// Which hold of a vault's lease a write is made under: every write a hold records checks, in

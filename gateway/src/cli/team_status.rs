@@ -30,6 +30,17 @@ struct VaultStatus {
     /// How long ago the oldest job began, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     oldest_job_seconds: Option<u64>,
+    /// Calls other gateways handed to the lease's holder, not answered yet.
+    handed_calls: HandedCalls,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HandedCalls {
+    /// Not taken yet.
+    queued: u64,
+    /// Taken by the holder, running.
+    running: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -72,6 +83,7 @@ pub(super) fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
         let mut vaults = Vec::new();
         for v in store.team_vaults()? {
             let jobs = store.job_counts(&v.id)?;
+            let handed = store.handed_counts(&v.id)?;
             let lease = leases
                 .iter()
                 .position(|l| l.vault == v.id)
@@ -83,7 +95,7 @@ pub(super) fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
                 held: l.held,
                 waiting: l.waiting,
             });
-            vaults.push((v, jobs, applier));
+            vaults.push((v, jobs, handed, applier));
         }
         Ok((status, role, vaults))
     });
@@ -94,7 +106,7 @@ pub(super) fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
     let git = engine::git::Program::default();
     let vaults: Vec<VaultStatus> = vaults
         .into_iter()
-        .map(|(v, jobs, applier)| VaultStatus {
+        .map(|(v, jobs, (queued, running), applier)| VaultStatus {
             vault: v.id.clone(),
             applier,
             // Unreachable: shown as unknown, the status goes on.
@@ -103,6 +115,7 @@ pub(super) fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
             pending_jobs: jobs.pending,
             left_jobs: jobs.left,
             oldest_job_seconds: jobs.oldest_seconds,
+            handed_calls: HandedCalls { queued, running },
         })
         .collect();
     let reachable = failure.is_none();
@@ -171,8 +184,12 @@ pub(super) fn status(home: &Home, json: bool) -> Result<(), GatewayError> {
                     }
                     (n, None) => format!(", {n} left by a gateway that stopped"),
                 };
+                let handed = match (v.handed_calls.queued, v.handed_calls.running) {
+                    (0, 0) => String::new(),
+                    (q, r) => format!("; calls handed to it by other gateways: {r} running, {q} queued"),
+                };
                 out(&format!(
-                    "  lease: {} (epoch {}, since {}){}; {} job(s) in flight{left}{waiting}",
+                    "  lease: {} (epoch {}, since {}){}; {} job(s) in flight{left}{waiting}{handed}",
                     a.gateway,
                     a.epoch,
                     a.since,
