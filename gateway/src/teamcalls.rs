@@ -54,6 +54,10 @@ pub(crate) fn hand(
         return None;
     }
     let spec = policy::tools::find(tool)?;
+    // A tier that may not make the call is refused here, at no other gateway's cost.
+    if !spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
+        return None;
+    }
     let requested = args.get("vault").and_then(Value::as_str);
     let v = core.resolve_vault(&caller.credential, requested).ok()?;
     if !v.is_team() {
