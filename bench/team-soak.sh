@@ -17,4 +17,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-1800}
 VAULTGATE_SOAK_SECONDS="$secs" cargo test --test blackbox -- team_soak --nocapture 2>&1 \
-    | grep -E '^soak:|^test |test result|panicked' 
+    | awk '/^soak:|^test |test result/ { print; next } /panicked/ { print; tail = 6; next } tail > 0 { print; tail-- }' 

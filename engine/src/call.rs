@@ -12,7 +12,7 @@ use std::sync::Arc;
 use audit::{Durability, Entry, Outcome};
 use serde_json::Value;
 
-use crate::core::{Actor, Core, VaultHandle, outcome_for};
+use crate::core::{Actor, Caller, Core, VaultHandle, outcome_for, to_value};
 use crate::error::GatewayError;
 
 /// An answer whose audit record has been written (or, for a failed append, an `AUDIT_UNAVAILABLE`
@@ -94,6 +94,9 @@ pub struct Call<'a> {
     shared: bool,
     /// A person's answer was used for this call (once): it is not a job (crate::jobs).
     person_answered: std::cell::Cell<bool>,
+    /// The gateway of the team that received the call, when another one handed it here
+    /// (docs/contract.md#team-lease "One applier at a time"): its commit names that one.
+    received_by: Option<String>,
 }
 
 impl<'a> Call<'a> {
@@ -116,7 +119,18 @@ impl<'a> Call<'a> {
             member: None,
             shared: false,
             person_answered: std::cell::Cell::new(false),
+            received_by: None,
         }
+    }
+
+    /// Notes the gateway that received this call, which handed it here.
+    pub(crate) fn handed_by(&mut self, received_by: Option<&str>) {
+        self.received_by = received_by.map(str::to_owned);
+    }
+
+    /// The gateway that received this call when another gateway of the team handed it here.
+    pub(crate) fn received_by(&self) -> Option<&str> {
+        self.received_by.as_deref()
     }
 
     /// Notes that a person's answer was used for this call.
@@ -400,4 +414,54 @@ impl<T: ResultIds> ResultIds for Option<T> {
     fn challenge_id(&self) -> Option<String> {
         self.as_ref().and_then(ResultIds::challenge_id)
     }
+}
+
+/// [`Core::call`] and [`Core::call_handed`]: the capability check of the tool table, then `op`,
+/// then exactly one audit record; `received_by`: the gateway of the team that received the call
+/// and handed it to this one.
+pub(crate) fn tool_call<T: serde::Serialize>(
+    core: &Core,
+    received_by: Option<&str>,
+    caller: &Caller,
+    spec: &'static policy::tools::ToolSpec,
+    args: &Value,
+    op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
+) -> Audited<Result<Value, GatewayError>> {
+    // The configuration was brought up to date when the caller was authenticated (a call
+    // may run on an async worker, which must not open vaults).
+    // Bounds first (docs/contract.md#limits-and-pagination): an argument over a limit is refused, and recorded, before
+    // anything else runs.
+    if let Err(e) = crate::limits::check_args(spec.name, args, &core.config().limits) {
+        return Call::new(core, Actor::Caller(caller.clone()), spec.name, args, "tool_call")
+            .finish(Err(e), Durability::Sync);
+    }
+    let mut call = Call::new(core, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
+    call.handed_by(received_by);
+    // docs/contract.md#proposals: a tier that cannot apply at all is refused before any state is read, unless
+    // a person's approval in the client may lift it one step (docs/contract.md#the-review-page-and-in-client-approval).
+    let result = if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
+        // Reads too: a line written into the last free bytes could be cut short, so every
+        // call is refused while the log's disk is (almost) full, not only the unlucky one. A
+        // read changes nothing, so its record makes the check (one lock, not two).
+        if spec.is_mutating() {
+            core.audit_preflight()
+                .and_then(|()| op(&mut call))
+                .and_then(to_value)
+        } else {
+            call.check_space_at_record();
+            op(&mut call).and_then(to_value)
+        }
+    } else {
+        Err(GatewayError::CapabilityDenied(format!(
+            "the '{}' tier may not call {}; ask the vault owner for a higher tier",
+            caller.credential.tier, spec.name
+        )))
+    };
+    // Reads are flushed; refusals and mutations are made durable before the answer.
+    let durability = if spec.is_mutating() || result.is_err() {
+        Durability::Sync
+    } else {
+        Durability::Flush
+    };
+    call.finish(result, durability)
 }

@@ -518,42 +518,20 @@ impl Core {
         args: &Value,
         op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
     ) -> Audited<Result<Value, GatewayError>> {
-        // The configuration was brought up to date when the caller was authenticated (a call
-        // may run on an async worker, which must not open vaults).
-        // Bounds first (docs/contract.md#limits-and-pagination): an argument over a limit is refused, and recorded, before
-        // anything else runs.
-        if let Err(e) = crate::limits::check_args(spec.name, args, &self.config().limits) {
-            return Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call")
-                .finish(Err(e), Durability::Sync);
-        }
-        let mut call = Call::new(self, Actor::Caller(caller.clone()), spec.name, args, "tool_call");
-        // docs/contract.md#proposals: a tier that cannot apply at all is refused before any state is read, unless
-        // a person's approval in the client may lift it one step (docs/contract.md#the-review-page-and-in-client-approval).
-        let result = if spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
-            // Reads too: a line written into the last free bytes could be cut short, so every
-            // call is refused while the log's disk is (almost) full, not only the unlucky one. A
-            // read changes nothing, so its record makes the check (one lock, not two).
-            if spec.is_mutating() {
-                self.audit_preflight()
-                    .and_then(|()| op(&mut call))
-                    .and_then(to_value)
-            } else {
-                call.check_space_at_record();
-                op(&mut call).and_then(to_value)
-            }
-        } else {
-            Err(GatewayError::CapabilityDenied(format!(
-                "the '{}' tier may not call {}; ask the vault owner for a higher tier",
-                caller.credential.tier, spec.name
-            )))
-        };
-        // Reads are flushed; refusals and mutations are made durable before the answer.
-        let durability = if spec.is_mutating() || result.is_err() {
-            Durability::Sync
-        } else {
-            Durability::Flush
-        };
-        call.finish(result, durability)
+        crate::call::tool_call(self, None, caller, spec, args, op)
+    }
+
+    /// [`Core::call`] for a call the team's gateway `received_by` received and handed to this
+    /// one, which holds the vault's lease (docs/contract.md#team-lease "One applier at a time").
+    pub fn call_handed<T: serde::Serialize>(
+        &self,
+        received_by: &str,
+        caller: &Caller,
+        spec: &'static policy::tools::ToolSpec,
+        args: &Value,
+        op: impl FnOnce(&mut Call<'_>) -> Result<T, GatewayError>,
+    ) -> Audited<Result<Value, GatewayError>> {
+        crate::call::tool_call(self, Some(received_by), caller, spec, args, op)
     }
 
     /// Runs one CLI operation as the OS user, recorded exactly like a tool call (event `cli`).
@@ -844,6 +822,6 @@ pub fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, GatewayError> {
     T::deserialize(args).map_err(|e| GatewayError::InvalidArgument(format!("bad arguments: {e}")))
 }
 
-fn to_value<T: serde::Serialize>(v: T) -> Result<Value, GatewayError> {
+pub(crate) fn to_value<T: serde::Serialize>(v: T) -> Result<Value, GatewayError> {
     serde_json::to_value(v).map_err(|e| GatewayError::Internal(format!("serializing a result: {e}")))
 }

@@ -60,6 +60,7 @@ pub use crate::core::{Actor, Caller, Core, Operator, Surface, Transport, VaultHa
 pub use crate::error::GatewayError;
 pub use crate::failpoints::Failpoints;
 pub use crate::maintain::pack_team_clones;
+pub use crate::teampush::hold_pushed;
 pub use inbox::{Credential, Transition};
 pub use policy::Tier;
 /// Review diffs as people read them: hunks, changed words and changed links, for the CLI and the page.

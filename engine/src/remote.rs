@@ -432,6 +432,32 @@ pub fn advance(program: &Program, dir: &Path, commit: &str) -> Result<Synced, Ga
     Ok(Synced::At(commit.to_owned()))
 }
 
+/// The paths a commit of the clone at `dir` changed since `from` (renames as a removal and an
+/// addition): what the index reads again after the clone moved forward by a fetch.
+pub fn changed_since(
+    program: &Program,
+    dir: &Path,
+    from: &str,
+    to: &str,
+) -> Result<Vec<String>, GatewayError> {
+    let mut diff = local(program, dir);
+    diff.args([
+        "diff",
+        "--name-only",
+        "-z",
+        "--no-renames",
+        "--end-of-options",
+        from,
+        to,
+    ]);
+    let out = crate::git::run(diff, "diff", None).map_err(git_error)?;
+    Ok(out
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect())
+}
+
 /// Whether `newer` is `older` or descends from it, in the clone at `dir` (a commit the clone
 /// does not hold is not an ancestor: a clone of the branch holds all of its history).
 pub fn descends(program: &Program, dir: &Path, older: &str, newer: &str) -> bool {

@@ -217,3 +217,46 @@ pub(crate) fn push_deadline(core: &Core) -> Duration {
     let wait = core.config().limits.apply_wait_seconds.max(1);
     Duration::from_millis((wait * 1000 / 2).clamp(500, 15_000))
 }
+
+/// Brings this gateway's clone of the team vault `vault` to hold `commit`, which another gateway
+/// of the team pushed for a call this one received and handed to it (docs/contract.md#team-lease
+/// "One applier at a time": the caller reads its write here next): fetched unless the clone holds
+/// it already. Whether the clone's branch holds it now.
+pub fn hold_pushed(core: &Core, vault: &str, commit: &str) -> bool {
+    let Some(team) = core.team() else {
+        return false;
+    };
+    let Some(v) = core
+        .all_vaults()
+        .into_iter()
+        .find(|v| v.id == vault && v.is_team())
+    else {
+        return false;
+    };
+    let dir = v.reader.fs().root();
+    let held = || {
+        crate::remote::clone_head(&core.git, dir).is_some_and(|head| {
+            crate::remote::holds(&core.git, dir, commit)
+                && crate::remote::descends(&core.git, dir, commit, &head)
+        })
+    };
+    if held() {
+        return true;
+    }
+    let before = crate::remote::clone_head(&core.git, dir);
+    let synced = crate::teamwrite::registration(team, &v).and_then(|reg| sync_checked(core, team, &reg, dir));
+    if let Err(e) = synced {
+        tracing::warn!(vault = %vault, error = %e, "the clone was not brought to a commit another gateway pushed");
+    }
+    // The notes it changed are indexed now, not when the watcher gets to them.
+    if let (Some(from), Some(to)) = (before, crate::remote::clone_head(&core.git, dir))
+        && let Ok(changed) = crate::remote::changed_since(&core.git, dir, &from, &to)
+    {
+        let paths: Vec<policy::VaultPath> = changed
+            .iter()
+            .filter_map(|p| policy::VaultPath::parse(p).ok())
+            .collect();
+        v.reader.update_paths(&paths);
+    }
+    held()
+}

@@ -277,7 +277,7 @@ pub(crate) fn transition(
             &entry.id,
             &call.actor().audit_actor(),
             &intent,
-            (team.gateway(), &job),
+            (call.received_by().unwrap_or(team.gateway()), &job),
             &date,
         );
         let commit = repo

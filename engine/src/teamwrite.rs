@@ -743,7 +743,8 @@ impl Job<'_> {
             &call.actor().audit_actor(),
             history_id,
             self.intent,
-            &self.job.gateway,
+            // docs/contract.md#team-mode: the gateway that received the call.
+            call.received_by().unwrap_or(&self.job.gateway),
             &self.job.id,
             date,
         );

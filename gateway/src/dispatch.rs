@@ -39,26 +39,32 @@ pub fn call_tool(
     if let Some(out) = crate::teamcalls::hand(core, caller, tool, &args, approval) {
         return Some(out);
     }
-    call_tool_here(core, caller, tool, args, approval)
+    call_tool_here(core, caller, tool, args, approval, None)
 }
 
-/// [`call_tool`] in this process, never handed to another gateway (what runs a handed call).
+/// [`call_tool`] in this process, never handed to another gateway; `received_by`: the gateway
+/// of the team that received it and handed it here.
 pub(crate) fn call_tool_here(
     core: &Core,
     caller: &Caller,
     tool: &str,
     args: Map<String, Value>,
     approval: &ClientApproval<'_>,
+    received_by: Option<&str>,
 ) -> Option<Audited<Result<Value, GatewayError>>> {
     let spec = policy::tools::find(tool)?;
     if !CATALOG.iter().any(|t| t.name == tool) {
         return None;
     }
     let args = Value::Object(args);
-    Some(core.call(caller, spec, &args, |call| {
+    let op = |call: &mut Call<'_>| {
         let out = run(core, caller, spec.name, call, approval)?;
         within_output_limit(spec.name, out, core.read_limits().max_output_bytes)
-    }))
+    };
+    Some(match received_by {
+        Some(gateway) => core.call_handed(gateway, caller, spec, &args, op),
+        None => core.call(caller, spec, &args, op),
+    })
 }
 
 /// docs/contract.md#limits-and-pagination: a result is at most `max` bytes of JSON, counting both of its copies (the

@@ -98,7 +98,7 @@ pub(crate) fn hand(
                 if let Err(e) = team.forget_handed(&call.id) {
                     tracing::debug!(error = %e, "an answered handed call was not forgotten");
                 }
-                return Some(answered(core, caller, spec, args, answer));
+                return Some(answered(core, caller, spec, args, &v.id, answer));
             }
             Ok(Handed::Gone) => true,
             // Queued, and nobody else holds the lease any more: run here.
@@ -152,16 +152,28 @@ pub(crate) fn hand(
     }
 }
 
-/// The answer a holder wrote back; a refusal it could not record is recorded here.
+/// The answer a holder wrote back, once this gateway's clone holds its commit; a refusal the
+/// holder could not record is recorded here.
 fn answered(
     core: &Core,
     caller: &Caller,
     spec: &'static policy::tools::ToolSpec,
     args: &Map<String, Value>,
+    vault: &str,
     answer: Value,
 ) -> Audited<Result<Value, GatewayError>> {
     let result = match (answer.get("ok"), answer.get("error")) {
-        (Some(v), _) => Ok(v.clone()),
+        (Some(v), _) => {
+            let mut v = v.clone();
+            // Read-your-writes: the caller's next read comes here.
+            if let Some(commit) = v.get("commit").and_then(Value::as_str)
+                && !engine::hold_pushed(core, vault, commit)
+                && v.get("index").is_some()
+            {
+                v["index"] = json!("failed");
+            }
+            Ok(v)
+        }
         (None, Some(e)) => Err(refusal(e)),
         (None, None) => Err(GatewayError::Internal(
             "a handed call's answer is malformed".into(),
@@ -310,7 +322,14 @@ fn run_as(
         ));
     };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::dispatch::call_tool_here(core, caller, &call.tool, args, &ClientApproval::Unavailable)
+        crate::dispatch::call_tool_here(
+            core,
+            caller,
+            &call.tool,
+            args,
+            &ClientApproval::Unavailable,
+            Some(&call.gateway),
+        )
     }));
     match run {
         Ok(Some(out)) => Ok(out),

@@ -1,7 +1,8 @@
 //! docs/contract.md#team-lease "One applier at a time": an apply a gateway receives while another
 //! gateway holds the vault's lease is handed to that one, which runs it as its caller under the
-//! lease it holds (the lease never moves, its commit names the applier) and writes the answer
-//! back to the receiver. An applier killed after it took a handed call leaves it to its
+//! lease it holds (the lease never moves to the receiver; its commit names the receiver, its
+//! record the applier) and writes the answer back; the receiver answers once its clone holds the
+//! commit. An applier killed after it took a handed call leaves it to its
 //! receiver, which takes it back once the lease ran out and applies it once.
 
 use std::time::{Duration, Instant};
@@ -136,12 +137,16 @@ async fn an_apply_received_while_another_gateway_holds_the_lease_is_run_there_on
         "{out_b}"
     );
 
-    // b's one commit was made by g1, on top of a's; g2 never held the lease.
+    // Read-your-writes: g2 answered once its own clone held b's commit.
+    let read = call(&g2b, "read_note", json!({"path": "handed/b.md"})).await.ok();
+    assert_eq!(read["content"], json!("# handed/b.md\n"), "{read}");
+    // b's one commit was made by g1, on top of a's, naming g2 that received the call; g2 never
+    // held the lease.
     let commit_b = out_b["commit"].as_str().unwrap();
     assert_eq!(commits_of(&remote, b["id"].as_str().unwrap()), [commit_b]);
     assert_eq!(commits_of(&remote, a["id"].as_str().unwrap()).len(), 1);
     let trailers = message(&remote, commit_b);
-    assert!(trailers.contains("Vaultgate-Gateway: g1"), "{trailers}");
+    assert!(trailers.contains("Vaultgate-Gateway: g2"), "{trailers}");
     let since = crate::team::git(&remote, &["rev-list", "--count", &format!("{before}..main")]);
     assert_eq!(since.trim(), "2");
     // At most one take since, g1's own (once a's hold was released before b asked).
