@@ -574,7 +574,8 @@ async fn a_team_vault_added_on_one_gateway_is_read_on_every_gateway_and_a_person
     let head = git(&remote, &["rev-parse", "main"]).trim().to_owned();
     assert_eq!(
         status["vaults"],
-        json!([{"vault": "notes", "applier": null, "remoteHead": head, "localHead": head, "pendingJobs": 0, "leftJobs": 0}])
+        json!([{"vault": "notes", "applier": null, "remoteHead": head, "localHead": head, "pendingJobs": 0, "leftJobs": 0,
+               "handedCalls": {"queued": 0, "running": 0}}])
     );
     assert!(team.g(0).ok(&["vault", "list"]).contains("notes"));
 
