@@ -22,6 +22,9 @@ use teamstate::{CALLS_CHANNEL, Heard, Listener};
 
 /// The calls handed on: writes that wait for the vault's writer and carry an idempotency key.
 const HANDED: &[&str] = &["apply_proposal", "history_undo", "history_redo"];
+/// The largest arguments handed on (an apply's, undo's or redo's are a few hundred bytes; larger
+/// ones, unknown fields and all, are refused where they arrived).
+const MAX_ARGS_BYTES: usize = 16 << 10;
 /// At most this many handed calls run at once in one gateway (each a blocking thread).
 const MAX_RUNNING: usize = 16;
 /// How often the applier looks for handed calls while it holds a lease, when nothing announced
@@ -58,6 +61,14 @@ pub(crate) fn hand(
     if !spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
         return None;
     }
+    // Bounded before it is stored for another gateway: an argument over a limit is refused (and
+    // recorded) here, as core.call refuses it.
+    let value = Value::Object(args.clone());
+    if engine::limits::check_args(tool, &value, &core.config().limits).is_err()
+        || value.to_string().len() > MAX_ARGS_BYTES
+    {
+        return None;
+    }
     let requested = args.get("vault").and_then(Value::as_str);
     let v = core.resolve_vault(&caller.credential, requested).ok()?;
     if !v.is_team() {
@@ -74,7 +85,7 @@ pub(crate) fn hand(
         credential: caller.credential.id.as_str().to_owned(),
         transport: caller.transport.as_str().to_owned(),
         tool: tool.to_owned(),
-        args: Value::Object(args.clone()),
+        args: value,
     };
     match team.hand_call(&call) {
         Ok(true) => {}

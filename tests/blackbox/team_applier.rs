@@ -116,6 +116,22 @@ async fn an_apply_received_while_another_gateway_holds_the_lease_is_run_there_on
         handed(&db) == [Some("g1".to_owned())]
     })
     .await;
+    // A call over the limits is refused where it arrived, never stored for the holder.
+    let mut over = apply_args(&b, "over");
+    over["padding"] = json!("x".repeat(64 << 10));
+    let refused = call(&g2, "apply_proposal", over).await;
+    assert_eq!(refused.code(), "INVALID_ARGUMENT");
+    assert_eq!(handed(&db), [Some("g1".to_owned())]);
+    let refusal = team
+        .chain(1)
+        .into_iter()
+        .find(|r| r["proposalId"] == b["id"] && r["code"] == json!("INVALID_ARGUMENT"))
+        .expect("the refusal is recorded");
+    assert_eq!(
+        refusal["gateway"],
+        json!("g2"),
+        "refused where it arrived: {refusal}"
+    );
     let s: Value = serde_json::from_str(&team.g(1).ok(&["team", "status", "--json"])).unwrap();
     assert_eq!(
         s["vaults"][0]["handedCalls"],
@@ -157,7 +173,8 @@ async fn an_apply_received_while_another_gateway_holds_the_lease_is_run_there_on
         "{after}"
     );
 
-    // One record of b's apply, made by g1 as the agent; the key answers it on g2 and on g1.
+    // One record of b's apply (besides the refused one), made by g1 as the agent; the key
+    // answers it on g2 and on g1.
     let chain = team.chain(1);
     let ran = chain
         .iter()
@@ -165,6 +182,7 @@ async fn an_apply_received_while_another_gateway_holds_the_lease_is_run_there_on
             r["tool"] == json!("apply_proposal")
                 && r["proposalId"] == b["id"]
                 && r["event"] == json!("tool_call")
+                && r["code"].is_null()
         })
         .collect::<Vec<_>>();
     assert_eq!(ran.len(), 1, "{ran:?}");
