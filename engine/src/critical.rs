@@ -35,6 +35,12 @@ use crate::txn::{AuditPlan, Intent, IntentAt, Keyed, TxnKind};
 pub const DELETE_PERMANENT: &str = "delete_permanent";
 pub const EMPTY_TRASH: &str = "empty_trash";
 
+/// Whether `args` are a critical call's second call, the one that executes its challenge (a
+/// first or incomplete one plans or refuses, and never waits for the vault's writer).
+pub fn executes_challenge(args: &Value) -> bool {
+    matches!(challenge::phase(args), Phase::Second { .. })
+}
+
 /// The folder under `.vaultgate/` where applied deletions keep notes (`VaultFs::trash_path`).
 const TRASH_DIR: &str = "trash";
 /// The folder under `.vaultgate/` where an execution holds what it removes until it commits.

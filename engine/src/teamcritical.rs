@@ -285,7 +285,8 @@ impl Execution<'_> {
                 &entry,
                 &call.actor().audit_actor(),
                 self.intent,
-                (self.team.gateway(), &job),
+                // docs/contract.md#team-mode: the gateway that received the call.
+                (call.received_by().unwrap_or(self.team.gateway()), &job),
                 &date,
             );
             let commit = self

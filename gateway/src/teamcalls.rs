@@ -1,5 +1,5 @@
 //! One applier at a time (docs/contract.md#team-lease "One applier at a time"): a team vault's
-//! apply, undo or redo received while another gateway holds the vault's lease is handed to that
+//! apply, undo, redo or executed critical call received while another gateway holds the vault's lease is handed to that
 //! gateway, which runs it as its caller — through [`crate::dispatch::call_tool_here`], so checked,
 //! keyed, grouped with its own applies and audited like a call it received — and writes the
 //! answer back; the receiver answers it. A call the holder does not take (it let the lease go
@@ -20,7 +20,8 @@ use engine::{Audited, Caller, ClientApproval, Core};
 use serde_json::{Map, Value, json};
 use teamstate::{CALLS_CHANNEL, Heard, Listener};
 
-/// The calls handed on: writes that wait for the vault's writer and carry an idempotency key.
+/// The calls handed on: writes that wait for the vault's writer and carry an idempotency key
+/// (besides a critical call's second call, which executes its challenge).
 const HANDED: &[&str] = &["apply_proposal", "history_undo", "history_redo"];
 /// The largest arguments handed on (an apply's, undo's or redo's are a few hundred bytes; larger
 /// ones, unknown fields and all, are refused where they arrived).
@@ -53,17 +54,21 @@ pub(crate) fn hand(
         .get("idempotencyKey")
         .and_then(Value::as_str)
         .filter(|k| !k.trim().is_empty())?;
-    if !HANDED.contains(&tool) || !unattended {
+    let spec = policy::tools::find(tool)?;
+    let critical = spec.kind == policy::tools::ToolKind::Critical;
+    if !(HANDED.contains(&tool) || critical) || !unattended {
         return None;
     }
-    let spec = policy::tools::find(tool)?;
+    let value = Value::Object(args.clone());
+    if critical && !engine::critical::executes_challenge(&value) {
+        return None;
+    }
     // A tier that may not make the call is refused here, at no other gateway's cost.
     if !spec.allowed_for(caller.credential.tier, caller.credential.approve_in_client) {
         return None;
     }
     // Bounded before it is stored for another gateway: an argument over a limit is refused (and
     // recorded) here, as core.call refuses it.
-    let value = Value::Object(args.clone());
     if engine::limits::check_args(tool, &value, &core.config().limits).is_err()
         || value.to_string().len() > MAX_ARGS_BYTES
     {

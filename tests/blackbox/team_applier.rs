@@ -3,7 +3,8 @@
 //! lease it holds (the lease never moves to the receiver; its commit names the receiver, its
 //! record the applier) and writes the answer back; the receiver answers once its clone holds the
 //! commit. An applier killed after it took a handed call leaves it to its
-//! receiver, which takes it back once the lease ran out and applies it once.
+//! receiver, which takes it back once the lease ran out and applies it once. A critical call's
+//! second call is handed the same way.
 
 use std::time::{Duration, Instant};
 
@@ -14,14 +15,14 @@ use crate::team_writes::{apply_args, head, message, team_with_vault};
 use crate::util::{Env, call};
 
 /// The remote's `pre-receive` hook holds the first push while `<w>/hold` exists, and notes
-/// `<w>/started` once that push arrived.
+/// `<w>/started` once that push arrived; it then declines it if `<w>/decline` exists.
 fn hold_first_push(team: &Team, remote: &std::path::Path) -> std::path::PathBuf {
     let w = team.root.path().join("hook");
     std::fs::create_dir(&w).unwrap();
     std::fs::write(w.join("hold"), "").unwrap();
     let hook = remote.join("hooks/pre-receive");
     let script = format!(
-        "#!/bin/sh\nif mkdir '{w}/first' 2>/dev/null; then\n  touch '{w}/started'\n  while [ -e '{w}/hold' ]; do sleep 0.05; done\nfi\n",
+        "#!/bin/sh\nif mkdir '{w}/first' 2>/dev/null; then\n  touch '{w}/started'\n  while [ -e '{w}/hold' ]; do sleep 0.05; done\n  if [ -e '{w}/decline' ]; then exit 1; fi\nfi\n",
         w = w.display()
     );
     std::fs::write(&hook, script).unwrap();
@@ -325,5 +326,107 @@ async fn a_handed_call_whose_caller_was_revoked_meanwhile_runs_nothing_at_the_ap
     let status = call(&g2, "get_proposal", json!({"id": c["id"]})).await.ok();
     assert_eq!(status["status"], json!("pending"), "{status}");
     g1.close().await;
+    g2.close().await;
+}
+
+#[tokio::test]
+async fn a_challenge_executed_through_a_gateway_without_the_lease_is_run_by_the_one_holding_it() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    let w = hold_first_push(&team, &remote);
+    let db = teamstate::PgState::connect(&team.url).unwrap();
+    let (_, token) = team.g(1).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    let a = propose(&g2, "critical/a.md").await;
+    let first = json!({"paths": ["z/plan.md"], "idempotencyKey": "d1"});
+    let issued = call(&g2, "delete_permanent", first.clone()).await.ok();
+    let c = issued["challenge"].clone();
+
+    // g1 applies a: it holds the lease while its push waits in the remote's hook, which then
+    // declines it (the remote does not move: the challenge stays current).
+    std::fs::write(w.join("decline"), "").unwrap();
+    let before = head(&remote);
+    let g1 = team.g(0).stdio(&token).await;
+    let args_a = apply_args(&a, "a");
+    let applying_a = tokio::spawn(async move {
+        let out = call(&g1, "apply_proposal", args_a).await.err_json();
+        (g1, out)
+    });
+    until("g1's push reached the remote", || w.join("started").exists()).await;
+
+    // g2 receives the second call: handed to g1, which executes it after a, under its lease.
+    let second = crate::team_critical::second(&first, &c);
+    let g2c = team.g(1).stdio(&token).await;
+    let executing = tokio::spawn(async move {
+        let out = call(&g2c, "delete_permanent", second).await.ok();
+        (g2c, out)
+    });
+    until("g1 took the second call g2 handed it", || {
+        handed(&db) == [Some("g1".to_owned())]
+    })
+    .await;
+    std::fs::remove_file(w.join("hold")).unwrap();
+    let (g1, out_a) = applying_a.await.unwrap();
+    let (g2c, done) = executing.await.unwrap();
+    assert_eq!(out_a["code"], json!("VAULT_BUSY"), "{out_a}");
+    assert_eq!(
+        (&done["status"], &done["deleted"], &done["git"]),
+        (&json!("executed"), &json!(["z/plan.md"]), &json!("committed")),
+        "{done}"
+    );
+
+    // One commit, naming g2 that received the call and the challenge's job.
+    let commit = done["commit"].as_str().unwrap();
+    assert_eq!(head(&remote), commit);
+    assert_eq!(
+        crate::team::git(&remote, &["rev-parse", &format!("{commit}^")]).trim(),
+        before
+    );
+    let trailers = message(&remote, commit);
+    let id = c["challengeId"].as_str().unwrap();
+    for t in [
+        "Vaultgate-Gateway: g2".to_owned(),
+        format!("Vaultgate-Job: c_{id}"),
+    ] {
+        assert!(trailers.contains(&t), "{t} missing from:\n{trailers}");
+    }
+    // Read-your-writes through g2; the execution and its intent recorded by g1, once.
+    assert_eq!(
+        call(&g2c, "read_note", json!({"path": "z/plan.md"})).await.code(),
+        "NOT_FOUND"
+    );
+    let chain = team.chain(1);
+    let of_it = |event: &str| {
+        chain
+            .iter()
+            .filter(|r| r["challengeId"] == json!(id) && r["event"] == json!(event))
+            .map(|r| (r["gateway"].clone(), r["outcome"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of_it("critical.intent"), [(json!("g1"), json!("ok"))]);
+    let executed = chain
+        .iter()
+        .filter(|r| {
+            r["challengeId"] == json!(id)
+                && r["tool"] == json!("delete_permanent")
+                && r["event"] == json!("tool_call")
+                && r["outcome"] == json!("ok")
+        })
+        .map(|r| r["gateway"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(
+        executed,
+        [json!("g2"), json!("g1")],
+        "the challenge's issue (where it arrived) and its one execution (by g1)"
+    );
+    // A replay through g2 is consumed, naming what it did; nothing pushed again.
+    let again = call(&g2, "delete_permanent", crate::team_critical::second(&first, &c))
+        .await
+        .err_json();
+    assert_eq!(again["code"], json!("CHALLENGE_CONSUMED"), "{again}");
+    assert_eq!(head(&remote), commit);
+    assert!(handed(&db).is_empty(), "the answered call is forgotten");
+    team.g(1).ok(&["audit", "verify"]);
+    g1.close().await;
+    g2c.close().await;
     g2.close().await;
 }

@@ -11,7 +11,7 @@ use crate::team_writes::{head, message, stdio_dying_at, team_with_vault};
 use crate::util::call;
 
 /// The second call of `first` (the same arguments) with the challenge `c`.
-fn second(first: &Value, c: &Value) -> Value {
+pub(crate) fn second(first: &Value, c: &Value) -> Value {
     let mut args = first.clone();
     args["challengeId"] = c["challengeId"].clone();
     args["planHash"] = c["planHash"].clone();
