@@ -244,6 +244,9 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
     git(&remote, &["config", "core.logAllRefUpdates", "always"]);
     git(&person, &["config", "user.name", "Person"]);
     git(&person, &["config", "user.email", "person@example.com"]);
+    // The person's git packs its clone in its own commands: a packing detached after one pull
+    // (due after about 15 minutes of fetched commits) holds the refs the next command updates.
+    git(&person, &["config", "gc.autoDetach", "false"]);
     let (_, token) = team.g(0).token("soak", "full");
     let mut servers: Vec<Server> = team.gateways.iter().map(start).collect();
     let seconds = soak_seconds();
