@@ -4,7 +4,9 @@
 //! keyed, grouped with its own applies and audited like a call it received — and writes the
 //! answer back; the receiver answers it. A call the holder does not take (it let the lease go
 //! meanwhile), or took and left (it lost the lease: died, cut off), is taken back and run here
-//! with the same idempotency key, which settles whatever the first run left.
+//! with the same idempotency key, which settles whatever the first run left. A call still
+//! queued or running when its receiver stops waiting stays (a job): the holder runs it, and a
+//! retry with the same key waits for it.
 //!
 //! It must never run a handed call with a credential it did not read again, hand a call a person
 //! must approve (nobody could be asked), or answer a call without the key that makes running it
@@ -31,8 +33,12 @@ const MAX_RUNNING: usize = 16;
 /// How often the applier looks for handed calls while it holds a lease, when nothing announced
 /// one.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
-/// A call taken by a gateway that has not held the lease for this long is taken back.
+/// A call taken by a gateway that has not held the lease for this long, and is not waiting in
+/// line for it, is taken back.
 const LEFT_AFTER: Duration = Duration::from_millis(1_500);
+/// A call taken by a gateway waiting in line for the lease this long is taken back (its answer
+/// may have been lost: the database was away when it was written).
+const LEFT_WAITING: Duration = Duration::from_secs(10);
 /// The longest pause between two looks of a receiver at its handed call.
 const MAX_PAUSE: Duration = Duration::from_millis(25);
 
@@ -92,14 +98,27 @@ pub(crate) fn hand(
         tool: tool.to_owned(),
         args: value,
     };
-    match team.hand_call(&call) {
-        Ok(true) => {}
-        Ok(false) => return None,
+    // A retry of a call handed earlier (its receiver stopped waiting) waits for that one.
+    let ttl = core.config().limits.job_ttl_seconds;
+    let earlier = match team.pending_like(&call, ttl) {
+        Ok(earlier) => earlier,
         Err(e) => {
-            tracing::debug!(error = %e, "a call could not be handed to the vault's applier");
+            tracing::debug!(error = %e, "the handed calls could not be looked at");
             return None;
         }
-    }
+    };
+    let own = earlier.is_none();
+    let id = match earlier {
+        Some(id) => id,
+        None => match team.hand_call(&call) {
+            Ok(true) => call.id.clone(),
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::debug!(error = %e, "a call could not be handed to the vault's applier");
+                return None;
+            }
+        },
+    };
     let wait = Duration::from_secs(core.config().limits.apply_wait_seconds.max(1));
     let deadline = Instant::now() + wait;
     let mut pause = Duration::from_millis(2);
@@ -109,9 +128,12 @@ pub(crate) fn hand(
         std::thread::sleep(pause);
         pause = (pause * 2).min(MAX_PAUSE);
         let now = Instant::now();
-        let here = match team.handed(&call.id) {
+        let here = match team.handed(&id) {
+            // Another call's answer (the one this retries): the key answers this one, here,
+            // with a record of its own.
+            Ok(Handed::Answered(_)) if !own => true,
             Ok(Handed::Answered(answer)) => {
-                if let Err(e) = team.forget_handed(&call.id) {
+                if let Err(e) = team.forget_handed(&id) {
                     tracing::debug!(error = %e, "an answered handed call was not forgotten");
                 }
                 return Some(answered(core, caller, spec, args, &v.id, answer));
@@ -121,22 +143,31 @@ pub(crate) fn hand(
             Ok(Handed::Waiting {
                 taken_by: None,
                 holder,
+                ..
             }) => {
                 holder.is_none_or(|h| h == team.gateway())
-                    && team.take_back_handed(&call.id, None).unwrap_or(false)
+                    && team.take_back_handed(&id, None).unwrap_or(false)
             }
             Ok(Handed::Waiting {
                 taken_by: Some(by),
                 holder,
+                taker_queued,
             }) => match holder.as_deref() == Some(by.as_str()) {
                 true => {
                     left_since = None;
                     false
                 }
                 false => {
+                    // A taker waiting in line for the lease runs the call at its turn (taken
+                    // back, it would wait in line again here); one neither holding nor waiting
+                    // for the lease has left it.
                     let since = *left_since.get_or_insert(now);
-                    now.duration_since(since) >= LEFT_AFTER
-                        && team.take_back_handed(&call.id, Some(&by)).unwrap_or(false)
+                    let left = match taker_queued {
+                        true => LEFT_WAITING,
+                        false => LEFT_AFTER,
+                    };
+                    now.duration_since(since) >= left
+                        && team.take_back_handed(&id, Some(&by)).unwrap_or(false)
                 }
             },
             Err(e) => {
@@ -148,18 +179,16 @@ pub(crate) fn hand(
             return None;
         }
         if now >= deadline {
-            // Withdrawn if nobody took it (nothing started); else it runs on, and the same key
-            // answers the retry.
-            let started = !team.take_back_handed(&call.id, None).unwrap_or(false);
+            // A job: it stays queued (run when the lease's holder takes it, within
+            // `job_ttl_seconds`) or runs on, and the retry with the same key waits for it or
+            // answers its result.
             let busy = GatewayError::VaultBusy(format!(
-                "another gateway of the team is applying to vault '{}' and {} within {} s; retry \
-                 with the same idempotencyKey",
+                "another gateway of the team is applying to vault '{}' and did not finish this \
+                 call within {} s; the call stays queued for it (it runs within {} s or never): \
+                 retry with the same idempotencyKey for its result",
                 v.id,
-                match started {
-                    true => "took this call over, but did not finish it",
-                    false => "did not take this call",
-                },
-                wait.as_secs()
+                wait.as_secs(),
+                ttl
             ));
             return Some(core.call(caller, spec, &Value::Object(args.clone()), |_| {
                 Err::<Value, _>(busy)

@@ -3,7 +3,8 @@
 //! in `vaultgate.calls` and announces it on [`CALLS_CHANNEL`]; the holder takes it, runs it as
 //! its caller (grouped with its own applies, under the lease it holds) and writes the answer
 //! back. Every step is one conditional statement whose row count decides: a call is taken once,
-//! taken back once, answered only by whoever holds it.
+//! taken back once, answered only by whoever holds it. A call outlives its receiver's wait (a
+//! job): it is run when the holder takes it, and a retry of it waits for it.
 //!
 //! It must never hand a call to a gateway that does not hold the lease, let a process that does
 //! not hold it take one, or answer a call another gateway took back.
@@ -12,6 +13,7 @@ use engine::error::GatewayError;
 use engine::storage::team::{Handed, HandedCall};
 use serde_json::Value;
 
+use crate::lease::TICKET_LIVES;
 use crate::{PgState, db, within};
 
 /// Where handed calls are announced (the payload: the vault's id).
@@ -56,9 +58,29 @@ impl PgState {
         })?
     }
 
+    /// An earlier call like `call` that is not answered yet: taken, or queued less than
+    /// `ttl_seconds` ago (an older one is never taken).
+    pub fn pending_like(&self, call: &HandedCall, ttl_seconds: u64) -> Result<Option<String>, GatewayError> {
+        let client = self.client()?;
+        let ttl = ttl_seconds.min(86_400) as f64;
+        let row = within(
+            &self.stale,
+            client.query_opt(
+                "SELECT id FROM vaultgate.calls
+                 WHERE vault = $1 AND credential = $2 AND tool = $3 AND args = $4 AND answer IS NULL
+                   AND (taken_by IS NOT NULL OR queued_at > now() - make_interval(secs => $5))
+                 ORDER BY queued_at LIMIT 1",
+                &[&call.vault, &call.credential, &call.tool, &call.args, &ttl],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     /// Takes for `gateway` the oldest calls queued for `vault` less than `ttl_seconds` ago, at
     /// most `limit`, while the database says `gateway` holds the vault's lease (the caller checks
-    /// that this process is the one holding it); forgets rows long past.
+    /// that this process is the one holding it); forgets rows long past, and queued ones too old
+    /// to be taken.
     pub fn take_handed(
         &self,
         gateway: &str,
@@ -83,9 +105,11 @@ impl PgState {
             ),
         )?
         .map_err(db)?;
-        let forgot =
-            format!("DELETE FROM vaultgate.calls WHERE queued_at < now() - interval '{FORGOTTEN_AFTER}'");
-        within(&self.stale, client.execute(&forgot, &[]))?.map_err(db)?;
+        let forgot = format!(
+            "DELETE FROM vaultgate.calls WHERE queued_at < now() - interval '{FORGOTTEN_AFTER}'
+                 OR (taken_by IS NULL AND queued_at < now() - make_interval(secs => $1))"
+        );
+        within(&self.stale, client.execute(&forgot, &[&ttl]))?.map_err(db)?;
         let mut taken = rows
             .iter()
             .map(|r| {
@@ -110,17 +134,16 @@ impl PgState {
     /// Where the handed call `id` is, with the vault's lease holder now.
     pub fn handed(&self, id: &str) -> Result<Handed, GatewayError> {
         let client = self.client()?;
-        let row = within(
-            &self.stale,
-            client.query_opt(
-                "SELECT c.taken_by, c.answer,
-                        (SELECT holder FROM vaultgate.leases l
-                         WHERE l.vault = c.vault AND l.expires_at > now())
-                 FROM vaultgate.calls c WHERE c.id = $1",
-                &[&id],
-            ),
-        )?
-        .map_err(db)?;
+        let sql = format!(
+            "SELECT c.taken_by, c.answer,
+                    (SELECT holder FROM vaultgate.leases l
+                     WHERE l.vault = c.vault AND l.expires_at > now()),
+                    EXISTS (SELECT 1 FROM vaultgate.lease_queue q
+                            WHERE q.vault = c.vault AND q.holder = c.taken_by
+                              AND q.seen_at > now() - interval '{TICKET_LIVES}')
+             FROM vaultgate.calls c WHERE c.id = $1"
+        );
+        let row = within(&self.stale, client.query_opt(&sql, &[&id]))?.map_err(db)?;
         Ok(match row {
             None => Handed::Gone,
             Some(r) => match r.get::<_, Option<Value>>(1) {
@@ -128,6 +151,7 @@ impl PgState {
                 None => Handed::Waiting {
                     taken_by: r.get(0),
                     holder: r.get(2),
+                    taker_queued: r.get(3),
                 },
             },
         })

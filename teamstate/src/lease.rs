@@ -32,7 +32,7 @@ const MARGIN: Duration = Duration::from_millis(500);
 
 /// How long a waiter's ticket counts without being refreshed: a gateway that died waiting holds
 /// up the line at most this long.
-const TICKET_LIVES: &str = "2 seconds";
+pub(crate) const TICKET_LIVES: &str = "2 seconds";
 /// How often a waiting ticket is refreshed.
 const TICKET_REFRESH: Duration = Duration::from_millis(500);
 /// The most writes one take of a lease serves in a gateway before it goes back to the team's line.

@@ -478,6 +478,10 @@ impl TeamState for TeamSession {
         self.seat()?.store.hand_call(call)
     }
 
+    fn pending_like(&self, call: &HandedCall, ttl_seconds: u64) -> Result<Option<String>, GatewayError> {
+        self.seat()?.store.pending_like(call, ttl_seconds)
+    }
+
     fn take_handed(
         &self,
         vault: &str,

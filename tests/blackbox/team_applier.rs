@@ -4,7 +4,8 @@
 //! record the applier) and writes the answer back; the receiver answers once its clone holds the
 //! commit. An applier killed after it took a handed call leaves it to its
 //! receiver, which takes it back once the lease ran out and applies it once. A critical call's
-//! second call is handed the same way.
+//! second call is handed the same way. A handed call outlives its receiver's wait: the next
+//! holder of the lease runs it, and the retry answers its result.
 
 use std::time::{Duration, Instant};
 
@@ -428,5 +429,91 @@ async fn a_challenge_executed_through_a_gateway_without_the_lease_is_run_by_the_
     team.g(1).ok(&["audit", "verify"]);
     g1.close().await;
     g2c.close().await;
+    g2.close().await;
+}
+
+#[tokio::test]
+async fn a_handed_call_whose_receiver_stopped_waiting_runs_later_and_its_retry_answers_it() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2", "g3"]);
+    // A dead holder's lease blocks the vault until it expires.
+    team.g(0).ok(&["team", "set", "lease_seconds", "5"]);
+    crate::util::set_limits(team.g(1), &[("apply_wait_seconds", 1)]);
+    let w = hold_first_push(&team, &remote);
+    let db = teamstate::PgState::connect(&team.url).unwrap();
+    let (_, token) = team.g(0).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    let a = propose(&g2, "later/a.md").await;
+    let b = propose(&g2, "later/b.md").await;
+    let c = propose(&g2, "later/c.md").await;
+
+    // g1 dies holding the vault's lease (after a's intent: nothing pushed).
+    let dying = crate::team_writes::stdio_dying_at(team.g(0), &token, "team_apply.after_intent").await;
+    let lost = tokio::time::timeout(
+        Duration::from_secs(60),
+        dying.try_call("apply_proposal", apply_args(&a, "a")),
+    )
+    .await
+    .expect("the dying gateway neither answered nor died");
+    assert!(lost.is_err(), "{lost:?}");
+
+    // b's apply through g2 is handed to g1, which never takes it: past g2's wait the call
+    // answers VAULT_BUSY, and stays queued.
+    let busy = call(&g2, "apply_proposal", apply_args(&b, "b")).await.err_json();
+    assert_eq!(
+        (&busy["code"], &busy["retryable"]),
+        (&json!("VAULT_BUSY"), &json!(true)),
+        "{busy}"
+    );
+    assert_eq!(handed(&db), [None]);
+
+    // g3 takes the lease once it expired (its first push waits in the remote's hook), takes
+    // b's call and runs it after its own: b lands though nobody waits for it.
+    let g3 = team.g(2).stdio(&token).await;
+    let args_c = apply_args(&c, "c");
+    let applying_c = tokio::spawn(async move {
+        let out = call(&g3, "apply_proposal", args_c).await.ok();
+        (g3, out)
+    });
+    until("g3's push reached the remote", || w.join("started").exists()).await;
+    until("g3 took the call g2 stopped waiting for", || {
+        handed(&db) == [Some("g3".to_owned())]
+    })
+    .await;
+    std::fs::remove_file(w.join("hold")).unwrap();
+    let (g3, out_c) = applying_c.await.unwrap();
+    assert_eq!(out_c["applied"], json!(true), "{out_c}");
+    let b_id = b["id"].as_str().unwrap();
+    until("b landed", || commits_of(&remote, b_id).len() == 1).await;
+
+    // The retry through g2 answers b's result: applied once, by g3, its commit naming g2.
+    let again = call(&g2, "apply_proposal", apply_args(&b, "b")).await.ok();
+    let commits = commits_of(&remote, b_id);
+    assert_eq!(
+        (&again["applied"], &again["replayed"], &again["commit"]),
+        (&json!(true), &json!(true), &json!(commits[0])),
+        "{again}"
+    );
+    let trailers = message(&remote, &commits[0]);
+    assert!(trailers.contains("Vaultgate-Gateway: g2"), "{trailers}");
+    let of_b = team
+        .chain(1)
+        .into_iter()
+        .filter(|r| {
+            r["tool"] == json!("apply_proposal")
+                && r["proposalId"] == b["id"]
+                && r["event"] == json!("tool_call")
+        })
+        .map(|r| (r["gateway"].clone(), r["code"].clone()))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        of_b,
+        [
+            (json!("g2"), json!("VAULT_BUSY")),
+            (json!("g3"), Value::Null),
+            (json!("g2"), Value::Null)
+        ]
+    );
+    team.g(1).ok(&["audit", "verify"]);
+    g3.close().await;
     g2.close().await;
 }

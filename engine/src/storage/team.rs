@@ -189,6 +189,10 @@ pub trait TeamState: Send + Sync {
     /// applier at a time"), announced to it: `false` (nothing queued) when no other gateway
     /// holds the lease now.
     fn hand_call(&self, call: &HandedCall) -> Result<bool, GatewayError>;
+    /// An earlier call like `call` (its vault, credential, tool and arguments, the idempotency
+    /// key among them) handed and not answered yet: taken by a gateway, or queued less than
+    /// `ttl_seconds` ago. Its receiver may have stopped waiting; a retry waits for it instead.
+    fn pending_like(&self, call: &HandedCall, ttl_seconds: u64) -> Result<Option<String>, GatewayError>;
     /// Takes, oldest first, at most `limit` calls handed to this gateway for `vault`, queued
     /// less than `ttl_seconds` ago: none unless this process holds the vault's lease now.
     fn take_handed(&self, vault: &str, limit: u32, ttl_seconds: u64)
@@ -224,10 +228,12 @@ pub struct HandedCall {
 pub enum Handed {
     /// Not (or no longer) in the queue.
     Gone,
-    /// Waiting: `taken_by` runs it (`None`: queued); `holder`: who holds the vault's lease now.
+    /// Waiting: `taken_by` runs it (`None`: queued); `holder`: who holds the vault's lease now;
+    /// `taker_queued`: the taker, not holding the lease, is waiting in line for it (alive).
     Waiting {
         taken_by: Option<String>,
         holder: Option<String>,
+        taker_queued: bool,
     },
     /// Run, with its answer.
     Answered(serde_json::Value),
