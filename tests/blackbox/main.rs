@@ -40,6 +40,7 @@ mod team_faults; // team mode: a remote that declines pushes, or is gone, change
 mod team_group; // team mode: applies waiting on one gateway share one push
 mod team_lease; // team mode: a gateway cut off from the database mid-apply is fenced out
 mod team_soak; // team mode: three gateways soaked with kills and a person pushing
+mod team_storm; // team mode: agents patch the notes a person pushes to; nothing is lost
 mod team_upkeep; // team mode: a serving gateway packs its clones when git counts too many loose objects
 mod team_writes; // team mode: proposals in the database, applies pushed to the vault's remote
 mod tunnel; // the ChatGPT tunnel: setup, supervision, the profile folder, orphans
