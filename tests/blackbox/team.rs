@@ -475,6 +475,17 @@ pub(crate) fn git(dir: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether `newer` is `older` or descends from it in the repository at `dir`.
+pub(crate) fn is_ancestor(dir: &std::path::Path, older: &str, newer: &str) -> bool {
+    Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["merge-base", "--is-ancestor", older, newer])
+        .status()
+        .unwrap()
+        .success()
+}
+
 /// A bare remote that only moves forward, and a person's clone of it with two notes pushed.
 pub(crate) fn remote_with_notes(root: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let remote = root.join("notes.git");

@@ -370,13 +370,10 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
     assert_eq!(unique.len(), jobs.len(), "a Vaultgate-Job trailer twice");
     // Every push of the person kept.
     for c in &pushes {
-        let kept = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&remote)
-            .args(["merge-base", "--is-ancestor", c, "main"])
-            .status()
-            .unwrap();
-        assert!(kept.success(), "the person's {c} is not on main");
+        assert!(
+            crate::team::is_ancestor(&remote, c, "main"),
+            "the person's {c} is not on main"
+        );
     }
     // The branch only moved forward: each reflog entry descends from the one before.
     let reflog = git(&remote, &["reflog", "show", "--format=%H", "main"]);
@@ -395,13 +392,12 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         entries.len() - pushes.len()
     );
     for w in entries.windows(2) {
-        let forward = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&remote)
-            .args(["merge-base", "--is-ancestor", w[1], w[0]])
-            .status()
-            .unwrap();
-        assert!(forward.success(), "{} → {} is not a fast-forward", w[1], w[0]);
+        assert!(
+            crate::team::is_ancestor(&remote, w[1], w[0]),
+            "{} → {} is not a fast-forward",
+            w[1],
+            w[0]
+        );
     }
     // Nothing left in flight, every chain verifies, every clone converges on the branch.
     let main = git(&remote, &["rev-parse", "main"]).trim().to_owned();

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::team::git;
+use crate::team::{git, is_ancestor};
 use crate::team_writes::{apply_args, team_with_vault};
 use crate::util::{Reply, call};
 
@@ -172,24 +172,20 @@ async fn agents_patching_the_notes_a_person_pushes_to_land_on_top_or_are_stale_a
         "one job's commit for each landed patch:\n{applies}"
     );
     for (_, line, commit) in &pushed {
-        let kept = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&remote)
-            .args(["merge-base", "--is-ancestor", commit, "main"])
-            .status()
-            .unwrap();
-        assert!(kept.success(), "the person's {line} ({commit}) is not on main");
+        assert!(
+            is_ancestor(&remote, commit, "main"),
+            "the person's {line} ({commit}) is not on main"
+        );
     }
     let reflog = git(&remote, &["reflog", "show", "--format=%H", "main"]);
     let entries: Vec<&str> = reflog.lines().collect();
     for w in entries.windows(2) {
-        let forward = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&remote)
-            .args(["merge-base", "--is-ancestor", w[1], w[0]])
-            .status()
-            .unwrap();
-        assert!(forward.success(), "{} → {} is not a fast-forward", w[1], w[0]);
+        assert!(
+            is_ancestor(&remote, w[1], w[0]),
+            "{} → {} is not a fast-forward",
+            w[1],
+            w[0]
+        );
     }
 
     // Nothing in flight: no job, no handed call unanswered; every chain verifies; every gateway
