@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::team::{git, is_ancestor};
-use crate::team_writes::{apply_args, team_with_vault};
+use crate::team_writes::{apply_args, person_pushes, team_with_vault};
 use crate::util::{Reply, call};
 
 const NOTES: usize = 3;
@@ -97,25 +97,13 @@ async fn agents_patching_the_notes_a_person_pushes_to_land_on_top_or_are_stale_a
             tokio::time::sleep(std::time::Duration::from_millis(120)).await;
             let k = n % NOTES;
             let line = format!("person {n}");
-            loop {
-                git(&person, &["pull", "--quiet", "--rebase"]);
+            let commit = person_pushes(&person, &line, || {
                 let path = person.join(note(k));
                 let text = std::fs::read_to_string(&path).unwrap();
                 let (title, rest) = text.split_once('\n').unwrap();
                 std::fs::write(&path, format!("{title}\n{line}\n{rest}")).unwrap();
-                git(&person, &["commit", "--quiet", "-am", &line]);
-                let pushed = std::process::Command::new("git")
-                    .arg("-C")
-                    .arg(&person)
-                    .args(["push", "--quiet", "origin", "main"])
-                    .output()
-                    .unwrap();
-                if pushed.status.success() {
-                    break;
-                }
-                git(&person, &["reset", "--quiet", "--hard", "HEAD~1"]);
-            }
-            mine.push((k, line, git(&person, &["rev-parse", "HEAD"]).trim().to_owned()));
+            });
+            mine.push((k, line, commit));
         }
         mine
     };

@@ -32,6 +32,26 @@ pub(crate) fn team_with_vault(names: &[&str]) -> (Team, std::path::PathBuf, std:
     (team, remote, person)
 }
 
+/// A person's edit, pushed the way obsidian-git does: pull (rebase), `edit`, commit, push; a push
+/// the branch moved past (an apply landed first) is dropped and made again on top. The commit.
+pub(crate) fn person_pushes(person: &std::path::Path, message: &str, edit: impl Fn()) -> String {
+    loop {
+        git(person, &["pull", "--quiet", "--rebase"]);
+        edit();
+        git(person, &["commit", "--quiet", "-am", message]);
+        let pushed = std::process::Command::new("git")
+            .arg("-C")
+            .arg(person)
+            .args(["push", "--quiet", "origin", "main"])
+            .output()
+            .unwrap();
+        if pushed.status.success() {
+            return git(person, &["rev-parse", "HEAD"]).trim().to_owned();
+        }
+        git(person, &["reset", "--quiet", "--hard", "HEAD~1"]);
+    }
+}
+
 pub(crate) fn head(remote: &std::path::Path) -> String {
     git(remote, &["rev-parse", "main"]).trim().to_owned()
 }
@@ -1002,24 +1022,9 @@ async fn a_storm_of_applies_through_three_gateways_while_a_person_pushes_lands_e
         let mut mine = Vec::new();
         for k in 0..4 {
             tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-            // A person's edit, pushed the way obsidian-git does: pull (rebase), commit, push.
-            loop {
-                git(&person, &["pull", "--quiet", "--rebase"]);
+            mine.push(person_pushes(&person, &format!("person {k}"), || {
                 std::fs::write(person.join("welcome.md"), format!("# Welcome\n\nEdit {k}.\n")).unwrap();
-                git(&person, &["commit", "--quiet", "-am", &format!("person {k}")]);
-                let pushed = std::process::Command::new("git")
-                    .arg("-C")
-                    .arg(&person)
-                    .args(["push", "--quiet", "origin", "main"])
-                    .output()
-                    .unwrap();
-                if pushed.status.success() {
-                    break;
-                }
-                // Rejected (an apply landed first): undo the local commit and try again.
-                git(&person, &["reset", "--quiet", "--hard", "HEAD~1"]);
-            }
-            mine.push(git(&person, &["rev-parse", "HEAD"]).trim().to_owned());
+            }));
         }
         mine
     };
