@@ -61,6 +61,7 @@ pub use crate::error::GatewayError;
 pub use crate::failpoints::Failpoints;
 pub use crate::maintain::pack_team_clones;
 pub use crate::teampush::hold_pushed;
+pub use crate::teamsettle::settle_idle_jobs;
 pub use inbox::{Credential, Transition};
 pub use policy::Tier;
 /// Review diffs as people read them: hunks, changed words and changed links, for the CLI and the page.

@@ -1,7 +1,8 @@
 //! Jobs a team apply left behind (docs/contract.md#team-mode): a gateway that stopped
 //! mid-apply, or a push whose answer never came. Settled from the job rows and the remote, never
 //! from a clone's guess: by the proposal's next apply or reject, and by whichever write takes the
-//! vault's lease next. The decision is [`proposals::recovery::settle_unknown_push`].
+//! vault's lease next, or, when no write comes, by a serving gateway's idle sweep
+//! ([`settle_idle_jobs`]). The decision is [`proposals::recovery::settle_unknown_push`].
 //!
 //! It must never record an apply whose commit is not on the remote, push a commit but by
 //! compare-and-swap to the job's own base, or push another call's commit for it.
@@ -59,6 +60,34 @@ pub(crate) fn settle_left_jobs(
         }
     }
 }
+
+/// Settles, for each team vault, the jobs left there longer than `apply_wait_seconds` (their
+/// callers have had an answer by then) when no write came to settle them: a serving team
+/// gateway calls it every few seconds, so a vault nobody writes to is not left with jobs in
+/// flight for good (docs/contract.md#team-mode). Takes the vault's lease only when such a job
+/// is there; a vault whose lease is busy is left to the write holding it, which settles them.
+pub fn settle_idle_jobs(core: &Core) {
+    let Some(team) = core.team() else { return };
+    let grace = core.config().limits.apply_wait_seconds;
+    for v in core.all_vaults().into_iter().filter(|v| v.is_team()) {
+        match team.oldest_left_job(&v.id) {
+            Ok(Some(age)) if age >= grace => {}
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(vault = %v.id, error = %e, "left jobs were not looked for");
+                continue;
+            }
+        }
+        // SECURITY(T-PROP4): settled under the vault's lease, fenced by its epoch.
+        match team.lock_vault(&v.id, IDLE_WAIT) {
+            Ok(hold) => settle_left_jobs(core, team, hold.as_ref(), &v, None),
+            Err(e) => tracing::debug!(vault = %v.id, error = %e, "left jobs wait for the lease's holder"),
+        }
+    }
+}
+
+/// How long [`settle_idle_jobs`] waits for a vault's lease.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A job left by a gateway that stopped mid-apply (or by an apply whose push had no answer),
 /// settled from the remote by [`proposals::recovery::settle_unknown_push`]: landed (a commit of

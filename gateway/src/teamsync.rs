@@ -1,13 +1,18 @@
 //! A serving team gateway keeps its team vaults' clones fresh (docs/contract.md#team-mode): it
 //! fetches every `[team] fetch_seconds` (15 s) to see people's pushes, and at once when the
-//! team's database announces a vault added or removed; each round also notes the gateway alive. A fetched change reaches the index
-//! through the vault's watcher, note by note. A thread of its own packs the clones when due.
+//! team's database announces a vault added or removed; each round also notes the gateway
+//! alive. A fetched change reaches the index through the vault's watcher, note by note. A
+//! thread of its own packs the clones when due; another settles, every 5 s, the jobs a stopped
+//! gateway left on a vault nobody writes to.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use engine::core::Core;
 use teamstate::{Heard, Listener, VAULTS_CHANNEL};
+
+/// How often a serving gateway looks for jobs left on its team vaults.
+const SETTLE_EVERY: Duration = Duration::from_secs(5);
 
 /// Starts the syncing thread of a team gateway (nothing for a local home); it ends with `core`.
 pub(crate) fn start(core: &Arc<Core>) {
@@ -58,6 +63,22 @@ pub(crate) fn start(core: &Arc<Core>) {
         });
     if let Err(e) = started {
         tracing::warn!(error = %e, "the team vaults' sync did not start");
+    }
+    // Jobs a stopped gateway left on a vault nobody writes to, settled (engine::settle_idle_jobs).
+    let weak = Arc::downgrade(core);
+    let started = std::thread::Builder::new()
+        .name("team-recovery".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(SETTLE_EVERY);
+                let Some(core) = weak.upgrade() else {
+                    return;
+                };
+                engine::settle_idle_jobs(&core);
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "the team's idle recovery did not start");
     }
     // The clones packed when due (engine::pack_team_clones), every minute, on a thread of their
     // own: a long repack must not hold back the fetches.

@@ -370,9 +370,31 @@ impl PgState {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    /// How long (seconds) the oldest of `vault`'s jobs whose gateway holds no live lease on it
+    /// has been left (`job_counts`'s `left`); `None`: none is.
+    pub fn oldest_left_job(&self, vault: &str) -> Result<Option<u64>, GatewayError> {
+        let client = self.client()?;
+        let row = within(
+            &self.stale,
+            client.query_one(
+                // A job without its time (made before the column) counts as old.
+                "SELECT max(COALESCE(EXTRACT(EPOCH FROM now() - p.job_at), 1e9))::bigint
+                 FROM vaultgate.proposals p WHERE p.vault = $1 AND p.job IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM vaultgate.leases l WHERE l.vault = p.vault
+                                 AND l.holder = p.job_gateway AND l.expires_at > now())",
+                &[&vault],
+            ),
+        )?
+        .map_err(db)?;
+        Ok(row
+            .get::<_, Option<i64>>(0)
+            .map(|s| u64::try_from(s).unwrap_or(0)))
+    }
+
     /// `vault`'s jobs: applies in flight, and those left by a gateway that stopped (or whose push
-    /// had no answer): a job whose gateway does not hold the vault's lease now, which only the
-    /// next write to the vault (or the next apply or rejection of its proposal) settles.
+    /// had no answer): a job whose gateway does not hold the vault's lease now, which the next
+    /// write to the vault (or the next apply or rejection of its proposal), or a serving
+    /// gateway's idle sweep, settles.
     pub fn job_counts(&self, vault: &str) -> Result<JobCounts, GatewayError> {
         let client = self.client()?;
         let row = within(

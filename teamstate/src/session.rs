@@ -413,6 +413,10 @@ impl TeamState for TeamSession {
         self.seat()?.store.left_jobs(vault, limit)
     }
 
+    fn oldest_left_job(&self, vault: &str) -> Result<Option<u64>, GatewayError> {
+        self.seat()?.store.oldest_left_job(vault)
+    }
+
     fn drop_job(&self, fence: &Fence, id: &str, job: &str) -> Result<(), GatewayError> {
         self.seat()?.store.drop_job(fence, id, job)
     }

@@ -426,3 +426,92 @@ async fn git_locks_a_killed_gateway_left_in_its_clone_do_not_stop_its_next_apply
     g1.close().await;
     g1b.close().await;
 }
+
+#[tokio::test]
+async fn jobs_a_killed_gateway_left_on_a_vault_nobody_writes_to_are_settled_by_a_serving_gateway() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+    // Jobs are settled idle once their callers have stopped waiting.
+    team.g(0).ok(&["team", "set", "limits.apply_wait_seconds", "2"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    // g2 serves, and nobody writes through it.
+    let g2 = team.g(1).stdio(&token).await;
+    let status = || -> serde_json::Value {
+        let s: serde_json::Value =
+            serde_json::from_str(&team.g(1).ok(&["team", "status", "--json"])).unwrap();
+        s["vaults"][0].clone()
+    };
+    let mut left = Vec::new();
+    for (path, step, key) in [
+        ("idle/landed.md", "team_apply.after_push", "k-landed"),
+        ("idle/unpushed.md", "team_apply.after_intent", "k-unpushed"),
+    ] {
+        let p = call(
+            &g2,
+            "propose_new_note",
+            json!({"path": path, "content": "# Left\n", "reason": "r"}),
+        )
+        .await
+        .ok();
+        let dying = crate::team_writes::stdio_dying_at(team.g(0), &token, step).await;
+        let lost = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dying.try_call("apply_proposal", apply_args(&p, key)),
+        )
+        .await
+        .expect("the dying gateway neither answered nor died");
+        assert!(lost.is_err(), "{step}: {lost:?}");
+        left.push(p);
+        // The dead holder's lease runs out.
+        tokio::time::sleep(std::time::Duration::from_millis(3500)).await;
+    }
+    let (landed, unpushed) = (&left[0], &left[1]);
+    let before = head(&remote);
+    assert!(
+        status()["pendingJobs"].as_u64().unwrap() >= 1,
+        "a job is left: {}",
+        status()
+    );
+    // No write comes; the serving gateway settles both from the remote.
+    crate::team::eventually("the left jobs are settled", || async {
+        let s = status();
+        s["pendingJobs"] == json!(0) && s["leftJobs"] == json!(0)
+    })
+    .await;
+    let got = |p: &serde_json::Value| {
+        let g2 = &g2;
+        let id = p["id"].clone();
+        async move { call(g2, "get_proposal", json!({"id": id})).await.ok()["status"].clone() }
+    };
+    assert_eq!(got(landed).await, json!("applied"), "recorded from the remote");
+    assert_eq!(
+        got(unpushed).await,
+        json!("pending"),
+        "free again, nothing landed"
+    );
+    assert_eq!(head(&remote), before, "the sweep pushed nothing");
+    let recovered: Vec<serde_json::Value> = team
+        .chain(1)
+        .into_iter()
+        .filter(|r| r["event"] == json!("apply.recovered"))
+        .collect();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(recovered[0]["proposalId"], landed["id"]);
+    // The first caller's retry answers the landed commit; the second's applies it now, once.
+    let again = call(&g2, "apply_proposal", apply_args(landed, "k-landed"))
+        .await
+        .ok();
+    assert_eq!(
+        (&again["applied"], &again["commit"]),
+        (&json!(true), &json!(before)),
+        "{again}"
+    );
+    let now = call(&g2, "apply_proposal", apply_args(unpushed, "k-unpushed"))
+        .await
+        .ok();
+    assert_eq!(now["applied"], json!(true), "{now}");
+    let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+    assert_eq!(log.lines().count(), 1, "{log}");
+    team.g(1).ok(&["audit", "verify"]);
+    g2.close().await;
+}

@@ -83,6 +83,9 @@ pub trait TeamState: Send + Sync {
     /// The ids of at most `limit` of `vault`'s proposals that have a job, the oldest job first:
     /// under the vault's lease, jobs a gateway left (it stopped, or its push had no answer).
     fn left_jobs(&self, vault: &str, limit: u32) -> Result<Vec<String>, GatewayError>;
+    /// How long (seconds) the oldest of `vault`'s jobs whose gateway holds no live lease on it
+    /// has been left; `None`: no job is left.
+    fn oldest_left_job(&self, vault: &str) -> Result<Option<u64>, GatewayError>;
     /// A page of `vault`'s proposals of `status`, newest first, after `(created_at, row)`
     /// (content not read).
     fn list_proposals(

@@ -660,8 +660,9 @@ pub(crate) fn doctor_checks(home: &Home, team: &TeamConfig) -> Vec<engine::docto
                     j.left,
                     j.oldest_seconds.unwrap_or(0)
                 ),
-                "the next write to the vault settles up to 4 of them from the remote, and the next apply or \
-                 rejection of a proposal its own (a job older than job_ttl_seconds is never pushed again)",
+                "the next write to the vault settles up to 4 of them from the remote, a serving gateway those \
+                 older than apply_wait_seconds, and the next apply or rejection of a proposal its own (a job \
+                 older than job_ttl_seconds is never pushed again)",
             )),
             Ok(j) if j.pending > 0 => checks.push(check(
                 Status::Ok,
