@@ -38,6 +38,7 @@ mod team_approval; // team mode: a person's click on the card is used once acros
 mod team_critical; // team mode: a challenge issued on one gateway executes once on any
 mod team_faults; // team mode: a remote that declines pushes, or is gone, changes nothing
 mod team_group; // team mode: applies waiting on one gateway share one push
+mod team_invariants; // team mode: what every team scenario ends with
 mod team_lease; // team mode: a gateway cut off from the database mid-apply is fenced out
 mod team_soak; // team mode: three gateways soaked with kills and a person pushing
 mod team_storm; // team mode: agents patch the notes a person pushes to; nothing is lost

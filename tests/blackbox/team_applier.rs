@@ -207,6 +207,7 @@ async fn an_apply_received_while_another_gateway_holds_the_lease_is_run_there_on
     g1.close().await;
     g2b.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -266,6 +267,7 @@ async fn a_handed_apply_whose_applier_is_killed_is_taken_back_by_its_receiver_an
     team.g(1).ok(&["audit", "verify"]);
     g2b.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 /// SECURITY(T-TEAM4): the applier reads a handed call's credential again: one revoked after its
@@ -328,6 +330,7 @@ async fn a_handed_call_whose_caller_was_revoked_meanwhile_runs_nothing_at_the_ap
     assert_eq!(status["status"], json!("pending"), "{status}");
     g1.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -430,6 +433,7 @@ async fn a_challenge_executed_through_a_gateway_without_the_lease_is_run_by_the_
     g1.close().await;
     g2c.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -516,4 +520,5 @@ async fn a_handed_call_whose_receiver_stopped_waiting_runs_later_and_its_retry_a
     team.g(1).ok(&["audit", "verify"]);
     g3.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }

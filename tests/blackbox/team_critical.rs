@@ -217,6 +217,7 @@ async fn a_challenge_issued_on_one_gateway_executes_once_on_another_and_is_consu
     for c in [g1, g2, g3] {
         c.close().await;
     }
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -285,4 +286,5 @@ async fn a_gateway_killed_at_any_step_of_an_execution_leaves_it_done_once_or_not
     );
     team.g(1).ok(&["audit", "verify"]);
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }

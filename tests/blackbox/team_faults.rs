@@ -88,6 +88,7 @@ async fn a_remote_that_declines_or_is_gone_changes_nothing_and_the_retry_applies
     assert_eq!(jobs(), json!(0));
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 /// A `pre-receive` hook that, once (while `<remote>/hold-once` exists), runs `then` and sleeps
@@ -176,6 +177,7 @@ async fn an_unanswered_push_the_remote_moved_past_is_checked_again_in_the_same_c
     assert_eq!(s["vaults"][0]["pendingJobs"], json!(0));
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -215,6 +217,7 @@ async fn an_unanswered_push_at_its_base_is_pushed_again_as_the_same_commit_by_th
     );
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 /// The same left job as above, retried after `job_ttl_seconds`: its commit is never pushed
@@ -272,6 +275,7 @@ async fn a_left_job_past_job_ttl_seconds_is_not_pushed_again_and_its_retry_build
     );
     team.g(0).ok(&["audit", "verify"]);
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -379,6 +383,7 @@ async fn jobs_a_killed_gateway_left_are_settled_by_the_next_take_of_the_lease() 
     assert_eq!(log.lines().count(), 3, "{log}");
     team.g(1).ok(&["audit", "verify"]);
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -425,6 +430,7 @@ async fn git_locks_a_killed_gateway_left_in_its_clone_do_not_stop_its_next_apply
     assert!(team.g(0).home.join("vaults/notes/locks/left.md").is_file());
     g1.close().await;
     g1b.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -512,6 +518,6 @@ async fn jobs_a_killed_gateway_left_on_a_vault_nobody_writes_to_are_settled_by_a
     assert_eq!(now["applied"], json!(true), "{now}");
     let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
     assert_eq!(log.lines().count(), 1, "{log}");
-    team.g(1).ok(&["audit", "verify"]);
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }

@@ -233,6 +233,7 @@ async fn applies_waiting_on_one_gateway_ride_one_push_each_in_its_own_commit() {
         assert_eq!(again["commit"].as_str(), Some(commits[i].as_str()), "{again}");
     }
     team.g(0).ok(&["audit", "verify"]);
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -261,6 +262,7 @@ async fn a_group_whose_push_the_remote_declines_lands_nothing_and_each_retry_lan
     }
     landed_once(&srv, &token, &remote, &ps, &commits, &pushes(&log)).await;
     team.g(0).ok(&["audit", "verify"]);
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 /// Every caller but the first retries its apply with its key until the vault answers (through
@@ -374,6 +376,7 @@ async fn a_gateway_killed_while_its_groups_push_hangs_leaves_each_apply_to_land_
         let c = srv.client(&token).await;
         let commits = retry_each(&c, &ps, first, accepted).await;
         landed_once_after(&team, &srv, &token, &remote, &ps, &commits, &log, accepted).await;
+        crate::team_invariants::hold(&team, &remote).await;
     }
 }
 
@@ -429,5 +432,6 @@ async fn the_database_stopped_while_a_groups_push_hangs_answers_no_member_and_ea
         // Back: every caller retries with its key until the vault answers.
         let commits = retry_each(&c, &ps, first, accepted).await;
         landed_once_after(&team, &srv, &token, &remote, &ps, &commits, &log, accepted).await;
+        crate::team_invariants::hold(&team, &remote).await;
     }
 }

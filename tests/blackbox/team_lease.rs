@@ -274,6 +274,7 @@ async fn a_gateway_cut_off_from_the_database_mid_push_is_fenced_out_and_the_appl
         "round 0's push was settled by g2"
     );
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]

@@ -452,6 +452,7 @@ async fn one_proposal_or_one_key_sent_to_three_gateways_at_once_has_one_effect_a
     for c in clients {
         c.close().await;
     }
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -533,6 +534,7 @@ async fn a_reviewer_gateway_applies_and_rejects_proposals_made_on_another() {
     );
     rev.ok(&["audit", "verify"]);
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 /// A stdio server of `g` for `token` that aborts (as `kill -9` would) at the team apply's `step`.
@@ -709,6 +711,7 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
     );
     team.g(1).ok(&["audit", "verify"]);
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -850,6 +853,7 @@ async fn a_move_applied_through_another_gateway_is_one_commit_with_its_links_rew
     );
     g1.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -1076,6 +1080,7 @@ async fn a_storm_of_applies_through_three_gateways_while_a_person_pushes_lands_e
     for c in clients {
         c.close().await;
     }
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -1271,6 +1276,7 @@ async fn undo_and_redo_on_a_team_vault_push_one_commit_each_and_refuse_a_note_a_
     }
     g1.close().await;
     g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[test]
@@ -1316,6 +1322,7 @@ async fn a_push_whose_answer_is_lost_is_settled_by_reading_the_remote_and_lands_
     let status: Value = serde_json::from_str(&team.g(0).ok(&["team", "status", "--json"])).unwrap();
     assert_eq!(status["vaults"][0]["pendingJobs"], json!(0));
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
 
 #[tokio::test]
@@ -1462,4 +1469,5 @@ async fn a_push_that_lands_after_its_gateway_gave_up_is_the_proposals_one_apply(
         1
     );
     g1.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
 }
