@@ -31,12 +31,28 @@ pub struct VaultHandle {
     pub(crate) lease: crate::storage::FolderLease,
     /// A team vault's remote (docs/contract.md#team-mode): its notes change only by a push there.
     pub(crate) remote: Option<String>,
+    /// A team vault's clone being checked out (crate::remote::Checkout): a note read waits
+    /// for it.
+    pub(crate) checkout: Option<crate::remote::Checkout>,
 }
 
 impl VaultHandle {
     /// Whether its notes live in a team's remote (docs/contract.md#team-mode).
     pub fn is_team(&self) -> bool {
         self.remote.is_some()
+    }
+
+    /// The note at `path`, whole (see [`VaultHandle::reading`]).
+    pub(crate) fn read_note(&self, path: &str) -> Result<vault::ReadNote, vault::VaultError> {
+        let _checked_out = self.reading();
+        self.reader.read_note(path)
+    }
+
+    /// Held while notes of a team vault's clone are read, so none is read while git rewrites
+    /// its files, half written or gone for a moment (crate::remote::Checkout). Never held
+    /// across a sync of the clone (that waits for it).
+    pub(crate) fn reading(&self) -> Option<crate::remote::Reading> {
+        self.checkout.as_ref().and_then(|c| c.reading())
     }
 
     /// The vault's layout (notes, standards and inbox folders).

@@ -96,11 +96,11 @@ impl Reads<'_> {
         if v.reader.layout().classify(&vp) != policy::NoteClass::Standard {
             return Err(GatewayError::not_found());
         }
-        Ok(v.reader.read_note(path)?.content)
+        Ok(v.read_note(path)?.content)
     }
 
     pub fn read_note(&self, v: &VaultHandle, path: &str) -> Result<vault::ReadNote, GatewayError> {
-        Ok(v.reader.read_note(path)?)
+        Ok(v.read_note(path)?)
     }
 
     pub fn list_notes(

@@ -673,6 +673,10 @@ pub(crate) fn open_vaults(
                     group: Arc::default(),
                     lease: crate::storage::FolderLease::default(),
                     remote: v.remote.clone(),
+                    checkout: v
+                        .remote
+                        .as_ref()
+                        .and_then(|_| crate::remote::Checkout::of(&v.path)),
                 })
             }
         };

@@ -1109,3 +1109,95 @@ fn a_team_gateways_tunnel_credential_is_the_teams_named_after_the_gateway_and_ro
     assert_ne!(renewed, token);
     assert!(stdio_start(team.g(1), renewed.trim()).0);
 }
+
+/// Version `i` of a note big enough that git takes a while to write it.
+fn big_note(i: usize) -> String {
+    let mut text = format!("# Big, version {i}\n\n");
+    for line in 0..6_000 {
+        text.push_str(&format!(
+            "Line {line} of version {i}, long enough to take room.\n"
+        ));
+    }
+    text.push_str(&format!("The end of version {i}.\n"));
+    text
+}
+
+#[tokio::test]
+async fn a_note_read_while_a_persons_push_is_checked_out_in_the_clone_is_read_whole() {
+    let (team, _remote, person) = crate::team_writes::team_with_vault(&["g1"]);
+    std::fs::write(person.join("big.md"), big_note(0)).unwrap();
+    git(&person, &["add", "-A"]);
+    git(&person, &["commit", "--quiet", "-m", "big"]);
+    git(&person, &["push", "--quiet", "origin", "main"]);
+    let versions: Vec<String> = (0..=20).map(big_note).collect();
+    let (_, token) = team.g(0).token("reader", "read");
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        readers.push(team.g(0).stdio(&token).await);
+    }
+    let readers = std::sync::Arc::new(readers);
+    eventually("the gateway reads the note", || async {
+        matches!(
+            call(&readers[0], "read_note", json!({"path": "big.md"})).await,
+            Reply::Ok(_)
+        )
+    })
+    .await;
+    // The person pushes a new version every 700 ms; the gateway's clone checks each out
+    // (it fetches every second) while three clients read the note without pause.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pushing = {
+        let (person, versions, done) = (person.clone(), versions.clone(), done.clone());
+        tokio::task::spawn_blocking(move || {
+            for (i, text) in versions.iter().enumerate().skip(1) {
+                std::thread::sleep(Duration::from_millis(400));
+                std::fs::write(person.join("big.md"), text).unwrap();
+                git(&person, &["commit", "--quiet", "-am", &format!("version {i}")]);
+                git(&person, &["push", "--quiet", "origin", "main"]);
+            }
+            // The last one reaches the clone.
+            std::thread::sleep(Duration::from_millis(2500));
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let mut reading = tokio::task::JoinSet::new();
+    for r in 0..3 {
+        let (readers, done, versions) = (readers.clone(), done.clone(), versions.clone());
+        reading.spawn(async move {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let content = match call(&readers[r], "read_note", json!({"path": "big.md"})).await {
+                    Reply::Ok(v) => v["content"].as_str().unwrap().to_owned(),
+                    Reply::Err(e) => panic!("a read during a checkout answered {e}"),
+                };
+                let version = versions.iter().position(|v| *v == content);
+                assert!(
+                    version.is_some(),
+                    "a read during a checkout answered part of the note ({} bytes)",
+                    content.len()
+                );
+                seen.extend(version);
+                reads += 1;
+            }
+            (seen, reads)
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut reads = 0;
+    while let Some(r) = reading.join_next().await {
+        let (s, n) = r.unwrap();
+        seen.extend(s);
+        reads += n;
+    }
+    pushing.await.unwrap();
+    eprintln!("{reads} reads saw versions {seen:?}");
+    assert!(
+        seen.contains(&20),
+        "the clone never reached the last push: {seen:?}"
+    );
+    assert!(seen.len() >= 6, "the clone checked out too few pushes: {seen:?}");
+    for r in std::sync::Arc::try_unwrap(readers).ok().unwrap() {
+        r.close().await;
+    }
+}

@@ -166,19 +166,14 @@ async fn agents_patching_the_notes_a_person_pushes_to_land_on_top_or_are_stale_a
             "the person's {line} ({commit}) is not on main"
         );
     }
-    // Every gateway reads what the branch holds. (A read while a clone is being synced once
-    // answered NOT_FOUND for a moment — git replaces a file by removing it first — hence the
-    // retries, printed.)
+    // Every gateway reads what the branch holds, and never fails to read a note meanwhile.
     for (g, c) in team.gateways.iter().zip(&clients) {
         for k in 0..NOTES {
             let main = git(&remote, &["show", &format!("main:{}", note(k))]);
             crate::team::eventually("every gateway reads the branch's notes", || async {
                 match call(c, "read_note", json!({"path": note(k)})).await {
                     Reply::Ok(v) => v["content"] == json!(main),
-                    Reply::Err(e) => {
-                        eprintln!("storm: {} through {}: {e}", note(k), g.home.display());
-                        false
-                    }
+                    Reply::Err(e) => panic!("{} through {}: {e}", note(k), g.home.display()),
                 }
             })
             .await;

@@ -251,6 +251,7 @@ mod tests {
             group: Arc::default(),
             lease: FolderLease::default(),
             remote: None,
+            checkout: None,
         };
         Folder {
             tmp,
