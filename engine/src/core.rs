@@ -31,9 +31,9 @@ pub struct VaultHandle {
     pub(crate) lease: crate::storage::FolderLease,
     /// A team vault's remote (docs/contract.md#team-mode): its notes change only by a push there.
     pub(crate) remote: Option<String>,
-    /// A team vault's clone being checked out (crate::remote::Checkout): a note read waits
+    /// A team vault's clone being checked out (crate::checkout::Checkout): a note read waits
     /// for it.
-    pub(crate) checkout: Option<crate::remote::Checkout>,
+    pub(crate) checkout: Option<crate::checkout::Checkout>,
 }
 
 impl VaultHandle {
@@ -49,9 +49,9 @@ impl VaultHandle {
     }
 
     /// Held while notes of a team vault's clone are read, so none is read while git rewrites
-    /// its files, half written or gone for a moment (crate::remote::Checkout). Never held
+    /// its files, half written or gone for a moment (crate::checkout::Checkout). Never held
     /// across a sync of the clone (that waits for it).
-    pub(crate) fn reading(&self) -> Option<crate::remote::Reading> {
+    pub(crate) fn reading(&self) -> Option<crate::checkout::Reading> {
         self.checkout.as_ref().and_then(|c| c.reading())
     }
 

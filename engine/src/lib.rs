@@ -19,6 +19,7 @@ mod authcache;
 mod call;
 pub mod changelog;
 pub mod changes;
+mod checkout;
 pub mod core;
 pub mod credentials;
 pub mod critical;

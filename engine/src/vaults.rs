@@ -676,7 +676,7 @@ pub(crate) fn open_vaults(
                     checkout: v
                         .remote
                         .as_ref()
-                        .and_then(|_| crate::remote::Checkout::of(&v.path)),
+                        .and_then(|_| crate::checkout::Checkout::of(&v.path)),
                 })
             }
         };

@@ -1,9 +1,9 @@
-//! What every team scenario ends with, whatever it did to the team (SPEC §19 and the design's
-//! test plan): once the team is healthy, an apply lands through it, and then no job and no
-//! handed call is left, the remote's branch only ever moved forward, each job's commit is on it
-//! once and matches the proposal the database holds applied (both ways), each commit names the
-//! intent record of its own job in the chain every gateway verifies, and every clone holds
-//! exactly the branch.
+//! What every team scenario ends with, whatever it did to the team (docs/contract.md#team-mode):
+//! once the team is healthy, an apply lands through it, and then no job and no handed call is
+//! left, the remote's branch only ever moved forward, each job's commit is on it once and
+//! matches the proposal the database holds applied (both ways), each commit names the intent
+//! record of its own job in the chain every gateway verifies, and every clone holds exactly the
+//! branch.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -1,0 +1,167 @@
+//! A team vault's clone moving forward while notes of it are read (docs/contract.md#team-mode):
+//! the reads of every process of the home wait for the checkout, so none answers a note half
+//! written or gone for a moment.
+//!
+//! It must never be held across a sync of the clone by a reader (the checkout waits for it),
+//! nor fail a read: a lock that cannot be taken is logged and left out.
+
+use std::path::{Path, PathBuf};
+
+/// A team vault's clone being checked out ([`crate::remote::checkout`]), told to every process
+/// reading it: git replaces a file by removing it and writing it anew, so a read meanwhile
+/// would answer `NOT_FOUND`, or part of the note, for a note the branch holds whole. Every process of a home (each stdio
+/// client starts one) syncs the clone, so the lock is two `flock`s beside it, each taken on a
+/// file opened for the purpose (so threads of one process exclude each other too): a reader
+/// passes `.<name>.checkout-next` (shared) and holds `.<name>.checkout` (shared) while it
+/// reads; a checkout holds the first (exclusive) while it waits for the readers to leave the
+/// second, so a stream of readers cannot keep it out. A fetch takes neither: reads wait only
+/// for the checkout. A lock that cannot be taken (the files cannot be made) is logged and left
+/// out: reads go on as before.
+#[derive(Debug, Clone)]
+pub(crate) struct Checkout {
+    next: PathBuf,
+    now: PathBuf,
+}
+
+/// A read of a team vault's clone under way ([`Checkout::reading`]).
+pub(crate) struct Reading {
+    _now: std::fs::File,
+}
+
+impl Checkout {
+    pub(crate) fn of(dir: &Path) -> Option<Checkout> {
+        let parent = dir.parent()?;
+        let name = dir.file_name()?.to_string_lossy();
+        Some(Checkout {
+            next: parent.join(format!(".{name}.checkout-next")),
+            now: parent.join(format!(".{name}.checkout")),
+        })
+    }
+
+    fn open(path: &Path) -> Option<std::fs::File> {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path);
+        match opened {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(error = %e, file = %path.display(), "a clone's checkout lock could not be opened");
+                None
+            }
+        }
+    }
+
+    /// Waits until no checkout is under way or waiting, then holds one off until dropped.
+    pub(crate) fn reading(&self) -> Option<Reading> {
+        let next = Self::open(&self.next)?;
+        next.lock_shared().ok()?;
+        let now = Self::open(&self.now)?;
+        now.lock_shared().ok()?;
+        drop(next);
+        Some(Reading { _now: now })
+    }
+
+    /// Waits for the reads under way (new ones wait), then holds every read off until dropped.
+    pub(crate) fn writing(&self) -> Option<(std::fs::File, std::fs::File)> {
+        let next = Self::open(&self.next)?;
+        next.lock().ok()?;
+        let now = Self::open(&self.now)?;
+        now.lock().ok()?;
+        Some((now, next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Version `i` of a note big enough that git takes a while to write it.
+    fn big(i: usize) -> String {
+        (0..20_000)
+            .map(|n| format!("line {n} of version {i}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn a_note_read_while_its_clone_is_checked_out_is_read_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let clone = tmp.path().join("notes");
+        std::fs::create_dir(&clone).unwrap();
+        let program = crate::git::Program::default();
+        let git = |args: &[&str]| {
+            let out = crate::remote::local(&program, clone.as_path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        git(&["init", "--quiet", "-b", "main"]);
+        let mut commits = Vec::new();
+        for i in 0..2 {
+            std::fs::create_dir_all(clone.as_path().join("conf")).unwrap();
+            std::fs::write(clone.as_path().join("conf/big.md"), big(i)).unwrap();
+            git(&["add", "-A"]);
+            git(&["commit", "--quiet", "-m", "v"]);
+            commits.push(git(&["rev-parse", "HEAD"]));
+        }
+        let layout = policy::Layout::new(
+            vec![policy::FolderPath::parse("conf").unwrap()],
+            vec![],
+            policy::VaultPath::parse("inbox").unwrap(),
+            None,
+        );
+        let v = crate::core::VaultHandle {
+            id: "team".into(),
+            name: "team".into(),
+            reader: vault::Vault::open(clone.as_path(), layout).unwrap(),
+            group: Default::default(),
+            lease: Default::default(),
+            remote: Some("unused".into()),
+            checkout: Checkout::of(clone.as_path()),
+        };
+        let versions = [big(0), big(1)];
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (reads, torn) = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let (mut reads, mut torn) = (0, Vec::new());
+                        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            match v.read_note("conf/big.md") {
+                                Ok(n) if versions.contains(&n.content) => {}
+                                Ok(n) => torn.push(format!("{} bytes", n.content.len())),
+                                Err(e) => torn.push(e.to_string()),
+                            }
+                            reads += 1;
+                        }
+                        (reads, torn)
+                    })
+                })
+                .collect();
+            for round in 0..40 {
+                crate::remote::checkout(&program, clone.as_path(), &commits[round % 2]).unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            readers
+                .into_iter()
+                .map(|r| r.join().unwrap())
+                .fold((0, Vec::new()), |(n, mut t), (m, u)| {
+                    t.extend(u);
+                    (n + m, t)
+                })
+        });
+        assert!(reads > 40, "{reads} reads");
+        assert!(
+            torn.is_empty(),
+            "{} of {reads} reads were not whole: {:?}",
+            torn.len(),
+            &torn[..torn.len().min(5)]
+        );
+    }
+}
