@@ -1,7 +1,7 @@
 //! Team mode with a broken remote: one whose hook declines every push (a freeze, branch
 //! protection), and one that is gone (moved away mid-session). An apply changes nothing there
 //! and says what the remote said; no job is left behind; once the remote is back, the caller's
-//! retry with its key applies the proposal exactly once.
+//! retry with its key applies the proposal exactly once. A remote killed mid-push lands it once.
 
 use serde_json::json;
 
@@ -520,4 +520,62 @@ async fn jobs_a_killed_gateway_left_on_a_vault_nobody_writes_to_are_settled_by_a
     assert_eq!(log.lines().count(), 1, "{log}");
     g2.close().await;
     crate::team_invariants::hold(&team, &remote).await;
+}
+
+#[tokio::test]
+async fn a_remote_killed_mid_push_before_or_after_it_took_the_commit_has_the_apply_land_once() {
+    // The remote's receive-pack killed by a hook of its own, once: before the branch moved
+    // (`pre-receive`), or right after (`reference-transaction`, committed), before it could say
+    // so. The gateway's push sees the connection die either way.
+    for (hook, script) in [
+        (
+            "pre-receive",
+            "#!/bin/sh\nif mkdir killed 2>/dev/null; then kill -9 $PPID; sleep 5; fi\n",
+        ),
+        (
+            "reference-transaction",
+            "#!/bin/sh\nif [ \"$1\" = committed ] && mkdir killed 2>/dev/null; then kill -9 $PPID; sleep 5; fi\n",
+        ),
+    ] {
+        let (team, remote, _person) = team_with_vault(&["g1"]);
+        let path = remote.join("hooks").join(hook);
+        std::fs::write(&path, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (_, token) = team.g(0).token("agent", "full");
+        let g1 = team.g(0).stdio(&token).await;
+        let p = call(
+            &g1,
+            "propose_new_note",
+            json!({"path": "killed/remote.md", "content": "# Killed\n", "reason": "r"}),
+        )
+        .await
+        .ok();
+        let before = head(&remote);
+        let first = call(&g1, "apply_proposal", apply_args(&p, "k-killed")).await;
+        assert!(remote.join("killed").exists(), "{hook}: the hook never ran");
+        let landed = git(&remote, &["rev-parse", "main"]).trim().to_owned();
+        let out = match first {
+            // Settled in the same call by reading the remote: the commit is there.
+            crate::util::Reply::Ok(out) => {
+                assert_eq!(hook, "reference-transaction", "nothing landed, yet: {out}");
+                out
+            }
+            // Not known yet: the retry with the key settles it.
+            crate::util::Reply::Err(e) => {
+                assert_eq!(e["retryable"], json!(true), "{hook}: {e}");
+                assert_eq!(landed, before, "{hook}: answered {e} for a push that landed");
+                call(&g1, "apply_proposal", apply_args(&p, "k-killed")).await.ok()
+            }
+        };
+        assert_eq!(out["applied"], json!(true), "{hook}: {out}");
+        let log = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
+        assert_eq!(
+            log.lines().collect::<Vec<_>>(),
+            [out["commit"].as_str().unwrap()],
+            "{hook}: one commit"
+        );
+        g1.close().await;
+        crate::team_invariants::hold(&team, &remote).await;
+    }
 }
