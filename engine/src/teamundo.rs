@@ -269,6 +269,7 @@ pub(crate) fn transition(
             changes.insert(repo.repo_path(&path), to.map(|id| (FILE_MODE.to_owned(), id)));
         }
         let intent = team.append_audit(call.entry_for(TxnRecord::ok(Some("history.intent"), None, None)))?;
+        core.failpoints.hit("team_undo.after_intent");
         let tree = repo
             .tree_with(Some(&base), &changes)
             .map_err(crate::changelog::git_error)?;
@@ -289,6 +290,7 @@ pub(crate) fn transition(
         let unused = std::cell::Cell::new(false);
         let landed = crate::teampush::push_settled(core, dir, &vault, (&commit, &base), &mut last, &unused)?;
         if landed {
+            core.failpoints.hit("team_undo.after_push");
             return finish(core, team, fence, call, v, t, expected, key, Some(&commit));
         }
     }

@@ -1279,6 +1279,69 @@ async fn undo_and_redo_on_a_team_vault_push_one_commit_each_and_refuse_a_note_a_
     crate::team_invariants::hold(&team, &remote).await;
 }
 
+#[tokio::test]
+async fn an_undo_whose_gateway_is_killed_before_or_after_its_push_is_done_once_and_its_retry_answers() {
+    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    // A dead holder's lease blocks the vault until it expires: short here.
+    team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
+    let (_, token) = team.g(0).token("agent", "full");
+    let g2 = team.g(1).stdio(&token).await;
+    for (i, step) in ["team_undo.after_intent", "team_undo.after_push"]
+        .into_iter()
+        .enumerate()
+    {
+        let path = format!("undone/k{i}.md");
+        let p = call(
+            &g2,
+            "propose_new_note",
+            json!({"path": path, "content": "# K\n", "reason": "r"}),
+        )
+        .await
+        .ok();
+        let applied = call(&g2, "apply_proposal", apply_args(&p, &format!("a{i}")))
+            .await
+            .ok();
+        let before = head(&remote);
+        let undo = json!({"expectedHistoryEntryId": applied["historyEntryId"], "idempotencyKey": format!("undo-{i}")});
+        let dying = stdio_dying_at(team.g(0), &token, step).await;
+        let lost = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dying.try_call("history_undo", undo.clone()),
+        )
+        .await
+        .expect("the dying gateway neither answered nor died");
+        assert!(lost.is_err(), "{step}: {lost:?}");
+        let after = head(&remote);
+        if step == "team_undo.after_intent" {
+            assert_eq!(after, before, "{step}: nothing pushed");
+        } else {
+            assert_eq!(git(&remote, &["rev-parse", &format!("{after}^")]).trim(), before);
+        }
+        // The caller's retry through g2 (once the dead holder's lease ran out): the undo done
+        // once, answered as if nothing had happened; the key replays it.
+        let s = call(&g2, "history_undo", undo.clone()).await.ok();
+        assert_eq!(
+            (&s["redoTop"], &s["git"]),
+            (&applied["historyEntryId"], &json!("committed")),
+            "{step}: {s}"
+        );
+        let log = git(&remote, &["log", "--format=%s", &format!("{before}..main")]);
+        assert_eq!(
+            log.lines().collect::<Vec<_>>(),
+            [format!("undo new {path}")],
+            "{step}: one undo commit"
+        );
+        assert_eq!(call(&g2, "history_undo", undo).await.ok(), s, "{step}");
+        let tree = git(&remote, &["ls-tree", "-r", "--name-only", "main"]);
+        assert!(
+            !tree.lines().any(|l| l == path),
+            "{step}: the note is still there"
+        );
+    }
+    g2.close().await;
+    crate::team_invariants::hold(&team, &remote).await;
+}
+
 #[test]
 fn a_home_named_by_a_relative_path_clones_its_team_vaults_where_it_is() {
     let (team, _remote, _person) = team_with_vault(&["g1", "g2"]);
