@@ -613,6 +613,13 @@ pub fn observe(
     }
 }
 
+/// Whether `commit` (which the clone holds) is on the clone's branch: the head or an ancestor.
+pub fn on_branch(program: &Program, dir: &Path, commit: &str) -> bool {
+    let mut cmd = local(program, dir);
+    cmd.args(["merge-base", "--is-ancestor", "--end-of-options", commit, "HEAD"]);
+    crate::git::run(cmd, "merge-base", None).is_ok()
+}
+
 /// Whether this clone's object store holds `commit` (one this gateway built, pushed or not).
 pub fn holds(program: &Program, dir: &Path, commit: &str) -> bool {
     let mut cmd = local(program, dir);

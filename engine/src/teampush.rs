@@ -108,26 +108,31 @@ pub(crate) fn rewritten(vault: &str) -> GatewayError {
 
 /// The commit on the clone's branch (as last fetched) that is one of `pushed` — the commits the
 /// proposal's jobs were about to push, which no one else can make — with its history entry.
+/// Asked of each commit (held here and an ancestor of the head), so one that landed however
+/// long ago is found, not only among the newest.
 pub(crate) fn landed_on_branch(
     core: &Core,
     dir: &std::path::Path,
     pushed: &[String],
 ) -> Result<Option<(String, String)>, GatewayError> {
-    if pushed.is_empty() {
-        return Ok(None);
+    for commit in pushed {
+        if !crate::remote::holds(&core.git, dir, commit) || !crate::remote::on_branch(&core.git, dir, commit)
+        {
+            continue;
+        }
+        let entry = crate::remote::vaultgate_commits(&core.git, dir, commit, &[], 1)?
+            .into_iter()
+            .find(|c| &c.commit == commit)
+            .and_then(|c| {
+                c.trailers
+                    .into_iter()
+                    .find(|(k, _)| k == "Vaultgate-History-Entry")
+                    .map(|(_, v)| v)
+            })
+            .unwrap_or_default();
+        return Ok(Some((commit.clone(), entry)));
     }
-    let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 200)?;
-    Ok(recent.into_iter().find_map(|c| {
-        pushed.contains(&c.commit).then(|| {
-            let entry = c
-                .trailers
-                .iter()
-                .find(|(k, _)| k == "Vaultgate-History-Entry")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
-            (c.commit.clone(), entry)
-        })
-    }))
+    Ok(None)
 }
 
 /// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why),

@@ -1439,7 +1439,7 @@ async fn a_team_vaults_proposals_page_through_sealed_cursors_on_any_gateway() {
 
 #[tokio::test]
 async fn a_push_that_lands_after_its_gateway_gave_up_is_the_proposals_one_apply() {
-    let (team, remote, _person) = team_with_vault(&["g1"]);
+    let (team, remote, person) = team_with_vault(&["g1"]);
     // The remote takes its time (a hook that waits), longer than this gateway waits for a push.
     let hook = remote.join("hooks/pre-receive");
     std::fs::write(&hook, "#!/bin/sh\nsleep 4\n").unwrap();
@@ -1519,6 +1519,23 @@ async fn a_push_that_lands_after_its_gateway_gave_up_is_the_proposals_one_apply(
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     std::fs::remove_file(&hook).unwrap();
+    let landed = head(&remote);
+    // Meanwhile, many commits that read like vaultgate's land on top of it: the late commit is
+    // found however deep it is.
+    git(&person, &["pull", "--quiet", "--ff-only"]);
+    for n in 0..210 {
+        git(
+            &person,
+            &[
+                "commit",
+                "--quiet",
+                "--allow-empty",
+                "-m",
+                &format!("a person's commit {n}\n\nVaultgate-Proposal: none"),
+            ],
+        );
+    }
+    git(&person, &["push", "--quiet", "origin", "main"]);
     let r = call(&g1, "reject_proposal", json!({"id": q["id"], "reason": "late"})).await;
     assert_eq!(r.code(), "PROPOSAL_ALREADY_APPLIED");
     assert_eq!(
@@ -1526,7 +1543,7 @@ async fn a_push_that_lands_after_its_gateway_gave_up_is_the_proposals_one_apply(
         json!("applied")
     );
     assert_eq!(
-        git(&remote, &["log", "--format=%H", &format!("{before}..main")])
+        git(&remote, &["log", "--format=%H", &format!("{before}..{landed}")])
             .lines()
             .count(),
         1
