@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 
 /// A team vault's clone being checked out ([`crate::remote::checkout`]), told to every process
 /// reading it: git replaces a file by removing it and writing it anew, so a read meanwhile
-/// would answer `NOT_FOUND`, or part of the note, for a note the branch holds whole. Every process of a home (each stdio
-/// client starts one) syncs the clone, so the lock is two `flock`s beside it, each taken on a
-/// file opened for the purpose (so threads of one process exclude each other too): a reader
+/// would answer `NOT_FOUND`, or part of the note, for a note the branch holds whole. Every
+/// process of a home (each stdio client starts one) syncs the clone, so the lock is two
+/// `flock`s beside it, each taken on a file opened for the purpose (so threads of one process
+/// exclude each other too): a reader
 /// passes `.<name>.checkout-next` (shared) and holds `.<name>.checkout` (shared) while it
 /// reads; a checkout holds the first (exclusive) while it waits for the readers to leave the
 /// second, so a stream of readers cannot keep it out. A fetch takes neither: reads wait only
@@ -48,13 +49,19 @@ impl Checkout {
         match opened {
             Ok(f) => Some(f),
             Err(e) => {
-                tracing::warn!(error = %e, file = %path.display(), "a clone's checkout lock could not be opened");
+                // Once per process: every read would say it again.
+                static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(error = %e, file = %path.display(), "a clone's checkout lock could not be opened; reads go on without it");
+                }
                 None
             }
         }
     }
 
-    /// Waits until no checkout is under way or waiting, then holds one off until dropped.
+    /// Waits until no checkout is under way or waiting, then holds one off until dropped. Never
+    /// taken twice by one thread: a checkout waiting between the two would wait for the first,
+    /// and the second for it.
     pub(crate) fn reading(&self) -> Option<Reading> {
         let next = Self::open(&self.next)?;
         next.lock_shared().ok()?;

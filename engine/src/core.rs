@@ -50,7 +50,7 @@ impl VaultHandle {
 
     /// Held while notes of a team vault's clone are read, so none is read while git rewrites
     /// its files, half written or gone for a moment (crate::checkout::Checkout). Never held
-    /// across a sync of the clone (that waits for it).
+    /// across a sync of the clone (that waits for it), nor taken again while held.
     pub(crate) fn reading(&self) -> Option<crate::checkout::Reading> {
         self.checkout.as_ref().and_then(|c| c.reading())
     }

@@ -613,7 +613,8 @@ pub fn observe(
     }
 }
 
-/// Whether `commit` (which the clone holds) is on the clone's branch: the head or an ancestor.
+/// Whether `commit` is on the clone's branch: the head or an ancestor (a commit the clone does
+/// not hold is not).
 pub fn on_branch(program: &Program, dir: &Path, commit: &str) -> bool {
     let mut cmd = local(program, dir);
     cmd.args(["merge-base", "--is-ancestor", "--end-of-options", commit, "HEAD"]);

@@ -108,16 +108,15 @@ pub(crate) fn rewritten(vault: &str) -> GatewayError {
 
 /// The commit on the clone's branch (as last fetched) that is one of `pushed` — the commits the
 /// proposal's jobs were about to push, which no one else can make — with its history entry.
-/// Asked of each commit (held here and an ancestor of the head), so one that landed however
-/// long ago is found, not only among the newest.
+/// Asked of each commit (an ancestor of the head; one the clone lacks is not), so one that
+/// landed however long ago is found, not only among the newest.
 pub(crate) fn landed_on_branch(
     core: &Core,
     dir: &std::path::Path,
     pushed: &[String],
 ) -> Result<Option<(String, String)>, GatewayError> {
     for commit in pushed {
-        if !crate::remote::holds(&core.git, dir, commit) || !crate::remote::on_branch(&core.git, dir, commit)
-        {
+        if !crate::remote::on_branch(&core.git, dir, commit) {
             continue;
         }
         let entry = crate::remote::vaultgate_commits(&core.git, dir, commit, &[], 1)?
