@@ -451,14 +451,14 @@ async fn a_handed_call_whose_receiver_stopped_waiting_runs_later_and_its_retry_a
     let c = propose(&g2, "later/c.md").await;
 
     // g1 dies holding the vault's lease (after a's intent: nothing pushed).
-    let dying = crate::team_writes::stdio_dying_at(team.g(0), &token, "team_apply.after_intent").await;
-    let lost = tokio::time::timeout(
-        Duration::from_secs(60),
-        dying.try_call("apply_proposal", apply_args(&a, "a")),
+    crate::team_writes::dies_calling(
+        team.g(0),
+        &token,
+        "team_apply.after_intent",
+        "apply_proposal",
+        apply_args(&a, "a"),
     )
-    .await
-    .expect("the dying gateway neither answered nor died");
-    assert!(lost.is_err(), "{lost:?}");
+    .await;
 
     // b's apply through g2 is handed to g1, which never takes it: past g2's wait the call
     // answers VAULT_BUSY, and stays queued.

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::team::git;
-use crate::team_writes::{head, message, stdio_dying_at, team_with_vault};
+use crate::team_writes::{head, message, team_with_vault};
 use crate::util::call;
 
 /// The second call of `first` (the same arguments) with the challenge `c`.
@@ -247,14 +247,7 @@ async fn a_gateway_killed_at_any_step_of_an_execution_leaves_it_done_once_or_not
         let args = second(&first, &issued["challenge"]);
         let before = commits(&remote);
         // g1 dies at `step` while executing it: the call gets no answer.
-        let dying = stdio_dying_at(team.g(0), &token, step).await;
-        let lost = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            dying.try_call("delete_permanent", args.clone()),
-        )
-        .await
-        .expect("the dying gateway neither answered nor died");
-        assert!(lost.is_err(), "{step}: the dying gateway answered {lost:?}");
+        crate::team_writes::dies_calling(team.g(0), &token, step, "delete_permanent", args.clone()).await;
         // The retry on g2 settles what g1 left: executed exactly once either way.
         let retry = call(&g2, "delete_permanent", args.clone()).await;
         if retry_executes {

@@ -313,14 +313,7 @@ async fn jobs_a_killed_gateway_left_are_settled_by_the_next_take_of_the_lease() 
         (&landed, "team_apply.after_push", "k-landed"),
         (&unpushed, "team_apply.after_intent", "k-unpushed"),
     ] {
-        let dying = crate::team_writes::stdio_dying_at(team.g(0), &token, step).await;
-        let lost = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            dying.try_call("apply_proposal", apply_args(p, key)),
-        )
-        .await
-        .expect("the dying gateway neither answered nor died");
-        assert!(lost.is_err(), "{step}: {lost:?}");
+        crate::team_writes::dies_calling(team.g(0), &token, step, "apply_proposal", apply_args(p, key)).await;
         // One job left each time: the second gateway's take of the lease settled the first's.
         assert_eq!(status()["vaults"][0]["pendingJobs"], json!(1), "{step}");
         // The next one waits for the dead holder's lease to run out; then the job shows as
@@ -459,14 +452,8 @@ async fn jobs_a_killed_gateway_left_on_a_vault_nobody_writes_to_are_settled_by_a
         )
         .await
         .ok();
-        let dying = crate::team_writes::stdio_dying_at(team.g(0), &token, step).await;
-        let lost = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            dying.try_call("apply_proposal", apply_args(&p, key)),
-        )
-        .await
-        .expect("the dying gateway neither answered nor died");
-        assert!(lost.is_err(), "{step}: {lost:?}");
+        crate::team_writes::dies_calling(team.g(0), &token, step, "apply_proposal", apply_args(&p, key))
+            .await;
         left.push(p);
         // The dead holder's lease runs out.
         tokio::time::sleep(std::time::Duration::from_millis(3500)).await;

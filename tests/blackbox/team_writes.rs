@@ -554,6 +554,16 @@ pub(crate) async fn stdio_dying_at(g: &crate::util::Env, token: &str, step: &str
     }
 }
 
+/// Calls `tool` through a gateway of `g` that dies at `step` (a failpoint), and checks the call
+/// got no answer: the gateway died with it.
+pub(crate) async fn dies_calling(g: &crate::util::Env, token: &str, step: &str, tool: &str, args: Value) {
+    let dying = stdio_dying_at(g, token, step).await;
+    let lost = tokio::time::timeout(std::time::Duration::from_secs(60), dying.try_call(tool, args))
+        .await
+        .expect("the dying gateway neither answered nor died");
+    assert!(lost.is_err(), "{step}: the dying gateway answered {lost:?}");
+}
+
 #[tokio::test]
 async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the_callers_retry_answers_it() {
     let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
@@ -584,15 +594,8 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
         .ok();
         let before = head(&remote);
         // g1 dies at `step` while applying it: the call gets no answer.
-        let dying = stdio_dying_at(team.g(0), &token, step).await;
         let key = format!("key-{i}");
-        let lost = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            dying.try_call("apply_proposal", apply_args(&p, &key)),
-        )
-        .await
-        .expect("the dying gateway neither answered nor died");
-        assert!(lost.is_err(), "{step}: the dying gateway answered {lost:?}");
+        dies_calling(team.g(0), &token, step, "apply_proposal", apply_args(&p, &key)).await;
         // It died holding the vault's lease: held still, by g1, at a greater epoch.
         let held = lease(team.g(1));
         assert_eq!(
@@ -664,14 +667,7 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
         )
         .await
         .ok();
-        let dying = stdio_dying_at(team.g(0), &token, step).await;
-        let lost = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            dying.try_call("apply_proposal", apply_args(&p, step)),
-        )
-        .await
-        .unwrap();
-        assert!(lost.is_err(), "{step}: {lost:?}");
+        dies_calling(team.g(0), &token, step, "apply_proposal", apply_args(&p, step)).await;
         assert_eq!(jobs(team.g(1)), 1, "{step}");
         let said = String::from_utf8_lossy(&team.g(1).run(&["doctor"]).stdout).into_owned();
         // In flight while the dead holder's lease lasts, left once it ran out.
@@ -1303,14 +1299,7 @@ async fn an_undo_whose_gateway_is_killed_before_or_after_its_push_is_done_once_a
             .ok();
         let before = head(&remote);
         let undo = json!({"expectedHistoryEntryId": applied["historyEntryId"], "idempotencyKey": format!("undo-{i}")});
-        let dying = stdio_dying_at(team.g(0), &token, step).await;
-        let lost = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            dying.try_call("history_undo", undo.clone()),
-        )
-        .await
-        .expect("the dying gateway neither answered nor died");
-        assert!(lost.is_err(), "{step}: {lost:?}");
+        dies_calling(team.g(0), &token, step, "history_undo", undo.clone()).await;
         let after = head(&remote);
         if step == "team_undo.after_intent" {
             assert_eq!(after, before, "{step}: nothing pushed");
