@@ -295,7 +295,7 @@ fn team_commit(
     entry: &str,
     who: Identity,
     actor: &audit::Actor,
-    intent: &audit::AuditRecord,
+    (seq, hash): (u64, &str),
     (gateway, job): (&str, &str),
 ) -> (String, Identity) {
     let (pid, phash) = proposal.unwrap_or(("none", "none"));
@@ -306,10 +306,7 @@ fn team_commit(
             ("Vaultgate-Proposal".into(), pid.to_owned()),
             ("Vaultgate-Proposal-Hash".into(), phash.to_owned()),
             ("Vaultgate-History-Entry".into(), entry.to_owned()),
-            (
-                "Vaultgate-Audit".into(),
-                format!("{} {}", intent.seq, intent.hash),
-            ),
+            ("Vaultgate-Audit".into(), format!("{seq} {hash}")),
             ("Vaultgate-Credential".into(), credential_trailer(actor)),
             ("Vaultgate-Gateway".into(), crate::git::clean_name(gateway)),
             ("Vaultgate-Job".into(), job.to_owned()),
@@ -322,25 +319,22 @@ fn team_commit(
     (commit.message(), who)
 }
 
-/// The commit of an apply to a team vault: the proposal's kind and target, its reason.
+/// The commit of an apply to a team vault: the proposal's kind and target, its reason; the rest
+/// from the job's `meta`, so the same job row always makes the same commit.
 pub(crate) fn team_apply_commit(
     p: &proposals::Proposal,
-    actor: &audit::Actor,
-    history_id: &str,
-    intent: &audit::AuditRecord,
-    gateway: &str,
+    meta: &crate::teamcommit::CommitMeta,
     job: &str,
-    date: &str,
 ) -> (String, Identity) {
     team_commit(
         &format!("{} {}", p.kind.as_str(), p.target),
         &p.reason,
         Some((&p.id, &p.proposal_hash)),
-        history_id,
-        identity_of(actor, Some(&p.created_by), date),
-        actor,
-        intent,
-        (gateway, job),
+        &meta.history_id,
+        identity_of(&meta.actor, Some(&p.created_by), &meta.date),
+        &meta.actor,
+        (meta.intent_seq, &meta.intent_hash),
+        (&meta.received_by, job),
     )
 }
 
@@ -362,7 +356,7 @@ pub(crate) fn team_change_commit(
         entry,
         identity_of(actor, None, date),
         actor,
-        intent,
+        (intent.seq, &intent.hash),
         (gateway, job),
     )
 }

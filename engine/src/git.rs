@@ -536,7 +536,9 @@ impl Repo {
         Ok(text(run(cmd, "rev-parse tree", None)?))
     }
 
-    /// A commit object (never signed); its id.
+    /// A commit object (never signed); its id. Committed at the author's date, never the clock's:
+    /// the same inputs make the same commit, on any machine (a team job's commit is built again
+    /// from its row).
     pub fn commit_tree(
         &self,
         tree: &str,
@@ -550,6 +552,7 @@ impl Repo {
             .env("GIT_AUTHOR_DATE", &who.author_date)
             .env("GIT_COMMITTER_NAME", "vaultgate")
             .env("GIT_COMMITTER_EMAIL", "vaultgate@vaultgate.invalid")
+            .env("GIT_COMMITTER_DATE", &who.author_date)
             .args(["commit-tree", "--no-gpg-sign", tree]);
         if let Some(p) = parent {
             cmd.args(["-p", p]);

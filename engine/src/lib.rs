@@ -43,6 +43,7 @@ mod refusals;
 pub mod remote;
 pub mod review;
 pub mod storage;
+mod teamcommit;
 mod teamcritical;
 mod teamgroup;
 mod teamhistory;

@@ -20,10 +20,9 @@ use proposals::Proposal;
 
 use crate::api::ApplyOut;
 use crate::call::Call;
-use crate::core::{Core, VaultHandle, rfc3339};
+use crate::core::{Core, VaultHandle};
 use crate::error::GatewayError;
 use crate::group::Claims;
-use crate::ids::ProposalHash;
 use crate::remote::TeamVault;
 use crate::storage::team::VaultHold;
 use crate::storage::{TeamProposal, TeamState};
@@ -375,7 +374,6 @@ pub(crate) struct Rider<'a> {
     pub(crate) v: &'a Arc<VaultHandle>,
     pub(crate) vault: &'a TeamVault,
     pub(crate) p: &'a Proposal,
-    pub(crate) given_hash: &'a ProposalHash,
     pub(crate) key: &'a str,
     pub(crate) via: Option<String>,
 }
@@ -419,9 +417,8 @@ impl Rider<'_> {
             registered: None,
             p: self.p,
             content: tp.content.as_deref(),
+            meta: crate::teamcommit::CommitMeta::fixed(call, &job, &intent),
             job: &job,
-            intent: &intent,
-            given_hash: self.given_hash,
             key: self.key,
             approval: self.via,
             uncertain: std::cell::Cell::new(false),
@@ -433,14 +430,14 @@ impl Rider<'_> {
                 tracing::warn!(error = %e, "an apply that left its group kept its job");
             }
         };
-        let history_id = crate::ids::HistoryEntryId::new().to_string();
-        let date = rfc3339(time::OffsetDateTime::now_utc());
+        let history_id = run.meta.history_id.clone();
         // Decided on commits not pushed yet: a refusal is decided again alone.
         let built = crate::teamwrite::repo_of(self.core, self.v.reader.fs().root())
-            .and_then(|repo| run.build(&repo, &tip, &history_id, &date, call))
+            .and_then(|repo| run.recipe().build(&repo, &tip))
             .and_then(|(commit, touched)| {
                 group.hold.check()?;
-                team.job_attempt(fence, &self.p.id, &job.id, &tip, &commit)?;
+                let meta = run.meta.to_value();
+                team.job_attempt(fence, &self.p.id, &job.id, &tip, &commit, &meta)?;
                 Ok((commit, touched))
             });
         let (commit, touched) = match built {

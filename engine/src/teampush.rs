@@ -134,6 +134,29 @@ pub(crate) fn landed_on_branch(
     Ok(None)
 }
 
+/// The commit on the clone's branch (as last fetched) whose `Vaultgate-Job` trailer is `job`, the
+/// newest, searched over the whole branch (however many commits came after it).
+pub(crate) fn job_on_branch(
+    core: &Core,
+    dir: &std::path::Path,
+    job: &str,
+) -> Result<Option<String>, GatewayError> {
+    if job.contains(['\n', '\r']) {
+        return Err(crate::txn::internal("a job id with a line break"));
+    }
+    let mut cmd = crate::remote::local(&core.git, dir);
+    cmd.args([
+        "rev-list",
+        "--max-count=1",
+        "--fixed-strings",
+        &format!("--grep=Vaultgate-Job: {job}"),
+        "HEAD",
+    ]);
+    let out = crate::git::run(cmd, "rev-list", None).map_err(crate::changelog::git_error)?;
+    let found = String::from_utf8_lossy(&out).trim().to_owned();
+    Ok((!found.is_empty()).then_some(found))
+}
+
 /// Pushes `commit` on `base` and says whether it landed: refused is `false` (`last` says why),
 /// declined by a rule of the remote is `VAULT_BUSY` naming what it said;
 /// an unanswered push is settled by reading the remote — there, `true`; the branch moved past

@@ -15,6 +15,7 @@ use crate::error::GatewayError;
 use crate::remote::TeamVault;
 use crate::storage::team::VaultHold;
 use crate::storage::{TeamDone, TeamJob, TeamProposal, TeamState};
+use crate::teamcommit::CommitMeta;
 use crate::teamwrite::{proposal, registration};
 
 /// How many left jobs one take of a vault's lease settles.
@@ -92,8 +93,8 @@ const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// A job left by a gateway that stopped mid-apply (or by an apply whose push had no answer),
 /// settled from the remote by [`proposals::recovery::settle_unknown_push`]: landed (a commit of
 /// the proposal's jobs on the branch) → the proposal is recorded applied; the branch still at
-/// the job's base, its commit held here and the job younger than `job_ttl_seconds` → that same
-/// commit is pushed again; anything else →
+/// the job's base, its commit held here or built again from its row to the same id, and the job
+/// younger than `job_ttl_seconds` → that same commit is pushed again; anything else →
 /// the job is dropped and the proposal free again (its next apply checks it anew; a commit
 /// pushed earlier that lands meanwhile is found on the branch then). Runs under the lease, so the
 /// job's gateway records nothing any more. `may_push`: an apply may push the commit again (a
@@ -128,7 +129,13 @@ pub(crate) fn settle_left_job(
     let young = job
         .age_seconds
         .is_some_and(|age| age < core.config().limits.job_ttl_seconds);
-    let again = may_push && young && last.is_some_and(|(_, c)| crate::remote::holds(&core.git, dir, c));
+    // SECURITY(T-TEAM8): only the job's own commit is pushed again: the one its row makes.
+    let again = may_push
+        && young
+        && shows == RemoteShows::AtBase
+        && last.is_some_and(|(base, c)| {
+            crate::remote::holds(&core.git, dir, c) || rebuilt(core, v, tp, job, base).as_deref() == Some(c)
+        });
     let settled = proposals::recovery::settle_unknown_push(shows, again);
     let commit = match (settled, landed, last) {
         (UnknownPush::Record, Some(commit), _) => commit,
@@ -154,11 +161,15 @@ pub(crate) fn settle_left_job(
     };
     let job = &job;
     let at = rfc3339(time::OffsetDateTime::now_utc());
+    let meta = job
+        .meta
+        .clone()
+        .and_then(|m| serde_json::from_value::<CommitMeta>(m).ok());
     // The answer its caller would have had, kept under the caller's key.
     let answer = ApplyOut {
         applied: true,
         target: tp.row.target.clone(),
-        history_entry_id: String::new(),
+        history_entry_id: meta.map(|m| m.history_id).unwrap_or_default(),
         archived_to: String::new(),
         audit_seq: 0,
         index: "updated".into(),
@@ -195,6 +206,36 @@ pub(crate) fn settle_left_job(
     };
     team.finish_job(fence, &tp.row.id, &job.id, &done, entry)?;
     Ok(())
+}
+
+/// The commit `job` makes on `base`, built again from its row on this gateway (whose clone need
+/// not hold the commit its gateway built): `None` when the row lacks what it is made of or it
+/// cannot be built here.
+fn rebuilt(core: &Core, v: &VaultHandle, tp: &TeamProposal, job: &TeamJob, base: &str) -> Option<String> {
+    let meta: CommitMeta = serde_json::from_value(job.meta.clone()?).ok()?;
+    let p: proposals::Proposal = serde_json::from_value(tp.row.meta.clone()).ok()?;
+    let recipe = crate::teamcommit::Recipe {
+        core,
+        v,
+        p: &p,
+        content: tp.content.as_deref(),
+        job: &job.id,
+        meta: &meta,
+    };
+    let built =
+        crate::teamwrite::repo_of(core, v.reader.fs().root()).and_then(|repo| recipe.build(&repo, base));
+    match built {
+        Ok((commit, _)) => {
+            if job.commit.as_deref() != Some(commit.as_str()) {
+                tracing::warn!(vault = %v.id, proposal = %tp.row.id, noted = ?job.commit, built = %commit, "a left job's commit was built again differently; it is not pushed");
+            }
+            Some(commit)
+        }
+        Err(e) => {
+            tracing::warn!(vault = %v.id, proposal = %tp.row.id, error = %e, "a left job's commit could not be built again");
+            None
+        }
+    }
 }
 
 /// A job's caller's key, as [`TeamJob::key`] keeps it.

@@ -237,12 +237,9 @@ pub(crate) fn transition(
             crate::remote::Synced::Cloned(h) | crate::remote::Synced::At(h) => h,
             crate::remote::Synced::Diverged { .. } => return Err(crate::teampush::rewritten(&v.id)),
         };
-        // SECURITY(T-TEAM8): this key's transition landed before its gateway recorded it.
-        let recent = crate::remote::vaultgate_commits(&core.git, dir, "HEAD", &[], 64)?;
-        if recent
-            .iter()
-            .any(|c| trailer(c, "Vaultgate-Job").as_deref() == Some(job.as_str()))
-        {
+        // SECURITY(T-TEAM8): this key's transition landed before its gateway recorded it
+        // (however many commits came after it).
+        if crate::teampush::job_on_branch(core, dir, &job)?.is_some() {
             return finish(core, team, fence, call, v, t, expected, key, None);
         }
         let (done, undone) = stacks(core, v)?;

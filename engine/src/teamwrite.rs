@@ -13,31 +13,27 @@
 //! It must never push but by compare-and-swap, answer an apply whose push it has not seen land
 //! (an unknown outcome is settled by reading the remote), or decide a check itself.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use proposals::ops::{FileOp, Zone};
-use proposals::plan::{ApplyFacts, PlannedRewrite, TargetState};
-use proposals::{Kind, Proposal};
+use proposals::Proposal;
 use serde_json::Value;
 
 use crate::api::ApplyOut;
 use crate::call::{Call, TxnRecord};
 use crate::core::{Core, VaultHandle, rfc3339};
 use crate::error::{GatewayError, Refused};
-use crate::git::{FILE_MODE, Repo, TreeEntry};
+use crate::git::Repo;
 use crate::ids::{ProposalHash, ProposalId};
 use crate::remote::{Synced, TeamVault};
 use crate::storage::team::VaultHold;
 use crate::storage::{NewTeamProposal, TeamDone, TeamJob, TeamProposal, TeamState};
+use crate::teamcommit::{CommitMeta, Recipe};
 use crate::teamgroup::{Entered, Leading, Outcome, Rider};
 use crate::txn::internal;
 
 /// How many times an apply builds its commit again on a remote that moved meanwhile.
 const ATTEMPTS: usize = 3;
-/// The largest note an apply reads from the remote's history to check its base.
-const MAX_NOTE: usize = 64 << 20;
 
 /// The team's state when `v` is a team vault (its notes in a remote).
 pub(crate) fn team_of<'c>(core: &'c Core, v: &VaultHandle) -> Option<&'c dyn TeamState> {
@@ -170,6 +166,7 @@ pub(crate) fn reject(
                         commit: None,
                         key: None,
                         age_seconds: None,
+                        meta: None,
                     };
                     let intent = call.entry_for(TxnRecord::ok(
                         Some("apply.intent"),
@@ -322,7 +319,6 @@ pub(crate) fn apply(
                     v,
                     vault: &vault,
                     p: &p,
-                    given_hash,
                     key,
                     via,
                 };
@@ -373,9 +369,8 @@ pub(crate) fn apply(
         p: &p,
         content: tp.content.as_deref(),
         pushed: std::cell::RefCell::new(tp.pushed.clone()),
+        meta: CommitMeta::fixed(call, &job, &intent),
         job: &job,
-        intent: &intent,
-        given_hash,
         key,
         approval: via,
         uncertain: std::cell::Cell::new(false),
@@ -424,6 +419,7 @@ pub(crate) fn new_job(team: &dyn TeamState, call: &Call<'_>, key: &str) -> TeamJ
             "argsHash": call.args_hash(),
         })),
         age_seconds: None,
+        meta: None,
     }
 }
 
@@ -479,8 +475,8 @@ pub(crate) struct Job<'a> {
     pub(crate) p: &'a Proposal,
     pub(crate) content: Option<&'a str>,
     pub(crate) job: &'a TeamJob,
-    pub(crate) intent: &'a audit::AuditRecord,
-    pub(crate) given_hash: &'a ProposalHash,
+    /// What its commit is made of besides the proposal and its base, fixed at its intent.
+    pub(crate) meta: CommitMeta,
     pub(crate) key: &'a str,
     /// How a person approved it (`client`, `app`), for its records.
     pub(crate) approval: Option<String>,
@@ -494,9 +490,7 @@ impl Job<'_> {
     fn run(&self, call: &mut Call<'_>) -> Result<ApplyOut, GatewayError> {
         let dir = self.v.reader.fs().root();
         let repo = repo_of(self.core, dir)?;
-        // Fixed once: the commit built again on a moved remote has the same author line.
-        let date = rfc3339(time::OffsetDateTime::now_utc());
-        let history_id = crate::ids::HistoryEntryId::new().to_string();
+        let history_id = &self.meta.history_id;
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             // First on what the clone holds (the push's compare-and-swap proves it is the
@@ -544,7 +538,7 @@ impl Job<'_> {
                 self.uncertain.set(false);
                 return Ok(out);
             }
-            let (commit, touched) = match self.build(&repo, &base, &history_id, &date, call) {
+            let (commit, touched) = match self.recipe().build(&repo, &base) {
                 Ok(built) => built,
                 // A refusal decided on an unfetched clone may be the clone's staleness: decided
                 // again on what the remote holds.
@@ -556,8 +550,14 @@ impl Job<'_> {
             };
             // A hold that lapsed pushes nothing (its record would be refused anyway).
             self.hold.check()?;
-            self.team
-                .job_attempt(self.hold.fence(), &self.p.id, &self.job.id, &base, &commit)?;
+            self.team.job_attempt(
+                self.hold.fence(),
+                &self.p.id,
+                &self.job.id,
+                &base,
+                &commit,
+                &self.meta.to_value(),
+            )?;
             self.pushed.borrow_mut().push(commit.clone());
             // Applies waiting behind this one build on its commit; the last is pushed for all.
             let group = self.open_group(&commit, &touched);
@@ -585,7 +585,7 @@ impl Job<'_> {
             }
             if landed? {
                 self.core.failpoints.hit("team_apply.after_push");
-                let out = self.finish(call, &commit, &touched, &history_id)?;
+                let out = self.finish(call, &commit, &touched, history_id)?;
                 self.uncertain.set(false);
                 return Ok(out);
             }
@@ -599,157 +599,15 @@ impl Job<'_> {
         )))
     }
 
-    /// The proposal checked against `base` (docs/contract.md#applying-a-proposal checks 3–6)
-    /// and its one commit on it; the note paths it writes or removes.
-    pub(crate) fn build(
-        &self,
-        repo: &Repo,
-        base: &str,
-        history_id: &str,
-        date: &str,
-        call: &Call<'_>,
-    ) -> Result<(String, Vec<String>), GatewayError> {
-        let p = self.p;
-        let git = crate::changelog::git_error;
-        // The facts, from the head's tree (never the clone's files, which a fetch may move).
-        let read_at = |raw: &str| -> Result<Option<Vec<u8>>, GatewayError> {
-            let path = policy::VaultPath::parse(raw)?;
-            match repo.blob_id(base, &repo.repo_path(path.as_str())).map_err(git)? {
-                Some(id) => Ok(Some(repo.read_blob(&id, MAX_NOTE).map_err(git)?.ok_or_else(
-                    || GatewayError::Internal(format!("'{raw}' is unreadable in the remote")),
-                )?)),
-                None => Ok(None),
-            }
-        };
-        let state_of = |raw: &str, bytes: &Option<Vec<u8>>| -> Result<TargetState, GatewayError> {
-            Ok(match bytes {
-                Some(b) => TargetState::Present {
-                    hash: proposals::sha256_hex(b),
-                },
-                None => match self
-                    .v
-                    .reader
-                    .fs()
-                    .find_collision(&policy::VaultPath::parse(raw)?)?
-                {
-                    Some(other) => TargetState::Collides {
-                        existing: other.to_string(),
-                    },
-                    None => TargetState::Missing,
-                },
-            })
-        };
-        let source = p.from.as_deref().unwrap_or(&p.target);
-        let source_bytes = read_at(source)?;
-        let current = state_of(source, &source_bytes)?;
-        let destination = match p.kind {
-            Kind::Move => Some(state_of(&p.target, &read_at(&p.target)?)?),
-            _ => None,
-        };
-        // Every text a step writes, by its hash.
-        let mut texts: std::collections::HashMap<String, Vec<u8>> = std::collections::HashMap::new();
-        for b in [self.content.map(|c| c.as_bytes().to_vec()), source_bytes.clone()]
-            .into_iter()
-            .flatten()
-        {
-            texts.insert(proposals::sha256_hex(&b), b);
+    pub(crate) fn recipe(&self) -> Recipe<'_> {
+        Recipe {
+            core: self.core,
+            v: self.v,
+            p: self.p,
+            content: self.content,
+            job: &self.job.id,
+            meta: &self.meta,
         }
-        let mut facts = ApplyFacts {
-            // The remote's history keeps a deleted note; the plan's trash step removes it.
-            trash_path: (p.kind == Kind::Delete).then(|| format!(".vaultgate/trash/{}", p.id)),
-            ..ApplyFacts::default()
-        };
-        if let (Kind::Move, Some(moved)) = (p.kind, &source_bytes)
-            && matches!(
-                destination,
-                Some(TargetState::Missing | TargetState::Collides { .. })
-            )
-        {
-            let from = policy::VaultPath::parse(source)?;
-            let mut moved = moved.clone();
-            for r in self
-                .v
-                .reader
-                .plan_move(&from, &policy::VaultPath::parse(&p.target)?)?
-            {
-                if r.path == from {
-                    moved = r.new_text.into_bytes();
-                    continue;
-                }
-                // SECURITY(T-PROP7): each rewrite replaces exactly the bytes it was computed
-                // from, as the head holds them (plan::decide refuses it otherwise).
-                let now = read_at(r.path.as_str())?.map(|b| proposals::sha256_hex(&b));
-                let after = proposals::sha256_hex(r.new_text.as_bytes());
-                texts.insert(after.clone(), r.new_text.into_bytes());
-                facts.rewrites.push(PlannedRewrite {
-                    path: r.path.to_string(),
-                    before: r.base_hash,
-                    now,
-                    after,
-                });
-            }
-            let moved_hash = proposals::sha256_hex(&moved);
-            texts.insert(moved_hash.clone(), moved);
-            facts.moved_hash = Some(moved_hash);
-        }
-        let plan = proposals::plan::decide(
-            self.core.secret().bytes(),
-            self.v.reader.layout(),
-            p,
-            self.given_hash.as_str(),
-            self.content.map(str::as_bytes),
-            &current,
-            destination.as_ref(),
-            &facts,
-        )
-        .map_err(|d| crate::apply::refused(d, p))?;
-        let mut changes: BTreeMap<String, TreeEntry> = BTreeMap::new();
-        let mut touched = Vec::new();
-        for op in plan.ops.iter().take(plan.note_ops) {
-            match op {
-                FileOp::Put {
-                    zone: Zone::Note,
-                    path,
-                    after,
-                    ..
-                } => {
-                    let bytes = texts
-                        .get(after)
-                        .ok_or_else(|| internal("a write without its text"))?;
-                    let blob = repo.write_blob(bytes).map_err(git)?;
-                    changes.insert(repo.repo_path(path), Some((FILE_MODE.to_owned(), blob)));
-                    touched.push(path.clone());
-                }
-                FileOp::Delete {
-                    zone: Zone::Note,
-                    path,
-                    ..
-                }
-                | FileOp::Rename {
-                    from_zone: Zone::Note,
-                    from: path,
-                    ..
-                } => {
-                    changes.insert(repo.repo_path(path), None);
-                    touched.push(path.clone());
-                }
-                other => return Err(internal(format!("a team apply cannot run {other:?}"))),
-            }
-        }
-        // A commit names its tree: `base` is listed as it.
-        let tree = repo.tree_with(Some(base), &changes).map_err(git)?;
-        let (message, who) = crate::changelog::team_apply_commit(
-            p,
-            &call.actor().audit_actor(),
-            history_id,
-            self.intent,
-            // docs/contract.md#team-mode: the gateway that received the call.
-            call.received_by().unwrap_or(&self.job.gateway),
-            &self.job.id,
-            date,
-        );
-        let commit = repo.commit_tree(&tree, Some(base), &message, &who).map_err(git)?;
-        Ok((commit, touched))
     }
 
     /// The push landed: the proposal applied, with its answer under the key and the call's

@@ -353,4 +353,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON vaultgate.calls TO %I', r.grantee);
         END LOOP;
     END $$;",
+    // 15: what a job's commit is made of besides the proposal and its base (its date, history
+    // entry, actor, receiving gateway and intent record), noted with the commit before its push:
+    // whichever gateway settles the job builds the same commit again from the row.
+    "ALTER TABLE vaultgate.proposals ADD COLUMN job_meta jsonb;",
 ];

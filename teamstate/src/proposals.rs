@@ -20,9 +20,9 @@ use crate::{PgState, db, within};
 const COLUMNS: &str = "id, slug, vault, kind, target, created_by, created_at, status, meta, \
                        decided_at, decided_by, result, reject_reason, n, job, job_gateway, job_base, job_commit, job_key, pushed, \
                        COALESCE(pushed_at > now() - interval '30 seconds', false), \
-                       EXTRACT(EPOCH FROM now() - job_at)::bigint";
+                       EXTRACT(EPOCH FROM now() - job_at)::bigint, job_meta";
 /// Where a query that adds `content` after [`COLUMNS`] finds it.
-const CONTENT: usize = 22;
+const CONTENT: usize = 23;
 
 /// A vault's jobs, as `team status` and `doctor` show them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,7 @@ fn proposal_of(r: &Row, content: Option<String>) -> Result<TeamProposal, Gateway
         key: r.get(18),
         // On the database's clock, the same for every gateway.
         age_seconds: r.get::<_, Option<i64>>(21).and_then(|a| u64::try_from(a).ok()),
+        meta: r.get(22),
     });
     Ok(TeamProposal {
         row: StoredProposal {
@@ -226,7 +227,7 @@ impl PgState {
             let took = tx
                 .execute(
                     "UPDATE vaultgate.proposals SET job = $2, job_gateway = $3, job_base = NULL,
-                     job_commit = NULL, job_key = $4, job_at = now()
+                     job_commit = NULL, job_meta = NULL, job_key = $4, job_at = now()
                      WHERE id = $1 AND status = 'pending' AND job IS NULL",
                     &[&id, &job.id, &job.gateway, &job.key],
                 )
@@ -241,7 +242,7 @@ impl PgState {
         })?
     }
 
-    /// Notes the commit a job is about to push on `base`.
+    /// Notes the commit a job is about to push on `base`, and what else it is made of.
     pub fn job_attempt(
         &self,
         fence: &Fence,
@@ -249,12 +250,13 @@ impl PgState {
         job: &str,
         base: &str,
         commit: &str,
+        meta: &serde_json::Value,
     ) -> Result<(), GatewayError> {
         let n = self.fenced_execute(
             fence,
-            "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4, pushed_at = now(),
-             pushed = pushed || to_jsonb($4::text) WHERE id = $1 AND job = $2",
-            &[&id, &job, &base, &commit],
+            "UPDATE vaultgate.proposals SET job_base = $3, job_commit = $4, job_meta = $5,
+             pushed_at = now(), pushed = pushed || to_jsonb($4::text) WHERE id = $1 AND job = $2",
+            &[&id, &job, &base, &commit, meta],
         )?;
         if n == 0 {
             return Err(GatewayError::Internal(format!(
@@ -349,7 +351,8 @@ impl PgState {
         self.fenced_execute(
             fence,
             "UPDATE vaultgate.proposals SET job = NULL, job_gateway = NULL, job_base = NULL,
-             job_commit = NULL, job_key = NULL, job_at = NULL WHERE id = $1 AND job = $2",
+             job_commit = NULL, job_meta = NULL, job_key = NULL, job_at = NULL
+             WHERE id = $1 AND job = $2",
             &[&id, &job],
         )
         .map(drop)

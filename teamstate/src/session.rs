@@ -380,8 +380,9 @@ impl TeamState for TeamSession {
         job: &str,
         base: &str,
         commit: &str,
+        meta: &serde_json::Value,
     ) -> Result<(), GatewayError> {
-        self.seat()?.store.job_attempt(fence, id, job, base, commit)
+        self.seat()?.store.job_attempt(fence, id, job, base, commit, meta)
     }
 
     fn finish_job(

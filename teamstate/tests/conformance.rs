@@ -120,7 +120,7 @@ impl StateWorld for Pg {
 fn the_team_database_passes_the_state_conformance_suite_and_migrates_once() {
     let cluster = Cluster::start();
     let world = Pg(cluster.store("conformance"));
-    assert_eq!(world.0.schema_version().unwrap(), 14);
+    assert_eq!(world.0.schema_version().unwrap(), 15);
     state_conformance::run_all(&world);
     // A second gateway connecting to the same database finds the schema and changes nothing.
     let again = PgState::connect(&format!(
@@ -128,7 +128,7 @@ fn the_team_database_passes_the_state_conformance_suite_and_migrates_once() {
         cluster.port
     ))
     .unwrap();
-    assert_eq!(again.schema_version().unwrap(), 14);
+    assert_eq!(again.schema_version().unwrap(), 15);
     assert_eq!(
         Pg(again).status("v", "together"),
         "applied",

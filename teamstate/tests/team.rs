@@ -87,7 +87,7 @@ fn one_team_per_database_joined_with_its_secret_and_a_reviewer_role_the_database
     g2.gateway_seen("g2", "0.1.1").unwrap();
     let status = g2.team_status().unwrap().expect("a team");
     assert_eq!(status.team_id, id);
-    assert_eq!(status.schema_version, 14);
+    assert_eq!(status.schema_version, 15);
     let seen: Vec<(&str, &str, &str)> = status
         .gateways
         .iter()

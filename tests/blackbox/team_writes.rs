@@ -596,6 +596,17 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
         // g1 dies at `step` while applying it: the call gets no answer.
         let key = format!("key-{i}");
         dies_calling(team.g(0), &token, step, "apply_proposal", apply_args(&p, &key)).await;
+        // The commit g1 built and noted in its job row (once it got that far).
+        let db = teamstate::PgState::connect(&team.url).unwrap();
+        let noted = db
+            .query(
+                "SELECT job, job_commit FROM vaultgate.proposals WHERE id = $1",
+                &[&p["id"].as_str().unwrap()],
+            )
+            .unwrap()
+            .first()
+            .map(|r| (r.get::<_, Option<String>>(0), r.get::<_, Option<String>>(1)))
+            .unwrap();
         // It died holding the vault's lease: held still, by g1, at a greater epoch.
         let held = lease(team.g(1));
         assert_eq!(
@@ -632,6 +643,16 @@ async fn a_gateway_killed_at_any_step_of_an_apply_leaves_it_applied_once_and_the
         );
         let commit = out["commit"].as_str().unwrap();
         assert_eq!(head(&remote), commit, "{step}");
+        if step == "team_apply.before_push" {
+            // Its push never began: g2, whose clone never held g1's commit, built the same
+            // commit again from the job row and pushed it (the job's, by g1's gateway).
+            let (job, built) = (noted.0.unwrap(), noted.1.unwrap());
+            assert_eq!(commit, built, "{step}: not the commit g1's job row makes");
+            let said = message(&remote, commit);
+            assert!(said.contains(&format!("Vaultgate-Job: {job}")), "{said}");
+            assert!(said.contains("Vaultgate-Gateway: g1"), "{said}");
+            assert!(out["historyEntryId"].as_str().unwrap().starts_with("h_"), "{out}");
+        }
         let landed = git(&remote, &["log", "--format=%H", &format!("{before}..main")]);
         assert_eq!(landed.lines().count(), 1, "{step}: {landed}");
         assert!(
@@ -1277,7 +1298,7 @@ async fn undo_and_redo_on_a_team_vault_push_one_commit_each_and_refuse_a_note_a_
 
 #[tokio::test]
 async fn an_undo_whose_gateway_is_killed_before_or_after_its_push_is_done_once_and_its_retry_answers() {
-    let (team, remote, _person) = team_with_vault(&["g1", "g2"]);
+    let (team, remote, person) = team_with_vault(&["g1", "g2"]);
     // A dead holder's lease blocks the vault until it expires: short here.
     team.g(0).ok(&["team", "set", "lease_seconds", "3"]);
     let (_, token) = team.g(0).token("agent", "full");
@@ -1305,6 +1326,14 @@ async fn an_undo_whose_gateway_is_killed_before_or_after_its_push_is_done_once_a
             assert_eq!(after, before, "{step}: nothing pushed");
         } else {
             assert_eq!(git(&remote, &["rev-parse", &format!("{after}^")]).trim(), before);
+            // Meanwhile, many commits that read like vaultgate's land on top of it: the retry
+            // finds its undo however deep it is.
+            git(&person, &["pull", "--quiet", "--ff-only"]);
+            for n in 0..70 {
+                let said = format!("a person's commit {n}\n\nVaultgate-Proposal: none");
+                git(&person, &["commit", "--quiet", "--allow-empty", "-m", &said]);
+            }
+            git(&person, &["push", "--quiet", "origin", "main"]);
         }
         // The caller's retry through g2 (once the dead holder's lease ran out): the undo done
         // once, answered as if nothing had happened; the key replays it.
@@ -1316,7 +1345,9 @@ async fn an_undo_whose_gateway_is_killed_before_or_after_its_push_is_done_once_a
         );
         let log = git(&remote, &["log", "--format=%s", &format!("{before}..main")]);
         assert_eq!(
-            log.lines().collect::<Vec<_>>(),
+            log.lines()
+                .filter(|l| !l.starts_with("a person's commit"))
+                .collect::<Vec<_>>(),
             [format!("undo new {path}")],
             "{step}: one undo commit"
         );

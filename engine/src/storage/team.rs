@@ -122,7 +122,8 @@ pub trait TeamState: Send + Sync {
         job: &TeamJob,
         entry: audit::Entry,
     ) -> Result<Option<audit::AuditRecord>, GatewayError>;
-    /// Notes the commit `job` is about to push, and the base it builds on (what recovery reads).
+    /// Notes the commit `job` is about to push, the base it builds on and the rest it is made of
+    /// (`meta`): what recovery reads, on any gateway.
     fn job_attempt(
         &self,
         fence: &Fence,
@@ -130,6 +131,7 @@ pub trait TeamState: Send + Sync {
         job: &str,
         base: &str,
         commit: &str,
+        meta: &serde_json::Value,
     ) -> Result<(), GatewayError>;
     /// The job landed: the proposal applied, its answer kept under the key, with the call's
     /// record. `None`: the proposal no longer has this job.
@@ -306,6 +308,9 @@ pub struct TeamJob {
     pub key: Option<serde_json::Value>,
     /// Seconds since the job began (the database's clock); `None` for one not read back yet.
     pub age_seconds: Option<u64>,
+    /// What its commit is made of besides the proposal and `base` (`teamwrite::CommitMeta`),
+    /// noted with `commit`.
+    pub meta: Option<serde_json::Value>,
 }
 
 /// A job that landed.
