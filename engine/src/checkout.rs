@@ -3,9 +3,40 @@
 //! written or gone for a moment.
 //!
 //! It must never be held across a sync of the clone by a reader (the checkout waits for it),
-//! nor fail a read: a lock that cannot be taken is logged and left out.
+//! nor wait without end: a read waits at most [`READ_WAIT`] for a checkout, a checkout at most
+//! [`CHECKOUT_WAIT`] for reads (a paused or stuck process of the home answers `VAULT_BUSY`
+//! instead of stopping every reader). A lock file that cannot be made is logged and left out.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The longest a read waits for a checkout of its clone (one takes well under a second).
+pub(crate) const READ_WAIT: Duration = Duration::from_secs(5);
+/// The longest a checkout waits for the reads under way (each reads one note).
+pub(crate) const CHECKOUT_WAIT: Duration = Duration::from_secs(10);
+
+/// A lock not taken within its wait: another process of the home holds it (paused or stuck).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stuck;
+
+/// Tries `take` until it holds (`Ok(true)`) or `wait` passed; an error of the lock itself is
+/// `Ok(false)`: left out, as a lock file that cannot be made.
+fn within(wait: Duration, take: impl Fn() -> Result<(), std::fs::TryLockError>) -> Result<bool, Stuck> {
+    let until = Instant::now() + wait;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match take() {
+            Ok(()) => return Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                std::thread::sleep(pause);
+                // Short: a read waiting for a checkout is in as soon as it ends.
+                pause = (pause * 2).min(Duration::from_millis(2));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Stuck),
+            Err(std::fs::TryLockError::Error(_)) => return Ok(false),
+        }
+    }
+}
 
 /// A team vault's clone being checked out ([`crate::remote::checkout`]), told to every process
 /// reading it: git replaces a file by removing it and writing it anew, so a read meanwhile
@@ -59,25 +90,44 @@ impl Checkout {
         }
     }
 
-    /// Waits until no checkout is under way or waiting, then holds one off until dropped. Never
-    /// taken twice by one thread: a checkout waiting between the two would wait for the first,
-    /// and the second for it.
-    pub(crate) fn reading(&self) -> Option<Reading> {
-        let next = Self::open(&self.next)?;
-        next.lock_shared().ok()?;
-        let now = Self::open(&self.now)?;
-        now.lock_shared().ok()?;
+    /// Waits (at most `wait`) until no checkout is under way or waiting, then holds one off until
+    /// dropped. Never taken twice by one thread: a checkout waiting between the two would wait
+    /// for the first, and the second for it.
+    pub(crate) fn reading(&self, wait: Duration) -> Result<Option<Reading>, Stuck> {
+        let Some(next) = Self::open(&self.next) else {
+            return Ok(None);
+        };
+        if !within(wait, || next.try_lock_shared())? {
+            return Ok(None);
+        }
+        let Some(now) = Self::open(&self.now) else {
+            return Ok(None);
+        };
+        // No checkout holds it now: each takes `next` first.
+        if !within(wait, || now.try_lock_shared())? {
+            return Ok(None);
+        }
         drop(next);
-        Some(Reading { _now: now })
+        Ok(Some(Reading { _now: now }))
     }
 
-    /// Waits for the reads under way (new ones wait), then holds every read off until dropped.
-    pub(crate) fn writing(&self) -> Option<(std::fs::File, std::fs::File)> {
-        let next = Self::open(&self.next)?;
-        next.lock().ok()?;
-        let now = Self::open(&self.now)?;
-        now.lock().ok()?;
-        Some((now, next))
+    /// Waits (at most `wait`) for the reads under way (new ones wait), then holds every read off
+    /// until dropped.
+    pub(crate) fn writing(&self, wait: Duration) -> Result<Option<(std::fs::File, std::fs::File)>, Stuck> {
+        let Some(next) = Self::open(&self.next) else {
+            return Ok(None);
+        };
+        if !within(wait, || next.try_lock())? {
+            return Ok(None);
+        }
+        let Some(now) = Self::open(&self.now) else {
+            return Ok(None);
+        };
+        // Dropping `next` on the way out lets the reads waiting for it in.
+        if !within(wait, || now.try_lock())? {
+            return Ok(None);
+        }
+        Ok(Some((now, next)))
     }
 }
 
@@ -91,6 +141,35 @@ mod tests {
         (0..20_000)
             .map(|n| format!("line {n} of version {i}\n"))
             .collect()
+    }
+
+    #[test]
+    fn a_checkout_or_a_read_that_never_ends_holds_the_other_off_for_its_wait_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let clone = tmp.path().join("notes");
+        let c = Checkout::of(&clone).unwrap();
+        let short = Duration::from_millis(300);
+        // A checkout whose process stopped mid-way (here: held, and never let go).
+        let stuck = c.writing(short).unwrap().unwrap();
+        let asked = Instant::now();
+        assert_eq!(c.reading(short).err(), Some(Stuck));
+        assert!(asked.elapsed() >= short, "gave up after {:?}", asked.elapsed());
+        // Another checkout waits for it as long, too.
+        assert_eq!(c.writing(short).err(), Some(Stuck));
+        drop(stuck);
+        // A read whose process stopped mid-way: a checkout gives up, and reads go on meanwhile.
+        let reading = c.reading(short).unwrap().unwrap();
+        assert_eq!(c.writing(short).err(), Some(Stuck));
+        let other = c.reading(short).unwrap();
+        assert!(other.is_some());
+        drop((reading, other));
+        // Nothing held: each is taken at once.
+        let asked = Instant::now();
+        let w = c.writing(Duration::from_secs(5)).unwrap();
+        assert!(w.is_some());
+        drop(w);
+        assert!(c.reading(Duration::from_secs(5)).unwrap().is_some());
+        assert!(asked.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
@@ -134,6 +213,7 @@ mod tests {
         };
         let versions = [big(0), big(1)];
         let stop = std::sync::atomic::AtomicBool::new(false);
+        let done = std::sync::atomic::AtomicUsize::new(0);
         let (reads, torn) = std::thread::scope(|s| {
             let readers: Vec<_> = (0..2)
                 .map(|_| {
@@ -146,13 +226,19 @@ mod tests {
                                 Err(e) => torn.push(e.to_string()),
                             }
                             reads += 1;
+                            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         }
                         (reads, torn)
                     })
                 })
                 .collect();
-            for round in 0..40 {
+            // At least 40 checkouts, and enough reads among them on a busy machine.
+            let mut round = 0;
+            while round < 40 || (done.load(std::sync::atomic::Ordering::SeqCst) <= 40 && round < 4000) {
                 crate::remote::checkout(&program, clone.as_path(), &commits[round % 2]).unwrap();
+                round += 1;
+                // Checkouts come a fetch apart, never back to back.
+                std::thread::sleep(Duration::from_millis(3));
             }
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
             readers

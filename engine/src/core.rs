@@ -43,16 +43,27 @@ impl VaultHandle {
     }
 
     /// The note at `path`, whole (see [`VaultHandle::reading`]).
-    pub(crate) fn read_note(&self, path: &str) -> Result<vault::ReadNote, vault::VaultError> {
-        let _checked_out = self.reading();
-        self.reader.read_note(path)
+    pub(crate) fn read_note(&self, path: &str) -> Result<vault::ReadNote, crate::error::GatewayError> {
+        let _checked_out = self.reading()?;
+        Ok(self.reader.read_note(path)?)
     }
 
     /// Held while notes of a team vault's clone are read, so none is read while git rewrites
     /// its files, half written or gone for a moment (crate::checkout::Checkout). Never held
-    /// across a sync of the clone (that waits for it), nor taken again while held.
-    pub(crate) fn reading(&self) -> Option<crate::checkout::Reading> {
-        self.checkout.as_ref().and_then(|c| c.reading())
+    /// across a sync of the clone (that waits for it), nor taken again while held. A checkout
+    /// that does not end within `checkout::READ_WAIT` (its process paused or stuck) is
+    /// `VAULT_BUSY`, never a note read half written.
+    pub(crate) fn reading(&self) -> Result<Option<crate::checkout::Reading>, crate::error::GatewayError> {
+        let Some(c) = &self.checkout else { return Ok(None) };
+        c.reading(crate::checkout::READ_WAIT).map_err(|_| {
+            crate::error::GatewayError::VaultBusy(format!(
+                "the clone of vault '{}' is being updated by a process of this home that has not \
+                 finished for {} s (paused or stuck?); nothing was read: retry, and run `vaultgate \
+                 doctor` if it lasts",
+                self.id,
+                crate::checkout::READ_WAIT.as_secs()
+            ))
+        })
     }
 
     /// The vault's layout (notes, standards and inbox folders).

@@ -85,7 +85,7 @@ fn require_reason(reason: &str) -> Result<(), GatewayError> {
 
 /// Current bytes and hash of a note, read without following links (`None` when missing).
 pub fn current(v: &VaultHandle, p: &VaultPath) -> Result<Option<(Vec<u8>, String)>, GatewayError> {
-    let _checked_out = v.reading();
+    let _checked_out = v.reading()?;
     Ok(v.reader.fs().read_for_write(Area::Note, p)?)
 }
 
@@ -643,7 +643,7 @@ impl Proposals<'_> {
     ) -> Result<Vec<RewrittenNote>, GatewayError> {
         let (from, to) = (target_path(v, from)?, target_path(v, to)?);
         let mut out = Vec::new();
-        let _checked_out = v.reading();
+        let _checked_out = v.reading()?;
         for r in v.reader.plan_move(&from, &to)? {
             let links = match v.reader.fs().read_text(&r.path) {
                 Ok(old) => {

@@ -100,7 +100,7 @@ impl Reads<'_> {
     }
 
     pub fn read_note(&self, v: &VaultHandle, path: &str) -> Result<vault::ReadNote, GatewayError> {
-        Ok(v.read_note(path)?)
+        v.read_note(path)
     }
 
     pub fn list_notes(

@@ -337,7 +337,17 @@ const GIT_LOCKS: &[&str] = &[
 /// Moves the clone at `dir` (held) and its files to `commit`, while no note of it is read
 /// ([`crate::checkout::Checkout`]).
 pub(crate) fn checkout(program: &Program, dir: &Path, commit: &str) -> Result<(), GatewayError> {
-    let _reads_wait = crate::checkout::Checkout::of(dir).and_then(|c| c.writing());
+    let _reads_wait = match crate::checkout::Checkout::of(dir) {
+        Some(c) => c.writing(crate::checkout::CHECKOUT_WAIT).map_err(|_| {
+            GatewayError::VaultBusy(format!(
+                "a read of the clone at {} has not finished for {} s (a paused or stuck process of \
+                 this home?); the clone was not moved: it is moved at the next sync",
+                dir.display(),
+                crate::checkout::CHECKOUT_WAIT.as_secs()
+            ))
+        })?,
+        None => None,
+    };
     let mut reset = local(program, dir);
     reset.args(["reset", "--quiet", "--hard", commit]);
     crate::git::run(reset, "reset", None).map_err(git_error)?;
