@@ -120,12 +120,49 @@ impl World {
 /// What a client saw applied: the proposal, its commit.
 type Applied = Vec<(String, String)>;
 
-async fn client(world: Arc<World>, c: usize) -> (Applied, usize) {
-    let (mut applied, mut undone) = (Vec::new(), 0);
+/// What a client did besides its applies.
+#[derive(Debug, Default)]
+struct Did {
+    undone: usize,
+    redone: usize,
+    patched: usize,
+    rejected: usize,
+    deleted: usize,
+}
+
+/// Lowercase hex SHA-256 of `text`: a note's `hash`.
+fn hash_of(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// Applies `p` through gateway `g` with `key`: its commit, recorded as applied.
+async fn apply(world: &World, g: usize, p: &Value, key: String, applied: &mut Applied) -> Value {
+    let args = json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key});
+    let a = world.call(g, "apply_proposal", &args, &[]).await.unwrap();
+    assert_eq!(
+        (&a["applied"], &a["git"]),
+        (&json!(true), &json!("committed")),
+        "{a}"
+    );
+    world.applied_at.lock().unwrap().push(Instant::now());
+    applied.push((
+        p["id"].as_str().unwrap().to_owned(),
+        a["commit"].as_str().unwrap().to_owned(),
+    ));
+    a
+}
+
+/// One client's mixed calls, each through another gateway than the last: new notes proposed and
+/// applied; some patched and applied, some undone and redone, some deleted for good (a
+/// challenge issued on one gateway, executed on another); proposals rejected.
+async fn client(world: Arc<World>, c: usize) -> (Applied, Did) {
+    let (mut applied, mut did) = (Vec::new(), Did::default());
     let mut i = 0;
     while !world.stop.load(Ordering::SeqCst) && Instant::now() < world.end {
         let path = format!("soak/c{c}-{i:04}.md");
-        let args = json!({"path": path, "content": format!("# C{c} {i}\n\nsoak\n"), "reason": "soak"});
+        let content = format!("# C{c} {i}\n\nsoak\n");
+        let args = json!({"path": path, "content": content, "reason": "soak"});
         // A proposal retried after a lost answer may exist twice: only the one answered is applied.
         let Some(p) = world
             .call(
@@ -139,37 +176,94 @@ async fn client(world: Arc<World>, c: usize) -> (Applied, usize) {
             i += 1;
             continue;
         };
-        let apply =
-            json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": format!("a-{c}-{i}")});
-        let a = world
-            .call((c + i + 1) % 3, "apply_proposal", &apply, &[])
-            .await
-            .unwrap();
-        assert_eq!(
-            (&a["applied"], &a["git"]),
-            (&json!(true), &json!("committed")),
-            "{a}"
-        );
-        world.applied_at.lock().unwrap().push(Instant::now());
-        applied.push((
-            p["id"].as_str().unwrap().to_owned(),
-            a["commit"].as_str().unwrap().to_owned(),
-        ));
+        if i % 6 == 4 {
+            // Rejected through another gateway (a retry after a lost answer finds it rejected).
+            let reject = json!({"id": p["id"], "reason": "soak"});
+            if world
+                .call(
+                    (c + i + 1) % 3,
+                    "reject_proposal",
+                    &reject,
+                    &["PROPOSAL_REJECTED"],
+                )
+                .await
+                .is_some()
+            {
+                did.rejected += 1;
+            }
+            i += 1;
+            continue;
+        }
+        let a = apply(&world, (c + i + 1) % 3, &p, format!("a-{c}-{i}"), &mut applied).await;
+        if i % 6 == 1 {
+            // Patched on top (a person or another client cannot touch this note).
+            let edited = format!("{content}patched\n");
+            let patch =
+                json!({"path": path, "baseHash": hash_of(&content), "content": edited, "reason": "soak"});
+            // Through another gateway, whose clone has the note within seconds (fetched on the
+            // database's notice, or polled).
+            let seen = Instant::now();
+            let q = loop {
+                let g = (c + i + 2) % 3;
+                if let Some(q) = world.call(g, "propose_note_patch", &patch, &["NOT_FOUND"]).await {
+                    break q;
+                }
+                assert!(
+                    seen.elapsed() < Duration::from_secs(30),
+                    "{path} never reached gateway {g}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            apply(&world, (c + i) % 3, &q, format!("p-{c}-{i}"), &mut applied).await;
+            did.patched += 1;
+        }
         if i % 4 == 3 {
             // Another client's apply may have landed on top: then it is not the top to undo.
-            let undo = json!({"expectedHistoryEntryId": a["historyEntryId"], "idempotencyKey": format!("u-{c}-{i}")});
+            let entry = &a["historyEntryId"];
+            let undo = json!({"expectedHistoryEntryId": entry, "idempotencyKey": format!("u-{c}-{i}")});
             let refusals = ["HISTORY_NOT_TOP", "HISTORY_STALE"];
             if world
                 .call((c + i + 2) % 3, "history_undo", &undo, &refusals)
                 .await
                 .is_some()
             {
-                undone += 1;
+                did.undone += 1;
+                if i % 8 == 7 {
+                    let redo =
+                        json!({"expectedHistoryEntryId": entry, "idempotencyKey": format!("r-{c}-{i}")});
+                    if world
+                        .call((c + i) % 3, "history_redo", &redo, &refusals)
+                        .await
+                        .is_some()
+                    {
+                        did.redone += 1;
+                    }
+                }
+            }
+        } else if i % 10 == 5 {
+            // Deleted for good: the challenge issued on one gateway, executed on another (a
+            // retry after a lost answer finds it consumed; a person's push makes it stale).
+            let first = json!({"paths": [path], "idempotencyKey": format!("d-{c}-{i}")});
+            if let Some(issued) = world.call((c + i + 1) % 3, "delete_permanent", &first, &[]).await {
+                assert_eq!(issued["status"], json!("challenge"), "{issued}");
+                let ch = &issued["challenge"];
+                let mut second = first.clone();
+                second["challengeId"] = ch["challengeId"].clone();
+                second["planHash"] = ch["planHash"].clone();
+                second["acknowledged"] = json!(true);
+                let refusals = ["CHALLENGE_STALE", "CHALLENGE_CONSUMED"];
+                if let Some(done) = world
+                    .call((c + i + 2) % 3, "delete_permanent", &second, &refusals)
+                    .await
+                {
+                    assert_eq!(done["status"], json!("executed"), "{done}");
+                    did.deleted += 1;
+                }
             }
         }
         i += 1;
     }
-    (applied, undone)
+    (applied, did)
 }
 
 /// The person's clone pushes a line to one of their notes; a push refused because the branch
@@ -306,18 +400,30 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
     }
     world.stop.store(true, Ordering::SeqCst);
     let mut applied = Vec::new();
-    let mut undone = 0;
+    let mut did = Did::default();
     for c in clients {
-        let (a, u) = tokio::time::timeout(Duration::from_secs(300), c)
+        let (a, d) = tokio::time::timeout(Duration::from_secs(300), c)
             .await
             .expect("a client never finished")
             .unwrap();
         applied.extend(a);
-        undone += u;
+        did.undone += d.undone;
+        did.redone += d.redone;
+        did.patched += d.patched;
+        did.rejected += d.rejected;
+        did.deleted += d.deleted;
     }
+    // Every transition pushes at most one commit of its own.
+    let undone = did.undone + did.redone + did.deleted;
     eprintln!(
-        "soak: {seconds} s, {} applies, {undone} undos, {} person pushes, {kills} kills, {} retries",
+        "soak: {seconds} s, {} applies ({} patches), {} undos, {} redos, {} deletions for good, {} \
+         rejections, {} person pushes, {kills} kills, {} retries",
         applied.len(),
+        did.patched,
+        did.undone,
+        did.redone,
+        did.deleted,
+        did.rejected,
         pushes.len(),
         world.retries.load(Ordering::Relaxed)
     );
@@ -423,6 +529,8 @@ async fn three_gateways_soaked_with_kills_and_a_person_pushing_keep_every_invari
         keep_log(srv, &format!("g{}-end", g + 1));
     }
     drop(servers);
+    // And what every team scenario ends with.
+    crate::team_invariants::hold(&team, &remote).await;
 
     // Last (so a long run reports the invariants above even when this bound fails): after each
     // heal an apply succeeded within 5 s (while the clients still ran).
