@@ -2,8 +2,8 @@
 //! once the team is healthy, an apply lands through it, and then no job and no handed call is
 //! left, the remote's branch only ever moved forward, each job's commit is on it once and
 //! matches the proposal the database holds applied (both ways), each commit names the intent
-//! record of its own job in the chain every gateway verifies, and every clone holds exactly the
-//! branch.
+//! record of its own job in the chain every gateway verifies, every clone holds exactly the
+//! branch, and the lease's epoch only grows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -21,6 +21,16 @@ const VAULT: &str = "notes";
 /// own, so call it once per team, at the scenario's end.
 pub(crate) async fn hold(team: &Team, remote: &Path) {
     let (_, token) = team.g(0).token("invariants", "full");
+    let db = teamstate::PgState::connect(&team.url).unwrap();
+    let epoch = || -> i64 {
+        db.query(
+            "SELECT COALESCE(max(epoch), 0) FROM vaultgate.leases WHERE vault = $1",
+            &[&VAULT],
+        )
+        .unwrap()[0]
+            .get(0)
+    };
+    let epoch_before = epoch();
     // A healthy team applies: one proposal made through the last gateway, applied through the
     // first (its take of the lease also settles any job a scenario's dead gateway left).
     let first = team.g(0).stdio(&token).await;
@@ -48,7 +58,19 @@ pub(crate) async fn hold(team: &Team, remote: &Path) {
     let main = git(remote, &["rev-parse", "main"]).trim().to_owned();
     assert_eq!(out["commit"], json!(main), "the apply is the branch's head");
 
-    let db = teamstate::PgState::connect(&team.url).unwrap();
+    // Fencing: the apply took the vault's lease at an epoch greater than every one before, and
+    // every gateway reports that one.
+    let epoch_after = epoch();
+    assert!(
+        epoch_after > epoch_before,
+        "the lease was taken at epoch {epoch_after}, not past {epoch_before}"
+    );
+    for g in &team.gateways {
+        let s: Value = serde_json::from_str(&g.ok(&["team", "status", "--json"])).unwrap();
+        // The one vault of `team_with_vault`.
+        let v = &s["vaults"][0];
+        assert_eq!(v["applier"]["epoch"], json!(epoch_after), "{s}");
+    }
     let count = |sql: &str| db.query(sql, &[]).unwrap()[0].get::<_, i64>(0);
     crate::team::eventually("no job and no handed call is left", || async {
         count("SELECT count(*) FROM vaultgate.proposals WHERE job IS NOT NULL") == 0
