@@ -141,7 +141,13 @@ pub(crate) async fn hold(team: &Team, remote: &Path) {
     }
 
     // Each commit names its own job's intent record in the chain, which every gateway verifies.
-    let chain = team.chain(0);
+    // The whole chain (a long run holds more records than `audit tail` shows).
+    let exported = team.g(0).ok(&["audit", "export"]);
+    let chain: Vec<Value> = exported
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let records: BTreeMap<String, &Value> = chain.iter().map(|r| (r["seq"].to_string(), r)).collect();
     for c in &commits {
         let (seq, hash) = c[3].split_once(' ').unwrap_or((c[3], ""));
