@@ -2,7 +2,9 @@
 //! proposal and the base it builds on alone, so whichever gateway settles a job left behind
 //! builds the very commit the row names and pushes that one, never another.
 //!
-//! It must never read the clock, the clone's files or anything the row does not fix.
+//! It must never read the clock or anything else the row does not fix but the base's tree and,
+//! from this gateway's clone, a name that folds alike and a move's links: where those differ
+//! between gateways the commit built again differs, and is never pushed for the row's.
 
 use std::collections::BTreeMap;
 
