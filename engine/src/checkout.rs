@@ -111,6 +111,19 @@ impl Checkout {
         Ok(Some(Reading { _now: now }))
     }
 
+    /// [`Checkout::reading`] for a read of vault `id`, within [`READ_WAIT`]: a checkout that does
+    /// not end by then (its process paused or stuck) is `VAULT_BUSY`, never a note half written.
+    pub(crate) fn read_of(&self, id: &str) -> Result<Option<Reading>, crate::error::GatewayError> {
+        self.reading(READ_WAIT).map_err(|Stuck| {
+            crate::error::GatewayError::VaultBusy(format!(
+                "the clone of vault '{id}' is being updated by a process of this home that has not \
+                 finished for {} s (paused or stuck?); nothing was read: retry, and run `vaultgate \
+                 doctor` if it lasts",
+                READ_WAIT.as_secs()
+            ))
+        })
+    }
+
     /// Waits (at most `wait`) for the reads under way (new ones wait), then holds every read off
     /// until dropped.
     pub(crate) fn writing(&self, wait: Duration) -> Result<Option<(std::fs::File, std::fs::File)>, Stuck> {

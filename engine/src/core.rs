@@ -48,22 +48,11 @@ impl VaultHandle {
         Ok(self.reader.read_note(path)?)
     }
 
-    /// Held while notes of a team vault's clone are read, so none is read while git rewrites
-    /// its files, half written or gone for a moment (crate::checkout::Checkout). Never held
-    /// across a sync of the clone (that waits for it), nor taken again while held. A checkout
-    /// that does not end within `checkout::READ_WAIT` (its process paused or stuck) is
-    /// `VAULT_BUSY`, never a note read half written.
+    /// Held while notes of a team vault's clone are read, so none is read half written
+    /// (crate::checkout::Checkout); `VAULT_BUSY` past `checkout::READ_WAIT`. Never held across a
+    /// sync of the clone (that waits for it), nor taken again while held.
     pub(crate) fn reading(&self) -> Result<Option<crate::checkout::Reading>, crate::error::GatewayError> {
-        let Some(c) = &self.checkout else { return Ok(None) };
-        c.reading(crate::checkout::READ_WAIT).map_err(|_| {
-            crate::error::GatewayError::VaultBusy(format!(
-                "the clone of vault '{}' is being updated by a process of this home that has not \
-                 finished for {} s (paused or stuck?); nothing was read: retry, and run `vaultgate \
-                 doctor` if it lasts",
-                self.id,
-                crate::checkout::READ_WAIT.as_secs()
-            ))
-        })
+        self.checkout.as_ref().map_or(Ok(None), |c| c.read_of(&self.id))
     }
 
     /// The vault's layout (notes, standards and inbox folders).
