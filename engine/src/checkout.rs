@@ -90,25 +90,36 @@ impl Checkout {
         }
     }
 
-    /// Waits (at most `wait`) until no checkout is under way or waiting, then holds one off until
-    /// dropped. Never taken twice by one thread: a checkout waiting between the two would wait
-    /// for the first, and the second for it.
-    pub(crate) fn reading(&self, wait: Duration) -> Result<Option<Reading>, Stuck> {
+    /// Both locks, `next` first, each within `wait` (shared by a read, exclusive by a checkout);
+    /// `None`: a lock file that cannot be made or locked, left out.
+    fn take(&self, wait: Duration, shared: bool) -> Result<Option<(std::fs::File, std::fs::File)>, Stuck> {
+        let lock = |f: &std::fs::File| match shared {
+            true => f.try_lock_shared(),
+            false => f.try_lock(),
+        };
         let Some(next) = Self::open(&self.next) else {
             return Ok(None);
         };
-        if !within(wait, || next.try_lock_shared())? {
+        if !within(wait, || lock(&next))? {
             return Ok(None);
         }
         let Some(now) = Self::open(&self.now) else {
             return Ok(None);
         };
-        // No checkout holds it now: each takes `next` first.
-        if !within(wait, || now.try_lock_shared())? {
+        // A read finds no checkout holding it (each takes `next` first); a checkout waits for the
+        // reads under way, and dropping `next` on the way out lets the reads waiting for it in.
+        if !within(wait, || lock(&now))? {
             return Ok(None);
         }
-        drop(next);
-        Ok(Some(Reading { _now: now }))
+        Ok(Some((now, next)))
+    }
+
+    /// Waits (at most `wait`) until no checkout is under way or waiting, then holds one off until
+    /// dropped. Never taken twice by one thread: a checkout waiting between the two would wait
+    /// for the first, and the second for it.
+    pub(crate) fn reading(&self, wait: Duration) -> Result<Option<Reading>, Stuck> {
+        // `next` is let go at once: only a checkout waiting for it must keep new reads out.
+        Ok(self.take(wait, true)?.map(|(now, _next)| Reading { _now: now }))
     }
 
     /// [`Checkout::reading`] for a read of vault `id`, within [`READ_WAIT`]: a checkout that does
@@ -127,20 +138,7 @@ impl Checkout {
     /// Waits (at most `wait`) for the reads under way (new ones wait), then holds every read off
     /// until dropped.
     pub(crate) fn writing(&self, wait: Duration) -> Result<Option<(std::fs::File, std::fs::File)>, Stuck> {
-        let Some(next) = Self::open(&self.next) else {
-            return Ok(None);
-        };
-        if !within(wait, || next.try_lock())? {
-            return Ok(None);
-        }
-        let Some(now) = Self::open(&self.now) else {
-            return Ok(None);
-        };
-        // Dropping `next` on the way out lets the reads waiting for it in.
-        if !within(wait, || now.try_lock())? {
-            return Ok(None);
-        }
-        Ok(Some((now, next)))
+        self.take(wait, false)
     }
 }
 

@@ -340,9 +340,9 @@ pub(crate) fn checkout(program: &Program, dir: &Path, commit: &str) -> Result<()
     let _reads_wait = match crate::checkout::Checkout::of(dir) {
         Some(c) => c.writing(crate::checkout::CHECKOUT_WAIT).map_err(|_| {
             GatewayError::VaultBusy(format!(
-                "a read of the clone at {} has not finished for {} s (a paused or stuck process of \
-                 this home?); the clone was not moved: it is moved at the next sync",
-                dir.display(),
+                "a read of the clone of vault '{}' has not finished for {} s (a paused or stuck \
+                 process of this home?); the clone was not moved: it is moved at the next sync",
+                dir.file_name().unwrap_or_default().to_string_lossy(),
                 crate::checkout::CHECKOUT_WAIT.as_secs()
             ))
         })?,

@@ -134,22 +134,29 @@ pub(crate) fn landed_on_branch(
     Ok(None)
 }
 
-/// The commit on the clone's branch (as last fetched) whose `Vaultgate-Job` trailer is `job`, the
-/// newest, searched over the whole branch (however many commits came after it).
+/// The commit on the clone's branch (as last fetched) with the line `Vaultgate-Job: <job>`, the
+/// newest, searched over the whole branch (however many commits came after it). The line is
+/// matched whole, so a longer id or the id inside other text is not it.
 pub(crate) fn job_on_branch(
     core: &Core,
     dir: &std::path::Path,
     job: &str,
 ) -> Result<Option<String>, GatewayError> {
-    if job.contains(['\n', '\r']) {
-        return Err(crate::txn::internal("a job id with a line break"));
+    // Matched as a pattern: only characters a pattern takes literally.
+    if job.is_empty()
+        || !job
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(crate::txn::internal(format!(
+            "the job id '{job}' cannot be searched for"
+        )));
     }
     let mut cmd = crate::remote::local(&core.git, dir);
     cmd.args([
         "rev-list",
         "--max-count=1",
-        "--fixed-strings",
-        &format!("--grep=Vaultgate-Job: {job}"),
+        &format!("--grep=^Vaultgate-Job: {job}$"),
         "HEAD",
     ]);
     let out = crate::git::run(cmd, "rev-list", None).map_err(crate::changelog::git_error)?;

@@ -46,7 +46,7 @@ const ATTENTION: &str = "z/attention.md";
 const COOKING: &str = "notes/cooking.md";
 const JOURNAL: &str = "journal/2026-01-05.md";
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 

@@ -130,12 +130,6 @@ struct Did {
     deleted: usize,
 }
 
-/// Lowercase hex SHA-256 of `text`: a note's `hash`.
-fn hash_of(text: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(text.as_bytes()))
-}
-
 /// Applies `p` through gateway `g` with `key`: its commit, recorded as applied.
 async fn apply(world: &World, g: usize, p: &Value, key: String, applied: &mut Applied) -> Value {
     let args = json!({"id": p["id"], "proposalHash": p["proposalHash"], "idempotencyKey": key});
@@ -198,8 +192,7 @@ async fn client(world: Arc<World>, c: usize) -> (Applied, Did) {
         if i % 6 == 1 {
             // Patched on top (a person or another client cannot touch this note).
             let edited = format!("{content}patched\n");
-            let patch =
-                json!({"path": path, "baseHash": hash_of(&content), "content": edited, "reason": "soak"});
+            let patch = json!({"path": path, "baseHash": crate::git::sha256_hex(content.as_bytes()), "content": edited, "reason": "soak"});
             // Through another gateway, whose clone has the note within seconds (fetched on the
             // database's notice, or polled).
             let seen = Instant::now();
